@@ -1,0 +1,31 @@
+# `make demo` and `make test` each do the whole set-up on a fresh machine.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.reverie-installed
+
+# Quiet, offline-safe defaults for every command run from here.
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export PREFECT_SERVER_ANALYTICS_ENABLED := false
+
+.PHONY: setup demo test clean
+
+setup: $(STAMP)
+
+# torch goes first and pinned: that release is a CPU build; anything that pulls
+# torch unpinned would download a multi-GB CUDA build instead.
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/reverie demo
+
+test: $(STAMP)
+	$(BIN)/python -m pytest
+
+clean:
+	rm -rf $(VENV) .reverie

@@ -1,0 +1,228 @@
+"""The ``reverie`` command.
+
+Heavy libraries (Prefect, sentence-transformers) are imported inside the commands
+that need them, so ``reverie get`` or ``reverie export`` answer at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from models.errors import ReverieError
+from models.store import Store
+from models.tables import Memory, Tombstone
+from models.timestamps import parse_timestamp
+
+EXIT_OK, EXIT_REJECTED, EXIT_ERROR = 0, 1, 2
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.handler(args) or EXIT_OK)
+    except ReverieError as exc:
+        print(f"reverie: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        return 130
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="reverie", description="Memory consolidation for AI agents."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def command(name: str, handler: Callable[[argparse.Namespace], int | None], help_: str):
+        p = sub.add_parser(name, help=help_, description=help_)
+        p.set_defaults(handler=handler)
+        return p
+
+    p = command("ingest", _ingest, "Store the memories (and edges) of a JSONL file.")
+    p.add_argument("file", type=Path)
+    p.add_argument("--profile", help="profile for records that do not name one")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+
+    p = command("consolidate", _consolidate, "Run full or lightweight consolidation.")
+    p.add_argument("mode", choices=["full", "lightweight"])
+    _add_profile_selection(p)
+    p.add_argument("--as-of", help="the 'now' of the run, ISO-8601 (default: now)")
+    p.add_argument("--dry-run", action="store_true", help="report what would change; write nothing")
+    p.add_argument("--preset", help="configuration preset (default: REVERIE_PRESET or 'default')")
+    p.add_argument("--json", action="store_true")
+
+    p = command("blocks", _blocks, "Show a profile's Core Memory blocks.")
+    p.add_argument("--profile", required=True)
+    p.add_argument("--json", action="store_true")
+
+    p = command("recall", _recall, "Find the memories most similar to a query.")
+    p.add_argument("query")
+    p.add_argument("--profile", required=True)
+    p.add_argument("-k", type=int, default=5, help="how many memories (default 5)")
+    p.add_argument("--deep", action="store_true", help="search the cold tier too")
+    p.add_argument("--track", action="store_true", help="count the hits as accessed")
+    p.add_argument("--json", action="store_true")
+
+    p = command("get", _get, "Show one memory (any tier) or its tombstone.")
+    p.add_argument("id", help="a Reverie id or your own external id")
+    p.add_argument("--profile", help="needed when an external id exists in several profiles")
+    p.add_argument("--json", action="store_true")
+
+    p = command("export", _export, "Dump a profile as canonical JSONL.")
+    p.add_argument("--profile", required=True)
+    p.add_argument("--output", type=Path, help="file to write (default: standard output)")
+    p.add_argument("--with-run-ids", action="store_true", help="include Prefect run ids")
+
+    p = command("demo", _demo, "Ingest the bundled sample store and consolidate it.")
+    p.add_argument("--database", type=Path, help="SQLite file for the demo store")
+    return parser
+
+
+def _add_profile_selection(p: argparse.ArgumentParser) -> None:
+    group = p.add_mutually_exclusive_group(required=True)
+    group.add_argument("--profile", action="append", help="a profile (repeat for several)")
+    group.add_argument("--all", action="store_true", help="every profile in the store")
+
+
+def _selected(args: argparse.Namespace) -> str | list[str] | None:
+    if args.all:
+        return None
+    return args.profile[0] if len(args.profile) == 1 else list(args.profile)
+
+
+def _print_json(data: Any) -> None:
+    print(json.dumps(data, indent=2, ensure_ascii=False, default=str))
+
+
+# --- commands -------------------------------------------------------------------------
+
+
+def _ingest(args: argparse.Namespace) -> int:
+    if not args.file.is_file():
+        raise ReverieError(f"no such file: {args.file}")
+    report = Store().ingest_jsonl(args.file, args.profile, progress=sys.stderr.isatty())
+    for error in report.errors:
+        print(f"{args.file}: {error}", file=sys.stderr)
+    if args.json:
+        _print_json(
+            {"stored": report.stored, "updated": report.updated, "unchanged": report.unchanged,
+             "edges": report.edges, "rejected": [str(e) for e in report.errors]}
+        )
+    else:
+        print(
+            f"stored {report.stored}, updated {report.updated}, unchanged {report.unchanged}, "
+            f"edges {report.edges}, rejected {len(report.errors)}"
+        )
+    return EXIT_REJECTED if report.errors else EXIT_OK
+
+
+def _consolidate(args: argparse.Namespace) -> int:
+    from models.config import preset
+
+    config = preset(args.preset) if args.preset else None
+    as_of = parse_timestamp(args.as_of) if args.as_of else None
+    report = run_consolidation(args.mode, _selected(args), as_of, args.dry_run, config)
+    if args.json:
+        _print_json(asdict(report))
+        return EXIT_OK
+    for step in report.steps:
+        print(
+            f"{step.profile:<20} {step.step:<17} examined {step.examined:>6}  "
+            f"changed {step.changed:>5}  {step.seconds:.3f}s"
+        )
+    verb = "would change" if report.dry_run else "changed"
+    print(f"{args.mode} consolidation as of {report.as_of}: {verb} {report.changed()} things"
+          + (" (dry run: nothing written)" if report.dry_run else ""))
+    return EXIT_OK
+
+
+def run_consolidation(mode: str, profile, as_of, dry_run, config):  # type: ignore[no-untyped-def]
+    """Run a consolidation flow in this process (against PREFECT_API_URL if set)."""
+    if mode == "full":
+        from flows.full_consolidation import full_consolidation as flow_fn
+    else:
+        from flows.lightweight_consolidation import lightweight_consolidation as flow_fn
+    return flow_fn(profile=profile, as_of=as_of, dry_run=dry_run, config=config)
+
+
+def _blocks(args: argparse.Namespace) -> int:
+    store = Store()
+    store.resolve_profiles(args.profile)
+    blocks = store.blocks(args.profile)
+    if args.json:
+        _print_json([b.model_dump() for b in blocks])
+        return EXIT_OK
+    if not blocks:
+        print(f"no blocks yet for {args.profile}: run `reverie consolidate` first")
+    for b in blocks:
+        print(f"## {b.block_type}  (v{b.version}, {len(b.content)} chars, {b.mode})")
+        print(b.content or "(empty)")
+        print()
+    return EXIT_OK
+
+
+def _recall(args: argparse.Namespace) -> int:
+    from tasks.recall import recall
+
+    hits = recall(Store(), args.profile, args.query, args.k, args.deep, args.track)
+    if args.json:
+        _print_json(
+            [{"score": h.score, **_memory_json(h.memory)} for h in hits]
+        )
+        return EXIT_OK
+    for h in hits:
+        m = h.memory
+        tag = f"[{m.tier}]" + (f" superseded by {m.superseded_by}" if m.superseded_by else "")
+        ext = f" ({m.external_id})" if m.external_id else ""
+        print(f"{h.score:.3f}  {m.id}{ext} {m.kind} {tag}\n       {m.content}")
+    return EXIT_OK
+
+
+def _get(args: argparse.Namespace) -> int:
+    found = Store().get(args.id, args.profile)
+    data = (
+        {"tombstone": True, **found.model_dump()}
+        if isinstance(found, Tombstone)
+        else _memory_json(found)
+    )
+    if args.json:
+        _print_json(data)
+    else:
+        for key, value in data.items():
+            print(f"{key:>18}: {value}")
+    return EXIT_OK
+
+
+def _memory_json(m: Memory | Any) -> dict[str, Any]:
+    data = m.model_dump(exclude={"embedding"}) if isinstance(m, Memory) else asdict(m)
+    return {k: (v.isoformat() if hasattr(v, "isoformat") else v) for k, v in data.items()}
+
+
+def _export(args: argparse.Namespace) -> int:
+    from models.export import export_jsonl
+
+    store = Store()
+    store.resolve_profiles(args.profile)
+    text = export_jsonl(store.url, args.profile, args.with_run_ids)
+    if args.output:
+        args.output.write_text(text, encoding="utf-8")
+    else:
+        sys.stdout.write(text)
+    return EXIT_OK
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from deployments.demo import run_demo
+
+    return run_demo(args.database)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,58 @@
+"""Full consolidation: SuperLocalMemory's six steps as one DAG per profile.
+
+::
+
+    dedup ──┬──> promote
+            ├──> compile_blocks
+            └──> link_summaries ──┐
+    decay_edges ──────────────────┴──> graph_importance
+
+Merging comes first because every later step should see the merged store; edge
+decay touches only old association edges, so it runs alongside. PageRank waits for
+every change to the graph. Profiles run side by side.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from prefect import flow
+
+from flows.artifacts import publish
+from flows.run import ProfileSelector, RunReport, new_report, prepare_run, run_name, working_store
+from models.config import ConsolidationConfig
+from tasks.blocks import compile_blocks_task
+from tasks.dedup import dedup_task
+from tasks.edge_decay import decay_edges_task
+from tasks.importance import graph_importance_task
+from tasks.linking import link_summaries_task
+from tasks.promote import promote_task
+
+FLOW_NAME = "full-consolidation"
+
+
+@flow(name=FLOW_NAME, flow_run_name=run_name(FLOW_NAME), log_prints=False)
+def full_consolidation(
+    profile: ProfileSelector = None,
+    as_of: datetime | None = None,
+    dry_run: bool = False,
+    config: ConsolidationConfig | None = None,
+) -> RunReport:
+    """Merge near-duplicates, recompile Core Memory, promote, decay edges, link new
+    summaries and rescore the graph, for one profile, several, or all (``None``)."""
+    plan = prepare_run(FLOW_NAME, profile, as_of, dry_run, config)
+    report = new_report(plan)
+    with working_store(plan) as url:
+        futures = []
+        for p in plan.profiles:
+            args = (url, p, plan.as_of, plan.config)
+            dedup = dedup_task.submit(*args, plan.run_id)
+            decay = decay_edges_task.submit(*args)
+            promote = promote_task.submit(*args, wait_for=[dedup])
+            blocks = compile_blocks_task.submit(*args, wait_for=[dedup])
+            link = link_summaries_task.submit(*args, wait_for=[dedup])
+            graph = graph_importance_task.submit(*args, wait_for=[decay, link])
+            futures += [dedup, blocks, promote, decay, link, graph]
+        report.steps = [f.result() for f in futures]
+    publish(report)
+    return report

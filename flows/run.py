@@ -1,0 +1,140 @@
+"""What every flow does before and after its tasks: resolve its parameters, pick the
+store it works on, name the run, and collect the steps' reports.
+
+A dry run works on a scratch copy of the selected profiles, made afresh for the run
+and deleted after it: the real steps run with their real selection code and see
+each other's effects exactly as in a real run, and the real store is never written.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from models.config import ConsolidationConfig
+from models.db import copy_profiles, dispose
+from models.settings import get_settings
+from models.store import Store
+from models.timestamps import iso, to_utc_naive, utcnow
+from tasks.step import StepReport
+
+ProfileSelector = str | list[str] | None
+
+
+@dataclass
+class RunPlan:
+    flow: str
+    profiles: list[str]
+    as_of: datetime
+    dry_run: bool
+    config: ConsolidationConfig
+    store_url: str
+    run_id: str | None
+
+
+@dataclass
+class RunReport:
+    flow: str
+    profiles: list[str]
+    as_of: str
+    dry_run: bool
+    run_id: str | None
+    steps: list[StepReport] = field(default_factory=list)
+
+    def comparable(self) -> list[dict[str, Any]]:
+        """The steps' reports without timings: what a dry run promises the real run does."""
+        return [s.comparable() for s in self.steps]
+
+    def changed(self) -> int:
+        return sum(s.changed for s in self.steps)
+
+
+def prepare_run(
+    flow: str,
+    profile: ProfileSelector,
+    as_of: datetime | None,
+    dry_run: bool,
+    config: ConsolidationConfig | None,
+) -> RunPlan:
+    """Resolve a flow's parameters. ``as_of`` defaults to the run's scheduled start, so a
+    scheduled or backfilled run replays its own date."""
+    settings = get_settings()
+    store = Store(settings=settings)
+    return RunPlan(
+        flow=flow,
+        profiles=store.resolve_profiles(profile),
+        as_of=to_utc_naive(as_of) if as_of is not None else _scheduled_start(),
+        dry_run=dry_run,
+        config=config or settings.consolidation_config(),
+        store_url=store.url,
+        run_id=_flow_run_id(),
+    )
+
+
+@contextmanager
+def working_store(plan: RunPlan) -> Iterator[str]:
+    """The URL the steps write to: the real store, or for a dry run a scratch copy."""
+    if not plan.dry_run:
+        yield plan.store_url
+        return
+    folder = Path(tempfile.mkdtemp(prefix="reverie-dry-run-"))
+    url = f"sqlite:///{folder / 'scratch.db'}"
+    try:
+        copy_profiles(plan.store_url, url, plan.profiles)
+        yield url
+    finally:
+        dispose(url)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def run_name(flow: str) -> Callable[[], str]:
+    """A flow-run namer for Prefect: flow, profiles, as_of, and whether it is a dry run."""
+
+    def name() -> str:
+        from prefect.runtime import flow_run
+
+        params = flow_run.parameters
+        profile = params.get("profile")
+        if profile is None:
+            who = "all profiles"
+        elif isinstance(profile, str):
+            who = profile
+        else:
+            who = ", ".join(profile[:3]) + (f" +{len(profile) - 3}" if len(profile) > 3 else "")
+        when = params.get("as_of")
+        when_text = str(when)[:19] if when else "now"
+        suffix = " (dry run)" if params.get("dry_run") else ""
+        return f"{flow} | {who} | as of {when_text}{suffix}"
+
+    return name
+
+
+def _scheduled_start() -> datetime:
+    try:
+        from prefect.runtime import flow_run
+
+        start = flow_run.scheduled_start_time
+        if not isinstance(start, datetime):
+            start = datetime.fromisoformat(str(start).replace("Z", "+00:00"))
+        return to_utc_naive(start)
+    except Exception:
+        return utcnow()
+
+
+def _flow_run_id() -> str | None:
+    try:
+        from prefect.runtime import flow_run
+
+        return flow_run.id
+    except Exception:
+        return None
+
+
+def new_report(plan: RunPlan) -> RunReport:
+    return RunReport(plan.flow, plan.profiles, iso(plan.as_of) or "", plan.dry_run, plan.run_id)

@@ -1,0 +1,115 @@
+"""The knobs of every consolidation step, typed and bounded, plus named presets.
+
+Defaults are the seeds' defaults (SuperLocalMemory's consolidation config) unless a
+comment says otherwise. A flow takes a ``ConsolidationConfig``; ``preset(name)``
+gives a ready one. Presets are complete configs, not patches, so a run's artifact
+can print exactly what it ran with.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from models.errors import ConfigError
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class DedupConfig(_Section):
+    """Near-duplicate merging (SLM step 1)."""
+
+    # SLM `compression_similarity`: cosine at or above which two memories are duplicates.
+    similarity: float = Field(0.85, ge=0.0, le=1.0)
+    # SLM merges only groups of three or more; a pair stays as it is.
+    min_group_size: int = Field(3, ge=2, le=1000)
+
+
+class BlocksConfig(_Section):
+    """Core Memory block compilation (SLM step 2)."""
+
+    block_char_limit: int = Field(500, ge=20, le=20_000)
+    core_memory_char_limit: int = Field(2000, ge=20, le=100_000)
+    # Mode A takes the top five facts for the ranked blocks.
+    facts_per_block: int = Field(5, ge=1, le=100)
+    # active_decisions: decisions referenced at least this often.
+    decision_min_access: int = Field(3, ge=0)
+    # learned_preferences: opinions/preferences trusted at least this much.
+    preference_min_confidence: float = Field(0.7, ge=0.0, le=1.0)
+
+
+class PromotionConfig(_Section):
+    """Lifecycle promotion (SLM step 3)."""
+
+    min_access: int = Field(3, ge=0)  # SLM promotion_min_access
+    min_trust: float = Field(0.5, ge=0.0, le=1.0)  # SLM promotion_min_trust
+
+
+class EdgeDecayConfig(_Section):
+    """Association-edge decay (SLM step 4)."""
+
+    inactive_days: float = Field(30.0, ge=0.0)  # SLM decay_days_threshold
+    rate_per_day: float = Field(0.01, ge=0.0, le=1.0)
+    prune_below: float = Field(0.05, ge=0.0, le=1.0)
+
+
+class GraphConfig(_Section):
+    """PageRank and communities over the memory graph (SLM step 5)."""
+
+    damping: float = Field(0.85, gt=0.0, lt=1.0)
+    # Seeds the community search so the same graph always gets the same communities.
+    community_seed: int = Field(0, ge=0)
+
+
+class LinkConfig(_Section):
+    """Linking new summaries into the graph (SLM step 6)."""
+
+    similarity: float = Field(0.7, ge=0.0, le=1.0)
+    max_links: int = Field(10, ge=0, le=1000)
+
+
+class ConsolidationConfig(_Section):
+    """Everything full and lightweight consolidation read; bounded, immutable."""
+
+    dedup: DedupConfig = DedupConfig()
+    blocks: BlocksConfig = BlocksConfig()
+    promotion: PromotionConfig = PromotionConfig()
+    edge_decay: EdgeDecayConfig = EdgeDecayConfig()
+    graph: GraphConfig = GraphConfig()
+    linking: LinkConfig = LinkConfig()
+    # "rules" is Mode A (deterministic, no model); LLM modes plug in by name.
+    summarizer: str = Field("rules", min_length=1)
+
+
+DEFAULT = ConsolidationConfig()
+
+# Merges only very close duplicates and keeps idle associations longer.
+CONSERVATIVE = ConsolidationConfig(
+    dedup=DedupConfig(similarity=0.92, min_group_size=4),
+    edge_decay=EdgeDecayConfig(inactive_days=60.0),
+    linking=LinkConfig(similarity=0.8),
+)
+
+# For stores that grow fast: looser duplicates, quicker pruning.
+AGGRESSIVE = ConsolidationConfig(
+    dedup=DedupConfig(similarity=0.80, min_group_size=3),
+    edge_decay=EdgeDecayConfig(inactive_days=14.0, prune_below=0.1),
+    linking=LinkConfig(similarity=0.65),
+)
+
+PRESETS: dict[str, ConsolidationConfig] = {
+    "default": DEFAULT,
+    "conservative": CONSERVATIVE,
+    "aggressive": AGGRESSIVE,
+}
+
+
+def preset(name: str) -> ConsolidationConfig:
+    """The named preset; a clear error lists the valid names."""
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise ConfigError(
+            f"unknown preset {name!r}; choose one of {', '.join(sorted(PRESETS))}"
+        ) from None

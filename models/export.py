@@ -1,0 +1,61 @@
+"""A canonical JSONL dump of one profile, used to compare states of the store.
+
+Lines come in a fixed order (memories, edges, blocks, consolidations, tombstones),
+each group sorted by id, each line with sorted keys. Vectors appear as a hash.
+Run ids are left out unless asked for: two runs of the same history differ only
+in them, and "the same store" should compare equal.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import select
+
+from models import tables
+from models.db import reading
+
+_ORDER: tuple[tuple[str, type, tuple[str, ...]], ...] = (
+    ("memory", tables.Memory, ("id",)),
+    ("edge", tables.Edge, ("id",)),
+    ("block", tables.CoreBlock, ("block_type",)),
+    ("consolidation", tables.Consolidation, ("id",)),
+    ("tombstone", tables.Tombstone, ("memory_id",)),
+)
+_VOLATILE = {"run_id"}
+
+
+def export_rows(url: str, profile: str, include_run_ids: bool = False) -> Iterator[dict[str, Any]]:
+    with reading(url) as s:
+        for label, table, keys in _ORDER:
+            t = table.__table__
+            query = select(t).where(t.c.profile_id == profile).order_by(*(t.c[k] for k in keys))
+            for row in s.execute(query).mappings():
+                yield {"type": label, **_clean(dict(row), include_run_ids)}
+
+
+def export_jsonl(url: str, profile: str, include_run_ids: bool = False) -> str:
+    return "".join(
+        json.dumps(row, sort_keys=True, ensure_ascii=False, allow_nan=False) + "\n"
+        for row in export_rows(url, profile, include_run_ids)
+    )
+
+
+def _clean(row: dict[str, Any], include_run_ids: bool) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in row.items():
+        if key in _VOLATILE and not include_run_ids:
+            continue
+        if key == "embedding":
+            out["embedding_sha256"] = (
+                None if value is None else hashlib.sha256(value).hexdigest()[:16]
+            )
+        elif isinstance(value, datetime):
+            out[key] = value.isoformat()
+        else:
+            out[key] = value
+    return out

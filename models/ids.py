@@ -1,0 +1,44 @@
+"""Stable ids and content hashes.
+
+An id is a short hash of what makes the thing unique, so the same history always
+yields the same ids (on SQLite and PostgreSQL alike) and a retried write finds the
+row its first attempt committed instead of adding another.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+
+
+def _digest(*parts: str) -> str:
+    h = hashlib.blake2b(digest_size=8)
+    for part in parts:
+        h.update(part.encode("utf-8"))
+        h.update(b"\x1f")
+    return h.hexdigest()
+
+
+def content_hash(content: str) -> str:
+    return hashlib.sha256(content.encode("utf-8")).hexdigest()
+
+
+def memory_id_for_external(profile: str, external_id: str) -> str:
+    return "m-" + _digest(profile, "external", external_id)
+
+
+def memory_id_for_content(profile: str, content_sha: str, created_at_iso: str) -> str:
+    return "m-" + _digest(profile, "content", content_sha, created_at_iso)
+
+
+def summary_id(profile: str, operation: str, member_ids: Iterable[str]) -> str:
+    """A summary is keyed by what it summarises: the same members, the same id."""
+    return "m-" + _digest(profile, operation, *sorted(member_ids))
+
+
+def consolidation_id(profile: str, operation: str, summary: str) -> str:
+    return "c-" + _digest(profile, operation, summary)
+
+
+def edge_id(profile: str, kind: str, source_id: str, target_id: str) -> str:
+    return "e-" + _digest(profile, kind, source_id, target_id)

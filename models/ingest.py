@@ -1,0 +1,326 @@
+"""Validation of records offered to the store: JSONL lines or Python dicts.
+
+One record per line. ``type`` is ``memory`` (the default) or ``edge``. A memory
+needs ``content`` and a profile (its own ``profile`` or the caller's default); every
+other field is optional. Each problem is reported as a ``RecordError`` naming the
+line (or record number) and the field; the caller stores the good records anyway.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import unicodedata
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from models.embeddings import normalise
+from models.errors import RecordError
+from models.timestamps import parse_timestamp
+
+PROFILE_NAME = re.compile(r"^[\w.@:+\-]{1,128}$")
+MAX_SHORT_TEXT = 256
+
+
+@dataclass(slots=True)
+class MemoryIn:
+    """A validated memory record; ``given`` lists the fields the caller set."""
+
+    where: str
+    profile: str
+    content: str
+    values: dict[str, Any]
+    given: frozenset[str]
+    embedding: np.ndarray | None = None
+
+    @property
+    def external_id(self) -> str | None:
+        return self.values.get("external_id")
+
+
+@dataclass(slots=True)
+class EdgeIn:
+    where: str
+    profile: str
+    source: str
+    target: str
+    kind: str
+    weight: float
+    values: dict[str, Any] = field(default_factory=dict)
+
+
+# --- field converters: each returns the clean value or raises ValueError -------------
+
+
+def _text(value: object, *, limit: int = MAX_SHORT_TEXT, lower: bool = False) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"expected a string, got {_type_name(value)}")
+    text = _clean_unicode(value).strip()
+    if not text:
+        raise ValueError("must not be empty")
+    if len(text) > limit:
+        raise ValueError(f"is {len(text)} characters, longer than the limit of {limit}")
+    return text.lower() if lower else text
+
+
+def _identifier(value: object) -> str:
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise ValueError(f"expected a string or an integer, got {_type_name(value)}")
+    return _text(str(value))
+
+
+def _unit_interval(value: object) -> float:
+    number = _number(value)
+    if not 0.0 <= number <= 1.0:
+        raise ValueError(f"must be between 0 and 1, got {number}")
+    return number
+
+
+def _non_negative(value: object) -> float:
+    number = _number(value)
+    if number < 0.0:
+        raise ValueError(f"must not be negative, got {number}")
+    return number
+
+
+def _number(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"expected a number, got {_type_name(value)}")
+    number = float(value)
+    if not math.isfinite(number):
+        raise ValueError(f"must be a finite number, got {value}")
+    return number
+
+
+def _count(value: object) -> int:
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"expected a whole number, got {_type_name(value)}")
+    if value < 0:
+        raise ValueError(f"must not be negative, got {value}")
+    return value
+
+
+def _flag(value: object) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"expected true or false, got {_type_name(value)}")
+    return value
+
+
+def _mapping(value: object) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ValueError(f"expected a JSON object, got {_type_name(value)}")
+    try:
+        json.dumps(value, allow_nan=False)
+    except ValueError:
+        raise ValueError("contains NaN or infinity") from None
+    return value
+
+
+def _time(value: object) -> datetime:
+    return parse_timestamp(value)
+
+
+def _profile(value: object) -> str:
+    name = _text(value, limit=128)
+    if not PROFILE_NAME.match(name):
+        raise ValueError(
+            f"{name!r} is not a valid profile name (letters, digits and . _ @ : + - only)"
+        )
+    return name
+
+
+def _type_name(value: object) -> str:
+    return {dict: "an object", list: "a list", type(None): "null"}.get(
+        type(value), type(value).__name__
+    )
+
+
+def _clean_unicode(text: str) -> str:
+    """NFC-normalised text; NUL and unpaired surrogates are refused, not repaired."""
+    if "\x00" in text:
+        raise ValueError("contains a NUL character")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("contains an unpaired surrogate (not valid Unicode)") from None
+    return unicodedata.normalize("NFC", text)
+
+
+def _has_visible_text(text: str) -> bool:
+    return any(not (ch.isspace() or unicodedata.category(ch) in {"Cf", "Cc"}) for ch in text)
+
+
+# Optional memory fields: JSON name -> (stored name, converter).
+MEMORY_FIELDS: dict[str, tuple[str, Callable[[object], Any]]] = {
+    "id": ("external_id", _identifier),
+    "kind": ("kind", lambda v: _text(v, limit=64, lower=True)),
+    "entity": ("entity", _text),
+    "layer": ("layer", lambda v: _text(v, limit=64, lower=True)),
+    "importance": ("importance", _unit_interval),
+    "confidence": ("confidence", _unit_interval),
+    "stability": ("stability", _non_negative),
+    "access_count": ("access_count", _count),
+    "created_at": ("created_at", _time),
+    "last_accessed_at": ("last_accessed_at", _time),
+    "valid_from": ("valid_from", _time),
+    "valid_until": ("valid_until", _time),
+    "session_id": ("session_id", _identifier),
+    "status": ("status", lambda v: _text(v, limit=64, lower=True)),
+    "protected": ("protected", _flag),
+    "metadata": ("meta", _mapping),
+}
+
+EDGE_FIELDS: dict[str, tuple[str, Callable[[object], Any]]] = {
+    "subkind": ("subkind", lambda v: _text(v, limit=64, lower=True)),
+    "confidence": ("confidence", _unit_interval),
+    "last_strengthened_at": ("last_strengthened_at", _time),
+    "created_at": ("created_at", _time),
+    "metadata": ("meta", _mapping),
+}
+
+
+def parse_record(
+    obj: object, where: str, default_profile: str | None, max_chars: int, dimension: int
+) -> MemoryIn | EdgeIn:
+    """Validate one decoded record; raises RecordError naming ``where`` and the field."""
+    if not isinstance(obj, dict):
+        raise RecordError(where, None, f"expected a JSON object, got {_type_name(obj)}")
+    kind = obj.get("type", "memory")
+    if kind == "edge":
+        return _parse_edge(obj, where, default_profile)
+    if kind != "memory":
+        raise RecordError(where, "type", f"must be 'memory' or 'edge', got {kind!r}")
+    return _parse_memory(obj, where, default_profile, max_chars, dimension)
+
+
+def _parse_memory(
+    obj: dict[str, Any], where: str, default_profile: str | None, max_chars: int, dimension: int
+) -> MemoryIn:
+    known = {"type", "content", "profile", "embedding", *MEMORY_FIELDS}
+    _refuse_unknown(obj, known, where)
+    profile = _profile_of(obj, where, default_profile)
+    content = _content(obj, where, max_chars)
+
+    values: dict[str, Any] = {}
+    for name, (column, convert) in MEMORY_FIELDS.items():
+        raw = obj.get(name)
+        if raw is None:
+            continue
+        try:
+            values[column] = convert(raw)
+        except ValueError as exc:
+            raise RecordError(where, name, str(exc)) from None
+    start, end = values.get("valid_from"), values.get("valid_until")
+    if start is not None and end is not None and end <= start:
+        raise RecordError(where, "valid_until", "must be later than valid_from")
+
+    embedding = None
+    if obj.get("embedding") is not None:
+        try:
+            embedding = normalise(obj["embedding"], dimension)
+        except ValueError as exc:
+            raise RecordError(where, "embedding", str(exc)) from None
+    return MemoryIn(where, profile, content, values, frozenset(values), embedding)
+
+
+def _parse_edge(obj: dict[str, Any], where: str, default_profile: str | None) -> EdgeIn:
+    known = {"type", "profile", "source", "target", "kind", "weight", *EDGE_FIELDS}
+    _refuse_unknown(obj, known, where)
+    profile = _profile_of(obj, where, default_profile)
+    ends: dict[str, str] = {}
+    for name in ("source", "target"):
+        if obj.get(name) is None:
+            raise RecordError(where, name, "is required for an edge")
+        try:
+            ends[name] = _identifier(obj[name])
+        except ValueError as exc:
+            raise RecordError(where, name, str(exc)) from None
+    if ends["source"] == ends["target"]:
+        raise RecordError(where, "target", "an edge must join two different memories")
+    try:
+        kind = _text(obj.get("kind", "association"), limit=64, lower=True)
+    except ValueError as exc:
+        raise RecordError(where, "kind", str(exc)) from None
+    try:
+        weight = _unit_interval(obj.get("weight", 0.5))
+    except ValueError as exc:
+        raise RecordError(where, "weight", str(exc)) from None
+    values: dict[str, Any] = {}
+    for name, (column, convert) in EDGE_FIELDS.items():
+        if obj.get(name) is None:
+            continue
+        try:
+            values[column] = convert(obj[name])
+        except ValueError as exc:
+            raise RecordError(where, name, str(exc)) from None
+    return EdgeIn(where, profile, ends["source"], ends["target"], kind, weight, values)
+
+
+def _refuse_unknown(obj: dict[str, Any], known: set[str], where: str) -> None:
+    unknown = sorted(set(obj) - known)
+    if unknown:
+        raise RecordError(
+            where, unknown[0], "is not a known field (put extra data under 'metadata')"
+        )
+
+
+def _profile_of(obj: dict[str, Any], where: str, default_profile: str | None) -> str:
+    raw = obj.get("profile", default_profile)
+    if raw is None:
+        raise RecordError(where, "profile", "is required (in the record or with --profile)")
+    try:
+        return _profile(raw)
+    except ValueError as exc:
+        raise RecordError(where, "profile", str(exc)) from None
+
+
+def _content(obj: dict[str, Any], where: str, max_chars: int) -> str:
+    raw = obj.get("content")
+    if raw is None:
+        raise RecordError(where, "content", "is required")
+    if not isinstance(raw, str):
+        raise RecordError(where, "content", f"expected a string, got {_type_name(raw)}")
+    try:
+        text = _clean_unicode(raw).strip()
+    except ValueError as exc:
+        raise RecordError(where, "content", str(exc)) from None
+    if not _has_visible_text(text):
+        raise RecordError(where, "content", "is empty")
+    if len(text) > max_chars:
+        raise RecordError(
+            where,
+            "content",
+            f"is {len(text)} characters, longer than the limit of {max_chars} "
+            "(REVERIE_MAX_CONTENT_CHARS)",
+        )
+    return text
+
+
+def read_jsonl(path: Path) -> Iterator[tuple[str, object | RecordError]]:
+    """Yield ``("line N", decoded object)`` or ``("line N", RecordError)`` per non-blank line."""
+    with path.open("rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            where = f"line {number}"
+            if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
+                raw = raw[3:]
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                yield where, RecordError(where, None, f"is not valid UTF-8 (byte {exc.start})")
+                continue
+            if not line.strip():
+                continue
+            try:
+                yield where, json.loads(line)
+            except json.JSONDecodeError as exc:
+                yield where, RecordError(where, None, f"is not valid JSON: {exc.msg} at column {exc.colno}")
+            except RecursionError:
+                yield where, RecordError(where, None, "is nested too deeply")

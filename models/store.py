@@ -1,0 +1,725 @@
+"""The memory store: every query and every write Reverie makes.
+
+Each write method is one transaction and touches one profile only. Steps read a
+snapshot (plain records and a vector matrix), plan in pure code, and hand the plan
+back here to be written.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from dataclasses import fields as dataclass_fields
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from sqlalchemy import bindparam, delete, func, insert, or_, select, update
+from sqlmodel import Session
+
+from models import ids, tables
+from models.db import reading, writing
+from models.embeddings import DIMENSION, MODEL_NAME, from_blobs, get_embedder, to_blob
+from models.errors import AmbiguousIdError, NotFoundError, RecordError, StoreError
+from models.ingest import EdgeIn, MemoryIn, parse_record, read_jsonl
+from models.records import BlockPlan, EdgeView, GraphScore, MemoryView, NewEdge, SummaryPlan
+from models.settings import Settings, get_settings, resolve_database_url
+from models.tables import (
+    ASSOCIATION,
+    COLD,
+    HOT,
+    CoreBlock,
+    Edge,
+    Memory,
+    Profile,
+    Tombstone,
+)
+from models.timestamps import utcnow
+
+log = logging.getLogger(__name__)
+
+SUPPLIED_EMBEDDING = "supplied"  # embedding_model of vectors given by the caller
+INGEST_CHUNK = 1024
+# Recall strengthens association edges between memories found together by this much.
+CO_ACCESS_BONUS = 0.05
+
+_M = Memory.__table__  # type: ignore[attr-defined]
+_E = Edge.__table__  # type: ignore[attr-defined]
+
+_VIEW_COLUMNS = [
+    *(_M.c[f.name] for f in dataclass_fields(MemoryView) if f.name != "meta"),
+    _M.c.metadata.label("meta"),
+]
+
+_EDGE_VIEW_COLUMNS = [_E.c[f.name] for f in dataclass_fields(EdgeView)]
+
+
+def _view(row: Any) -> MemoryView:
+    values = dict(row._mapping)
+    values.pop("embedding", None)
+    values["meta"] = values["meta"] or {}
+    return MemoryView(**values)
+
+
+@dataclass
+class IngestReport:
+    stored: int = 0
+    updated: int = 0
+    unchanged: int = 0
+    edges: int = 0
+    errors: list[RecordError] = field(default_factory=list)
+    stored_ids: list[str] = field(default_factory=list)
+
+    @property
+    def accepted(self) -> int:
+        return self.stored + self.updated + self.unchanged
+
+
+class Store:
+    """One memory store, addressed by its database URL."""
+
+    def __init__(self, url: str | None = None, settings: Settings | None = None) -> None:
+        self.settings = settings or get_settings()
+        self.url = resolve_database_url(url or self.settings.database_url)
+
+    # --- profiles ---------------------------------------------------------------------
+
+    def profiles(self) -> list[str]:
+        with reading(self.url) as s:
+            return list(s.execute(select(Profile.id).order_by(Profile.id)).scalars())
+
+    def resolve_profiles(self, selector: str | Sequence[str] | None) -> list[str]:
+        """``None`` means every profile; a name or a list must all exist."""
+        known = self.profiles()
+        if selector is None:
+            return known
+        wanted = [selector] if isinstance(selector, str) else list(selector)
+        missing = sorted(set(wanted) - set(known))
+        if missing:
+            raise NotFoundError(f"no profile named {', '.join(map(repr, missing))}")
+        return sorted(set(wanted))
+
+    # --- ingest -----------------------------------------------------------------------
+
+    def ingest(
+        self,
+        records: Iterable[dict[str, Any]],
+        profile: str | None = None,
+        at: datetime | None = None,
+        progress: bool = False,
+    ) -> IngestReport:
+        """Validate and store memory (and edge) records given as dicts."""
+        return self._ingest(
+            ((f"record {n}", r) for n, r in enumerate(records, start=1)), profile, at, progress
+        )
+
+    def ingest_jsonl(
+        self, path: Path | str, profile: str | None = None, at: datetime | None = None,
+        progress: bool = False,
+    ) -> IngestReport:
+        """Store every valid line of a JSONL file; bad lines are reported, not stored."""
+        return self._ingest(read_jsonl(Path(path)), profile, at, progress)
+
+    def _ingest(
+        self,
+        items: Iterable[tuple[str, object]],
+        profile: str | None,
+        at: datetime | None,
+        progress: bool,
+    ) -> IngestReport:
+        at = at or utcnow()
+        report = IngestReport()
+        chunk: list[MemoryIn] = []
+        edges: list[EdgeIn] = []
+        for where, obj in items:
+            if isinstance(obj, RecordError):
+                report.errors.append(obj)
+                continue
+            try:
+                record = parse_record(
+                    obj, where, profile, self.settings.max_content_chars, DIMENSION
+                )
+            except RecordError as exc:
+                report.errors.append(exc)
+                continue
+            if isinstance(record, EdgeIn):
+                edges.append(record)
+                continue
+            chunk.append(record)
+            if len(chunk) >= INGEST_CHUNK:
+                self._write_memories(chunk, at, report, progress)
+                chunk = []
+        if chunk:
+            self._write_memories(chunk, at, report, progress)
+        if edges:
+            self._write_edges(edges, at, report)
+        return report
+
+    def _write_memories(
+        self, records: list[MemoryIn], at: datetime, report: IngestReport, progress: bool
+    ) -> None:
+        rows: dict[str, dict[str, Any]] = {}
+        for rec in records:
+            values = dict(rec.values)
+            created = values.setdefault("created_at", at)
+            sha = ids.content_hash(rec.content)
+            if rec.external_id is not None:
+                mid = ids.memory_id_for_external(rec.profile, rec.external_id)
+            else:
+                mid = ids.memory_id_for_content(rec.profile, sha, created.isoformat())
+            previous = rows.get(mid)
+            given = set(rec.given) | {"content", "content_hash"}
+            if previous is not None:  # the same memory twice in one batch: the later wins
+                values = {**previous["values"], **values}
+                given |= previous["given"]
+            rows[mid] = {
+                "id": mid,
+                "profile": rec.profile,
+                "values": {**values, "content": rec.content, "content_hash": sha},
+                "given": given,
+                "embedding": rec.embedding,
+            }
+
+        with reading(self.url) as s:
+            existing = {
+                r.id: r
+                for r in s.execute(
+                    select(_M.c.id, _M.c.profile_id, _M.c.content_hash, _M.c.embedding)
+                    .where(_M.c.id.in_(list(rows)))
+                )
+            }
+        vectors = self._embeddings_for(rows, existing, progress)
+
+        new_rows: list[dict[str, Any]] = []
+        changed: list[tuple[str, dict[str, Any]]] = []
+        for mid, row in rows.items():
+            values = row["values"]
+            old = existing.get(mid)
+            if old is None:
+                blob, model = vectors[mid]
+                new_rows.append(
+                    {
+                        **_memory_defaults(),
+                        **{("metadata" if k == "meta" else k): v for k, v in values.items()},
+                        "id": mid,
+                        "profile_id": row["profile"],
+                        "embedding": blob,
+                        "embedding_model": model,
+                    }
+                )
+            else:
+                patch = {k: values[k] for k in row["given"]}
+                if mid in vectors:
+                    patch["embedding"], patch["embedding_model"] = vectors[mid]
+                changed.append((mid, patch))
+
+        with writing(self.url) as s:
+            self._ensure_profiles(s, {r["profile_id"] for r in new_rows} | {
+                rows[mid]["profile"] for mid, _ in changed
+            }, at)
+            if new_rows:
+                s.execute(insert(_M), new_rows)
+            for mid, patch in changed:
+                current = s.get(Memory, mid)
+                if current is None:  # deleted between read and write: store it afresh
+                    raise StoreError(f"memory {mid} vanished during ingest; retry")
+                if all(getattr(current, k) == v for k, v in patch.items()):
+                    report.unchanged += 1
+                    continue
+                for key, value in patch.items():
+                    setattr(current, key, value)
+                report.updated += 1
+            counts: dict[str, int] = defaultdict(int)
+            for r in new_rows:
+                counts[r["profile_id"]] += 1
+            for name, n in counts.items():
+                s.execute(
+                    update(Profile).where(Profile.id == name)
+                    .values(store_count=Profile.store_count + n)
+                )
+        report.stored += len(new_rows)
+        report.stored_ids.extend(r["id"] for r in new_rows)
+
+    def _embeddings_for(
+        self, rows: dict[str, dict[str, Any]], existing: dict[str, Any], progress: bool
+    ) -> dict[str, tuple[bytes, str]]:
+        """Vectors for new or changed content; cached by content hash in the store."""
+        out: dict[str, tuple[bytes, str]] = {}
+        todo: dict[str, list[str]] = defaultdict(list)  # content hash -> memory ids
+        texts: dict[str, str] = {}
+        for mid, row in rows.items():
+            sha = row["values"]["content_hash"]
+            old = existing.get(mid)
+            if row["embedding"] is not None:
+                out[mid] = (to_blob(row["embedding"]), SUPPLIED_EMBEDDING)
+            elif old is None or old.content_hash != sha or old.embedding is None:
+                todo[sha].append(mid)
+                texts[sha] = row["values"]["content"]
+        if not todo:
+            return out
+        model_name = self.embedding_model_name()
+        with reading(self.url) as s:
+            cached = dict(
+                s.execute(
+                    select(_M.c.content_hash, _M.c.embedding)
+                    .where(_M.c.content_hash.in_(list(todo)))
+                    .where(_M.c.embedding_model == model_name)
+                    .where(_M.c.embedding.is_not(None))
+                ).all()
+            )
+        missing = [sha for sha in todo if sha not in cached]
+        if missing:
+            embedder = self.embedder()
+            matrix = embedder.encode([texts[sha] for sha in missing], progress=progress)
+            for sha, vector in zip(missing, matrix, strict=True):
+                cached[sha] = to_blob(vector)
+        for sha, mids in todo.items():
+            for mid in mids:
+                out[mid] = (cached[sha], model_name)
+        return out
+
+    def _write_edges(self, edges: list[EdgeIn], at: datetime, report: IngestReport) -> None:
+        for profile, group in _group_by(edges, lambda e: e.profile).items():
+            refs = {e.source for e in group} | {e.target for e in group}
+            resolved = self._resolve_refs(profile, refs)
+            good: list[tuple[EdgeIn, str, str]] = []
+            for e in group:
+                try:
+                    source = _lookup(resolved, e.source, e.where, "source")
+                    target = _lookup(resolved, e.target, e.where, "target")
+                except RecordError as exc:
+                    report.errors.append(exc)
+                    continue
+                good.append((e, source, target))
+            with writing(self.url) as s:
+                for e, source, target in good:
+                    when = e.values.get("last_strengthened_at", at)
+                    self._upsert_edge(
+                        s, profile,
+                        NewEdge(source, target, e.kind, e.weight, e.values.get("subkind"),
+                                e.values.get("confidence"), e.values.get("meta", {})),
+                        when, e.values.get("created_at", when),
+                    )
+                    report.edges += 1
+
+    def _resolve_refs(self, profile: str, refs: set[str]) -> dict[str, str]:
+        """Map external ids and Reverie ids of one profile to Reverie ids."""
+        with reading(self.url) as s:
+            rows = s.execute(
+                select(_M.c.id, _M.c.external_id).where(_M.c.profile_id == profile).where(
+                    or_(_M.c.id.in_(list(refs)), _M.c.external_id.in_(list(refs)))
+                )
+            ).all()
+        out: dict[str, str] = {}
+        for mid, ext in rows:
+            out[mid] = mid
+            if ext is not None:
+                out[ext] = mid
+        return out
+
+    @staticmethod
+    def _ensure_profiles(s: Session, names: Iterable[str], at: datetime) -> None:
+        names = set(names)
+        if not names:
+            return
+        known = set(s.execute(select(Profile.id).where(Profile.id.in_(list(names)))).scalars())
+        for name in sorted(names - known):
+            s.add(Profile(id=name, created_at=at))
+        s.flush()
+
+    def embedding_model_name(self) -> str:
+        path = self.settings.embedding_model_path
+        return Path(path).name if path else MODEL_NAME
+
+    def embedder(self):  # type: ignore[no-untyped-def]
+        return get_embedder(self.settings.embedding_model_path, self.settings.embedding_batch_size)
+
+    # --- reading ------------------------------------------------------------------------
+
+    def get(self, ident: str, profile: str | None = None) -> Memory | Tombstone:
+        """A memory by Reverie id or external id, in any tier; else its tombstone."""
+        with reading(self.url) as s:
+            memory = s.get(Memory, ident)
+            if memory is not None and (profile is None or memory.profile_id == profile):
+                return memory
+            query = select(Memory).where(Memory.external_id == ident)
+            if profile is not None:
+                query = query.where(Memory.profile_id == profile)
+            found = list(s.execute(query).scalars())
+            if len(found) > 1:
+                owners = ", ".join(sorted(m.profile_id for m in found))
+                raise AmbiguousIdError(
+                    f"id {ident!r} exists in several profiles ({owners}); name one with --profile"
+                )
+            if found:
+                return found[0]
+            tomb_query = select(Tombstone).where(
+                or_(Tombstone.memory_id == ident, Tombstone.external_id == ident)
+            )
+            if profile is not None:
+                tomb_query = tomb_query.where(Tombstone.profile_id == profile)
+            tomb = s.execute(tomb_query).scalars().first()
+            if tomb is not None:
+                return tomb
+        raise NotFoundError(f"no memory with id {ident!r}")
+
+    def memories(
+        self, profile: str, tiers: Sequence[str] = (HOT,), ids_: Sequence[str] | None = None
+    ) -> list[MemoryView]:
+        """The profile's memories in ``tiers``, ordered by id."""
+        query = (
+            select(*_VIEW_COLUMNS)
+            .where(_M.c.profile_id == profile)
+            .where(_M.c.tier.in_(list(tiers)))
+            .order_by(_M.c.id)
+        )
+        if ids_ is not None:
+            query = query.where(_M.c.id.in_(list(ids_)))
+        with reading(self.url) as s:
+            return [_view(r) for r in s.execute(query)]
+
+    def memory_ids(self, profile: str, tiers: Sequence[str] = (HOT,)) -> list[str]:
+        with reading(self.url) as s:
+            return list(
+                s.execute(
+                    select(_M.c.id).where(_M.c.profile_id == profile)
+                    .where(_M.c.tier.in_(list(tiers))).order_by(_M.c.id)
+                ).scalars()
+            )
+
+    def snapshot(
+        self, profile: str, tiers: Sequence[str] = (HOT,)
+    ) -> tuple[list[MemoryView], np.ndarray]:
+        """The profile's memories in ``tiers`` (ordered by id) and their vectors, row-aligned."""
+        query = (
+            select(*_VIEW_COLUMNS, _M.c.embedding)
+            .where(_M.c.profile_id == profile)
+            .where(_M.c.tier.in_(list(tiers)))
+            .where(_M.c.embedding.is_not(None))
+            .order_by(_M.c.id)
+        )
+        with reading(self.url) as s:
+            rows = s.execute(query).all()
+        views = [_view(r) for r in rows]
+        return views, from_blobs([r[-1] for r in rows])
+
+    def originals_of(self, profile: str, summary_ids: Sequence[str]) -> dict[str, list[MemoryView]]:
+        """The memories each summary superseded, by summary id."""
+        out: dict[str, list[MemoryView]] = {sid: [] for sid in summary_ids}
+        if not summary_ids:
+            return out
+        query = (
+            select(*_VIEW_COLUMNS)
+            .where(_M.c.profile_id == profile)
+            .where(_M.c.superseded_by.in_(list(summary_ids)))
+            .order_by(_M.c.id)
+        )
+        with reading(self.url) as s:
+            for row in s.execute(query):
+                view = _view(row)
+                out[view.superseded_by].append(view)  # type: ignore[index]
+        return out
+
+    def vector(self, memory_id: str) -> np.ndarray | None:
+        with reading(self.url) as s:
+            blob = s.execute(select(_M.c.embedding).where(_M.c.id == memory_id)).scalar()
+        return None if blob is None else from_blobs([blob])[0]
+
+    def edges(self, profile: str, kinds: Sequence[str] | None = None) -> list[EdgeView]:
+        query = select(*_EDGE_VIEW_COLUMNS).where(_E.c.profile_id == profile).order_by(_E.c.id)
+        if kinds is not None:
+            query = query.where(_E.c.kind.in_(list(kinds)))
+        with reading(self.url) as s:
+            return [EdgeView(*r) for r in s.execute(query)]
+
+    def association_edges_to_decay(self, profile: str, idle_since: datetime) -> list[EdgeView]:
+        """Association edges idle since ``idle_since`` or already decayed (index-backed)."""
+        query = (
+            select(*_EDGE_VIEW_COLUMNS)
+            .where(_E.c.profile_id == profile)
+            .where(_E.c.kind == ASSOCIATION)
+            .where(or_(_E.c.last_strengthened_at <= idle_since, _E.c.weight != _E.c.base_weight))
+            .order_by(_E.c.id)
+        )
+        with reading(self.url) as s:
+            return [EdgeView(*r) for r in s.execute(query)]
+
+    def blocks(self, profile: str) -> list[CoreBlock]:
+        with reading(self.url) as s:
+            return list(
+                s.execute(
+                    select(CoreBlock).where(CoreBlock.profile_id == profile)
+                    .order_by(CoreBlock.block_type)
+                ).scalars()
+            )
+
+    def counts(self, profile: str) -> dict[str, int]:
+        """How many memories of the profile are hot and cold, and how many are tombstones."""
+        with reading(self.url) as s:
+            tiers = dict(
+                s.execute(
+                    select(_M.c.tier, func.count()).where(_M.c.profile_id == profile)
+                    .group_by(_M.c.tier)
+                ).all()
+            )
+            tombs = s.execute(
+                select(func.count()).select_from(Tombstone).where(Tombstone.profile_id == profile)
+            ).scalar_one()
+        return {HOT: tiers.get(HOT, 0), COLD: tiers.get(COLD, 0), "tombstones": tombs}
+
+    # --- access tracking ---------------------------------------------------------------
+
+    def record_access(self, memory_ids: Sequence[str], at: datetime | None = None) -> int:
+        """Count one access of each memory at ``at``; memories accessed together have their
+        association edges strengthened. Returns how many memories were found."""
+        at = at or utcnow()
+        wanted = sorted(set(memory_ids))
+        if not wanted:
+            return 0
+        with writing(self.url) as s:
+            found = list(s.execute(select(Memory).where(Memory.id.in_(wanted))).scalars())
+            for m in found:
+                m.access_count += 1
+                if m.last_accessed_at is None or m.last_accessed_at < at:
+                    m.last_accessed_at = at
+            edges = s.execute(
+                select(Edge)
+                .where(Edge.kind == ASSOCIATION)
+                .where(Edge.source_id.in_(wanted))
+                .where(Edge.target_id.in_(wanted))
+            ).scalars()
+            for e in edges:
+                e.weight = e.base_weight = min(1.0, e.weight + CO_ACCESS_BONUS)
+                e.last_strengthened_at = max(e.last_strengthened_at, at)
+        return len(found)
+
+    # --- writes for consolidation steps ------------------------------------------------
+
+    def apply_summaries(
+        self,
+        profile: str,
+        plans: Sequence[SummaryPlan],
+        as_of: datetime,
+        run_id: str | None,
+        provenance_kind: str = tables.CONSOLIDATION,
+    ) -> list[str]:
+        """Write each summary, move its members to cold with ``superseded_by``, link the
+        summary to them with provenance edges and audit the decision. A plan whose summary
+        already exists (a retried step) is skipped. Returns the summaries written."""
+        written: list[str] = []
+        with writing(self.url) as s:
+            for plan in plans:
+                if s.get(Memory, plan.summary_id) is not None:
+                    continue
+                replaced = [*plan.member_ids, *plan.absorbed_ids]
+                current = dict(
+                    s.execute(
+                        select(_M.c.id, _M.c.superseded_by)
+                        .where(_M.c.profile_id == profile)
+                        .where(_M.c.id.in_(replaced))
+                        .where(or_(_M.c.tier == HOT, _M.c.superseded_by.in_(plan.absorbed_ids)))
+                    ).all()
+                )
+                if set(current) != set(replaced) or any(
+                    current[a] is not None for a in plan.absorbed_ids
+                ):
+                    raise StoreError(
+                        f"summary {plan.summary_id}: members changed since they were read"
+                    )
+                s.add(_summary_row(profile, plan))
+                s.execute(
+                    update(_M)
+                    .where(_M.c.id.in_(replaced))
+                    .values(tier=COLD, lifecycle=tables.ARCHIVED, superseded_by=plan.summary_id)
+                )
+                for member in plan.member_ids:
+                    self._upsert_edge(
+                        s, profile, NewEdge(plan.summary_id, member, provenance_kind, 1.0),
+                        as_of, as_of,
+                    )
+                s.add(
+                    tables.Consolidation(
+                        id=ids.consolidation_id(profile, plan.operation, plan.summary_id),
+                        profile_id=profile,
+                        run_id=run_id,
+                        operation=plan.operation,
+                        summary_id=plan.summary_id,
+                        member_ids=list(plan.member_ids),
+                        parameters={**plan.parameters, "absorbed": list(plan.absorbed_ids)},
+                        created_at=as_of,
+                    )
+                )
+                written.append(plan.summary_id)
+        return written
+
+    def upsert_blocks(self, profile: str, plans: Sequence[BlockPlan], as_of: datetime) -> list[str]:
+        """INSERT-or-REPLACE each block; the version moves only when the content does.
+        Returns the block types whose content changed."""
+        changed: list[str] = []
+        with writing(self.url) as s:
+            current = {
+                b.block_type: b
+                for b in s.execute(
+                    select(CoreBlock).where(CoreBlock.profile_id == profile)
+                ).scalars()
+            }
+            for plan in plans:
+                block = current.get(plan.block_type)
+                if block is None:
+                    s.add(
+                        CoreBlock(
+                            profile_id=profile, block_type=plan.block_type, content=plan.content,
+                            source_ids=list(plan.source_ids), mode=plan.mode, compiled_at=as_of,
+                        )
+                    )
+                    changed.append(plan.block_type)
+                elif (block.content, tuple(block.source_ids), block.mode) != (
+                    plan.content, plan.source_ids, plan.mode
+                ):
+                    if block.content != plan.content:
+                        block.version += 1
+                        changed.append(plan.block_type)
+                    block.content = plan.content
+                    block.source_ids = list(plan.source_ids)
+                    block.mode = plan.mode
+                    block.compiled_at = as_of
+        return changed
+
+    def set_lifecycles(self, profile: str, changes: Sequence[tuple[str, str]]) -> None:
+        if not changes:
+            return
+        with writing(self.url) as s:
+            s.execute(
+                update(_M)
+                .where(_M.c.profile_id == profile)
+                .where(_M.c.id == bindparam("mid"))
+                .values(lifecycle=bindparam("lifecycle")),
+                [{"mid": mid, "lifecycle": lc} for mid, lc in changes],
+            )
+
+    def update_edge_weights(
+        self, profile: str, weights: Sequence[tuple[str, float]], prune: Sequence[str]
+    ) -> None:
+        """Set decayed weights and delete pruned edges; only association edges are touched."""
+        if not weights and not prune:
+            return
+        with writing(self.url) as s:
+            if weights:
+                s.execute(
+                    update(_E)
+                    .where(_E.c.profile_id == profile)
+                    .where(_E.c.kind == ASSOCIATION)
+                    .where(_E.c.id == bindparam("eid"))
+                    .values(weight=bindparam("w")),
+                    [{"eid": eid, "w": w} for eid, w in weights],
+                )
+            if prune:
+                s.execute(
+                    delete(_E)
+                    .where(_E.c.profile_id == profile)
+                    .where(_E.c.kind == ASSOCIATION)
+                    .where(_E.c.id.in_(list(prune)))
+                )
+
+    def set_graph_scores(self, profile: str, scores: Sequence[GraphScore]) -> None:
+        """Store PageRank and community per hot memory; memories outside the graph lose theirs."""
+        scored = {sc.memory_id for sc in scores}
+        with writing(self.url) as s:
+            stale = [
+                mid
+                for mid in s.execute(
+                    select(_M.c.id).where(_M.c.profile_id == profile)
+                    .where(or_(_M.c.pagerank.is_not(None), _M.c.community.is_not(None)))
+                ).scalars()
+                if mid not in scored
+            ]
+            if stale:
+                s.execute(
+                    update(_M).where(_M.c.id.in_(stale)).values(pagerank=None, community=None)
+                )
+            if scores:
+                s.execute(
+                    update(_M)
+                    .where(_M.c.profile_id == profile)
+                    .where(_M.c.id == bindparam("mid"))
+                    .values(pagerank=bindparam("pr"), community=bindparam("cm")),
+                    [{"mid": sc.memory_id, "pr": sc.pagerank, "cm": sc.community} for sc in scores],
+                )
+
+    def link(
+        self, profile: str, summary_ids: Sequence[str], edges: Sequence[NewEdge], as_of: datetime
+    ) -> None:
+        """Add association edges for summaries and mark those summaries linked."""
+        with writing(self.url) as s:
+            for edge in edges:
+                self._upsert_edge(s, profile, edge, as_of, as_of)
+            if summary_ids:
+                s.execute(
+                    update(_M)
+                    .where(_M.c.profile_id == profile)
+                    .where(_M.c.id.in_(list(summary_ids)))
+                    .values(linked_at=as_of)
+                )
+
+    @staticmethod
+    def _upsert_edge(
+        s: Session, profile: str, edge: NewEdge, strengthened_at: datetime, created_at: datetime
+    ) -> None:
+        source, target = edge.source_id, edge.target_id
+        if edge.kind == ASSOCIATION and target < source:  # undirected: one canonical row
+            source, target = target, source
+        eid = ids.edge_id(profile, edge.kind, source, target)
+        row = s.get(Edge, eid)
+        if row is None:
+            s.add(
+                Edge(
+                    id=eid, profile_id=profile, source_id=source, target_id=target,
+                    kind=edge.kind, subkind=edge.subkind, weight=edge.weight,
+                    base_weight=edge.weight, last_strengthened_at=strengthened_at,
+                    confidence=edge.confidence, created_at=created_at, meta=edge.meta,
+                )
+            )
+            s.flush()
+        elif edge.weight > row.weight:
+            row.weight = row.base_weight = edge.weight
+            row.last_strengthened_at = max(row.last_strengthened_at, strengthened_at)
+
+
+def _memory_defaults() -> dict[str, Any]:
+    """Column defaults for rows inserted without the ORM."""
+    m = Memory(id="", profile_id="", content="", content_hash="", created_at=datetime.min)
+    return {
+        "kind": m.kind, "importance": m.importance, "confidence": m.confidence,
+        "stability": m.stability, "access_count": m.access_count, "protected": m.protected,
+        "lifecycle": m.lifecycle, "tier": m.tier, "origin": m.origin, "metadata": {},
+    }
+
+
+def _summary_row(profile: str, plan: SummaryPlan) -> Memory:
+    return Memory(
+        id=plan.summary_id, profile_id=profile, content=plan.content,
+        content_hash=ids.content_hash(plan.content), kind=plan.kind, entity=plan.entity,
+        layer=plan.layer, importance=plan.importance, confidence=plan.confidence,
+        stability=plan.stability, access_count=plan.access_count, created_at=plan.created_at,
+        last_accessed_at=plan.last_accessed_at, valid_from=plan.valid_from,
+        valid_until=plan.valid_until, session_id=plan.session_id, origin=plan.operation,
+        embedding=plan.embedding, embedding_model=plan.embedding_model,
+        meta=plan.meta,
+    )
+
+
+def _group_by(items: Iterable[Any], key: Any) -> dict[Any, list[Any]]:
+    out: dict[Any, list[Any]] = defaultdict(list)
+    for item in items:
+        out[key(item)].append(item)
+    return out
+
+
+def _lookup(resolved: dict[str, str], ref: str, where: str, field_name: str) -> str:
+    try:
+        return resolved[ref]
+    except KeyError:
+        raise RecordError(where, field_name, f"no memory {ref!r} in this profile") from None

@@ -1,0 +1,152 @@
+"""The store's tables. Pure data: no queries here (they live in ``models.store``).
+
+All times are naive UTC (``NaiveDatetime``: sqlmodel would otherwise insist on
+aware ones), the same on SQLite and PostgreSQL. Ids are strings derived from stable inputs (see
+``models.ids``), so that the same history always produces the same store, a retried
+step cannot create a second copy of what it wrote, and two stores built from the
+same input can be compared line by line.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import NaiveDatetime
+
+from sqlalchemy import JSON, Column, Index, LargeBinary, UniqueConstraint
+from sqlmodel import Field, SQLModel
+
+# Memory.tier
+HOT = "hot"  # the working set, searched by default
+COLD = "cold"  # kept, found by deep recall and by id
+
+# Memory.lifecycle
+ACTIVE = "active"
+PROMOTED = "promoted"
+ARCHIVED = "archived"
+
+# Memory.origin: who wrote the memory
+INGESTED = "ingest"
+DEDUP_SUMMARY = "dedup"
+# Origins of memories that stand in for originals they superseded.
+SUMMARY_ORIGINS = frozenset({DEDUP_SUMMARY})
+
+# Edge.kind
+ASSOCIATION = "association"  # decays, can be pruned
+CONSOLIDATION = "consolidation"  # summary -> original; provenance
+SUMMARIZES = "summarizes"  # meta-memory -> member; provenance
+PROVENANCE_KINDS = frozenset({CONSOLIDATION, SUMMARIZES})
+
+
+class Profile(SQLModel, table=True):
+    """One memory owner. Counters feed the event triggers."""
+
+    id: str = Field(primary_key=True, max_length=128)
+    created_at: NaiveDatetime
+    store_count: int = 0
+    session_count: int = 0
+
+
+class Memory(SQLModel, table=True):
+    __table_args__ = (
+        UniqueConstraint("profile_id", "external_id", name="uq_memory_profile_external"),
+        Index("ix_memory_profile_tier", "profile_id", "tier"),
+    )
+
+    id: str = Field(primary_key=True)
+    profile_id: str = Field(index=True, max_length=128)
+    # The caller's own id, kept and shown everywhere; re-ingesting it updates.
+    external_id: str | None = None
+    content: str
+    content_hash: str = Field(index=True)
+    kind: str = "semantic"
+    entity: str | None = None
+    layer: str | None = None
+    importance: float = 0.5
+    confidence: float = 0.5  # also called trust
+    stability: float = 1.0
+    access_count: int = 0
+    created_at: NaiveDatetime
+    last_accessed_at: NaiveDatetime | None = None
+    valid_from: NaiveDatetime | None = None
+    valid_until: NaiveDatetime | None = None
+    session_id: str | None = None
+    status: str | None = None
+    protected: bool = False
+    lifecycle: str = ACTIVE
+    tier: str = HOT
+    superseded_by: str | None = None
+    origin: str = INGESTED
+    # Set once a summary has been linked to its neighbours (step 6 is then done).
+    linked_at: NaiveDatetime | None = None
+    relevance: float | None = None
+    pagerank: float | None = None
+    community: int | None = None
+    embedding: bytes | None = Field(default=None, sa_column=Column(LargeBinary))
+    embedding_model: str | None = None
+    meta: dict[str, Any] = Field(default_factory=dict, sa_column=Column("metadata", JSON))
+
+
+class Edge(SQLModel, table=True):
+    """A typed, weighted link between two memories of one profile.
+
+    Association edges are undirected and stored with source < target.
+    """
+
+    __table_args__ = (
+        Index("ix_edge_profile_kind_time", "profile_id", "kind", "last_strengthened_at"),
+    )
+
+    id: str = Field(primary_key=True)
+    profile_id: str = Field(max_length=128)
+    source_id: str = Field(index=True)
+    target_id: str = Field(index=True)
+    kind: str
+    subkind: str | None = None
+    weight: float
+    # Weight at the last strengthening; decay is computed from it, never compounded.
+    base_weight: float
+    last_strengthened_at: NaiveDatetime
+    confidence: float | None = None
+    created_at: NaiveDatetime
+    meta: dict[str, Any] = Field(default_factory=dict, sa_column=Column("metadata", JSON))
+
+
+class CoreBlock(SQLModel, table=True):
+    """A small always-in-context text block; one per (profile, block_type)."""
+
+    profile_id: str = Field(primary_key=True, max_length=128)
+    block_type: str = Field(primary_key=True)
+    content: str
+    source_ids: list[str] = Field(default_factory=list, sa_column=Column(JSON))
+    mode: str = "rules"
+    compiled_at: NaiveDatetime
+    # Bumped only when the content changes.
+    version: int = 1
+
+
+class Consolidation(SQLModel, table=True):
+    """Audit of one consolidation decision (a merge, a compression, a forget...)."""
+
+    id: str = Field(primary_key=True)
+    profile_id: str = Field(index=True, max_length=128)
+    run_id: str | None = None
+    operation: str
+    summary_id: str | None = None
+    member_ids: list[str] = Field(default_factory=list, sa_column=Column(JSON))
+    parameters: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON))
+    created_at: NaiveDatetime
+    undone_at: NaiveDatetime | None = None
+
+
+class Tombstone(SQLModel, table=True):
+    """What is left of a deleted memory: enough to prove it existed and why it went."""
+
+    memory_id: str = Field(primary_key=True)
+    profile_id: str = Field(index=True, max_length=128)
+    external_id: str | None = None
+    content_hash: str
+    reason: str
+    score: float | None = None
+    run_id: str | None = None
+    deleted_at: NaiveDatetime

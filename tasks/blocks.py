@@ -1,0 +1,226 @@
+"""Step 2: compile the five Core Memory blocks, the always-in-context summary.
+
+Sources (Mode A rules, from SuperLocalMemory):
+
+===================  ==================================================  ==========
+block                memories (hot, live, valid at ``as_of``)            order
+===================  ==================================================  ==========
+user_profile         semantic and opinion facts, top 5                   most used
+project_context      episodic facts, top 5                               newest
+behavioral_patterns  behavioral and pattern memories, top 5              most trusted
+active_decisions     decisions used at least 3 times                     most used
+learned_preferences  opinions and preferences trusted at least 0.7       most trusted
+===================  ==================================================  ==========
+
+Facts are joined with ``---`` separators. Both limits are enforced: each block at
+most ``block_char_limit`` characters, all blocks together at most
+``core_memory_char_limit``. Blocks are cut at a fact boundary; only a single fact
+longer than the whole allowance is cut inside, at a word, with an ellipsis.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import datetime
+
+from models.config import BlocksConfig, ConsolidationConfig
+from models.records import BlockPlan, MemoryView
+from models.store import Store
+from models.tables import ACTIVE, HOT, PROMOTED
+from tasks.step import Change, StepReport, preview, step_task, timed
+from tasks.summarize import Summarizer, summarizer_for
+
+USER_PROFILE = "user_profile"
+PROJECT_CONTEXT = "project_context"
+BEHAVIORAL_PATTERNS = "behavioral_patterns"
+ACTIVE_DECISIONS = "active_decisions"
+LEARNED_PREFERENCES = "learned_preferences"
+# Also the priority order: when the total is over budget, later blocks give way first
+# among blocks of equal length.
+BLOCK_TYPES = (
+    USER_PROFILE, PROJECT_CONTEXT, BEHAVIORAL_PATTERNS, ACTIVE_DECISIONS, LEARNED_PREFERENCES,
+)
+# Blocks an LLM summarizer may word (the other three are structured lists).
+PROSE_BLOCKS = frozenset({USER_PROFILE, PROJECT_CONTEXT})
+SEPARATOR = "\n---\n"
+ELLIPSIS = "…"
+
+
+def _live(memory: MemoryView, as_of: datetime) -> bool:
+    return (
+        memory.tier == HOT
+        and memory.superseded_by is None
+        and memory.lifecycle in (ACTIVE, PROMOTED)
+        and memory.valid_at(as_of)
+    )
+
+
+def _newest_first(m: MemoryView) -> tuple[float, str]:
+    return (-m.created_at.timestamp(), m.id)
+
+
+def block_sources(
+    memories: Sequence[MemoryView], as_of: datetime, config: BlocksConfig
+) -> dict[str, list[MemoryView]]:
+    """The memories feeding each block, best first."""
+    live = [m for m in memories if _live(m, as_of)]
+    top = config.facts_per_block
+
+    def pick(
+        keep: Callable[[MemoryView], bool],
+        key: Callable[[MemoryView], tuple],  # type: ignore[type-arg]
+        limit: int | None,
+    ) -> list[MemoryView]:
+        chosen = sorted((m for m in live if keep(m)), key=key)
+        return chosen[:limit] if limit is not None else chosen
+
+    return {
+        USER_PROFILE: pick(
+            lambda m: m.kind in ("semantic", "opinion"),
+            lambda m: (-m.access_count, *_newest_first(m)), top,
+        ),
+        PROJECT_CONTEXT: pick(lambda m: m.kind == "episodic", _newest_first, top),
+        BEHAVIORAL_PATTERNS: pick(
+            lambda m: m.kind in ("behavioral", "pattern"),
+            lambda m: (-m.confidence, *_newest_first(m)), top,
+        ),
+        ACTIVE_DECISIONS: pick(
+            lambda m: m.kind == "decision" and m.access_count >= config.decision_min_access,
+            lambda m: (-m.access_count, *_newest_first(m)), None,
+        ),
+        LEARNED_PREFERENCES: pick(
+            lambda m: m.kind in ("opinion", "preference")
+            and m.confidence >= config.preference_min_confidence,
+            lambda m: (-m.confidence, -m.access_count, *_newest_first(m)), None,
+        ),
+    }
+
+
+def fact_text(content: str) -> str:
+    """A fact on one line, so separators stay unambiguous."""
+    return " ".join(content.split())
+
+
+def cut_words(text: str, limit: int) -> str:
+    """``text`` in at most ``limit`` characters, cut at a word, ending in an ellipsis."""
+    if len(text) <= limit:
+        return text
+    if limit <= len(ELLIPSIS):
+        return ""
+    head = text[: limit - len(ELLIPSIS)]
+    space = head.rfind(" ")
+    if space > 0:
+        head = head[:space]
+    return head.rstrip() + ELLIPSIS
+
+
+def joined_length(facts: Sequence[str]) -> int:
+    return sum(map(len, facts)) + len(SEPARATOR) * max(len(facts) - 1, 0)
+
+
+def fit_facts(facts: Sequence[str], limit: int) -> list[str]:
+    """The leading facts that fit in ``limit`` characters once joined."""
+    kept: list[str] = []
+    for fact in facts:
+        if joined_length([*kept, fact]) > limit:
+            if not kept:  # one fact longer than the whole block
+                cut = cut_words(fact, limit)
+                kept = [cut] if cut else []
+            break
+        kept.append(fact)
+    return kept
+
+
+def enforce_total(blocks: dict[str, list[str]], limit: int) -> dict[str, list[str]]:
+    """Shrink blocks until all of them together fit in ``limit`` characters: the longest
+    block drops its last fact (a lone fact is cut at a word) until the total fits."""
+    out = {name: list(facts) for name, facts in blocks.items()}
+    rank = {name: i for i, name in enumerate(BLOCK_TYPES)}
+    while (total := sum(joined_length(f) for f in out.values())) > limit:
+        name = max(out, key=lambda n: (joined_length(out[n]), rank.get(n, len(rank))))
+        facts = out[name]
+        if len(facts) > 1:
+            facts.pop()
+        else:
+            cut = cut_words(facts[0], len(facts[0]) - (total - limit))
+            out[name] = [cut] if cut else []
+    return out
+
+
+def plan_blocks(
+    memories: Sequence[MemoryView],
+    as_of: datetime,
+    config: BlocksConfig,
+    summarizer: Summarizer,
+) -> tuple[list[BlockPlan], list[str]]:
+    """Plans for all five blocks, and notes on any summarizer fallback."""
+    sources = block_sources(memories, as_of, config)
+    notes: list[str] = []
+    texts: dict[str, list[str]] = {}
+    used: dict[str, list[MemoryView]] = {}
+    modes: dict[str, str] = {}
+    for name in BLOCK_TYPES:
+        facts = sources[name]
+        worded = (
+            summarizer.compile_block(name, facts, config.block_char_limit)
+            if name in PROSE_BLOCKS and facts and summarizer.mode != "rules"
+            else None
+        )
+        if worded:
+            texts[name] = fit_facts([fact_text(worded)], config.block_char_limit)
+            used[name] = facts
+            modes[name] = summarizer.mode
+            continue
+        if name in PROSE_BLOCKS and facts and summarizer.mode != "rules":
+            notes.append(f"{name}: {summarizer.mode} summarizer gave no text; used rules")
+        texts[name] = fit_facts([fact_text(m.content) for m in facts], config.block_char_limit)
+        used[name] = facts
+        modes[name] = "rules"
+    texts = enforce_total(texts, config.core_memory_char_limit)
+    plans = []
+    for name in BLOCK_TYPES:
+        kept = texts[name]
+        # Rules blocks list their facts in order; a worded block stands for all of them.
+        sources_used = used[name] if modes[name] != "rules" else used[name][: len(kept)]
+        plans.append(
+            BlockPlan(name, SEPARATOR.join(kept), tuple(m.id for m in sources_used), modes[name])
+        )
+    return plans, notes
+
+
+def compile_blocks(
+    store: Store, profile: str, as_of: datetime, config: ConsolidationConfig
+) -> StepReport:
+    """Recompile the profile's five blocks; a block's version moves when its text does."""
+
+    def body() -> StepReport:
+        memories = store.memories(profile)
+        plans, notes = plan_blocks(
+            memories, as_of, config.blocks, summarizer_for(config.summarizer)
+        )
+        changed = set(store.upsert_blocks(profile, plans, as_of))
+        report = StepReport("compile_blocks", profile, examined=len(memories), notes=notes)
+        for plan in plans:
+            if plan.block_type in changed:
+                report.changes.append(
+                    Change(
+                        "compiled", plan.block_type,
+                        f"{len(plan.content)} chars from {len(plan.source_ids)} memories "
+                        f"({plan.mode})",
+                        preview(plan.content),
+                    )
+                )
+        report.facts = {
+            "chars": {p.block_type: len(p.content) for p in plans},
+            "total_chars": sum(len(p.content) for p in plans),
+        }
+        return report
+
+    return timed("compile_blocks", profile, body)
+
+
+@step_task("compile_blocks")
+def compile_blocks_task(
+    store_url: str, profile: str, as_of: datetime, config: ConsolidationConfig
+) -> StepReport:
+    return compile_blocks(Store(store_url), profile, as_of, config)

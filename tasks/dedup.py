@@ -1,0 +1,188 @@
+"""Step 1 of full consolidation: merge groups of near-duplicate memories.
+
+Candidates are hot, live, unprotected memories valid at ``as_of``. Memories are
+taken as group representatives in order of how informative they are; each
+representative gathers every unclaimed candidate at cosine >= the threshold *to
+itself* (never to another member, so groups cannot chain), and only a group of at
+least ``min_group_size`` is merged. A merged group becomes one summary memory in the
+hot tier; its members move to the cold tier with ``superseded_by`` set and a
+consolidation edge from the summary. Nothing is deleted.
+
+Because representatives are taken greedily and claim all their neighbours, no hot
+memory is left within the threshold of a new summary: a second run with the same
+``as_of`` finds nothing more to merge.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import replace
+from datetime import datetime
+
+import numpy as np
+from models import ids
+from models.config import ConsolidationConfig, DedupConfig
+from models.embeddings import to_blob
+from models.records import MemoryView, SummaryPlan
+from models.store import Store
+from models.tables import ACTIVE, DEDUP_SUMMARY, HOT, PROMOTED, SUMMARY_ORIGINS
+from tasks.step import Change, StepReport, preview, step_task, timed
+from tasks.similarity import radius_neighbours
+from tasks.summarize import Summarizer, merged_attributes, summarizer_for
+
+OPERATION = DEDUP_SUMMARY
+_WORD = re.compile(r"\w+")
+
+
+def is_candidate(memory: MemoryView, as_of: datetime) -> bool:
+    return (
+        memory.tier == HOT
+        and memory.superseded_by is None
+        and memory.lifecycle in (ACTIVE, PROMOTED)
+        and not memory.protected
+        and memory.valid_at(as_of)
+    )
+
+
+def representative_order(memories: Sequence[MemoryView]) -> list[int]:
+    """Most informative first: more distinct words, then importance, use, and id."""
+
+    def key(i: int) -> tuple[int, float, int, str]:
+        m = memories[i]
+        return (-len(set(_WORD.findall(m.content.lower()))), -m.importance, -m.access_count, m.id)
+
+    return sorted(range(len(memories)), key=key)
+
+
+def duplicate_groups(
+    vectors: np.ndarray, order: Sequence[int], config: DedupConfig
+) -> list[list[int]]:
+    """Row groups, each led by its representative; every member is within the
+    threshold of the representative. Rows are claimed by the first group they join."""
+    neighbours = radius_neighbours(vectors, config.similarity)
+    claimed = np.zeros(len(vectors), dtype=bool)
+    groups: list[list[int]] = []
+    for rep in order:
+        if claimed[rep]:
+            continue
+        members = [rep, *(int(j) for j in neighbours.indices[rep] if not claimed[j])]
+        if len(members) >= config.min_group_size:
+            claimed[members] = True
+            groups.append(members)
+    return groups
+
+
+def plan_dedup(
+    profile: str,
+    memories: Sequence[MemoryView],
+    vectors: np.ndarray,
+    originals: dict[str, list[MemoryView]],
+    as_of: datetime,
+    config: DedupConfig,
+    summarizer: Summarizer,
+) -> list[SummaryPlan]:
+    """One SummaryPlan per group of near-duplicates among the candidates.
+
+    ``memories`` and ``vectors`` are row-aligned; ``originals`` maps each earlier
+    summary to the memories it replaced: a new summary that takes in an earlier one
+    stands for those originals, never for the summary itself.
+    """
+    rows = [i for i, m in enumerate(memories) if is_candidate(m, as_of)]
+    candidates = [memories[i] for i in rows]
+    cand_vectors = vectors[rows] if rows else np.zeros((0, vectors.shape[1]), np.float32)
+    plans: list[SummaryPlan] = []
+    for group in duplicate_groups(cand_vectors, representative_order(candidates), config):
+        hot = [candidates[i] for i in group]
+        rep = hot[0]
+        absorbed = [m for m in hot if m.origin in SUMMARY_ORIGINS]
+        members = [m for m in hot if m.origin not in SUMMARY_ORIGINS] + [
+            o for s in absorbed for o in originals.get(s.id, [])
+        ]
+        wording = summarizer.merge(rep, members)
+        content = wording if wording else rep.content
+        same_words = content == rep.content
+        plans.append(
+            SummaryPlan(
+                summary_id=ids.summary_id(profile, OPERATION, [m.id for m in members]),
+                operation=OPERATION,
+                member_ids=tuple(sorted(m.id for m in members)),
+                absorbed_ids=tuple(sorted(s.id for s in absorbed)),
+                content=content,
+                kind=rep.kind,
+                entity=rep.entity,
+                layer=rep.layer,
+                session_id=rep.session_id,
+                representative_id=rep.id,
+                # The representative's own words have the representative's vector.
+                embedding=to_blob(cand_vectors[group[0]]) if same_words else None,
+                embedding_model=rep.embedding_model if same_words else None,
+                meta=dict(rep.meta),
+                parameters={
+                    "similarity": config.similarity,
+                    "min_group_size": config.min_group_size,
+                    "mode": summarizer.mode if not same_words else "rules",
+                },
+                **merged_attributes(hot + members),  # type: ignore[arg-type]
+            )
+        )
+    return plans
+
+
+def dedup(
+    store: Store, profile: str, as_of: datetime, config: ConsolidationConfig, run_id: str | None
+) -> StepReport:
+    """Merge near-duplicates of one profile into summaries; originals go cold."""
+
+    def body() -> StepReport:
+        memories, vectors = store.snapshot(profile)
+        summaries = [m.id for m in memories if m.origin in SUMMARY_ORIGINS]
+        plans = plan_dedup(
+            profile, memories, vectors, store.originals_of(profile, summaries), as_of,
+            config.dedup, summarizer_for(config.summarizer),
+        )
+        plans = _embed_new_wordings(store, plans)
+        store.apply_summaries(profile, plans, as_of, run_id)
+        report = StepReport("dedup", profile, examined=sum(is_candidate(m, as_of) for m in memories))
+        for plan in plans:
+            report.changes.append(
+                Change(
+                    "merged", plan.summary_id,
+                    f"{len(plan.member_ids)} near-duplicates at cosine >= "
+                    f"{config.dedup.similarity} (representative {plan.representative_id})"
+                    + (f", absorbing {len(plan.absorbed_ids)} earlier summaries"
+                       if plan.absorbed_ids else ""),
+                    preview(plan.content),
+                )
+            )
+        report.facts = {
+            "groups": len(plans),
+            "archived": sum(len(p.member_ids) for p in plans),
+        }
+        return report
+
+    return timed("dedup", profile, body)
+
+
+def _embed_new_wordings(store: Store, plans: list[SummaryPlan]) -> list[SummaryPlan]:
+    """Summaries worded afresh (LLM modes) need their own vectors before being written."""
+    fresh = [p for p in plans if p.embedding is None]
+    if not fresh:
+        return plans
+    vectors = store.embedder().encode([p.content for p in fresh])
+    replaced = {
+        p.summary_id: _with_vector(p, v, store.embedding_model_name())
+        for p, v in zip(fresh, vectors, strict=True)
+    }
+    return [replaced.get(p.summary_id, p) for p in plans]
+
+
+def _with_vector(plan: SummaryPlan, vector: np.ndarray, model: str) -> SummaryPlan:
+    return replace(plan, embedding=to_blob(vector), embedding_model=model)
+
+
+@step_task("dedup")
+def dedup_task(
+    store_url: str, profile: str, as_of: datetime, config: ConsolidationConfig, run_id: str | None
+) -> StepReport:
+    return dedup(Store(store_url), profile, as_of, config, run_id)

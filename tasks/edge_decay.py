@@ -1,0 +1,82 @@
+"""Step 4: decay association edges nobody has strengthened lately, prune the weakest.
+
+An association edge idle for at least ``inactive_days`` (30) at ``as_of`` weighs
+``base_weight * exp(-rate * days_idle)``. The weight is always computed from the
+base weight recorded at the last strengthening, never from the current weight, so
+running the step again with the same ``as_of`` gives the same weights (SLM's decay
+compounds on every run; this does not). An edge whose weight falls below
+``prune_below`` (0.05) is deleted; exactly 0.05 stays. Provenance edges (summary to
+originals) never decay and are never pruned; other typed edges are left alone.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+
+from models.config import ConsolidationConfig, EdgeDecayConfig
+from models.records import EdgeView
+from models.store import Store
+from models.tables import ASSOCIATION
+from tasks.step import Change, StepReport, step_task, timed
+
+SECONDS_PER_DAY = 86_400.0
+
+
+def decayed_weight(edge: EdgeView, as_of: datetime, config: EdgeDecayConfig) -> float:
+    idle_days = (as_of - edge.last_strengthened_at).total_seconds() / SECONDS_PER_DAY
+    if idle_days < config.inactive_days:
+        return edge.base_weight
+    return edge.base_weight * math.exp(-config.rate_per_day * idle_days)
+
+
+def plan_edge_decay(
+    edges: Sequence[EdgeView], as_of: datetime, config: EdgeDecayConfig
+) -> tuple[list[tuple[EdgeView, float]], list[tuple[EdgeView, float]]]:
+    """(edges to reweigh with their new weight, edges to prune with the weight they fell to)."""
+    reweigh: list[tuple[EdgeView, float]] = []
+    prune: list[tuple[EdgeView, float]] = []
+    for edge in edges:
+        if edge.kind != ASSOCIATION:
+            continue
+        weight = decayed_weight(edge, as_of, config)
+        if weight < config.prune_below:
+            prune.append((edge, weight))
+        elif weight != edge.weight:
+            reweigh.append((edge, weight))
+    return reweigh, prune
+
+
+def decay_edges(
+    store: Store, profile: str, as_of: datetime, config: ConsolidationConfig
+) -> StepReport:
+    """Reweigh the profile's idle association edges from their base weight; prune the weakest."""
+
+    def body() -> StepReport:
+        cutoff = as_of - timedelta(days=config.edge_decay.inactive_days)
+        edges = store.association_edges_to_decay(profile, cutoff)
+        reweigh, prune = plan_edge_decay(edges, as_of, config.edge_decay)
+        store.update_edge_weights(
+            profile, [(e.id, w) for e, w in reweigh], [e.id for e, _ in prune]
+        )
+        report = StepReport("decay_edges", profile, examined=len(edges))
+        for edge, weight in reweigh:
+            report.changes.append(
+                Change("decayed", edge.id, f"{edge.weight:.4f} -> {weight:.4f}")
+            )
+        for edge, weight in prune:
+            report.changes.append(
+                Change("pruned", edge.id, f"weight {weight:.4f} < {config.edge_decay.prune_below}")
+            )
+        report.facts = {"decayed": len(reweigh), "pruned": len(prune)}
+        return report
+
+    return timed("decay_edges", profile, body)
+
+
+@step_task("decay_edges")
+def decay_edges_task(
+    store_url: str, profile: str, as_of: datetime, config: ConsolidationConfig
+) -> StepReport:
+    return decay_edges(Store(store_url), profile, as_of, config)

@@ -1,0 +1,77 @@
+"""Graph analysis of the memory graph, on igraph.
+
+Results must be reproducible: the same graph gives the same PageRank and the same
+communities on every run. Vertices and edges are therefore fed in sorted order,
+the community search runs with a seeded random generator, and community labels are
+renumbered canonically (by the first vertex, in id order, that belongs to each).
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections.abc import Sequence
+
+import igraph as ig
+
+from models.records import GraphScore
+
+# igraph's random generator is process-global; seeding it must not interleave.
+_rng_lock = threading.Lock()
+
+
+def build_graph(node_ids: Sequence[str], edges: Sequence[tuple[str, str, float]]) -> ig.Graph:
+    """An undirected weighted graph over ``node_ids``; parallel edges are summed and
+    edges touching unknown nodes are ignored."""
+    position = {node: i for i, node in enumerate(node_ids)}
+    combined: dict[tuple[int, int], float] = {}
+    for source, target, weight in edges:
+        a, b = position.get(source), position.get(target)
+        if a is None or b is None or a == b:
+            continue
+        key = (a, b) if a < b else (b, a)
+        combined[key] = combined.get(key, 0.0) + float(weight)
+    pairs = sorted(combined)
+    graph = ig.Graph(n=len(node_ids), edges=pairs, directed=False)
+    graph.es["weight"] = [combined[p] for p in pairs]
+    return graph
+
+
+def canonical_labels(membership: Sequence[int]) -> list[int]:
+    """Renumber communities 0, 1, ... in order of their first member."""
+    relabel: dict[int, int] = {}
+    return [relabel.setdefault(label, len(relabel)) for label in membership]
+
+
+def importance(
+    node_ids: Sequence[str],
+    edges: Sequence[tuple[str, str, float]],
+    damping: float = 0.85,
+    seed: int = 0,
+) -> list[GraphScore]:
+    """Weighted PageRank and Leiden (modularity) communities for every node."""
+    nodes = sorted(node_ids)
+    if not nodes:
+        return []
+    graph = build_graph(nodes, edges)
+    weights = "weight" if graph.ecount() else None
+    ranks = graph.pagerank(weights=weights, damping=damping)
+    with _rng_lock:
+        ig.set_random_number_generator(random.Random(seed))
+        try:
+            membership = graph.community_leiden(
+                objective_function="modularity", weights=weights, n_iterations=-1
+            ).membership
+        finally:
+            ig.set_random_number_generator(random)
+    labels = canonical_labels(membership)
+    return [
+        GraphScore(node, round(float(rank), 12), label)
+        for node, rank, label in zip(nodes, ranks, labels, strict=True)
+    ]
+
+
+def components(n: int, pairs: Sequence[tuple[int, int]]) -> list[int]:
+    """Connected-component label of each of ``n`` vertices (canonically numbered)."""
+    graph = ig.Graph(n=n, edges=list(pairs), directed=False)
+    return canonical_labels(graph.connected_components().membership)

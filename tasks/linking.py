@@ -1,0 +1,72 @@
+"""Step 6: connect new summaries to the memories around them.
+
+Every hot summary not yet linked gets an association edge (weight = similarity) to
+each of its ``max_links`` nearest hot memories at cosine >= ``similarity`` (0.7),
+and is then marked linked. Linking is keyed on that mark, not on "created in this
+run", so a run that stopped after merging links its summaries when run again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+import numpy as np
+from models.config import ConsolidationConfig, LinkConfig
+from models.records import MemoryView, NewEdge
+from models.store import Store
+from models.tables import ASSOCIATION, SUMMARY_ORIGINS
+from tasks.step import Change, StepReport, step_task, timed
+from tasks.similarity import radius_neighbours
+
+
+def needs_link(memory: MemoryView) -> bool:
+    return memory.origin in SUMMARY_ORIGINS and memory.linked_at is None
+
+
+def plan_links(
+    memories: Sequence[MemoryView], vectors: np.ndarray, config: LinkConfig
+) -> tuple[list[str], list[NewEdge]]:
+    """(summaries to mark linked, association edges to add); rows are aligned."""
+    rows = [i for i, m in enumerate(memories) if needs_link(m)]
+    if not rows:
+        return [], []
+    neighbours = radius_neighbours(vectors, config.similarity, queries=vectors[rows])
+    edges: list[NewEdge] = []
+    for row, found, sims in zip(rows, neighbours.indices, neighbours.similarities, strict=True):
+        picked = [(j, s) for j, s in zip(found, sims, strict=True) if j != row]
+        for j, sim in picked[: config.max_links]:
+            edges.append(
+                NewEdge(memories[row].id, memories[int(j)].id, ASSOCIATION, round(float(sim), 6))
+            )
+    return [memories[i].id for i in rows], edges
+
+
+def link_summaries(
+    store: Store, profile: str, as_of: datetime, config: ConsolidationConfig
+) -> StepReport:
+    """Add association edges from each unlinked summary of the profile to its neighbours."""
+
+    def body() -> StepReport:
+        memories, vectors = store.snapshot(profile)
+        linked, edges = plan_links(memories, vectors, config.linking)
+        store.link(profile, linked, edges, as_of)
+        report = StepReport("link_summaries", profile, examined=len(linked))
+        per_summary: dict[str, int] = {sid: 0 for sid in linked}
+        for e in edges:
+            per_summary[e.source_id] += 1
+        report.changes = [
+            Change("linked", sid, f"{n} neighbours at cosine >= {config.linking.similarity}")
+            for sid, n in per_summary.items()
+        ]
+        report.facts = {"edges": len(edges)}
+        return report
+
+    return timed("link_summaries", profile, body)
+
+
+@step_task("link_summaries")
+def link_summaries_task(
+    store_url: str, profile: str, as_of: datetime, config: ConsolidationConfig
+) -> StepReport:
+    return link_summaries(Store(store_url), profile, as_of, config)

@@ -1,0 +1,70 @@
+"""Step 3: promote memories that are used often, trusted and still valid.
+
+A hot, live memory is *eligible* when its access count and trust reach the
+thresholds and it is temporally valid at ``as_of`` (an expired or superseded fact is
+never promoted, however often it was used). Lifecycle follows eligibility both ways:
+an eligible active memory is promoted, and a promoted one that is no longer eligible
+(expired, or its trust lowered) returns to active. Applying the rule twice changes
+nothing the second time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from models.config import ConsolidationConfig, PromotionConfig
+from models.records import MemoryView
+from models.store import Store
+from models.tables import ACTIVE, HOT, PROMOTED
+from tasks.step import Change, StepReport, preview, step_task, timed
+
+
+def is_eligible(memory: MemoryView, as_of: datetime, config: PromotionConfig) -> bool:
+    return (
+        memory.access_count >= config.min_access
+        and memory.confidence >= config.min_trust
+        and memory.valid_at(as_of)
+    )
+
+
+def plan_promotions(
+    memories: Sequence[MemoryView], as_of: datetime, config: PromotionConfig
+) -> list[tuple[MemoryView, str, str]]:
+    """(memory, new lifecycle, reason) for every memory whose lifecycle must change."""
+    out: list[tuple[MemoryView, str, str]] = []
+    for m in memories:
+        if m.tier != HOT or m.superseded_by is not None:
+            continue
+        eligible = is_eligible(m, as_of, config)
+        if m.lifecycle == ACTIVE and eligible:
+            out.append(
+                (m, PROMOTED, f"used {m.access_count}x, trust {m.confidence:g}, valid")
+            )
+        elif m.lifecycle == PROMOTED and not eligible:
+            why = "expired" if not m.valid_at(as_of) else "below the thresholds"
+            out.append((m, ACTIVE, why))
+    return out
+
+
+def promote(store: Store, profile: str, as_of: datetime, config: ConsolidationConfig) -> StepReport:
+    """Set the lifecycle of the profile's hot memories from their use, trust and validity."""
+
+    def body() -> StepReport:
+        memories = store.memories(profile)
+        plan = plan_promotions(memories, as_of, config.promotion)
+        store.set_lifecycles(profile, [(m.id, lifecycle) for m, lifecycle, _ in plan])
+        report = StepReport("promote", profile, examined=len(memories))
+        for m, lifecycle, why in plan:
+            action = "promoted" if lifecycle == PROMOTED else "demoted"
+            report.changes.append(Change(action, m.id, why, preview(m.content)))
+        return report
+
+    return timed("promote", profile, body)
+
+
+@step_task("promote")
+def promote_task(
+    store_url: str, profile: str, as_of: datetime, config: ConsolidationConfig
+) -> StepReport:
+    return promote(Store(store_url), profile, as_of, config)

@@ -19,11 +19,14 @@ DEMO_AS_OF = datetime(2025, 7, 1)
 
 
 def run_demo(database: Path | None = None) -> int:
+    from models.db import dispose
+
     path = (database or DEFAULT_DEMO_DB).resolve()
     path.parent.mkdir(parents=True, exist_ok=True)
+    url = f"sqlite:///{path}"
+    dispose(url)  # a process may hold connections to the file about to be replaced
     for stale in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
         stale.unlink(missing_ok=True)
-    url = f"sqlite:///{path}"
     os.environ["REVERIE_DATABASE_URL"] = url
     # Prefect reads this when it is first imported: keep its console to warnings.
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")

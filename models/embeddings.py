@@ -18,6 +18,7 @@ from models.errors import EmbeddingError
 
 MODEL_NAME = "all-MiniLM-L6-v2"
 DIMENSION = 384
+UNIT_TOLERANCE = 1e-6
 
 log = logging.getLogger(__name__)
 
@@ -109,4 +110,8 @@ def normalise(vector: object, dimension: int = DIMENSION) -> np.ndarray:
     norm = float(np.linalg.norm(arr))
     if norm == 0.0:
         raise ValueError("embedding is all zeros")
+    # Leave an already-unit vector exactly as given: rescaling by a norm of 0.9999999
+    # would nudge its similarities off a threshold the caller placed them on.
+    if abs(norm - 1.0) <= UNIT_TOLERANCE:
+        return arr.astype(np.float32)
     return (arr / norm).astype(np.float32)

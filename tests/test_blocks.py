@@ -1,0 +1,142 @@
+from datetime import timedelta
+
+from factories import AS_OF, view
+from models.config import BlocksConfig
+from models.records import MemoryView
+from models.tables import ARCHIVED, COLD
+from tasks.blocks import (
+    ACTIVE_DECISIONS, BEHAVIORAL_PATTERNS, BLOCK_TYPES, ELLIPSIS, LEARNED_PREFERENCES,
+    PROJECT_CONTEXT, SEPARATOR, USER_PROFILE, block_sources, cut_words, enforce_total,
+    fit_facts, plan_blocks,
+)
+from tasks.summarize import RulesSummarizer
+
+CONFIG = BlocksConfig()
+
+
+def blocks(memories, config=CONFIG) -> dict[str, str]:
+    plans, _ = plan_blocks(memories, AS_OF, config, RulesSummarizer())
+    return {p.block_type: p.content for p in plans}
+
+
+def sources(memories) -> dict[str, list[str]]:
+    return {k: [m.id for m in v] for k, v in block_sources(memories, AS_OF, CONFIG).items()}
+
+
+def test_each_block_takes_its_own_sources_in_its_own_order() -> None:
+    day = timedelta(days=1)
+    memories = [
+        view("s1", kind="semantic", access_count=1),
+        view("s2", kind="opinion", access_count=9, confidence=0.9),
+        view("e1", kind="episodic", created_at=AS_OF - 3 * day),
+        view("e2", kind="episodic", created_at=AS_OF - day),
+        view("b1", kind="behavioral", confidence=0.6),
+        view("b2", kind="pattern", confidence=0.8),
+        view("d1", kind="decision", access_count=3),
+        view("d2", kind="decision", access_count=2),
+        view("p1", kind="preference", confidence=0.7),
+        view("p2", kind="preference", confidence=0.69),
+    ]
+    assert sources(memories) == {
+        USER_PROFILE: ["s2", "s1"],
+        PROJECT_CONTEXT: ["e2", "e1"],
+        BEHAVIORAL_PATTERNS: ["b2", "b1"],
+        ACTIVE_DECISIONS: ["d1"],
+        LEARNED_PREFERENCES: ["s2", "p1"],
+    }
+
+
+def test_ranked_blocks_take_the_top_five() -> None:
+    memories = [view(f"s{i}", kind="semantic", access_count=i) for i in range(8)]
+    assert sources(memories)[USER_PROFILE] == ["s7", "s6", "s5", "s4", "s3"]
+
+
+def test_cold_archived_and_expired_memories_are_left_out() -> None:
+    memories = [
+        view("cold", kind="semantic", tier=COLD, superseded_by="x"),
+        view("archived", kind="semantic", lifecycle=ARCHIVED),
+        view("expired", kind="semantic", valid_until=AS_OF),
+        view("future", kind="semantic", valid_from=AS_OF + timedelta(hours=1)),
+        view("live", kind="semantic", valid_until=AS_OF + timedelta(hours=1)),
+    ]
+    assert sources(memories)[USER_PROFILE] == ["live"]
+
+
+def test_a_block_of_exactly_the_limit_is_kept_whole() -> None:
+    a, b = "a" * 245, "b" * (500 - 245 - len(SEPARATOR))
+    assert fit_facts([a, b], 500) == [a, b]
+    assert len(SEPARATOR.join(fit_facts([a, b], 500))) == 500
+
+
+def test_one_character_over_drops_the_last_fact_whole() -> None:
+    a, b = "a" * 245, "b" * (501 - 245 - len(SEPARATOR))
+    assert fit_facts([a, b], 500) == [a]
+
+
+def test_a_single_fact_longer_than_the_block_is_cut_at_a_word() -> None:
+    fact = " ".join(["word"] * 200)
+    (cut,) = fit_facts([fact], 500)
+    assert len(cut) <= 500 and cut.endswith(ELLIPSIS)
+    assert cut[: -len(ELLIPSIS)].split(" ")[-1] == "word"
+    assert cut_words("x" * 10, 10) == "x" * 10
+
+
+def test_five_full_blocks_are_trimmed_to_the_total() -> None:
+    memories = []
+    for kind, block in [("semantic", 0), ("episodic", 1), ("behavioral", 2), ("decision", 3),
+                        ("preference", 4)]:
+        for i in range(5):
+            memories.append(view(f"{block}-{i}", kind=kind, content=f"{kind} fact {i} " + "z" * 85,
+                                 access_count=5, confidence=0.9))
+    out = blocks(memories)
+    assert all(len(text) <= 500 for text in out.values())
+    assert sum(len(text) for text in out.values()) <= 2000
+    # Trimming happens at fact boundaries: every fact left is whole.
+    for text in out.values():
+        assert all(fact.endswith("z" * 85) for fact in text.split(SEPARATOR))
+
+
+def test_a_total_of_exactly_the_limit_is_kept() -> None:
+    facts = {name: ["x" * 400] for name in BLOCK_TYPES}
+    assert enforce_total(facts, 2000) == facts
+    over = enforce_total({**facts, USER_PROFILE: ["x" * 401]}, 2000)
+    assert sum(len(f[0]) for f in over.values()) <= 2000
+
+
+def test_trimming_takes_from_the_longest_block_first() -> None:
+    facts = {USER_PROFILE: ["a" * 100, "b" * 100], PROJECT_CONTEXT: ["c" * 50]}
+    assert enforce_total(facts, 200) == {USER_PROFILE: ["a" * 100], PROJECT_CONTEXT: ["c" * 50]}
+
+
+def test_both_limits_are_settings() -> None:
+    memories = [view(f"s{i}", kind="semantic", content="fact " + "y" * 40) for i in range(5)]
+    out = blocks(memories, BlocksConfig(block_char_limit=100, core_memory_char_limit=60))
+    assert len(out[USER_PROFILE]) <= 60
+
+
+def test_facts_are_one_line_each_and_empty_blocks_are_empty() -> None:
+    out = blocks([view("s", kind="semantic", content="two\nlines")])
+    assert out[USER_PROFILE] == "two lines"
+    assert out[PROJECT_CONTEXT] == ""
+
+
+def test_source_ids_list_only_the_facts_that_fit() -> None:
+    memories = [view(f"s{i}", kind="semantic", content="w" * 200, access_count=9 - i)
+                for i in range(3)]
+    plans, _ = plan_blocks(memories, AS_OF, CONFIG, RulesSummarizer())
+    profile = next(p for p in plans if p.block_type == USER_PROFILE)
+    assert profile.source_ids == ("s0", "s1")
+
+
+class _Declining(RulesSummarizer):
+    mode = "llm"
+
+
+def test_a_summarizer_that_gives_no_text_falls_back_to_rules_and_says_so() -> None:
+    plans, notes = plan_blocks([view("s", kind="semantic")], AS_OF, CONFIG, _Declining())
+    assert next(p for p in plans if p.block_type == USER_PROFILE).mode == "rules"
+    assert notes == ["user_profile: llm summarizer gave no text; used rules"]
+
+
+def test_views_are_plain_records() -> None:
+    assert isinstance(view("x"), MemoryView)

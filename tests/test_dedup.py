@@ -1,0 +1,124 @@
+from datetime import timedelta
+
+import numpy as np
+
+from factories import AS_OF, at_cosine, axis, below, view
+from models.config import DedupConfig
+from models.tables import COLD, DEDUP_SUMMARY, PROMOTED
+from tasks.dedup import duplicate_groups, is_candidate, plan_dedup, representative_order
+from tasks.summarize import RulesSummarizer
+
+CONFIG = DedupConfig()
+
+
+def plan(memories, vectors, originals=None, config=CONFIG):
+    return plan_dedup("p", memories, np.stack(vectors), originals or {}, AS_OF, config,
+                      RulesSummarizer())
+
+
+def star(cosines):
+    """A representative 'r' with many words, and members at the given cosines to it."""
+    memories = [view("r", content="the representative memory with the most distinct words")]
+    vectors = [axis(0)]
+    for n, cos in enumerate(cosines, start=1):
+        memories.append(view(f"m{n}", content=f"member {n}"))
+        vectors.append(at_cosine(cos, other=n))
+    return memories, vectors
+
+
+def test_cosine_exactly_at_threshold_joins_the_group() -> None:
+    plans = plan(*star([0.85, 0.85]))
+    assert len(plans) == 1
+    assert plans[0].member_ids == ("m1", "m2", "r")
+
+
+def test_cosine_just_below_threshold_does_not_join() -> None:
+    assert plan(*star([0.85, below(0.85)])) == []
+
+
+def test_a_pair_is_not_merged_but_three_are() -> None:
+    assert plan(*star([0.9])) == []
+    assert len(plan(*star([0.9, 0.9]))) == 1
+
+
+def test_min_group_size_is_a_setting() -> None:
+    assert plan(*star([0.9, 0.9]), config=DedupConfig(min_group_size=4)) == []
+    assert len(plan(*star([0.9, 0.9, 0.9]), config=DedupConfig(min_group_size=4))) == 1
+
+
+def test_groups_do_not_chain_through_members() -> None:
+    # a - b - c - d, each neighbour 0.9 apart, a and c, b and d, a and d far apart.
+    t = np.float32(0.9)
+    s = np.float32(np.sqrt(1 - 0.9**2))
+    a = axis(0)
+    b = (t * a + s * axis(1)).astype(np.float32)
+    c = (t * b + s * axis(2)).astype(np.float32)
+    d = (t * c + s * axis(3)).astype(np.float32)
+    vectors = [v / np.linalg.norm(v) for v in (a, b, c, d)]
+    memories = [view("a", content="a x"), view("b", content="b is the most informative one"),
+                view("c", content="c x"), view("d", content="d x")]
+    plans = plan(memories, vectors)
+    assert [p.member_ids for p in plans] == [("a", "b", "c")]  # d is b's neighbour's neighbour
+
+
+def test_a_memory_joins_only_the_first_group_that_claims_it() -> None:
+    vectors = np.stack([axis(0), at_cosine(0.9, other=2), at_cosine(0.9, other=3),
+                        at_cosine(0.9, base=1, other=4), at_cosine(0.9, base=1, other=5),
+                        axis(1)])
+    groups = duplicate_groups(vectors, [0, 5, 1, 2, 3, 4], CONFIG)
+    assert groups == [[0, 1, 2], [5, 3, 4]]
+
+
+def test_protected_expired_superseded_and_cold_memories_are_not_candidates() -> None:
+    assert is_candidate(view("x"), AS_OF)
+    assert is_candidate(view("x", lifecycle=PROMOTED), AS_OF)
+    assert not is_candidate(view("x", protected=True), AS_OF)
+    assert not is_candidate(view("x", valid_until=AS_OF), AS_OF)
+    assert is_candidate(view("x", valid_until=AS_OF + timedelta(seconds=1)), AS_OF)
+    assert not is_candidate(view("x", valid_from=AS_OF + timedelta(days=1)), AS_OF)
+    assert not is_candidate(view("x", tier=COLD), AS_OF)
+    assert not is_candidate(view("x", superseded_by="s"), AS_OF)
+
+
+def test_protected_member_stays_out_of_the_group() -> None:
+    memories, vectors = star([0.9, 0.9])
+    memories[2] = view("m2", content="member 2", protected=True)
+    assert plan(memories, vectors) == []
+
+
+def test_summary_takes_the_representatives_words_and_vector_and_merged_attributes() -> None:
+    memories, vectors = star([0.9, 0.9])
+    memories[0] = view("r", content=memories[0].content, importance=0.2, stability=1.0,
+                       access_count=1, created_at=AS_OF - timedelta(days=40))
+    memories[1] = view("m1", importance=0.9, stability=2.0, access_count=7, confidence=0.8,
+                       last_accessed_at=AS_OF - timedelta(days=2))
+    memories[2] = view("m2", importance=0.4, stability=3.0, access_count=2)
+    (p,) = plan(memories, vectors)
+    assert p.content == memories[0].content and p.representative_id == "r"
+    assert np.array_equal(np.frombuffer(p.embedding, np.float32), vectors[0])
+    assert (p.importance, p.stability, p.access_count, p.confidence) == (0.9, 2.0, 7, 0.8)
+    assert p.created_at == AS_OF - timedelta(days=40)
+    assert p.last_accessed_at == AS_OF - timedelta(days=2)
+    assert p.operation == DEDUP_SUMMARY
+
+
+def test_same_members_give_the_same_summary_id() -> None:
+    first = plan(*star([0.9, 0.9]))[0].summary_id
+    assert plan(*star([0.9, 0.9]))[0].summary_id == first
+    assert plan(*star([0.9, 0.91]))[0].summary_id == first
+
+
+def test_a_group_absorbing_an_earlier_summary_stands_for_its_originals() -> None:
+    memories, vectors = star([0.9, 0.9])
+    memories[1] = view("s1", content="member 1", origin=DEDUP_SUMMARY)
+    originals = {"s1": [view("o1", tier=COLD, superseded_by="s1"),
+                        view("o2", tier=COLD, superseded_by="s1")]}
+    (p,) = plan(memories, vectors, originals)
+    assert p.member_ids == ("m2", "o1", "o2", "r")
+    assert p.absorbed_ids == ("s1",)
+
+
+def test_representatives_are_the_most_informative_first() -> None:
+    memories = [view("a", content="short one"), view("b", content="a much longer memory text"),
+                view("c", content="short two", importance=0.9), view("d", content="short six")]
+    assert representative_order(memories) == [1, 2, 0, 3]

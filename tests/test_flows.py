@@ -1,0 +1,251 @@
+"""The flows end to end under Prefect, and the invariants of DESIGN.md."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from datetime import datetime, timedelta
+from pathlib import Path
+from uuid import UUID
+
+import pytest
+
+from flows.full_consolidation import full_consolidation
+from flows.lightweight_consolidation import lightweight_consolidation
+from models.db import dispose
+from models.errors import NotFoundError
+from models.export import export_jsonl, export_rows
+from models.store import Store
+from models.tables import ASSOCIATION, COLD, CONSOLIDATION, DEDUP_SUMMARY, HOT
+from tasks import linking
+from tasks.blocks import BLOCK_TYPES
+
+pytestmark = pytest.mark.usefixtures("prefect_api")
+
+AS_OF = datetime(2025, 7, 1)
+
+
+def exports(store: Store) -> dict[str, str]:
+    return {p: export_jsonl(store.url, p) for p in store.profiles()}
+
+
+def rows(store: Store, profile: str, kind: str) -> list[dict]:
+    return [r for r in export_rows(store.url, profile) if r["type"] == kind]
+
+
+def copy_of(template: Path, folder: Path, name: str) -> Store:
+    path = folder / f"{name}.db"
+    shutil.copyfile(template, path)
+    return Store(f"sqlite:///{path}")
+
+
+def step(report, profile: str, name: str):
+    return next(s for s in report.steps if s.profile == profile and s.step == name)
+
+
+def test_full_consolidation_end_to_end(sample_store: Store) -> None:
+    ingested = {p: {m["id"] for m in rows(sample_store, p, "memory")} for p in sample_store.profiles()}
+    report = full_consolidation(profile=None, as_of=AS_OF)
+
+    assert report.profiles == sorted(ingested) and report.as_of == AS_OF.isoformat()
+    for profile, before in ingested.items():
+        memories = {m["id"]: m for m in rows(sample_store, profile, "memory")}
+        # Nothing lost: every ingested memory is still here, hot or cold.
+        assert before <= set(memories)
+        assert {m["tier"] for m in memories.values()} <= {HOT, COLD}
+        summaries = {i for i, m in memories.items() if m["origin"] == DEDUP_SUMMARY}
+        assert summaries and step(report, profile, "dedup").facts["groups"] == len(summaries)
+        # Every cold original points at a hot summary joined to it by a provenance edge.
+        provenance = {(e["source_id"], e["target_id"]) for e in rows(sample_store, profile, "edge")
+                      if e["kind"] == CONSOLIDATION}
+        for mid, m in memories.items():
+            if m["tier"] == COLD:
+                assert memories[m["superseded_by"]]["tier"] == HOT
+                assert (m["superseded_by"], mid) in provenance
+                assert m["pagerank"] is None
+            else:
+                assert m["pagerank"] is not None and m["community"] is not None
+        assert all(memories[s]["linked_at"] == AS_OF.isoformat() for s in summaries)
+        audit = rows(sample_store, profile, "consolidation")
+        assert {a["summary_id"] for a in audit} == summaries
+        blocks = rows(sample_store, profile, "block")
+        assert [b["block_type"] for b in blocks] == sorted(BLOCK_TYPES)
+        assert all(len(b["content"]) <= 500 for b in blocks)
+        assert sum(len(b["content"]) for b in blocks) <= 2000
+
+
+def test_a_second_run_with_the_same_as_of_changes_nothing(sample_store: Store) -> None:
+    full_consolidation(profile=None, as_of=AS_OF)
+    first = exports(sample_store)
+    again = full_consolidation(profile=None, as_of=AS_OF)
+    assert exports(sample_store) == first
+    assert {s.step for s in again.steps if s.changes and s.step != "graph_importance"} == set()
+    lightweight_consolidation(profile=None, as_of=AS_OF)
+    assert exports(sample_store) == first
+
+
+def test_a_later_run_decays_further_but_never_compounds(sample_store: Store) -> None:
+    full_consolidation(profile="maya", as_of=AS_OF)
+    later = AS_OF + timedelta(days=45)
+    lightweight_consolidation(profile="maya", as_of=later)
+    once = export_jsonl(sample_store.url, "maya")
+    lightweight_consolidation(profile="maya", as_of=later)
+    assert export_jsonl(sample_store.url, "maya") == once
+    for e in rows(sample_store, "maya", "edge"):
+        if e["kind"] == ASSOCIATION:
+            assert e["weight"] >= 0.05 and e["weight"] <= e["base_weight"]
+
+
+def test_dry_run_writes_nothing_and_reports_what_the_real_run_does(sample_store: Store) -> None:
+    before = exports(sample_store)
+    dry = full_consolidation(profile=["maya", "raj"], as_of=AS_OF, dry_run=True)
+    assert exports(sample_store) == before
+    assert dry.dry_run and dry.changed() > 0
+    real = full_consolidation(profile=["maya", "raj"], as_of=AS_OF)
+    assert dry.comparable() == real.comparable()
+    assert exports(sample_store) != before
+
+    dry_light = lightweight_consolidation(profile="leo-tutor", as_of=AS_OF, dry_run=True)
+    assert export_jsonl(sample_store.url, "leo-tutor") == before["leo-tutor"]
+    assert dry_light.comparable() == lightweight_consolidation(
+        profile="leo-tutor", as_of=AS_OF).comparable()
+
+
+def test_profiles_never_mix(sample_store: Store) -> None:
+    before = exports(sample_store)
+    full_consolidation(profile="maya", as_of=AS_OF)
+    after = exports(sample_store)
+    assert {p: t for p, t in after.items() if p != "maya"} == {
+        p: t for p, t in before.items() if p != "maya"}
+    maya_ids = {m["id"] for m in rows(sample_store, "maya", "memory")}
+    for e in rows(sample_store, "maya", "edge"):
+        assert e["source_id"] in maya_ids and e["target_id"] in maya_ids
+    for a in rows(sample_store, "maya", "consolidation"):
+        assert set(a["member_ids"]) <= maya_ids
+
+
+def test_a_step_that_fails_mid_transaction_and_is_retried_ends_like_a_clean_run(
+    sample_template: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clean = copy_of(sample_template, tmp_path, "clean")
+    monkeypatch.setenv("REVERIE_DATABASE_URL", clean.url)
+    full_consolidation(profile=None, as_of=AS_OF)
+    expected = exports(clean)
+
+    flaky = copy_of(sample_template, tmp_path, "flaky")
+    monkeypatch.setenv("REVERIE_DATABASE_URL", flaky.url)
+    failures: list[str] = []
+    original = Store._upsert_edge
+
+    def fail_once(s, profile, edge, *args):  # type: ignore[no-untyped-def]
+        if edge.kind == CONSOLIDATION and not failures:
+            failures.append(profile)  # after the summary row and the members' update
+            raise RuntimeError("injected failure inside the dedup transaction")
+        return original(s, profile, edge, *args)
+
+    monkeypatch.setattr(Store, "_upsert_edge", staticmethod(fail_once))
+    full_consolidation(profile=None, as_of=AS_OF)
+    assert len(failures) == 1
+    assert exports(flaky) == expected
+    dispose(clean.url)
+    dispose(flaky.url)
+
+
+def test_a_step_that_fails_after_committing_and_is_retried_ends_like_a_clean_run(
+    sample_template: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clean = copy_of(sample_template, tmp_path, "clean")
+    monkeypatch.setenv("REVERIE_DATABASE_URL", clean.url)
+    full_consolidation(profile="raj", as_of=AS_OF)
+    expected = exports(clean)
+
+    flaky = copy_of(sample_template, tmp_path, "flaky")
+    monkeypatch.setenv("REVERIE_DATABASE_URL", flaky.url)
+    failures: list[str] = []
+    original = Store.apply_summaries
+
+    def commit_then_fail(self, profile, plans, *args, **kwargs):  # type: ignore[no-untyped-def]
+        written = original(self, profile, plans, *args, **kwargs)
+        if written and not failures:
+            failures.append(profile)
+            raise ConnectionError("injected: the commit landed but the worker lost its reply")
+        return written
+
+    monkeypatch.setattr(Store, "apply_summaries", commit_then_fail)
+    full_consolidation(profile="raj", as_of=AS_OF)
+    assert failures == ["raj"]
+    assert exports(flaky) == expected
+
+
+def test_a_run_that_stops_midway_completes_when_run_again(
+    sample_template: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clean = copy_of(sample_template, tmp_path, "clean")
+    monkeypatch.setenv("REVERIE_DATABASE_URL", clean.url)
+    full_consolidation(profile="maya", as_of=AS_OF)
+    expected = exports(clean)
+
+    broken = copy_of(sample_template, tmp_path, "broken")
+    monkeypatch.setenv("REVERIE_DATABASE_URL", broken.url)
+    with monkeypatch.context() as patch:
+        def down(*args, **kwargs):  # type: ignore[no-untyped-def]
+            raise RuntimeError("injected: linking is down for the whole run")
+
+        patch.setattr(linking, "plan_links", down)
+        with pytest.raises(RuntimeError):
+            full_consolidation(profile="maya", as_of=AS_OF)
+    # Dedup committed; linking and scoring did not.
+    assert exports(broken) != expected
+    full_consolidation(profile="maya", as_of=AS_OF)
+    assert exports(broken) == expected
+
+
+def test_lightweight_consolidation_only_refreshes_blocks_and_edges(sample_store: Store) -> None:
+    report = lightweight_consolidation(profile="support-bot", as_of=AS_OF)
+    assert {s.step for s in report.steps} == {"compile_blocks", "decay_edges"}
+    memories = rows(sample_store, "support-bot", "memory")
+    assert all(m["tier"] == HOT for m in memories)
+    assert len(rows(sample_store, "support-bot", "block")) == 5
+    assert step(report, "support-bot", "decay_edges").facts["pruned"] == 1
+
+
+def test_unknown_profiles_are_refused(sample_store: Store) -> None:
+    with pytest.raises(NotFoundError, match="nobody"):
+        full_consolidation(profile=["maya", "nobody"], as_of=AS_OF)
+
+
+def test_as_of_defaults_to_the_runs_start(sample_store: Store) -> None:
+    report = lightweight_consolidation(profile="maya")
+    started = datetime.fromisoformat(report.as_of)
+    assert abs(datetime.utcnow() - started) < timedelta(minutes=5)
+
+
+def _artifacts(run_id: str) -> list:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
+
+    with get_client(sync_client=True) as client:
+        return client.read_artifacts(
+            artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[UUID(run_id)]))
+        )
+
+
+def test_each_run_publishes_a_summary_and_a_table_of_changes(sample_store: Store) -> None:
+    report = full_consolidation(profile="maya", as_of=AS_OF)
+    artifacts = {a.key: a for a in _artifacts(report.run_id)}
+    summary = artifacts["full-consolidation"]
+    assert summary.type == "markdown" and "| maya | dedup |" in summary.data
+    table = json.loads(artifacts["full-consolidation-changes"].data)
+    merged = [r for r in table if r["action"] == "merged"]
+    assert merged and all(len(r["content"]) <= 80 for r in merged) and merged[0]["content"]
+
+
+def test_artifacts_can_hide_memory_content(sample_store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("REVERIE_ARTIFACT_CONTENT_CHARS", "0")
+    report = full_consolidation(profile="maya", as_of=AS_OF, dry_run=True)
+    artifacts = {a.key: a for a in _artifacts(report.run_id)}
+    table = json.loads(artifacts["full-consolidation-dry-run-changes"].data)
+    assert table and all(r["content"] == "" for r in table)
+    contents = {m["content"] for m in rows(sample_store, "maya", "memory")}
+    text = artifacts["full-consolidation-dry-run"].data
+    assert not any(c in text for c in contents)

@@ -1,0 +1,39 @@
+import pytest
+
+from tasks.graph import build_graph, canonical_labels, components, importance
+
+
+def test_same_graph_same_scores_whatever_the_input_order() -> None:
+    nodes = [f"m{i}" for i in range(12)]
+    edges = [(f"m{i}", f"m{(i + 1) % 6}", 0.5 + i / 20) for i in range(6)]
+    edges += [(f"m{6 + i}", f"m{6 + (i + 1) % 6}", 0.9) for i in range(6)]
+    edges += [("m0", "m6", 0.05)]
+    first = importance(nodes, edges)
+    assert importance(list(reversed(nodes)), list(reversed(edges))) == first
+    assert len({s.community for s in first}) == 2
+    assert sum(s.pagerank for s in first) == pytest.approx(1.0)
+
+
+def test_communities_are_numbered_by_their_first_member() -> None:
+    assert canonical_labels([5, 5, 2, 9, 2]) == [0, 0, 1, 2, 1]
+
+
+def test_heavier_edges_raise_pagerank() -> None:
+    scores = {s.memory_id: s.pagerank for s in importance(
+        ["a", "b", "c"], [("a", "b", 1.0), ("a", "c", 0.1)])}
+    assert scores["b"] > scores["c"]
+
+
+def test_parallel_edges_are_summed_and_unknown_nodes_ignored() -> None:
+    graph = build_graph(["a", "b"], [("a", "b", 0.3), ("b", "a", 0.2), ("a", "zz", 1.0)])
+    assert graph.ecount() == 1 and graph.es[0]["weight"] == pytest.approx(0.5)
+
+
+def test_isolated_and_empty_graphs() -> None:
+    assert importance([], []) == []
+    scores = importance(["a", "b"], [])
+    assert [s.community for s in scores] == [0, 1]
+
+
+def test_components() -> None:
+    assert components(5, [(0, 1), (3, 4)]) == [0, 0, 1, 2, 2]

@@ -1,0 +1,168 @@
+import json
+from datetime import datetime
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from factories import at_cosine, record
+from models import ids
+from models.embeddings import MODEL_NAME, from_blobs
+from models.store import SUPPLIED_EMBEDDING, Store
+from models.db import reading
+from models.tables import HOT, Profile
+
+
+def write_jsonl(path: Path, lines: list[str | dict]) -> Path:
+    path.write_text(
+        "".join((line if isinstance(line, str) else json.dumps(line)) + "\n" for line in lines),
+        encoding="utf-8",
+    )
+    return path
+
+
+GOOD = {"profile": "alice", "content": "Alice drinks green tea every morning"}
+
+
+@pytest.mark.parametrize(
+    ("bad_line", "field", "message"),
+    [
+        ('{"profile": "alice", "content": "unterminated', None, "not valid JSON"),
+        ('["a", "list"]', None, "expected a JSON object"),
+        ('{"profile": "alice"}', "content", "is required"),
+        ('{"profile": "alice", "content": 42}', "content", "expected a string, got int"),
+        ('{"profile": "alice", "content": "   "}', "content", "is empty"),
+        ('{"profile": "alice", "content": "\\u200b\\u200b"}', "content", "is empty"),
+        ('{"profile": "alice", "content": "bad \\ud800 text"}', "content", "unpaired surrogate"),
+        ('{"profile": "alice", "content": "nul \\u0000 byte"}', "content", "NUL"),
+        ('{"profile": "alice", "content": "x", "importance": NaN}', "importance", "finite"),
+        ('{"profile": "alice", "content": "x", "importance": Infinity}', "importance", "finite"),
+        ('{"profile": "alice", "content": "x", "importance": "high"}', "importance", "expected a number"),
+        ('{"profile": "alice", "content": "x", "importance": 1.5}', "importance", "between 0 and 1"),
+        ('{"profile": "alice", "content": "x", "confidence": true}', "confidence", "expected a number"),
+        ('{"profile": "alice", "content": "x", "access_count": 1.5}', "access_count", "whole number"),
+        ('{"profile": "alice", "content": "x", "access_count": -1}', "access_count", "negative"),
+        ('{"profile": "alice", "content": "x", "created_at": "yesterday"}', "created_at", "ISO-8601"),
+        ('{"profile": "alice", "content": "x", "created_at": 1700000000}', "created_at", "ISO-8601"),
+        ('{"profile": "alice", "content": "x", "protected": "yes"}', "protected", "true or false"),
+        ('{"profile": "alice", "content": "x", "metadata": [1]}', "metadata", "JSON object"),
+        ('{"profile": "alice", "content": "x", "importnce": 0.5}', "importnce", "not a known field"),
+        ('{"profile": "al ice", "content": "x"}', "profile", "not a valid profile name"),
+        ('{"content": "x"}', "profile", "is required"),
+        ('{"profile": "alice", "content": "x", "valid_from": "2025-02-01", "valid_until": "2025-01-01"}',
+         "valid_until", "later than valid_from"),
+        ('{"profile": "alice", "content": "x", "embedding": [0.1, 0.2]}', "embedding", "384 numbers"),
+        ('{"profile": "alice", "content": "x", "type": "fact"}', "type", "'memory' or 'edge'"),
+    ],
+)
+def test_bad_line_is_named_and_good_lines_are_stored(
+    store: Store, tmp_path: Path, bad_line: str, field: str | None, message: str
+) -> None:
+    path = write_jsonl(tmp_path / "in.jsonl", [GOOD, bad_line, {**GOOD, "content": "Alice walks"}])
+    report = store.ingest_jsonl(path)
+    assert report.stored == 2
+    (error,) = report.errors
+    assert error.where == "line 2" and error.field == field
+    assert message in str(error) and str(error).startswith("line 2")
+    assert len(store.memories("alice")) == 2
+
+
+def test_a_megabyte_of_text_is_refused_by_length(store: Store, tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "in.jsonl", [{**GOOD, "content": "x" * 1_048_576}, GOOD])
+    report = store.ingest_jsonl(path)
+    assert report.stored == 1
+    assert "1048576 characters" in str(report.errors[0]) and report.errors[0].field == "content"
+
+
+def test_invalid_utf8_and_blank_lines(store: Store, tmp_path: Path) -> None:
+    path = tmp_path / "in.jsonl"
+    path.write_bytes(json.dumps(GOOD).encode() + b"\n\n" + b'{"content": "\xff\xfe"}\n')
+    report = store.ingest_jsonl(path)
+    assert report.stored == 1
+    assert report.errors[0].where == "line 3" and "UTF-8" in str(report.errors[0])
+
+
+def test_odd_but_valid_unicode_is_kept_and_normalised(store: Store) -> None:
+    decomposed = "Cafe\u0301 ☕ שלום 🧠"
+    report = store.ingest([{"content": decomposed, "id": "u1"}], profile="alice")
+    assert not report.errors
+    assert store.get("u1").content == "Café ☕ שלום 🧠"
+
+
+def test_every_stored_record_is_complete(store: Store, tmp_path: Path) -> None:
+    store.ingest_jsonl(write_jsonl(tmp_path / "in.jsonl", [GOOD, "{oops"]))
+    (m,) = store.memories("alice")
+    row = store.get(m.id)
+    assert row.embedding is not None and row.embedding_model == MODEL_NAME
+    assert row.content_hash == ids.content_hash(row.content)
+    assert np.linalg.norm(from_blobs([row.embedding])[0]) == pytest.approx(1.0, abs=1e-5)
+
+
+def test_reingesting_an_external_id_updates_instead_of_duplicating(store: Store) -> None:
+    first = store.ingest([record("Bob likes jazz", id="b1", importance=0.4)], profile="bob")
+    again = store.ingest([record("Bob likes jazz", id="b1", importance=0.4)], profile="bob")
+    changed = store.ingest([record("Bob loves jazz", id="b1", importance=0.9)], profile="bob")
+    assert (first.stored, again.unchanged, changed.updated) == (1, 1, 1)
+    (m,) = store.memories("bob")
+    assert (m.content, m.importance, m.external_id) == ("Bob loves jazz", 0.9, "b1")
+    assert store.vector(m.id) is not None
+
+
+def test_an_update_keeps_fields_it_does_not_mention(store: Store) -> None:
+    store.ingest([record("Bob likes jazz", id="b1", kind="preference", confidence=0.9)], profile="bob")
+    store.ingest([record("Bob likes jazz", id="b1", importance=0.7)], profile="bob")
+    (m,) = store.memories("bob")
+    assert (m.kind, m.confidence, m.importance) == ("preference", 0.9, 0.7)
+
+
+def test_the_same_external_id_in_two_profiles_is_two_memories(store: Store) -> None:
+    store.ingest([record("x one", id="1", profile="a"), record("x two", id="1", profile="b")])
+    assert len(store.memories("a")) == len(store.memories("b")) == 1
+
+
+def test_embeddings_are_cached_by_content_hash(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    store.ingest([record("The sky is blue", id="1")], profile="a")
+    embedder = store.embedder()
+    calls: list[int] = []
+    original = embedder.encode
+    monkeypatch.setattr(embedder, "encode", lambda texts, progress=False: calls.append(len(texts)) or original(texts))
+    store.ingest([record("The sky is blue", id="2"), record("Grass is green", id="3")], profile="b")
+    assert calls == [1]
+
+
+def test_supplied_embeddings_are_used_as_given(store: Store) -> None:
+    vector = at_cosine(0.85)
+    store.ingest([record("v", id="v", embedding=vector.tolist())], profile="a")
+    row = store.get("v")
+    assert row.embedding_model == SUPPLIED_EMBEDDING
+    assert np.array_equal(from_blobs([row.embedding])[0], vector)
+
+
+def test_edges_refer_to_memories_by_external_id(store: Store, tmp_path: Path) -> None:
+    lines = [
+        {"profile": "a", "id": "x", "content": "first"},
+        {"profile": "a", "id": "y", "content": "second"},
+        {"type": "edge", "profile": "a", "source": "y", "target": "x", "weight": 0.4,
+         "last_strengthened_at": "2025-01-01T00:00:00Z"},
+        {"type": "edge", "profile": "a", "source": "x", "target": "nope"},
+        {"type": "edge", "profile": "a", "source": "x", "target": "y", "weight": 2},
+    ]
+    report = store.ingest_jsonl(write_jsonl(tmp_path / "in.jsonl", lines))
+    assert report.edges == 1
+    assert [(e.where, e.field) for e in report.errors] == [("line 5", "weight"), ("line 4", "target")]
+    (e,) = store.edges("a")
+    assert e.source_id < e.target_id and e.weight == 0.4 == e.base_weight
+
+
+def test_python_api_names_records_by_position(store: Store) -> None:
+    report = store.ingest([record("fine"), {"content": None}], profile="a")
+    assert report.errors[0].where == "record 2" and report.errors[0].field == "content"
+
+
+def test_ingest_counts_stores_per_profile_and_keeps_everything_hot(store: Store) -> None:
+    report = store.ingest([record("one"), record("two")], profile="a")
+    store.ingest([record("one")], profile="a", at=datetime(2030, 1, 1))  # a new memory
+    assert store.counts("a") == {HOT: 3, "cold": 0, "tombstones": 0}
+    with reading(store.url) as s:
+        assert s.get(Profile, "a").store_count == 3
+    assert len(report.stored_ids) == 2

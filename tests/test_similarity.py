@@ -1,0 +1,56 @@
+import numpy as np
+import pytest
+
+from factories import at_cosine, axis, below
+from tasks import similarity
+from tasks.similarity import radius_neighbours, top_k
+
+
+def test_threshold_is_inclusive_in_float32() -> None:
+    vectors = np.stack([axis(0), at_cosine(0.85, other=1), at_cosine(below(0.85), other=2)])
+    found = radius_neighbours(vectors, 0.85)
+    assert list(found.indices[0]) == [1]
+    assert found.similarities[0][0] == np.float32(0.85)
+
+
+def test_a_row_is_not_its_own_neighbour_but_duplicates_are() -> None:
+    vectors = np.stack([axis(0), axis(0), axis(1)])
+    found = radius_neighbours(vectors, 0.99)
+    assert [list(i) for i in found.indices] == [[1], [0], []]
+
+
+def test_neighbours_are_ordered_best_first_then_by_index() -> None:
+    vectors = np.stack([axis(0), at_cosine(0.9, other=1), at_cosine(0.95, other=2),
+                        at_cosine(0.9, other=3)])
+    found = radius_neighbours(vectors, 0.8)
+    assert list(found.indices[0]) == [2, 1, 3]
+
+
+def test_chunked_search_matches_brute_force(monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = np.random.default_rng(7)
+    centres = rng.normal(size=(20, 32))
+    vectors = centres[rng.integers(0, 20, 600)] + 0.25 * rng.normal(size=(600, 32))
+    vectors = (vectors / np.linalg.norm(vectors, axis=1, keepdims=True)).astype(np.float32)
+    monkeypatch.setattr(similarity, "QUERY_CHUNK", 37)
+    found = radius_neighbours(vectors, 0.8)
+    sims = vectors @ vectors.T
+    for i in range(len(vectors)):
+        expected = {j for j in np.flatnonzero(sims[i] >= np.float32(0.8)) if j != i}
+        # Brute-force float32 sums can differ from FAISS in the last bit; skip razor-edge pairs.
+        edge = {j for j in range(len(vectors)) if abs(sims[i, j] - 0.8) < 1e-5}
+        assert set(found.indices[i]) - edge == expected - edge
+
+
+def test_separate_queries_and_empty_inputs() -> None:
+    vectors = np.stack([axis(0), axis(1)])
+    found = radius_neighbours(vectors, 0.5, queries=np.stack([axis(1)]))
+    assert list(found.indices[0]) == [1]
+    empty = radius_neighbours(np.zeros((0, 4), np.float32), 0.5, queries=np.ones((2, 4), np.float32))
+    assert [len(i) for i in empty.indices] == [0, 0]
+
+
+def test_top_k_pads_with_minus_one_when_short() -> None:
+    sims, idx = top_k(np.stack([axis(0), axis(1)]), np.stack([axis(0)]), 5)
+    assert list(idx[0]) == [0, 1]
+    sims, idx = top_k(np.zeros((0, 4), np.float32), np.ones((1, 4), np.float32), 3)
+    assert list(idx[0]) == [-1, -1, -1]

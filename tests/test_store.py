@@ -1,0 +1,101 @@
+import json
+from datetime import datetime, timedelta
+
+import pytest
+from sqlalchemy import update
+
+from factories import record
+from models.db import writing
+from models.errors import AmbiguousIdError, NotFoundError
+from models.export import export_jsonl
+from models.records import NewEdge
+from models.store import Store
+from models.tables import ASSOCIATION, COLD, HOT, Memory, Tombstone
+from tasks.recall import recall
+
+T0 = datetime(2025, 3, 1)
+
+
+def test_get_finds_a_memory_by_either_id_in_any_tier(store: Store) -> None:
+    store.ingest([record("alpha", id="a1")], profile="p")
+    m = store.get("a1")
+    assert store.get(m.id).external_id == "a1"
+    with pytest.raises(NotFoundError):
+        store.get("missing")
+
+
+def test_an_external_id_in_two_profiles_needs_a_profile(store: Store) -> None:
+    store.ingest([record("one", id="x", profile="p"), record("two", id="x", profile="q")])
+    with pytest.raises(AmbiguousIdError, match="p, q"):
+        store.get("x")
+    assert store.get("x", profile="q").content == "two"
+
+
+def test_get_returns_the_tombstone_of_a_deleted_memory(store: Store) -> None:
+    with writing(store.url) as s:
+        s.add(Tombstone(memory_id="m-gone", profile_id="p", external_id="g", content_hash="h",
+                        reason="forgotten", deleted_at=T0))
+    assert isinstance(store.get("g"), Tombstone)
+    assert store.get("m-gone").reason == "forgotten"
+
+
+def test_record_access_counts_and_strengthens_co_accessed_edges(store: Store) -> None:
+    store.ingest([record("a", id="a"), record("b", id="b"), record("c", id="c")], profile="p")
+    a, b, c = (store.get(x).id for x in "abc")
+    with writing(store.url) as s:
+        store._upsert_edge(s, "p", NewEdge(a, b, ASSOCIATION, 0.5), T0, T0)
+        store._upsert_edge(s, "p", NewEdge(a, c, ASSOCIATION, 0.98), T0, T0)
+        store._upsert_edge(s, "p", NewEdge(b, c, ASSOCIATION, 0.3), T0, T0)
+    later = T0 + timedelta(days=40)
+    assert store.record_access([a, b, c, a], later) == 3
+    assert store.get(a).access_count == 1 and store.get(a).last_accessed_at == later
+    weights = {(e.source_id, e.target_id): (e.weight, e.base_weight, e.last_strengthened_at)
+               for e in store.edges("p")}
+    pair = lambda x, y: (min(x, y), max(x, y))  # noqa: E731
+    assert weights[pair(a, b)] == (pytest.approx(0.55), pytest.approx(0.55), later)
+    assert weights[pair(a, c)][0] == 1.0  # capped
+    # An older access does not move the last-access time backwards.
+    store.record_access([a], T0)
+    assert store.get(a).last_accessed_at == later and store.get(a).access_count == 2
+
+
+def test_recall_searches_hot_and_deep_adds_cold(store: Store) -> None:
+    store.ingest([record("Maya's cat is called Pixel", id="cat"),
+                  record("Maya deploys with Argo CD", id="deploy")], profile="p")
+    cat = store.get("cat").id
+    with writing(store.url) as s:
+        s.execute(update(Memory).where(Memory.id == cat).values(tier=COLD, superseded_by="m-sum"))
+    hot = recall(store, "p", "what is the name of the cat", k=5)
+    assert [h.memory.external_id for h in hot] == ["deploy"]
+    deep = recall(store, "p", "what is the name of the cat", k=5, deep=True)
+    assert deep[0].memory.external_id == "cat" and deep[0].superseded_by == "m-sum"
+    assert deep[0].score > deep[1].score
+
+
+def test_recall_with_tracking_records_the_hits(store: Store) -> None:
+    store.ingest([record("one fact"), record("another fact")], profile="p")
+    hits = recall(store, "p", "fact", k=1, track=True, at=T0)
+    assert store.get(hits[0].memory.id).access_count == 1
+
+
+def test_recall_never_crosses_profiles(store: Store) -> None:
+    store.ingest([record("secret of p", profile="p"), record("secret of q", profile="q")])
+    assert {h.memory.profile_id for h in recall(store, "p", "secret", k=10)} == {"p"}
+    with pytest.raises(NotFoundError):
+        recall(store, "nobody", "secret")
+
+
+def test_export_is_canonical_and_hides_run_ids(store: Store) -> None:
+    store.ingest([record("b text", id="b"), record("a text", id="a")], profile="p")
+    text = export_jsonl(store.url, "p")
+    lines = text.splitlines()
+    assert [l.count('"type": "memory"') for l in lines] == [1, 1]
+    assert text == export_jsonl(store.url, "p")
+    assert "embedding_sha256" in lines[0] and '"embedding":' not in text
+    ids_in_order = [json.loads(l)["id"] for l in lines]
+    assert ids_in_order == sorted(ids_in_order)
+
+
+def test_counts_by_tier(store: Store) -> None:
+    store.ingest([record("x")], profile="p")
+    assert store.counts("p") == {HOT: 1, COLD: 0, "tombstones": 0}

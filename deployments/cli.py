@@ -12,12 +12,17 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
 
+from models.config import ConsolidationConfig
 from models.errors import ReverieError
 from models.store import Store
 from models.tables import Memory, Tombstone
 from models.timestamps import parse_timestamp
+
+if TYPE_CHECKING:
+    from flows.run import RunReport
 
 EXIT_OK, EXIT_REJECTED, EXIT_ERROR = 0, 1, 2
 
@@ -126,7 +131,7 @@ def _ingest(args: argparse.Namespace) -> int:
 def _consolidate(args: argparse.Namespace) -> int:
     from models.config import preset
 
-    config = preset(args.preset) if args.preset else None
+    config: ConsolidationConfig | None = preset(args.preset) if args.preset else None
     as_of = parse_timestamp(args.as_of) if args.as_of else None
     report = run_consolidation(args.mode, _selected(args), as_of, args.dry_run, config)
     if args.json:
@@ -143,7 +148,13 @@ def _consolidate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def run_consolidation(mode: str, profile, as_of, dry_run, config):  # type: ignore[no-untyped-def]
+def run_consolidation(
+    mode: str,
+    profile: str | list[str] | None,
+    as_of: datetime | None,
+    dry_run: bool,
+    config: ConsolidationConfig | None,
+) -> RunReport:
     """Run a consolidation flow in this process (against PREFECT_API_URL if set)."""
     if mode == "full":
         from flows.full_consolidation import full_consolidation as flow_fn

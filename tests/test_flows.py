@@ -249,3 +249,32 @@ def test_artifacts_can_hide_memory_content(sample_store: Store, monkeypatch: pyt
     contents = {m["content"] for m in rows(sample_store, "maya", "memory")}
     text = artifacts["full-consolidation-dry-run"].data
     assert not any(c in text for c in contents)
+
+
+def test_the_dedup_boundary_holds_through_ingest_and_the_flow(store: Store) -> None:
+    from factories import at_cosine, axis, below
+
+    def three(profile: str, cos: float) -> list[dict]:
+        return [
+            {"profile": profile, "id": f"{profile}-rep", "content": "the one with most words here",
+             "embedding": axis(0).tolist()},
+            {"profile": profile, "id": f"{profile}-a", "content": "member a",
+             "embedding": at_cosine(0.85, other=1).tolist()},
+            {"profile": profile, "id": f"{profile}-b", "content": "member b",
+             "embedding": at_cosine(cos, other=2).tolist()},
+        ]
+
+    assert not store.ingest(three("at", 0.85) + three("below", below(0.85))).errors
+    report = full_consolidation(profile=None, as_of=AS_OF)
+    assert step(report, "at", "dedup").facts["groups"] == 1
+    assert step(report, "below", "dedup").facts["groups"] == 0
+    assert store.counts("at")["cold"] == 3 and store.counts("below")["cold"] == 0
+
+
+def test_runs_have_readable_names(sample_store: Store) -> None:
+    from prefect.client.orchestration import get_client
+
+    report = lightweight_consolidation(profile=["maya", "raj"], as_of=AS_OF, dry_run=True)
+    with get_client(sync_client=True) as client:
+        name = client.read_flow_run(UUID(report.run_id)).name
+    assert name == "lightweight-consolidation | maya, raj | as of 2025-07-01 00:00:00 (dry run)"

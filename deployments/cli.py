@@ -11,8 +11,8 @@ import json
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
-from pathlib import Path
 from datetime import datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from models.config import ConsolidationConfig

@@ -11,6 +11,13 @@ import os
 from collections import defaultdict
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+from models.store import Store
+from tasks.blocks import SEPARATOR
+
+if TYPE_CHECKING:
+    from tasks.step import StepReport
 
 SAMPLE_STORE = Path(__file__).resolve().parent / "sample" / "sample_store.jsonl"
 DEFAULT_DEMO_DB = Path(".reverie") / "demo.db"
@@ -32,7 +39,6 @@ def run_demo(database: Path | None = None) -> int:
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
 
     from flows.full_consolidation import full_consolidation
-    from models.store import Store
 
     store = Store(url)
     print(f"Reverie demo: store {path}")
@@ -47,36 +53,11 @@ def run_demo(database: Path | None = None) -> int:
     print(f"Running full consolidation as of {DEMO_AS_OF:%Y-%m-%d} (Prefect, no server)...")
     report = full_consolidation(profile=None, as_of=DEMO_AS_OF)
 
-    steps: dict[str, dict[str, object]] = defaultdict(dict)
+    steps: dict[str, dict[str, StepReport]] = defaultdict(dict)
     for step in report.steps:
         steps[step.profile][step.step] = step
     for p in profiles:
-        after = store.counts(p)
-        s = steps[p]
-        dedup, decay, promote = s["dedup"], s["decay_edges"], s["promote"]
-        print()
-        print(f"== {p}: hot {before[p]['hot']} -> {after['hot']}, cold {after['cold']}")
-        print(
-            f"   merged {dedup.facts['groups']} near-duplicate groups "  # type: ignore[attr-defined]
-            f"({dedup.facts['archived']} originals kept in cold); "  # type: ignore[attr-defined]
-            f"promoted {promote.changed}; "  # type: ignore[attr-defined]
-            f"edges decayed {decay.facts['decayed']}, pruned {decay.facts['pruned']}"  # type: ignore[attr-defined]
-        )
-        for change in dedup.changes:  # type: ignore[attr-defined]
-            print(f"   merged: {store.get(change.target).content}  [{change.detail.split(' ')[0]} memories]")
-        top = s["graph_importance"].facts["top"][:3]  # type: ignore[attr-defined]
-        print("   top PageRank:")
-        for mid in top:
-            m = store.get(mid)
-            print(f"     {m.pagerank:.4f}  {m.content}")  # type: ignore[union-attr]
-        print("   Core Memory:")
-        for block in store.blocks(p):
-            first = block.content.split("\n---\n")[0] if block.content else "(empty)"
-            more = block.content.count("\n---\n")
-            print(
-                f"     {block.block_type:<20} {len(block.content):>3} chars  {first[:70]}"
-                + (f"  (+{more} more)" if more else "")
-            )
+        _print_profile(store, p, before[p], steps[p])
     print()
     print("Explore it:")
     print(f"  export REVERIE_DATABASE_URL={url}")
@@ -84,3 +65,30 @@ def run_demo(database: Path | None = None) -> int:
     print("  reverie blocks --profile raj")
     print("  reverie consolidate full --profile maya --as-of 2025-07-01 --dry-run")
     return 0
+
+
+def _print_profile(
+    store: Store, profile: str, before: dict[str, int], steps: dict[str, StepReport]
+) -> None:
+    after = store.counts(profile)
+    dedup, decay = steps["dedup"], steps["decay_edges"]
+    print()
+    print(f"== {profile}: hot {before['hot']} -> {after['hot']}, cold {after['cold']}")
+    print(
+        f"   merged {dedup.facts['groups']} near-duplicate groups "
+        f"({dedup.facts['archived']} originals kept in cold); "
+        f"promoted {steps['promote'].changed}; "
+        f"edges decayed {decay.facts['decayed']}, pruned {decay.facts['pruned']}"
+    )
+    for change in dedup.changes:
+        members = change.detail.split(" ")[0]
+        print(f"   merged: {store.get(change.target).content}  [{members} memories]")
+    print("   top PageRank:")
+    for mid in steps["graph_importance"].facts["top"][:3]:
+        m = store.get(mid)
+        print(f"     {m.pagerank:.4f}  {m.content}")
+    print("   Core Memory:")
+    for block in store.blocks(profile):
+        facts = block.content.split(SEPARATOR) if block.content else ["(empty)"]
+        more = f"  (+{len(facts) - 1} more)" if len(facts) > 1 else ""
+        print(f"     {block.block_type:<20} {len(block.content):>3} chars  {facts[0][:70]}{more}")

@@ -24,7 +24,9 @@ def artifact_key(report: RunReport, suffix: str = "") -> str:
 
 
 def markdown(report: RunReport) -> str:
-    title = report.flow.replace("-", " ").capitalize() + (" (dry run: nothing written)" if report.dry_run else "")
+    title = report.flow.replace("-", " ").capitalize()
+    if report.dry_run:
+        title += " (dry run: nothing written)"
     lines = [
         f"# {title}",
         "",
@@ -37,7 +39,8 @@ def markdown(report: RunReport) -> str:
     ]
     for s in report.steps:
         lines.append(
-            f"| {s.profile} | {s.step} | {s.examined} | {s.changed} | {s.skipped} | {s.seconds:.3f} |"
+            f"| {s.profile} | {s.step} | {s.examined} | {s.changed} | {s.skipped} "
+            f"| {s.seconds:.3f} |"
         )
     for s in report.steps:
         if not (s.changes or s.notes):

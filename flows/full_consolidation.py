@@ -17,9 +17,9 @@ from __future__ import annotations
 from datetime import datetime
 
 from prefect import flow
+from prefect.futures import PrefectFuture
 
-from flows.artifacts import publish
-from flows.run import ProfileSelector, RunReport, new_report, prepare_run, run_name, working_store
+from flows.run import ProfileSelector, RunReport, run_for_profiles, run_name
 from models.config import ConsolidationConfig
 from tasks.blocks import compile_blocks_task
 from tasks.dedup import dedup_task
@@ -27,6 +27,7 @@ from tasks.edge_decay import decay_edges_task
 from tasks.importance import graph_importance_task
 from tasks.linking import link_summaries_task
 from tasks.promote import promote_task
+from tasks.step import StepArgs, StepReport
 
 FLOW_NAME = "full-consolidation"
 
@@ -40,19 +41,14 @@ def full_consolidation(
 ) -> RunReport:
     """Merge near-duplicates, recompile Core Memory, promote, decay edges, link new
     summaries and rescore the graph, for one profile, several, or all (``None``)."""
-    plan = prepare_run(FLOW_NAME, profile, as_of, dry_run, config)
-    report = new_report(plan)
-    with working_store(plan) as url:
-        futures = []
-        for p in plan.profiles:
-            args = (url, p, plan.as_of, plan.config)
-            dedup = dedup_task.submit(*args, plan.run_id)
-            decay = decay_edges_task.submit(*args)
-            promote = promote_task.submit(*args, wait_for=[dedup])
-            blocks = compile_blocks_task.submit(*args, wait_for=[dedup])
-            link = link_summaries_task.submit(*args, wait_for=[dedup])
-            graph = graph_importance_task.submit(*args, wait_for=[decay, link])
-            futures += [dedup, blocks, promote, decay, link, graph]
-        report.steps = [f.result() for f in futures]
-    publish(report)
-    return report
+    return run_for_profiles(FLOW_NAME, profile, as_of, dry_run, config, consolidate_profile)
+
+
+def consolidate_profile(args: StepArgs) -> list[PrefectFuture[StepReport]]:
+    dedup = dedup_task.submit(args)
+    decay = decay_edges_task.submit(args)
+    promote = promote_task.submit(args, wait_for=[dedup])
+    blocks = compile_blocks_task.submit(args, wait_for=[dedup])
+    link = link_summaries_task.submit(args, wait_for=[dedup])
+    graph = graph_importance_task.submit(args, wait_for=[decay, link])
+    return [dedup, blocks, promote, decay, link, graph]

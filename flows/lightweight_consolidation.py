@@ -14,12 +14,13 @@ from __future__ import annotations
 from datetime import datetime
 
 from prefect import flow
+from prefect.futures import PrefectFuture
 
-from flows.artifacts import publish
-from flows.run import ProfileSelector, RunReport, new_report, prepare_run, run_name, working_store
+from flows.run import ProfileSelector, RunReport, run_for_profiles, run_name
 from models.config import ConsolidationConfig
 from tasks.blocks import compile_blocks_task
 from tasks.edge_decay import decay_edges_task
+from tasks.step import StepArgs, StepReport
 
 FLOW_NAME = "lightweight-consolidation"
 
@@ -32,13 +33,8 @@ def lightweight_consolidation(
     config: ConsolidationConfig | None = None,
 ) -> RunReport:
     """Recompile the Core Memory blocks and decay idle association edges."""
-    plan = prepare_run(FLOW_NAME, profile, as_of, dry_run, config)
-    report = new_report(plan)
-    with working_store(plan) as url:
-        futures = []
-        for p in plan.profiles:
-            args = (url, p, plan.as_of, plan.config)
-            futures += [compile_blocks_task.submit(*args), decay_edges_task.submit(*args)]
-        report.steps = [f.result() for f in futures]
-    publish(report)
-    return report
+    return run_for_profiles(FLOW_NAME, profile, as_of, dry_run, config, refresh_profile)
+
+
+def refresh_profile(args: StepArgs) -> list[PrefectFuture[StepReport]]:
+    return [compile_blocks_task.submit(args), decay_edges_task.submit(args)]

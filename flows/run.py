@@ -17,12 +17,14 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from prefect.futures import PrefectFuture
+
 from models.config import ConsolidationConfig
 from models.db import copy_profiles, dispose
 from models.settings import get_settings
 from models.store import Store
 from models.timestamps import iso, to_utc_naive, utcnow
-from tasks.step import StepReport
+from tasks.step import StepArgs, StepReport
 
 ProfileSelector = str | list[str] | None
 
@@ -136,5 +138,29 @@ def _flow_run_id() -> str | None:
         return None
 
 
-def new_report(plan: RunPlan) -> RunReport:
-    return RunReport(plan.flow, plan.profiles, iso(plan.as_of) or "", plan.dry_run, plan.run_id)
+ProfileDag = Callable[[StepArgs], list[PrefectFuture[StepReport]]]
+
+
+def run_for_profiles(
+    flow: str,
+    profile: ProfileSelector,
+    as_of: datetime | None,
+    dry_run: bool,
+    config: ConsolidationConfig | None,
+    dag: ProfileDag,
+) -> RunReport:
+    """Resolve a flow's parameters, submit ``dag`` for every selected profile (they run
+    side by side), collect the steps' reports and publish them as artifacts."""
+    from flows.artifacts import publish
+
+    plan = prepare_run(flow, profile, as_of, dry_run, config)
+    report = RunReport(plan.flow, plan.profiles, iso(plan.as_of) or "", plan.dry_run, plan.run_id)
+    with working_store(plan) as url:
+        futures = [
+            future
+            for p in plan.profiles
+            for future in dag(StepArgs(url, p, plan.as_of, plan.config, plan.run_id))
+        ]
+        report.steps = [f.result() for f in futures]
+    publish(report)
+    return report

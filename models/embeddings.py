@@ -22,7 +22,7 @@ UNIT_TOLERANCE = 1e-6
 
 log = logging.getLogger(__name__)
 
-_models: dict[str, "Embedder"] = {}
+_models: dict[str, Embedder] = {}
 _models_lock = threading.Lock()
 
 
@@ -58,7 +58,9 @@ class Embedder:
 
         out = np.empty((len(texts), self.dimension), dtype=np.float32)
         starts = range(0, len(texts), self.batch_size)
-        bar = tqdm(starts, desc="embedding", unit="batch", disable=not progress or None, leave=False)
+        # disable=None lets tqdm hide itself when stderr is not a terminal.
+        bar = tqdm(starts, desc="embedding", unit="batch", disable=None if progress else True,
+                   leave=False)
         with self._lock:
             for start in bar:
                 batch = texts[start : start + self.batch_size]

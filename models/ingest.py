@@ -321,6 +321,7 @@ def read_jsonl(path: Path) -> Iterator[tuple[str, object | RecordError]]:
             try:
                 yield where, json.loads(line)
             except json.JSONDecodeError as exc:
-                yield where, RecordError(where, None, f"is not valid JSON: {exc.msg} at column {exc.colno}")
+                message = f"is not valid JSON: {exc.msg} at column {exc.colno}"
+                yield where, RecordError(where, None, message)
             except RecursionError:
                 yield where, RecordError(where, None, "is nested too deeply")

@@ -12,7 +12,6 @@ from __future__ import annotations
 from typing import Any
 
 from pydantic import NaiveDatetime
-
 from sqlalchemy import JSON, Column, Index, LargeBinary, UniqueConstraint
 from sqlmodel import Field, SQLModel
 

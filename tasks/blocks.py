@@ -23,11 +23,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from datetime import datetime
 
-from models.config import BlocksConfig, ConsolidationConfig
+from models.config import BlocksConfig
 from models.records import BlockPlan, MemoryView
 from models.store import Store
 from models.tables import ACTIVE, HOT, PROMOTED
-from tasks.step import Change, StepReport, preview, step_task, timed
+from tasks.step import Change, StepArgs, StepReport, preview, step_task
 from tasks.summarize import Summarizer, summarizer_for
 
 USER_PROFILE = "user_profile"
@@ -188,39 +188,30 @@ def plan_blocks(
     return plans, notes
 
 
-def compile_blocks(
-    store: Store, profile: str, as_of: datetime, config: ConsolidationConfig
-) -> StepReport:
+def compile_blocks(store: Store, args: StepArgs) -> StepReport:
     """Recompile the profile's five blocks; a block's version moves when its text does."""
-
-    def body() -> StepReport:
-        memories = store.memories(profile)
-        plans, notes = plan_blocks(
-            memories, as_of, config.blocks, summarizer_for(config.summarizer)
-        )
-        changed = set(store.upsert_blocks(profile, plans, as_of))
-        report = StepReport("compile_blocks", profile, examined=len(memories), notes=notes)
-        for plan in plans:
-            if plan.block_type in changed:
-                report.changes.append(
-                    Change(
-                        "compiled", plan.block_type,
-                        f"{len(plan.content)} chars from {len(plan.source_ids)} memories "
-                        f"({plan.mode})",
-                        preview(plan.content),
-                    )
+    profile, as_of, config = args.profile, args.as_of, args.config
+    memories = store.memories(profile)
+    plans, notes = plan_blocks(
+        memories, as_of, config.blocks, summarizer_for(config.summarizer)
+    )
+    changed = set(store.upsert_blocks(profile, plans, as_of))
+    report = StepReport("compile_blocks", profile, examined=len(memories), notes=notes)
+    for plan in plans:
+        if plan.block_type in changed:
+            report.changes.append(
+                Change(
+                    "compiled", plan.block_type,
+                    f"{len(plan.content)} chars from {len(plan.source_ids)} memories "
+                    f"({plan.mode})",
+                    preview(plan.content),
                 )
-        report.facts = {
-            "chars": {p.block_type: len(p.content) for p in plans},
-            "total_chars": sum(len(p.content) for p in plans),
-        }
-        return report
+            )
+    report.facts = {
+        "chars": {p.block_type: len(p.content) for p in plans},
+        "total_chars": sum(len(p.content) for p in plans),
+    }
+    return report
 
-    return timed("compile_blocks", profile, body)
 
-
-@step_task("compile_blocks")
-def compile_blocks_task(
-    store_url: str, profile: str, as_of: datetime, config: ConsolidationConfig
-) -> StepReport:
-    return compile_blocks(Store(store_url), profile, as_of, config)
+compile_blocks_task = step_task("compile_blocks", compile_blocks)

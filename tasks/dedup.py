@@ -21,14 +21,15 @@ from dataclasses import replace
 from datetime import datetime
 
 import numpy as np
+
 from models import ids
-from models.config import ConsolidationConfig, DedupConfig
+from models.config import DedupConfig
 from models.embeddings import to_blob
 from models.records import MemoryView, SummaryPlan
 from models.store import Store
 from models.tables import ACTIVE, DEDUP_SUMMARY, HOT, PROMOTED, SUMMARY_ORIGINS
-from tasks.step import Change, StepReport, preview, step_task, timed
 from tasks.similarity import radius_neighbours
+from tasks.step import Change, StepArgs, StepReport, preview, step_task
 from tasks.summarize import Summarizer, merged_attributes, summarizer_for
 
 OPERATION = DEDUP_SUMMARY
@@ -129,39 +130,34 @@ def plan_dedup(
     return plans
 
 
-def dedup(
-    store: Store, profile: str, as_of: datetime, config: ConsolidationConfig, run_id: str | None
-) -> StepReport:
+def dedup(store: Store, args: StepArgs) -> StepReport:
     """Merge near-duplicates of one profile into summaries; originals go cold."""
-
-    def body() -> StepReport:
-        memories, vectors = store.snapshot(profile)
-        summaries = [m.id for m in memories if m.origin in SUMMARY_ORIGINS]
-        plans = plan_dedup(
-            profile, memories, vectors, store.originals_of(profile, summaries), as_of,
-            config.dedup, summarizer_for(config.summarizer),
-        )
-        plans = _embed_new_wordings(store, plans)
-        store.apply_summaries(profile, plans, as_of, run_id)
-        report = StepReport("dedup", profile, examined=sum(is_candidate(m, as_of) for m in memories))
-        for plan in plans:
-            report.changes.append(
-                Change(
-                    "merged", plan.summary_id,
-                    f"{len(plan.member_ids)} near-duplicates at cosine >= "
-                    f"{config.dedup.similarity} (representative {plan.representative_id})"
-                    + (f", absorbing {len(plan.absorbed_ids)} earlier summaries"
-                       if plan.absorbed_ids else ""),
-                    preview(plan.content),
-                )
+    profile, as_of, config = args.profile, args.as_of, args.config
+    memories, vectors = store.snapshot(profile)
+    summaries = [m.id for m in memories if m.origin in SUMMARY_ORIGINS]
+    plans = plan_dedup(
+        profile, memories, vectors, store.originals_of(profile, summaries), as_of,
+        config.dedup, summarizer_for(config.summarizer),
+    )
+    plans = _embed_new_wordings(store, plans)
+    store.apply_summaries(profile, plans, as_of, args.run_id)
+    report = StepReport("dedup", profile, examined=sum(is_candidate(m, as_of) for m in memories))
+    for plan in plans:
+        report.changes.append(
+            Change(
+                "merged", plan.summary_id,
+                f"{len(plan.member_ids)} near-duplicates at cosine >= "
+                f"{config.dedup.similarity} (representative {plan.representative_id})"
+                + (f", absorbing {len(plan.absorbed_ids)} earlier summaries"
+                   if plan.absorbed_ids else ""),
+                preview(plan.content),
             )
-        report.facts = {
-            "groups": len(plans),
-            "archived": sum(len(p.member_ids) for p in plans),
-        }
-        return report
-
-    return timed("dedup", profile, body)
+        )
+    report.facts = {
+        "groups": len(plans),
+        "archived": sum(len(p.member_ids) for p in plans),
+    }
+    return report
 
 
 def _embed_new_wordings(store: Store, plans: list[SummaryPlan]) -> list[SummaryPlan]:
@@ -181,8 +177,4 @@ def _with_vector(plan: SummaryPlan, vector: np.ndarray, model: str) -> SummaryPl
     return replace(plan, embedding=to_blob(vector), embedding_model=model)
 
 
-@step_task("dedup")
-def dedup_task(
-    store_url: str, profile: str, as_of: datetime, config: ConsolidationConfig, run_id: str | None
-) -> StepReport:
-    return dedup(Store(store_url), profile, as_of, config, run_id)
+dedup_task = step_task("dedup", dedup)

@@ -15,11 +15,11 @@ import math
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
-from models.config import ConsolidationConfig, EdgeDecayConfig
+from models.config import EdgeDecayConfig
 from models.records import EdgeView
 from models.store import Store
 from models.tables import ASSOCIATION
-from tasks.step import Change, StepReport, step_task, timed
+from tasks.step import Change, StepArgs, StepReport, step_task
 
 SECONDS_PER_DAY = 86_400.0
 
@@ -48,35 +48,26 @@ def plan_edge_decay(
     return reweigh, prune
 
 
-def decay_edges(
-    store: Store, profile: str, as_of: datetime, config: ConsolidationConfig
-) -> StepReport:
+def decay_edges(store: Store, args: StepArgs) -> StepReport:
     """Reweigh the profile's idle association edges from their base weight; prune the weakest."""
-
-    def body() -> StepReport:
-        cutoff = as_of - timedelta(days=config.edge_decay.inactive_days)
-        edges = store.association_edges_to_decay(profile, cutoff)
-        reweigh, prune = plan_edge_decay(edges, as_of, config.edge_decay)
-        store.update_edge_weights(
-            profile, [(e.id, w) for e, w in reweigh], [e.id for e, _ in prune]
+    profile, as_of, config = args.profile, args.as_of, args.config
+    cutoff = as_of - timedelta(days=config.edge_decay.inactive_days)
+    edges = store.association_edges_to_decay(profile, cutoff)
+    reweigh, prune = plan_edge_decay(edges, as_of, config.edge_decay)
+    store.update_edge_weights(
+        profile, [(e.id, w) for e, w in reweigh], [e.id for e, _ in prune]
+    )
+    report = StepReport("decay_edges", profile, examined=len(edges))
+    for edge, weight in reweigh:
+        report.changes.append(
+            Change("decayed", edge.id, f"{edge.weight:.4f} -> {weight:.4f}")
         )
-        report = StepReport("decay_edges", profile, examined=len(edges))
-        for edge, weight in reweigh:
-            report.changes.append(
-                Change("decayed", edge.id, f"{edge.weight:.4f} -> {weight:.4f}")
-            )
-        for edge, weight in prune:
-            report.changes.append(
-                Change("pruned", edge.id, f"weight {weight:.4f} < {config.edge_decay.prune_below}")
-            )
-        report.facts = {"decayed": len(reweigh), "pruned": len(prune)}
-        return report
-
-    return timed("decay_edges", profile, body)
+    for edge, weight in prune:
+        report.changes.append(
+            Change("pruned", edge.id, f"weight {weight:.4f} < {config.edge_decay.prune_below}")
+        )
+    report.facts = {"decayed": len(reweigh), "pruned": len(prune)}
+    return report
 
 
-@step_task("decay_edges")
-def decay_edges_task(
-    store_url: str, profile: str, as_of: datetime, config: ConsolidationConfig
-) -> StepReport:
-    return decay_edges(Store(store_url), profile, as_of, config)
+decay_edges_task = step_task("decay_edges", decay_edges)

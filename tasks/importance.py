@@ -8,44 +8,32 @@ yields the same scores and community numbers (see ``tasks.graph``).
 
 from __future__ import annotations
 
-from datetime import datetime
-
-from models.config import ConsolidationConfig
 from models.store import Store
 from tasks.graph import importance
-from tasks.step import Change, StepReport, step_task, timed
+from tasks.step import Change, StepArgs, StepReport, step_task
 
 TOP_REPORTED = 5
 
 
-def graph_importance(
-    store: Store, profile: str, as_of: datetime, config: ConsolidationConfig
-) -> StepReport:
+def graph_importance(store: Store, args: StepArgs) -> StepReport:
     """Recompute and store PageRank and community of the profile's hot memories."""
-
-    def body() -> StepReport:
-        nodes = store.memory_ids(profile)
-        edges = [(e.source_id, e.target_id, e.weight) for e in store.edges(profile)]
-        scores = importance(nodes, edges, config.graph.damping, config.graph.community_seed)
-        store.set_graph_scores(profile, scores)
-        report = StepReport("graph_importance", profile, examined=len(nodes))
-        top = sorted(scores, key=lambda sc: (-sc.pagerank, sc.memory_id))[:TOP_REPORTED]
-        report.changes = [
-            Change("scored", sc.memory_id, f"pagerank {sc.pagerank:.5f}, community {sc.community}")
-            for sc in top
-        ]
-        report.facts = {
-            "edges": len(edges),
-            "communities": len({sc.community for sc in scores}),
-            "top": [sc.memory_id for sc in top],
-        }
-        return report
-
-    return timed("graph_importance", profile, body)
+    profile, config = args.profile, args.config
+    nodes = store.memory_ids(profile)
+    edges = [(e.source_id, e.target_id, e.weight) for e in store.edges(profile)]
+    scores = importance(nodes, edges, config.graph.damping, config.graph.community_seed)
+    store.set_graph_scores(profile, scores)
+    report = StepReport("graph_importance", profile, examined=len(nodes))
+    top = sorted(scores, key=lambda sc: (-sc.pagerank, sc.memory_id))[:TOP_REPORTED]
+    report.changes = [
+        Change("scored", sc.memory_id, f"pagerank {sc.pagerank:.5f}, community {sc.community}")
+        for sc in top
+    ]
+    report.facts = {
+        "edges": len(edges),
+        "communities": len({sc.community for sc in scores}),
+        "top": [sc.memory_id for sc in top],
+    }
+    return report
 
 
-@step_task("graph_importance")
-def graph_importance_task(
-    store_url: str, profile: str, as_of: datetime, config: ConsolidationConfig
-) -> StepReport:
-    return graph_importance(Store(store_url), profile, as_of, config)
+graph_importance_task = step_task("graph_importance", graph_importance)

@@ -9,15 +9,15 @@ run", so a run that stopped after merging links its summaries when run again.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
 
 import numpy as np
-from models.config import ConsolidationConfig, LinkConfig
+
+from models.config import LinkConfig
 from models.records import MemoryView, NewEdge
 from models.store import Store
 from models.tables import ASSOCIATION, SUMMARY_ORIGINS
-from tasks.step import Change, StepReport, step_task, timed
 from tasks.similarity import radius_neighbours
+from tasks.step import Change, StepArgs, StepReport, step_task
 
 
 def needs_link(memory: MemoryView) -> bool:
@@ -42,31 +42,22 @@ def plan_links(
     return [memories[i].id for i in rows], edges
 
 
-def link_summaries(
-    store: Store, profile: str, as_of: datetime, config: ConsolidationConfig
-) -> StepReport:
+def link_summaries(store: Store, args: StepArgs) -> StepReport:
     """Add association edges from each unlinked summary of the profile to its neighbours."""
-
-    def body() -> StepReport:
-        memories, vectors = store.snapshot(profile)
-        linked, edges = plan_links(memories, vectors, config.linking)
-        store.link(profile, linked, edges, as_of)
-        report = StepReport("link_summaries", profile, examined=len(linked))
-        per_summary: dict[str, int] = {sid: 0 for sid in linked}
-        for e in edges:
-            per_summary[e.source_id] += 1
-        report.changes = [
-            Change("linked", sid, f"{n} neighbours at cosine >= {config.linking.similarity}")
-            for sid, n in per_summary.items()
-        ]
-        report.facts = {"edges": len(edges)}
-        return report
-
-    return timed("link_summaries", profile, body)
+    profile, as_of, config = args.profile, args.as_of, args.config
+    memories, vectors = store.snapshot(profile)
+    linked, edges = plan_links(memories, vectors, config.linking)
+    store.link(profile, linked, edges, as_of)
+    report = StepReport("link_summaries", profile, examined=len(linked))
+    per_summary: dict[str, int] = {sid: 0 for sid in linked}
+    for e in edges:
+        per_summary[e.source_id] += 1
+    report.changes = [
+        Change("linked", sid, f"{n} neighbours at cosine >= {config.linking.similarity}")
+        for sid, n in per_summary.items()
+    ]
+    report.facts = {"edges": len(edges)}
+    return report
 
 
-@step_task("link_summaries")
-def link_summaries_task(
-    store_url: str, profile: str, as_of: datetime, config: ConsolidationConfig
-) -> StepReport:
-    return link_summaries(Store(store_url), profile, as_of, config)
+link_summaries_task = step_task("link_summaries", link_summaries)

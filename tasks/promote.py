@@ -13,11 +13,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from models.config import ConsolidationConfig, PromotionConfig
+from models.config import PromotionConfig
 from models.records import MemoryView
 from models.store import Store
 from models.tables import ACTIVE, HOT, PROMOTED
-from tasks.step import Change, StepReport, preview, step_task, timed
+from tasks.step import Change, StepArgs, StepReport, preview, step_task
 
 
 def is_eligible(memory: MemoryView, as_of: datetime, config: PromotionConfig) -> bool:
@@ -47,24 +47,17 @@ def plan_promotions(
     return out
 
 
-def promote(store: Store, profile: str, as_of: datetime, config: ConsolidationConfig) -> StepReport:
+def promote(store: Store, args: StepArgs) -> StepReport:
     """Set the lifecycle of the profile's hot memories from their use, trust and validity."""
-
-    def body() -> StepReport:
-        memories = store.memories(profile)
-        plan = plan_promotions(memories, as_of, config.promotion)
-        store.set_lifecycles(profile, [(m.id, lifecycle) for m, lifecycle, _ in plan])
-        report = StepReport("promote", profile, examined=len(memories))
-        for m, lifecycle, why in plan:
-            action = "promoted" if lifecycle == PROMOTED else "demoted"
-            report.changes.append(Change(action, m.id, why, preview(m.content)))
-        return report
-
-    return timed("promote", profile, body)
+    profile, as_of, config = args.profile, args.as_of, args.config
+    memories = store.memories(profile)
+    plan = plan_promotions(memories, as_of, config.promotion)
+    store.set_lifecycles(profile, [(m.id, lifecycle) for m, lifecycle, _ in plan])
+    report = StepReport("promote", profile, examined=len(memories))
+    for m, lifecycle, why in plan:
+        action = "promoted" if lifecycle == PROMOTED else "demoted"
+        report.changes.append(Change(action, m.id, why, preview(m.content)))
+    return report
 
 
-@step_task("promote")
-def promote_task(
-    store_url: str, profile: str, as_of: datetime, config: ConsolidationConfig
-) -> StepReport:
-    return promote(Store(store_url), profile, as_of, config)
+promote_task = step_task("promote", promote)

@@ -1,8 +1,9 @@
 """The contract every consolidation step keeps: how it runs and what it reports.
 
-A step is a Prefect task with retries over a function that reads a snapshot, plans
-in pure code and writes the plan in one transaction; a retry therefore starts from
-whatever the last attempt committed. It returns a report of how much it examined,
+A step is a function ``(store, StepArgs) -> StepReport`` that reads a snapshot of one
+profile, plans in pure code and writes the plan in one transaction; ``step_task``
+makes it a Prefect task with retries, and a retry starts from whatever the last
+attempt committed. It returns a report of how much it examined,
 what it changed and why. Reports are plain data: a dry run returns the very report
 the real run would, and flows turn reports into Prefect artifacts. Memory content
 appears only as a short preview, cut to ``REVERIE_ARTIFACT_CONTENT_CHARS`` (0 hides it).
@@ -14,16 +15,28 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any, TypeVar
+from datetime import datetime
+from typing import Any
 
-from prefect import task
+from prefect import Task, task
 from prefect.cache_policies import NO_CACHE
 
+from models.config import ConsolidationConfig
 from models.settings import get_settings
-
-F = TypeVar("F", bound=Callable[..., Any])
+from models.store import Store
 
 log = logging.getLogger("reverie.steps")
+
+
+@dataclass(frozen=True, slots=True)
+class StepArgs:
+    """What a step is told: which store, which profile, the run's 'now' and knobs."""
+
+    store_url: str
+    profile: str
+    as_of: datetime
+    config: ConsolidationConfig
+    run_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,18 +79,6 @@ def preview(text: str | None, chars: int | None = None) -> str | None:
     return flat if len(flat) <= limit else flat[: max(limit - 1, 0)] + "…"
 
 
-def timed(step: str, profile: str, body: Callable[[], StepReport]) -> StepReport:
-    """Run a step body, time it, and log its counts (never memory content)."""
-    started = time.perf_counter()
-    report = body()
-    report.seconds = round(time.perf_counter() - started, 4)
-    _logger().info(
-        "step=%s profile=%s examined=%d changed=%d skipped=%d seconds=%.3f",
-        step, profile, report.examined, report.changed, report.skipped, report.seconds,
-    )
-    return report
-
-
 def _logger() -> logging.Logger | logging.LoggerAdapter:  # type: ignore[type-arg]
     try:
         from prefect.logging import get_run_logger
@@ -87,17 +88,38 @@ def _logger() -> logging.Logger | logging.LoggerAdapter:  # type: ignore[type-ar
         return log
 
 
-def step_task(name: str) -> Callable[[F], F]:
-    """Make a step function a Prefect task: retried on failure, never cached (it writes)."""
+StepFunction = Callable[[Store, StepArgs], StepReport]
 
-    def wrap(fn: F) -> F:
-        return task(  # type: ignore[return-value]
-            fn,
-            name=name,
-            retries=2,
-            retry_delay_seconds=1,
-            cache_policy=NO_CACHE,
-            task_run_name=f"{name}/{{profile}}",
-        )
 
-    return wrap
+def run_step(name: str, fn: StepFunction, args: StepArgs) -> StepReport:
+    """Run one step on its store, time it, and log its counts (never memory content)."""
+    started = time.perf_counter()
+    report = fn(Store(args.store_url), args)
+    report.seconds = round(time.perf_counter() - started, 4)
+    _logger().info(
+        "step=%s profile=%s examined=%d changed=%d skipped=%d seconds=%.3f",
+        name, args.profile, report.examined, report.changed, report.skipped, report.seconds,
+    )
+    return report
+
+
+def step_task(name: str, fn: StepFunction) -> Task[[StepArgs], StepReport]:
+    """The Prefect task running step ``fn``: retried on failure, never cached (it writes)."""
+
+    def run(args: StepArgs) -> StepReport:
+        return run_step(name, fn, args)
+
+    def run_name() -> str:
+        from prefect.runtime import task_run
+
+        return f"{name}/{task_run.parameters['args'].profile}"
+
+    run.__doc__ = fn.__doc__
+    return task(
+        run,
+        name=name,
+        retries=2,
+        retry_delay_seconds=1,
+        cache_policy=NO_CACHE,
+        task_run_name=run_name,
+    )

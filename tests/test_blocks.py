@@ -1,15 +1,26 @@
 from datetime import timedelta
 
-from factories import AS_OF, view
 from models.config import BlocksConfig
 from models.records import MemoryView
 from models.tables import ARCHIVED, COLD
 from tasks.blocks import (
-    ACTIVE_DECISIONS, BEHAVIORAL_PATTERNS, BLOCK_TYPES, ELLIPSIS, LEARNED_PREFERENCES,
-    PROJECT_CONTEXT, SEPARATOR, USER_PROFILE, block_sources, cut_words, enforce_total,
-    fit_facts, plan_blocks,
+    ACTIVE_DECISIONS,
+    BEHAVIORAL_PATTERNS,
+    BLOCK_TYPES,
+    ELLIPSIS,
+    LEARNED_PREFERENCES,
+    PROJECT_CONTEXT,
+    SEPARATOR,
+    USER_PROFILE,
+    block_sources,
+    cut_words,
+    enforce_total,
+    fit_facts,
+    plan_blocks,
 )
 from tasks.summarize import RulesSummarizer
+
+from factories import AS_OF, view
 
 CONFIG = BlocksConfig()
 

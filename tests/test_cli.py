@@ -59,7 +59,7 @@ def test_get_recall_export_and_blocks(
 
     out_file = tmp_path / "ana.jsonl"
     assert main(["export", "--profile", "ana", "--output", str(out_file)]) == EXIT_OK
-    assert [json.loads(l)["type"] for l in out_file.read_text().splitlines()] == ["memory"]
+    assert [json.loads(line)["type"] for line in out_file.read_text().splitlines()] == ["memory"]
 
     assert main(["blocks", "--profile", "ana"]) == EXIT_OK
     assert "no blocks yet" in capsys.readouterr().out

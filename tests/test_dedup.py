@@ -2,11 +2,12 @@ from datetime import timedelta
 
 import numpy as np
 
-from factories import AS_OF, at_cosine, axis, below, view
 from models.config import DedupConfig
 from models.tables import COLD, DEDUP_SUMMARY, PROMOTED
 from tasks.dedup import duplicate_groups, is_candidate, plan_dedup, representative_order
 from tasks.summarize import RulesSummarizer
+
+from factories import AS_OF, at_cosine, axis, below, view
 
 CONFIG = DedupConfig()
 

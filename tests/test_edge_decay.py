@@ -3,11 +3,12 @@ from datetime import timedelta
 
 import pytest
 
-from factories import AS_OF
 from models.config import EdgeDecayConfig
 from models.records import EdgeView
 from models.tables import ASSOCIATION, CONSOLIDATION, SUMMARIZES
 from tasks.edge_decay import decayed_weight, plan_edge_decay
+
+from factories import AS_OF
 
 CONFIG = EdgeDecayConfig()
 

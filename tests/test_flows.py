@@ -12,7 +12,6 @@ import pytest
 
 from flows.full_consolidation import full_consolidation
 from flows.lightweight_consolidation import lightweight_consolidation
-from models.db import dispose
 from models.errors import NotFoundError
 from models.export import export_jsonl, export_rows
 from models.store import Store
@@ -33,10 +32,22 @@ def rows(store: Store, profile: str, kind: str) -> list[dict]:
     return [r for r in export_rows(store.url, profile) if r["type"] == kind]
 
 
-def copy_of(template: Path, folder: Path, name: str) -> Store:
+def use_copy(template: Path, folder: Path, name: str, monkeypatch: pytest.MonkeyPatch) -> Store:
+    """A copy of the sample store that the flows (through the settings) now work on."""
     path = folder / f"{name}.db"
     shutil.copyfile(template, path)
-    return Store(f"sqlite:///{path}")
+    store = Store(f"sqlite:///{path}")
+    monkeypatch.setenv("REVERIE_DATABASE_URL", store.url)
+    return store
+
+
+def clean_run_exports(
+    template: Path, folder: Path, monkeypatch: pytest.MonkeyPatch, profile: str | None
+) -> dict[str, str]:
+    """The exports after an undisturbed full consolidation of a fresh copy."""
+    clean = use_copy(template, folder, "clean", monkeypatch)
+    full_consolidation(profile=profile, as_of=AS_OF)
+    return exports(clean)
 
 
 def step(report, profile: str, name: str):
@@ -127,13 +138,8 @@ def test_profiles_never_mix(sample_store: Store) -> None:
 def test_a_step_that_fails_mid_transaction_and_is_retried_ends_like_a_clean_run(
     sample_template: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    clean = copy_of(sample_template, tmp_path, "clean")
-    monkeypatch.setenv("REVERIE_DATABASE_URL", clean.url)
-    full_consolidation(profile=None, as_of=AS_OF)
-    expected = exports(clean)
-
-    flaky = copy_of(sample_template, tmp_path, "flaky")
-    monkeypatch.setenv("REVERIE_DATABASE_URL", flaky.url)
+    expected = clean_run_exports(sample_template, tmp_path, monkeypatch, None)
+    flaky = use_copy(sample_template, tmp_path, "flaky", monkeypatch)
     failures: list[str] = []
     original = Store._upsert_edge
 
@@ -147,20 +153,13 @@ def test_a_step_that_fails_mid_transaction_and_is_retried_ends_like_a_clean_run(
     full_consolidation(profile=None, as_of=AS_OF)
     assert len(failures) == 1
     assert exports(flaky) == expected
-    dispose(clean.url)
-    dispose(flaky.url)
 
 
 def test_a_step_that_fails_after_committing_and_is_retried_ends_like_a_clean_run(
     sample_template: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    clean = copy_of(sample_template, tmp_path, "clean")
-    monkeypatch.setenv("REVERIE_DATABASE_URL", clean.url)
-    full_consolidation(profile="raj", as_of=AS_OF)
-    expected = exports(clean)
-
-    flaky = copy_of(sample_template, tmp_path, "flaky")
-    monkeypatch.setenv("REVERIE_DATABASE_URL", flaky.url)
+    expected = clean_run_exports(sample_template, tmp_path, monkeypatch, "raj")
+    flaky = use_copy(sample_template, tmp_path, "flaky", monkeypatch)
     failures: list[str] = []
     original = Store.apply_summaries
 
@@ -180,13 +179,8 @@ def test_a_step_that_fails_after_committing_and_is_retried_ends_like_a_clean_run
 def test_a_run_that_stops_midway_completes_when_run_again(
     sample_template: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    clean = copy_of(sample_template, tmp_path, "clean")
-    monkeypatch.setenv("REVERIE_DATABASE_URL", clean.url)
-    full_consolidation(profile="maya", as_of=AS_OF)
-    expected = exports(clean)
-
-    broken = copy_of(sample_template, tmp_path, "broken")
-    monkeypatch.setenv("REVERIE_DATABASE_URL", broken.url)
+    expected = clean_run_exports(sample_template, tmp_path, monkeypatch, "maya")
+    broken = use_copy(sample_template, tmp_path, "broken", monkeypatch)
     with monkeypatch.context() as patch:
         def down(*args, **kwargs):  # type: ignore[no-untyped-def]
             raise RuntimeError("injected: linking is down for the whole run")
@@ -273,8 +267,14 @@ def test_the_dedup_boundary_holds_through_ingest_and_the_flow(store: Store) -> N
 
 def test_runs_have_readable_names(sample_store: Store) -> None:
     from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
 
     report = lightweight_consolidation(profile=["maya", "raj"], as_of=AS_OF, dry_run=True)
     with get_client(sync_client=True) as client:
         name = client.read_flow_run(UUID(report.run_id)).name
+        tasks = client.read_task_runs(
+            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[UUID(report.run_id)]))
+        )
     assert name == "lightweight-consolidation | maya, raj | as of 2025-07-01 00:00:00 (dry run)"
+    assert sorted(t.name for t in tasks) == [
+        "compile_blocks/maya", "compile_blocks/raj", "decay_edges/maya", "decay_edges/raj"]

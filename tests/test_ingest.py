@@ -5,12 +5,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from factories import at_cosine, record
 from models import ids
+from models.db import reading
 from models.embeddings import MODEL_NAME, from_blobs
 from models.store import SUPPLIED_EMBEDDING, Store
-from models.db import reading
 from models.tables import HOT, Profile
+
+from factories import at_cosine, record
 
 
 def write_jsonl(path: Path, lines: list[str | dict]) -> Path:

@@ -1,9 +1,10 @@
 from datetime import timedelta
 
-from factories import AS_OF, view
 from models.config import PromotionConfig
 from models.tables import ACTIVE, COLD, PROMOTED
 from tasks.promote import plan_promotions
+
+from factories import AS_OF, view
 
 CONFIG = PromotionConfig()
 

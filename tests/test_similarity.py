@@ -1,9 +1,10 @@
 import numpy as np
 import pytest
 
-from factories import at_cosine, axis, below
 from tasks import similarity
 from tasks.similarity import radius_neighbours, top_k
+
+from factories import at_cosine, axis, below
 
 
 def test_threshold_is_inclusive_in_float32() -> None:

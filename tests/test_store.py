@@ -4,7 +4,6 @@ from datetime import datetime, timedelta
 import pytest
 from sqlalchemy import update
 
-from factories import record
 from models.db import writing
 from models.errors import AmbiguousIdError, NotFoundError
 from models.export import export_jsonl
@@ -12,6 +11,8 @@ from models.records import NewEdge
 from models.store import Store
 from models.tables import ASSOCIATION, COLD, HOT, Memory, Tombstone
 from tasks.recall import recall
+
+from factories import record
 
 T0 = datetime(2025, 3, 1)
 
@@ -89,10 +90,10 @@ def test_export_is_canonical_and_hides_run_ids(store: Store) -> None:
     store.ingest([record("b text", id="b"), record("a text", id="a")], profile="p")
     text = export_jsonl(store.url, "p")
     lines = text.splitlines()
-    assert [l.count('"type": "memory"') for l in lines] == [1, 1]
+    assert [line.count('"type": "memory"') for line in lines] == [1, 1]
     assert text == export_jsonl(store.url, "p")
     assert "embedding_sha256" in lines[0] and '"embedding":' not in text
-    ids_in_order = [json.loads(l)["id"] for l in lines]
+    ids_in_order = [json.loads(line)["id"] for line in lines]
     assert ids_in_order == sorted(ids_in_order)
 
 

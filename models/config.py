@@ -8,6 +8,8 @@ can print exactly what it ran with.
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from models.errors import ConfigError
@@ -69,8 +71,61 @@ class LinkConfig(_Section):
     max_links: int = Field(10, ge=0, le=1000)
 
 
+class DecayConfig(_Section):
+    """Relevance decay (AutoMem's daily task)."""
+
+    base_rate_per_day: float = Field(0.01, ge=0.0, le=1.0)  # AutoMem base_decay_rate
+    access_rate_per_day: float = Field(0.05, ge=0.0, le=1.0)
+    # An access this recent counts in full (factor 1.0).
+    recent_access_hours: float = Field(24.0, ge=0.0)
+    relationship_weight: float = Field(0.3, ge=0.0, le=10.0)  # relationship_preservation
+    # Memories whose importance is not known score as if it were this.
+    default_importance: float = Field(0.5, ge=0.0, le=1.0)
+    default_confidence: float = Field(0.5, ge=0.0, le=1.0)
+    # Optional: decay only memories at least this important (AutoMem's
+    # CONSOLIDATION_DECAY_IMPORTANCE_THRESHOLD); None decays all.
+    importance_threshold: float | None = Field(None, ge=0.0, le=1.0)
+
+
+class CreativeConfig(_Section):
+    """Creative association discovery (AutoMem's weekly task)."""
+
+    sample_size: int = Field(20, ge=2, le=10_000)
+    min_relevance: float = Field(0.3, ge=0.0, le=1.0)  # strictly above
+    contradiction_below: float = Field(0.3, ge=-1.0, le=1.0)
+    explains_above: float = Field(0.5, ge=-1.0, le=1.0)
+    shared_theme_above: float = Field(0.7, ge=-1.0, le=1.0)
+    parallel_below: float = Field(0.4, ge=-1.0, le=1.0)
+    parallel_within_days: float = Field(7.0, ge=0.0)
+
+
+class ClusterConfig(_Section):
+    """Clustering into meta-memories (AutoMem's monthly task)."""
+
+    similarity: float = Field(0.75, ge=0.0, le=1.0)  # inclusive
+    min_cluster_size: int = Field(5, ge=2, le=100_000)
+    min_relevance: float = Field(0.3, ge=0.0, le=1.0)  # strictly above
+    # "components": AutoMem's single linkage (chains join); "leiden": communities on
+    # the same graph, which splits long chains.
+    method: Literal["components", "leiden"] = "components"
+    # A new cluster sharing at least this share of an earlier meta-memory's members
+    # updates that meta-memory instead of adding another.
+    reuse_overlap: float = Field(0.5, gt=0.0, le=1.0)
+    exemplars: int = Field(3, ge=1, le=20)
+
+
+class ForgetConfig(_Section):
+    """Controlled forgetting (AutoMem's task, off by default)."""
+
+    archive_threshold: float = Field(0.0, ge=0.0, le=1.0)  # 0.0 = never archive
+    delete_threshold: float = Field(0.0, ge=0.0, le=1.0)  # 0.0 = never delete
+    grace_period_days: float = Field(90.0, ge=0.0)
+    protected_importance: float = Field(0.7, ge=0.0, le=1.0)  # at or above: kept
+    protected_kinds: tuple[str, ...] = ("decision", "insight")
+
+
 class ConsolidationConfig(_Section):
-    """Everything full and lightweight consolidation read; bounded, immutable."""
+    """Everything Reverie's flows read; bounded, immutable."""
 
     dedup: DedupConfig = DedupConfig()
     blocks: BlocksConfig = BlocksConfig()
@@ -78,6 +133,10 @@ class ConsolidationConfig(_Section):
     edge_decay: EdgeDecayConfig = EdgeDecayConfig()
     graph: GraphConfig = GraphConfig()
     linking: LinkConfig = LinkConfig()
+    decay: DecayConfig = DecayConfig()
+    creative: CreativeConfig = CreativeConfig()
+    cluster: ClusterConfig = ClusterConfig()
+    forget: ForgetConfig = ForgetConfig()
     # "rules" is Mode A (deterministic, no model); LLM modes plug in by name.
     summarizer: str = Field("rules", min_length=1)
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from sqlalchemy import bindparam, delete, func, insert, or_, select, update
+from sqlalchemy import bindparam, delete, false, func, insert, or_, select, update
 from sqlmodel import Session
 
 from models import ids, tables
@@ -624,30 +624,35 @@ class Store:
                     .where(_E.c.id.in_(list(prune)))
                 )
 
-    def set_graph_scores(self, profile: str, scores: Sequence[GraphScore]) -> None:
-        """Store PageRank and community per hot memory; memories outside the graph lose theirs."""
-        scored = {sc.memory_id for sc in scores}
+    def set_graph_scores(self, profile: str, scores: Sequence[GraphScore]) -> list[str]:
+        """Store PageRank and community per hot memory; memories outside the graph lose
+        theirs. Writes only what differs; returns the ids whose scores changed."""
+        wanted = {sc.memory_id: (sc.pagerank, sc.community) for sc in scores}
         with writing(self.url) as s:
-            stale = [
-                mid
-                for mid in s.execute(
-                    select(_M.c.id).where(_M.c.profile_id == profile)
-                    .where(or_(_M.c.pagerank.is_not(None), _M.c.community.is_not(None)))
-                ).scalars()
-                if mid not in scored
-            ]
+            current = {
+                mid: (pr, cm)
+                for mid, pr, cm in s.execute(
+                    select(_M.c.id, _M.c.pagerank, _M.c.community)
+                    .where(_M.c.profile_id == profile)
+                    .where(or_(_M.c.id.in_(list(wanted)) if wanted else false(),
+                               _M.c.pagerank.is_not(None), _M.c.community.is_not(None)))
+                )
+            }
+            stale = [mid for mid in current if mid not in wanted]
+            changed = {mid: v for mid, v in wanted.items() if current.get(mid) != v}
             if stale:
                 s.execute(
                     update(_M).where(_M.c.id.in_(stale)).values(pagerank=None, community=None)
                 )
-            if scores:
+            if changed:
                 s.execute(
                     update(_M)
                     .where(_M.c.profile_id == profile)
                     .where(_M.c.id == bindparam("mid"))
                     .values(pagerank=bindparam("pr"), community=bindparam("cm")),
-                    [{"mid": sc.memory_id, "pr": sc.pagerank, "cm": sc.community} for sc in scores],
+                    [{"mid": mid, "pr": pr, "cm": cm} for mid, (pr, cm) in changed.items()],
                 )
+        return sorted([*stale, *changed])
 
     def link(
         self, profile: str, summary_ids: Sequence[str], edges: Sequence[NewEdge], as_of: datetime

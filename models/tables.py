@@ -27,13 +27,19 @@ ARCHIVED = "archived"
 # Memory.origin: who wrote the memory
 INGESTED = "ingest"
 DEDUP_SUMMARY = "dedup"
+META_MEMORY = "cluster"  # describes a cluster; its members stay as they are
 # Origins of memories that stand in for originals they superseded.
 SUMMARY_ORIGINS = frozenset({DEDUP_SUMMARY})
+# Memories Reverie derived from others: never raw material for dedup or clustering
+# on their own account.
+DERIVED_ORIGINS = SUMMARY_ORIGINS | {META_MEMORY}
 
 # Edge.kind
 ASSOCIATION = "association"  # decays, can be pruned
 CONSOLIDATION = "consolidation"  # summary -> original; provenance
 SUMMARIZES = "summarizes"  # meta-memory -> member; provenance
+CONTRADICTS = "contradicts"  # creative: two decisions pulling apart
+DISCOVERED = "discovered"  # creative: subkind explains / shares_theme / parallel_context
 PROVENANCE_KINDS = frozenset({CONSOLIDATION, SUMMARIZES})
 
 
@@ -149,3 +155,26 @@ class Tombstone(SQLModel, table=True):
     score: float | None = None
     run_id: str | None = None
     deleted_at: NaiveDatetime
+
+
+class RunRecord(SQLModel, table=True):
+    """One finished (non-dry) flow run for one profile: what ``reverie status`` shows.
+
+    Operational history, not memory state: it is not part of a profile's export.
+    """
+
+    __table_args__ = (
+        Index("ix_runrecord_profile_flow_finished", "profile_id", "flow", "finished_at"),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    profile_id: str = Field(max_length=128)
+    flow: str
+    run_id: str | None = None
+    as_of: NaiveDatetime
+    started_at: NaiveDatetime
+    finished_at: NaiveDatetime
+    examined: int = 0
+    changed: int = 0
+    seconds: float = 0.0
+    summary: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON))

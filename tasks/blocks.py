@@ -199,7 +199,7 @@ def compile_blocks(store: Store, args: StepArgs) -> StepReport:
     report = StepReport("compile_blocks", profile, examined=len(memories), notes=notes)
     for plan in plans:
         if plan.block_type in changed:
-            report.changes.append(
+            report.record(
                 Change(
                     "compiled", plan.block_type,
                     f"{len(plan.content)} chars from {len(plan.source_ids)} memories "

@@ -1,6 +1,7 @@
 """Step 1 of full consolidation: merge groups of near-duplicate memories.
 
-Candidates are hot, live, unprotected memories valid at ``as_of``. Memories are
+Candidates are hot, live, unprotected memories valid at ``as_of`` (meta-memories,
+which describe clusters rather than replace them, are left alone). Memories are
 taken as group representatives in order of how informative they are; each
 representative gathers every unclaimed candidate at cosine >= the threshold *to
 itself* (never to another member, so groups cannot chain), and only a group of at
@@ -27,7 +28,7 @@ from models.config import DedupConfig
 from models.embeddings import to_blob
 from models.records import MemoryView, SummaryPlan
 from models.store import Store
-from models.tables import ACTIVE, DEDUP_SUMMARY, HOT, PROMOTED, SUMMARY_ORIGINS
+from models.tables import ACTIVE, DEDUP_SUMMARY, HOT, META_MEMORY, PROMOTED, SUMMARY_ORIGINS
 from tasks.similarity import radius_neighbours
 from tasks.step import Change, StepArgs, StepReport, preview, step_task
 from tasks.summarize import Summarizer, merged_attributes, summarizer_for
@@ -42,6 +43,7 @@ def is_candidate(memory: MemoryView, as_of: datetime) -> bool:
         and memory.superseded_by is None
         and memory.lifecycle in (ACTIVE, PROMOTED)
         and not memory.protected
+        and memory.origin != META_MEMORY
         and memory.valid_at(as_of)
     )
 
@@ -143,7 +145,7 @@ def dedup(store: Store, args: StepArgs) -> StepReport:
     store.apply_summaries(profile, plans, as_of, args.run_id)
     report = StepReport("dedup", profile, examined=sum(is_candidate(m, as_of) for m in memories))
     for plan in plans:
-        report.changes.append(
+        report.record(
             Change(
                 "merged", plan.summary_id,
                 f"{len(plan.member_ids)} near-duplicates at cosine >= "

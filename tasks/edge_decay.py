@@ -59,11 +59,11 @@ def decay_edges(store: Store, args: StepArgs) -> StepReport:
     )
     report = StepReport("decay_edges", profile, examined=len(edges))
     for edge, weight in reweigh:
-        report.changes.append(
+        report.record(
             Change("decayed", edge.id, f"{edge.weight:.4f} -> {weight:.4f}")
         )
     for edge, weight in prune:
-        report.changes.append(
+        report.record(
             Change("pruned", edge.id, f"weight {weight:.4f} < {config.edge_decay.prune_below}")
         )
     report.facts = {"decayed": len(reweigh), "pruned": len(prune)}

@@ -13,6 +13,7 @@ import threading
 from collections.abc import Sequence
 
 import igraph as ig
+import numpy as np
 
 from models.records import GraphScore
 
@@ -56,6 +57,16 @@ def importance(
     graph = build_graph(nodes, edges)
     weights = "weight" if graph.ecount() else None
     ranks = graph.pagerank(weights=weights, damping=damping)
+    labels = communities(graph, seed)
+    return [
+        GraphScore(node, round(float(rank), 12), label)
+        for node, rank, label in zip(nodes, ranks, labels, strict=True)
+    ]
+
+
+def communities(graph: ig.Graph, seed: int = 0) -> list[int]:
+    """Leiden (modularity) community of each vertex, reproducible for a given seed."""
+    weights = "weight" if graph.ecount() and "weight" in graph.es.attributes() else None
     with _rng_lock:
         ig.set_random_number_generator(random.Random(seed))
         try:
@@ -64,14 +75,16 @@ def importance(
             ).membership
         finally:
             ig.set_random_number_generator(random)
-    labels = canonical_labels(membership)
-    return [
-        GraphScore(node, round(float(rank), 12), label)
-        for node, rank, label in zip(nodes, ranks, labels, strict=True)
-    ]
+    return canonical_labels(membership)
 
 
-def components(n: int, pairs: Sequence[tuple[int, int]]) -> list[int]:
-    """Connected-component label of each of ``n`` vertices (canonically numbered)."""
-    graph = ig.Graph(n=n, edges=list(pairs), directed=False)
+def similarity_graph(n: int, i: np.ndarray, j: np.ndarray, sims: np.ndarray) -> ig.Graph:
+    """An undirected graph of ``n`` vertices with an edge (weight = similarity) per pair."""
+    graph = ig.Graph(n=n, edges=np.column_stack([i, j]).tolist(), directed=False)
+    graph.es["weight"] = sims.astype(float).tolist()
+    return graph
+
+
+def components(graph: ig.Graph) -> list[int]:
+    """Connected-component label of each vertex (canonically numbered)."""
     return canonical_labels(graph.connected_components().membership)

@@ -21,13 +21,15 @@ def graph_importance(store: Store, args: StepArgs) -> StepReport:
     nodes = store.memory_ids(profile)
     edges = [(e.source_id, e.target_id, e.weight) for e in store.edges(profile)]
     scores = importance(nodes, edges, config.graph.damping, config.graph.community_seed)
-    store.set_graph_scores(profile, scores)
+    changed = set(store.set_graph_scores(profile, scores))
     report = StepReport("graph_importance", profile, examined=len(nodes))
+    for sc in scores:
+        if sc.memory_id in changed:
+            detail = f"pagerank {sc.pagerank:.5f}, community {sc.community}"
+            report.record(Change("scored", sc.memory_id, detail))
+    for mid in sorted(changed - {sc.memory_id for sc in scores}):
+        report.record(Change("unscored", mid, "left the hot graph"))
     top = sorted(scores, key=lambda sc: (-sc.pagerank, sc.memory_id))[:TOP_REPORTED]
-    report.changes = [
-        Change("scored", sc.memory_id, f"pagerank {sc.pagerank:.5f}, community {sc.community}")
-        for sc in top
-    ]
     report.facts = {
         "edges": len(edges),
         "communities": len({sc.community for sc in scores}),

@@ -52,10 +52,9 @@ def link_summaries(store: Store, args: StepArgs) -> StepReport:
     per_summary: dict[str, int] = {sid: 0 for sid in linked}
     for e in edges:
         per_summary[e.source_id] += 1
-    report.changes = [
-        Change("linked", sid, f"{n} neighbours at cosine >= {config.linking.similarity}")
-        for sid, n in per_summary.items()
-    ]
+    for sid, n in per_summary.items():
+        detail = f"{n} neighbours at cosine >= {config.linking.similarity}"
+        report.record(Change("linked", sid, detail))
     report.facts = {"edges": len(edges)}
     return report
 

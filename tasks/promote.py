@@ -56,7 +56,7 @@ def promote(store: Store, args: StepArgs) -> StepReport:
     report = StepReport("promote", profile, examined=len(memories))
     for m, lifecycle, why in plan:
         action = "promoted" if lifecycle == PROMOTED else "demoted"
-        report.changes.append(Change(action, m.id, why, preview(m.content)))
+        report.record(Change(action, m.id, why, preview(m.content)))
     return report
 
 

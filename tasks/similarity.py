@@ -9,6 +9,7 @@ filtered with ``>=``.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import faiss
@@ -38,6 +39,22 @@ def _check(vectors: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(vectors, dtype=np.float32)
 
 
+def _hits(
+    vectors: np.ndarray, queries: np.ndarray, threshold: float
+) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Per chunk of queries: (query row, hit row, similarity) of every hit >= threshold."""
+    index = _index(vectors)
+    bound = np.float32(threshold)
+    radius = float(np.nextafter(bound, np.float32(-np.inf)))
+    for start in range(0, len(queries), QUERY_CHUNK):
+        block = queries[start : start + QUERY_CHUNK]
+        lims, sims, idx = index.range_search(block, radius)
+        counts = np.diff(lims).astype(np.int64)
+        rows = np.repeat(np.arange(start, start + len(block), dtype=np.int64), counts)
+        keep = sims >= bound
+        yield rows[keep], idx[keep].astype(np.int64), sims[keep]
+
+
 def radius_neighbours(
     vectors: np.ndarray, threshold: float, queries: np.ndarray | None = None
 ) -> Neighbours:
@@ -48,27 +65,50 @@ def radius_neighbours(
     vectors = _check(vectors)
     self_search = queries is None
     queries = vectors if queries is None else _check(queries)
-    out_idx: list[np.ndarray] = []
-    out_sim: list[np.ndarray] = []
     if len(vectors) == 0:
         empty_i, empty_s = np.zeros(0, np.int64), np.zeros(0, np.float32)
         return Neighbours([empty_i] * len(queries), [empty_s] * len(queries))
-    index = _index(vectors)
-    bound = np.float32(threshold)
-    radius = float(np.nextafter(bound, np.float32(-np.inf)))
-    for start in range(0, len(queries), QUERY_CHUNK):
-        block = queries[start : start + QUERY_CHUNK]
-        lims, sims, idx = index.range_search(block, radius)
-        for row in range(len(block)):
-            s, i = sims[lims[row] : lims[row + 1]], idx[lims[row] : lims[row + 1]]
-            keep = s >= bound
-            if self_search:
-                keep &= i != start + row
-            s, i = s[keep], i[keep]
-            order = np.lexsort((i, -s))
-            out_idx.append(i[order].astype(np.int64))
-            out_sim.append(s[order])
+    out_idx: list[np.ndarray] = []
+    out_sim: list[np.ndarray] = []
+    done = 0
+    for rows, idx, sims in _hits(vectors, queries, threshold):
+        if self_search:
+            keep = idx != rows
+            rows, idx, sims = rows[keep], idx[keep], sims[keep]
+        order = np.lexsort((idx, -sims, rows))
+        rows, idx, sims = rows[order], idx[order], sims[order]
+        last = min(done + QUERY_CHUNK, len(queries))
+        bounds = np.searchsorted(rows, np.arange(done, last + 1))
+        out_idx += np.split(idx, bounds[1:-1])
+        out_sim += np.split(sims, bounds[1:-1])
+        done = last
     return Neighbours(out_idx, out_sim)
+
+
+def similarity_pairs(
+    vectors: np.ndarray, threshold: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every unordered pair of rows (i < j) with similarity >= ``threshold``, as arrays
+    (i, j, similarity) sorted by (i, j). Vectorised: no Python loop over pairs."""
+    vectors = _check(vectors)
+    parts_i, parts_j, parts_s = [], [], []
+    if len(vectors):
+        for rows, idx, sims in _hits(vectors, vectors, threshold):
+            upper = idx > rows
+            parts_i.append(rows[upper])
+            parts_j.append(idx[upper])
+            parts_s.append(sims[upper])
+    if not parts_i:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float32)
+    i, j, s = np.concatenate(parts_i), np.concatenate(parts_j), np.concatenate(parts_s)
+    order = np.lexsort((j, i))
+    return i[order], j[order], s[order]
+
+
+def pair_similarities(vectors: np.ndarray) -> np.ndarray:
+    """The full similarity matrix of a small set (a sample), in float32."""
+    vectors = _check(vectors)
+    return vectors @ vectors.T
 
 
 def top_k(vectors: np.ndarray, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:

@@ -47,21 +47,30 @@ class Change:
     preview: str | None = None
 
 
+# Changes a report lists one by one; beyond this it only counts them.
+LISTED_CHANGES = 1000
+
+
 @dataclass(slots=True)
 class StepReport:
     step: str
     profile: str
     examined: int = 0
+    changed: int = 0
     changes: list[Change] = field(default_factory=list)
     skipped: int = 0
     notes: list[str] = field(default_factory=list)
     # Step-specific figures for reports (top memories, counts by kind...).
     facts: dict[str, Any] = field(default_factory=dict)
+    # Named tables published as their own artifacts (e.g. a distribution).
+    tables: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     seconds: float = 0.0
 
-    @property
-    def changed(self) -> int:
-        return len(self.changes)
+    def record(self, change: Change) -> None:
+        """Count a change; list it while the list is short enough to read."""
+        self.changed += 1
+        if len(self.changes) < LISTED_CHANGES:
+            self.changes.append(change)
 
     def comparable(self) -> dict[str, Any]:
         """The report without its timing: equal for a dry run and the real run after it."""

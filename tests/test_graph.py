@@ -1,6 +1,7 @@
+import numpy as np
 import pytest
 
-from tasks.graph import build_graph, canonical_labels, components, importance
+from tasks.graph import build_graph, canonical_labels, components, importance, similarity_graph
 
 
 def test_same_graph_same_scores_whatever_the_input_order() -> None:
@@ -35,5 +36,7 @@ def test_isolated_and_empty_graphs() -> None:
     assert [s.community for s in scores] == [0, 1]
 
 
-def test_components() -> None:
-    assert components(5, [(0, 1), (3, 4)]) == [0, 0, 1, 2, 2]
+def test_components_of_a_similarity_graph() -> None:
+    graph = similarity_graph(5, np.array([0, 3]), np.array([1, 4]), np.array([0.9, 0.8]))
+    assert components(graph) == [0, 0, 1, 2, 2]
+    assert graph.es["weight"] == pytest.approx([0.9, 0.8])

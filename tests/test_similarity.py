@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from tasks import similarity
-from tasks.similarity import radius_neighbours, top_k
+from tasks.similarity import radius_neighbours, similarity_pairs, top_k
 
 from factories import at_cosine, axis, below
 
@@ -55,3 +55,20 @@ def test_top_k_pads_with_minus_one_when_short() -> None:
     assert list(idx[0]) == [0, 1]
     sims, idx = top_k(np.zeros((0, 4), np.float32), np.ones((1, 4), np.float32), 3)
     assert list(idx[0]) == [-1, -1, -1]
+
+
+def test_pairs_are_each_unordered_pair_once_and_match_neighbours() -> None:
+    rng = np.random.default_rng(3)
+    vectors = rng.normal(size=(300, 16))
+    vectors = (vectors / np.linalg.norm(vectors, axis=1, keepdims=True)).astype(np.float32)
+    i, j, s = similarity_pairs(vectors, 0.5)
+    assert np.all(i < j) and len(set(zip(i.tolist(), j.tolist(), strict=True))) == len(i)
+    found = radius_neighbours(vectors, 0.5)
+    assert len(i) * 2 == sum(len(x) for x in found.indices)
+    assert np.all(s >= np.float32(0.5))
+
+
+def test_pairs_threshold_is_inclusive() -> None:
+    vectors = np.stack([axis(0), at_cosine(0.75, other=1), at_cosine(below(0.75), other=2)])
+    i, j, _ = similarity_pairs(vectors, 0.75)
+    assert list(zip(i.tolist(), j.tolist(), strict=True)) == [(0, 1)]

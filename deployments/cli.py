@@ -63,6 +63,19 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--preset", help="configuration preset (default: REVERIE_PRESET or 'default')")
     p.add_argument("--json", action="store_true")
 
+    p = command("run", _run, "Run a maintenance flow: decay, creative, cluster or forget.")
+    p.add_argument("task", choices=["decay", "creative", "cluster", "forget"])
+    _add_profile_selection(p)
+    p.add_argument("--as-of", help="the 'now' of the run, ISO-8601 (default: now)")
+    p.add_argument("--dry-run", action="store_true", help="report what would change; write nothing")
+    p.add_argument("--preset", help="configuration preset (default: REVERIE_PRESET or 'default')")
+    p.add_argument("--json", action="store_true")
+
+    p = command("status", _status, "Last run and next scheduled run of every flow, per profile.")
+    p.add_argument("--profile", help="one profile (default: all)")
+    p.add_argument("--limit", type=int, default=20, help="runs of history to show (default 20)")
+    p.add_argument("--json", action="store_true")
+
     p = command("blocks", _blocks, "Show a profile's Core Memory blocks.")
     p.add_argument("--profile", required=True)
     p.add_argument("--json", action="store_true")
@@ -129,11 +142,19 @@ def _ingest(args: argparse.Namespace) -> int:
 
 
 def _consolidate(args: argparse.Namespace) -> int:
+    return _run_flow(args.mode, args)
+
+
+def _run(args: argparse.Namespace) -> int:
+    return _run_flow(args.task, args)
+
+
+def _run_flow(name: str, args: argparse.Namespace) -> int:
     from models.config import preset
 
     config: ConsolidationConfig | None = preset(args.preset) if args.preset else None
     as_of = parse_timestamp(args.as_of) if args.as_of else None
-    report = run_consolidation(args.mode, _selected(args), as_of, args.dry_run, config)
+    report = run_flow(name, _selected(args), as_of, args.dry_run, config)
     if args.json:
         _print_json(asdict(report))
         return EXIT_OK
@@ -142,25 +163,36 @@ def _consolidate(args: argparse.Namespace) -> int:
             f"{step.profile:<20} {step.step:<17} examined {step.examined:>6}  "
             f"changed {step.changed:>5}  {step.seconds:.3f}s"
         )
+        for note in step.notes:
+            print(f"{'':<20} note: {note}")
     verb = "would change" if report.dry_run else "changed"
-    print(f"{args.mode} consolidation as of {report.as_of}: {verb} {report.changed()} things"
+    print(f"{report.flow} as of {report.as_of}: {verb} {report.changed()} things"
           + (" (dry run: nothing written)" if report.dry_run else ""))
     return EXIT_OK
 
 
-def run_consolidation(
-    mode: str,
+def run_flow(
+    name: str,
     profile: str | list[str] | None,
     as_of: datetime | None,
     dry_run: bool,
     config: ConsolidationConfig | None,
 ) -> RunReport:
-    """Run a consolidation flow in this process (against PREFECT_API_URL if set)."""
-    if mode == "full":
-        from flows.full_consolidation import full_consolidation as flow_fn
+    """Run a flow by its short name in this process (against PREFECT_API_URL if set)."""
+    from flows.catalog import FLOWS
+
+    return FLOWS[name](profile=profile, as_of=as_of, dry_run=dry_run, config=config)
+
+
+def _status(args: argparse.Namespace) -> int:
+    from deployments.status import as_json, collect, render
+
+    status = collect(Store(), args.profile, args.limit)
+    if args.json:
+        _print_json(as_json(status))
     else:
-        from flows.lightweight_consolidation import lightweight_consolidation as flow_fn
-    return flow_fn(profile=profile, as_of=as_of, dry_run=dry_run, config=config)
+        print(render(status))
+    return EXIT_OK
 
 
 def _blocks(args: argparse.Namespace) -> int:

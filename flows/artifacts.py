@@ -86,3 +86,12 @@ def publish(report: RunReport) -> None:
     create_table_artifact(
         rows, key=artifact_key(report, "changes"), description=f"{report.flow} changes"
     )
+    named: dict[str, list[dict[str, object]]] = {}
+    for step in report.steps:
+        for name, table_rows in step.tables.items():
+            named.setdefault(name, []).extend(table_rows)
+    for name, table_rows in named.items():
+        create_table_artifact(
+            table_rows[:MAX_TABLE_ROWS], key=artifact_key(report, name),
+            description=f"{report.flow} {name}",
+        )

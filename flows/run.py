@@ -23,6 +23,7 @@ from models.config import ConsolidationConfig
 from models.db import copy_profiles, dispose
 from models.settings import get_settings
 from models.store import Store
+from models.tables import RunRecord
 from models.timestamps import iso, to_utc_naive, utcnow
 from tasks.step import StepArgs, StepReport
 
@@ -155,6 +156,7 @@ def run_for_profiles(
 
     plan = prepare_run(flow, profile, as_of, dry_run, config)
     report = RunReport(plan.flow, plan.profiles, iso(plan.as_of) or "", plan.dry_run, plan.run_id)
+    started = utcnow()
     with working_store(plan) as url:
         futures = [
             future
@@ -162,5 +164,26 @@ def run_for_profiles(
             for future in dag(StepArgs(url, p, plan.as_of, plan.config, plan.run_id))
         ]
         report.steps = [f.result() for f in futures]
+    if not plan.dry_run:
+        Store(plan.store_url).record_runs(history(report, plan.as_of, started, utcnow()))
     publish(report)
     return report
+
+
+def history(
+    report: RunReport, as_of: datetime, started: datetime, finished: datetime
+) -> list[RunRecord]:
+    """One history row per profile of a finished run: what ``reverie status`` shows."""
+    rows: list[RunRecord] = []
+    for profile in report.profiles:
+        steps = [s for s in report.steps if s.profile == profile]
+        rows.append(
+            RunRecord(
+                profile_id=profile, flow=report.flow, run_id=report.run_id, as_of=as_of,
+                started_at=started, finished_at=finished,
+                examined=sum(s.examined for s in steps), changed=sum(s.changed for s in steps),
+                seconds=round(sum(s.seconds for s in steps), 4),
+                summary={s.step: {"changed": s.changed, "notes": s.notes} for s in steps},
+            )
+        )
+    return rows

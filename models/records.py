@@ -38,6 +38,7 @@ class MemoryView:
     superseded_by: str | None = None
     origin: str = "ingest"
     linked_at: datetime | None = None
+    relevance: float | None = None
     embedding_model: str | None = None
     meta: dict[str, Any] = field(default_factory=dict)
 
@@ -114,3 +115,35 @@ class GraphScore:
     memory_id: str
     pagerank: float
     community: int
+
+
+@dataclass(frozen=True, slots=True)
+class RelevanceInputs:
+    """Column arrays, row-aligned with ``ids``, for scoring a whole profile at once.
+
+    Times are seconds since the epoch (UTC); NaN where unknown.
+    """
+
+    ids: list[str]
+    created: Any  # np.ndarray[float64]
+    accessed: Any  # np.ndarray[float64]
+    importance: Any  # np.ndarray[float64], NaN = unknown
+    confidence: Any  # np.ndarray[float64], NaN = unknown
+    relationships: Any  # np.ndarray[int64]: edges touching the memory
+    relevance: Any  # np.ndarray[float64], NaN = never scored
+
+
+@dataclass(frozen=True, slots=True)
+class MetaPlan:
+    """A meta-memory describing a cluster; its members stay where they are."""
+
+    meta_id: str
+    member_ids: tuple[str, ...]
+    content: str
+    importance: float
+    confidence: float
+    stability: float
+    embedding: bytes
+    embedding_model: str | None
+    meta: dict[str, Any]
+    parameters: dict[str, Any] = field(default_factory=dict)

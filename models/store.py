@@ -12,7 +12,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from dataclasses import fields as dataclass_fields
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,16 @@ from models.db import reading, writing
 from models.embeddings import DIMENSION, MODEL_NAME, from_blobs, get_embedder, to_blob
 from models.errors import AmbiguousIdError, NotFoundError, RecordError, StoreError
 from models.ingest import EdgeIn, MemoryIn, parse_record, read_jsonl
-from models.records import BlockPlan, EdgeView, GraphScore, MemoryView, NewEdge, SummaryPlan
+from models.records import (
+    BlockPlan,
+    EdgeView,
+    GraphScore,
+    MemoryView,
+    MetaPlan,
+    NewEdge,
+    RelevanceInputs,
+    SummaryPlan,
+)
 from models.settings import Settings, get_settings, resolve_database_url
 from models.tables import (
     ASSOCIATION,
@@ -423,6 +432,59 @@ class Store:
                 out[view.superseded_by].append(view)  # type: ignore[index]
         return out
 
+    def relevance_inputs(self, profile: str) -> RelevanceInputs:
+        """What relevance is computed from, for the profile's live hot memories."""
+        query = (
+            select(_M.c.id, _M.c.created_at, _M.c.last_accessed_at, _M.c.importance,
+                   _M.c.confidence, _M.c.relevance)
+            .where(_M.c.profile_id == profile)
+            .where(_M.c.tier == HOT)
+            .where(_M.c.superseded_by.is_(None))
+            .order_by(_M.c.id)
+        )
+        with reading(self.url) as s:
+            rows = s.execute(query).all()
+            ends = s.execute(
+                select(_E.c.source_id, _E.c.target_id).where(_E.c.profile_id == profile)
+            ).all()
+        degree: dict[str, int] = defaultdict(int)
+        for source, target in ends:
+            degree[source] += 1
+            degree[target] += 1
+
+        def seconds(values: Iterable[datetime | None]) -> np.ndarray:
+            return np.array(
+                [np.nan if v is None else v.replace(tzinfo=UTC).timestamp() for v in values],
+                dtype=np.float64,
+            )
+
+        def numbers(values: Iterable[float | None]) -> np.ndarray:
+            return np.array([np.nan if v is None else v for v in values], dtype=np.float64)
+
+        ids_ = [r[0] for r in rows]
+        return RelevanceInputs(
+            ids=ids_,
+            created=seconds(r[1] for r in rows),
+            accessed=seconds(r[2] for r in rows),
+            importance=numbers(r[3] for r in rows),
+            confidence=numbers(r[4] for r in rows),
+            relationships=np.array([degree.get(i, 0) for i in ids_], dtype=np.int64),
+            relevance=numbers(r[5] for r in rows),
+        )
+
+    def set_relevance(self, profile: str, scores: Sequence[tuple[str, float]]) -> None:
+        """Write relevance scores in bulk."""
+        if not scores:
+            return
+        with writing(self.url) as s:
+            s.execute(
+                update(_M)
+                .where(_M.c.profile_id == profile)
+                .where(_M.c.id == bindparam("mid"))
+                .values(relevance=bindparam("score")),
+                [{"mid": mid, "score": score} for mid, score in scores],
+            )
+
     def vector(self, memory_id: str) -> np.ndarray | None:
         with reading(self.url) as s:
             blob = s.execute(select(_M.c.embedding).where(_M.c.id == memory_id)).scalar()
@@ -469,6 +531,26 @@ class Store:
                 select(func.count()).select_from(Tombstone).where(Tombstone.profile_id == profile)
             ).scalar_one()
         return {HOT: tiers.get(HOT, 0), COLD: tiers.get(COLD, 0), "tombstones": tombs}
+
+    # --- run history -------------------------------------------------------------------
+
+    def record_runs(self, records: Sequence[tables.RunRecord]) -> None:
+        with writing(self.url) as s:
+            s.add_all(records)
+
+    def run_history(
+        self, profile: str | None = None, flow: str | None = None, limit: int = 20
+    ) -> list[tables.RunRecord]:
+        """The most recent finished runs, newest first."""
+        query = select(tables.RunRecord).order_by(
+            tables.RunRecord.finished_at.desc(), tables.RunRecord.id.desc()
+        )
+        if profile is not None:
+            query = query.where(tables.RunRecord.profile_id == profile)
+        if flow is not None:
+            query = query.where(tables.RunRecord.flow == flow)
+        with reading(self.url) as s:
+            return list(s.execute(query.limit(limit)).scalars())
 
     # --- access tracking ---------------------------------------------------------------
 
@@ -554,6 +636,146 @@ class Store:
                 )
                 written.append(plan.summary_id)
         return written
+
+    def superseding_ids(self, profile: str) -> set[str]:
+        """Memories that others are superseded by: they stand for originals in cold."""
+        with reading(self.url) as s:
+            return set(
+                s.execute(
+                    select(_M.c.superseded_by).distinct().where(_M.c.profile_id == profile)
+                    .where(_M.c.superseded_by.is_not(None))
+                ).scalars()
+            )
+
+    def forget(
+        self,
+        profile: str,
+        archive: Sequence[str],
+        delete_: Sequence[tuple[str, float, str]],
+        as_of: datetime,
+        run_id: str | None,
+        parameters: dict[str, Any],
+    ) -> None:
+        """Archive memories to cold, and delete others (row, edges and vector) leaving a
+        tombstone with their content hash, score and reason; one audit row records both."""
+        if not archive and not delete_:
+            return
+        doomed = [mid for mid, _, _ in delete_]
+        with writing(self.url) as s:
+            if archive:
+                s.execute(
+                    update(_M).where(_M.c.profile_id == profile).where(_M.c.id.in_(list(archive)))
+                    .values(tier=COLD, lifecycle=tables.ARCHIVED)
+                )
+            if delete_:
+                known = {
+                    r.id: r
+                    for r in s.execute(
+                        select(_M.c.id, _M.c.external_id, _M.c.content_hash)
+                        .where(_M.c.profile_id == profile).where(_M.c.id.in_(doomed))
+                    )
+                }
+                for mid, score, reason in delete_:
+                    row = known[mid]
+                    s.add(Tombstone(
+                        memory_id=mid, profile_id=profile, external_id=row.external_id,
+                        content_hash=row.content_hash, reason=reason, score=score,
+                        run_id=run_id, deleted_at=as_of,
+                    ))
+                s.execute(
+                    delete(_E).where(_E.c.profile_id == profile)
+                    .where(or_(_E.c.source_id.in_(doomed), _E.c.target_id.in_(doomed)))
+                )
+                s.execute(delete(_M).where(_M.c.profile_id == profile).where(_M.c.id.in_(doomed)))
+            s.add(tables.Consolidation(
+                id=ids.consolidation_id(profile, "forget", as_of.isoformat()),
+                profile_id=profile, run_id=run_id, operation="forget",
+                member_ids=sorted([*archive, *doomed]),
+                parameters={**parameters, "archived": sorted(archive), "deleted": sorted(doomed)},
+                created_at=as_of,
+            ))
+
+    def meta_memories(self, profile: str) -> dict[str, set[str]]:
+        """Each meta-memory of the profile, with the members it summarizes."""
+        with reading(self.url) as s:
+            metas = s.execute(
+                select(_M.c.id).where(_M.c.profile_id == profile)
+                .where(_M.c.origin == tables.META_MEMORY)
+            ).scalars().all()
+            out: dict[str, set[str]] = {mid: set() for mid in metas}
+            for source, target in s.execute(
+                select(_E.c.source_id, _E.c.target_id)
+                .where(_E.c.profile_id == profile)
+                .where(_E.c.kind == tables.SUMMARIZES)
+                .where(_E.c.source_id.in_(list(metas)))
+            ):
+                out[source].add(target)
+        return out
+
+    def apply_meta_memories(
+        self, profile: str, plans: Sequence[MetaPlan], as_of: datetime, run_id: str | None
+    ) -> list[str]:
+        """Create or update each meta-memory, its ``summarizes`` edges and its audit row.
+        A plan identical to what is stored writes nothing. Returns the ids changed."""
+        changed: list[str] = []
+        with writing(self.url) as s:
+            for plan in plans:
+                row = s.get(Memory, plan.meta_id)
+                members = set(
+                    s.execute(
+                        select(_E.c.target_id).where(_E.c.profile_id == profile)
+                        .where(_E.c.kind == tables.SUMMARIZES)
+                        .where(_E.c.source_id == plan.meta_id)
+                    ).scalars()
+                )
+                fields = {
+                    "content": plan.content, "content_hash": ids.content_hash(plan.content),
+                    "importance": plan.importance, "confidence": plan.confidence,
+                    "stability": plan.stability, "embedding": plan.embedding,
+                    "embedding_model": plan.embedding_model, "meta": plan.meta,
+                }
+                if row is None:
+                    row = Memory(
+                        id=plan.meta_id, profile_id=profile, kind=tables.META_KIND,
+                        origin=tables.META_MEMORY, created_at=as_of, **fields,
+                    )
+                    s.add(row)
+                elif members == set(plan.member_ids) and all(
+                    getattr(row, k) == v for k, v in fields.items()
+                ):
+                    continue
+                else:
+                    for key, value in fields.items():
+                        setattr(row, key, value)
+                gone = members - set(plan.member_ids)
+                if gone:
+                    s.execute(
+                        delete(_E).where(_E.c.profile_id == profile)
+                        .where(_E.c.kind == tables.SUMMARIZES)
+                        .where(_E.c.source_id == plan.meta_id)
+                        .where(_E.c.target_id.in_(list(gone)))
+                    )
+                for member in sorted(set(plan.member_ids) - members):
+                    self._upsert_edge(
+                        s, profile, NewEdge(plan.meta_id, member, tables.SUMMARIZES, 1.0),
+                        as_of, as_of,
+                    )
+                audit_id = ids.consolidation_id(profile, "cluster", plan.meta_id)
+                audit = s.get(tables.Consolidation, audit_id)
+                if audit is None:
+                    s.add(
+                        tables.Consolidation(
+                            id=audit_id, profile_id=profile, run_id=run_id, operation="cluster",
+                            summary_id=plan.meta_id, member_ids=list(plan.member_ids),
+                            parameters=plan.parameters, created_at=as_of,
+                        )
+                    )
+                else:
+                    audit.member_ids = list(plan.member_ids)
+                    audit.parameters = plan.parameters
+                    audit.run_id = run_id
+                changed.append(plan.meta_id)
+        return changed
 
     def upsert_blocks(self, profile: str, plans: Sequence[BlockPlan], as_of: datetime) -> list[str]:
         """INSERT-or-REPLACE each block; the version moves only when the content does.
@@ -654,20 +876,36 @@ class Store:
                 )
         return sorted([*stale, *changed])
 
-    def link(
-        self, profile: str, summary_ids: Sequence[str], edges: Sequence[NewEdge], as_of: datetime
+    def add_edges(
+        self,
+        profile: str,
+        edges: Sequence[NewEdge],
+        as_of: datetime,
+        linked_summaries: Sequence[str] = (),
     ) -> None:
-        """Add association edges for summaries and mark those summaries linked."""
+        """Add edges (an existing edge keeps the larger weight); mark summaries linked."""
         with writing(self.url) as s:
             for edge in edges:
                 self._upsert_edge(s, profile, edge, as_of, as_of)
-            if summary_ids:
+            if linked_summaries:
                 s.execute(
                     update(_M)
                     .where(_M.c.profile_id == profile)
-                    .where(_M.c.id.in_(list(summary_ids)))
+                    .where(_M.c.id.in_(list(linked_summaries)))
                     .values(linked_at=as_of)
                 )
+
+    def linked_pairs(self, profile: str, memory_ids: Sequence[str]) -> set[frozenset[str]]:
+        """Pairs among ``memory_ids`` already joined by an edge of any kind, either way."""
+        wanted = list(memory_ids)
+        with reading(self.url) as s:
+            rows = s.execute(
+                select(_E.c.source_id, _E.c.target_id)
+                .where(_E.c.profile_id == profile)
+                .where(_E.c.source_id.in_(wanted))
+                .where(_E.c.target_id.in_(wanted))
+            ).all()
+        return {frozenset(r) for r in rows}
 
     @staticmethod
     def _upsert_edge(
@@ -694,12 +932,15 @@ class Store:
 
 
 def _memory_defaults() -> dict[str, Any]:
-    """Column defaults for rows inserted without the ORM."""
+    """Every column of a memory row with its default, for inserts without the ORM.
+
+    A bulk insert compiles its statement from the first row's keys, so every row must
+    carry every column: a key missing from the first row would be dropped from all.
+    """
     m = Memory(id="", profile_id="", content="", content_hash="", created_at=datetime.min)
     return {
-        "kind": m.kind, "importance": m.importance, "confidence": m.confidence,
-        "stability": m.stability, "access_count": m.access_count, "protected": m.protected,
-        "lifecycle": m.lifecycle, "tier": m.tier, "origin": m.origin, "metadata": {},
+        column.name: (m.meta if column.name == "metadata" else getattr(m, column.name))
+        for column in _M.columns
     }
 
 

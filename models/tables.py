@@ -28,6 +28,7 @@ ARCHIVED = "archived"
 INGESTED = "ingest"
 DEDUP_SUMMARY = "dedup"
 META_MEMORY = "cluster"  # describes a cluster; its members stay as they are
+META_KIND = "meta"  # the kind of a meta-memory
 # Origins of memories that stand in for originals they superseded.
 SUMMARY_ORIGINS = frozenset({DEDUP_SUMMARY})
 # Memories Reverie derived from others: never raw material for dedup or clustering

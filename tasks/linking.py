@@ -47,7 +47,7 @@ def link_summaries(store: Store, args: StepArgs) -> StepReport:
     profile, as_of, config = args.profile, args.as_of, args.config
     memories, vectors = store.snapshot(profile)
     linked, edges = plan_links(memories, vectors, config.linking)
-    store.link(profile, linked, edges, as_of)
+    store.add_edges(profile, edges, as_of, linked_summaries=linked)
     report = StepReport("link_summaries", profile, examined=len(linked))
     per_summary: dict[str, int] = {sid: 0 for sid in linked}
     for e in edges:

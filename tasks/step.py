@@ -66,9 +66,10 @@ class StepReport:
     tables: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     seconds: float = 0.0
 
-    def record(self, change: Change) -> None:
-        """Count a change; list it while the list is short enough to read."""
-        self.changed += 1
+    def record(self, change: Change, counts: bool = True) -> None:
+        """Count a change (``counts=False``: only list it, e.g. a memory left alone and
+        why); list it while the list is short enough to read."""
+        self.changed += int(counts)
         if len(self.changes) < LISTED_CHANGES:
             self.changes.append(change)
 

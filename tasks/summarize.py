@@ -27,6 +27,9 @@ class Summarizer(Protocol):
     ) -> str | None:
         """Wording of one Core Memory block from ``facts``; None to use the rules."""
 
+    def describe_cluster(self, members: Sequence[MemoryView], dominant_kind: str) -> str | None:
+        """Wording of a meta-memory describing a cluster; None to use the rules."""
+
 
 class RulesSummarizer:
     """Mode A: the representative's own words; blocks compiled by rules."""
@@ -39,6 +42,9 @@ class RulesSummarizer:
     def compile_block(
         self, block_type: str, facts: Sequence[MemoryView], char_limit: int
     ) -> str | None:
+        return None
+
+    def describe_cluster(self, members: Sequence[MemoryView], dominant_kind: str) -> str | None:
         return None
 
 

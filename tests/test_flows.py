@@ -19,6 +19,8 @@ from models.tables import ASSOCIATION, COLD, CONSOLIDATION, DEDUP_SUMMARY, HOT
 from tasks import linking
 from tasks.blocks import BLOCK_TYPES
 
+from prefect_reads import run_artifacts
+
 pytestmark = pytest.mark.usefixtures("prefect_api")
 
 AS_OF = datetime(2025, 7, 1)
@@ -214,19 +216,9 @@ def test_as_of_defaults_to_the_runs_start(sample_store: Store) -> None:
     assert abs(datetime.utcnow() - started) < timedelta(minutes=5)
 
 
-def _artifacts(run_id: str) -> list:
-    from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
-
-    with get_client(sync_client=True) as client:
-        return client.read_artifacts(
-            artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[UUID(run_id)]))
-        )
-
-
 def test_each_run_publishes_a_summary_and_a_table_of_changes(sample_store: Store) -> None:
     report = full_consolidation(profile="maya", as_of=AS_OF)
-    artifacts = {a.key: a for a in _artifacts(report.run_id)}
+    artifacts = {a.key: a for a in run_artifacts(report.run_id)}
     summary = artifacts["full-consolidation"]
     assert summary.type == "markdown" and "| maya | dedup |" in summary.data
     table = json.loads(artifacts["full-consolidation-changes"].data)
@@ -237,7 +229,7 @@ def test_each_run_publishes_a_summary_and_a_table_of_changes(sample_store: Store
 def test_artifacts_can_hide_memory_content(sample_store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("REVERIE_ARTIFACT_CONTENT_CHARS", "0")
     report = full_consolidation(profile="maya", as_of=AS_OF, dry_run=True)
-    artifacts = {a.key: a for a in _artifacts(report.run_id)}
+    artifacts = {a.key: a for a in run_artifacts(report.run_id)}
     table = json.loads(artifacts["full-consolidation-dry-run-changes"].data)
     assert table and all(r["content"] == "" for r in table)
     contents = {m["content"] for m in rows(sample_store, "maya", "memory")}

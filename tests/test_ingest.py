@@ -167,3 +167,24 @@ def test_ingest_counts_stores_per_profile_and_keeps_everything_hot(store: Store)
     with reading(store.url) as s:
         assert s.get(Profile, "a").store_count == 3
     assert len(report.stored_ids) == 2
+
+
+def test_every_given_field_is_stored_even_when_records_differ(store: Store) -> None:
+    sparse = {"content": "first, with nothing else"}
+    full = {
+        "id": "full", "content": "second, with everything", "kind": "decision",
+        "entity": "billing", "layer": "implementation", "importance": 0.9, "confidence": 0.8,
+        "stability": 2.5, "access_count": 4, "created_at": "2025-01-02T03:04:05Z",
+        "last_accessed_at": "2025-02-03T04:05:06+01:00", "valid_from": "2025-01-01",
+        "valid_until": "2026-01-01", "session_id": 77, "status": "in_progress",
+        "protected": True, "metadata": {"source": "test"},
+    }
+    assert not store.ingest([sparse, full, sparse | {"content": "third"}], profile="p").errors
+    m = store.get("full")
+    assert (m.kind, m.entity, m.layer, m.importance, m.confidence, m.stability, m.access_count) == (
+        "decision", "billing", "implementation", 0.9, 0.8, 2.5, 4)
+    assert m.created_at == datetime(2025, 1, 2, 3, 4, 5)
+    assert m.last_accessed_at == datetime(2025, 2, 3, 3, 5, 6)  # converted to UTC
+    assert (m.valid_from, m.valid_until) == (datetime(2025, 1, 1), datetime(2026, 1, 1))
+    assert (m.session_id, m.status, m.protected, m.meta) == (
+        "77", "in_progress", True, {"source": "test"})

@@ -1,0 +1,132 @@
+"""``reverie status``: when each flow last ran for each profile, what it changed, when it
+runs next (if a Prefect API with schedules is configured), and the recent history."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from models.store import Store
+from models.tables import RunRecord
+from models.timestamps import to_utc_naive
+
+log = logging.getLogger(__name__)
+
+FLOW_NAMES = (
+    "full-consolidation", "lightweight-consolidation", "decay", "creative", "cluster", "forget",
+)
+
+
+@dataclass
+class Status:
+    last: dict[str, dict[str, RunRecord]] = field(default_factory=dict)  # profile -> flow -> run
+    next_runs: dict[str, list[tuple[datetime, Any]]] | None = None  # flow -> (when, profile param)
+    history: list[RunRecord] = field(default_factory=list)
+
+    def next_for(self, flow: str, profile: str) -> datetime | None:
+        """The next scheduled run of ``flow`` that covers ``profile``."""
+        for when, selector in (self.next_runs or {}).get(flow, []):
+            if selector is None or selector == profile or (
+                isinstance(selector, list) and profile in selector
+            ):
+                return when
+        return None
+
+
+def collect(store: Store, profile: str | None = None, limit: int = 20) -> Status:
+    profiles = store.resolve_profiles(profile)
+    status = Status(history=store.run_history(profile, limit=limit))
+    for p in profiles:
+        status.last[p] = {}
+        for flow in FLOW_NAMES:
+            runs = store.run_history(p, flow, limit=1)
+            if runs:
+                status.last[p][flow] = runs[0]
+    status.next_runs = scheduled_runs()
+    return status
+
+
+def scheduled_runs(per_flow: int = 20) -> dict[str, list[tuple[datetime, Any]]] | None:
+    """Upcoming scheduled runs per flow from the configured Prefect API; None when no
+    API is configured (an ephemeral one holds no schedules) or it cannot be reached."""
+    from prefect.settings import get_current_settings
+
+    if not get_current_settings().api.url:
+        return None
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import (
+        FlowFilter,
+        FlowFilterName,
+        FlowRunFilter,
+        FlowRunFilterState,
+        FlowRunFilterStateType,
+    )
+    from prefect.client.schemas.objects import StateType
+    from prefect.client.schemas.sorting import FlowRunSort
+
+    out: dict[str, list[tuple[datetime, Any]]] = {}
+    try:
+        with get_client(sync_client=True) as client:
+            for flow in FLOW_NAMES:
+                runs = client.read_flow_runs(
+                    flow_filter=FlowFilter(name=FlowFilterName(any_=[flow])),
+                    flow_run_filter=FlowRunFilter(state=FlowRunFilterState(
+                        type=FlowRunFilterStateType(any_=[StateType.SCHEDULED]))),
+                    sort=FlowRunSort.EXPECTED_START_TIME_ASC,
+                    limit=per_flow,
+                )
+                out[flow] = [
+                    (to_utc_naive(r.expected_start_time), r.parameters.get("profile"))
+                    for r in runs if r.expected_start_time is not None
+                ]
+    except Exception as exc:  # the API is down: status still shows the store's history
+        log.warning("could not read schedules from the Prefect API: %s", exc)
+        return None
+    return out
+
+
+def render(status: Status) -> str:
+    lines = [f"{'profile':<20} {'flow':<26} {'last as_of':<20} {'finished (UTC)':<20} "
+             f"{'changed':>7}  next run (UTC)"]
+    for profile, runs in status.last.items():
+        for flow in FLOW_NAMES:
+            run = runs.get(flow)
+            upcoming = status.next_for(flow, profile)
+            if run is None and upcoming is None:
+                continue
+            nxt = upcoming.isoformat(" ", "minutes") if upcoming else (
+                "-" if status.next_runs is not None else "(no Prefect API)")
+            if run is None:
+                lines.append(f"{profile:<20} {flow:<26} {'never':<20} {'':<20} {'':>7}  {nxt}")
+            else:
+                lines.append(
+                    f"{profile:<20} {flow:<26} {run.as_of.isoformat('T', 'seconds'):<20} "
+                    f"{run.finished_at.isoformat(' ', 'seconds'):<20} {run.changed:>7}  {nxt}"
+                )
+        if not runs:
+            lines.append(f"{profile:<20} (no runs yet)")
+    lines += ["", f"History (last {len(status.history)} runs):"]
+    for run in status.history:
+        steps = ", ".join(f"{k} {v['changed']}" for k, v in run.summary.items())
+        lines.append(
+            f"  {run.finished_at.isoformat(' ', 'seconds')}  {run.flow:<26} {run.profile_id:<20} "
+            f"as of {run.as_of.isoformat('T', 'seconds')}  examined {run.examined}, "
+            f"changed {run.changed} ({steps}) in {run.seconds:.2f}s"
+        )
+    return "\n".join(lines)
+
+
+def as_json(status: Status) -> dict[str, Any]:
+    def run(r: RunRecord) -> dict[str, Any]:
+        return r.model_dump(mode="json", exclude={"id"})
+
+    return {
+        "last": {p: {f: run(r) for f, r in runs.items()} for p, runs in status.last.items()},
+        "next": None if status.next_runs is None else {
+            flow: [{"at": w.isoformat(), "profile": sel} for w, sel in runs]
+            for flow, runs in status.next_runs.items()
+        },
+        "history": [run(r) for r in status.history],
+    }

@@ -1,0 +1,23 @@
+"""Every flow by the short name the CLI and backfills use."""
+
+from __future__ import annotations
+
+from prefect import Flow
+
+from flows.cluster import cluster
+from flows.creative import creative
+from flows.decay import decay
+from flows.forget import forget
+from flows.full_consolidation import full_consolidation
+from flows.lightweight_consolidation import lightweight_consolidation
+from flows.run import RunReport
+
+FLOWS: dict[str, Flow[..., RunReport]] = {
+    "full": full_consolidation,
+    "lightweight": lightweight_consolidation,
+    "decay": decay,
+    "creative": creative,
+    "cluster": cluster,
+    "forget": forget,
+}
+MAINTENANCE = ("decay", "creative", "cluster", "forget")

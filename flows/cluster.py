@@ -1,0 +1,38 @@
+"""Clustering (monthly): describe each cluster of similar memories with a meta-memory.
+
+::
+
+    cluster
+
+Clusters memories by the relevance the decay flow last stored (see ``flows.creative``
+for why it does not rescore itself).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from prefect import flow
+from prefect.futures import PrefectFuture
+
+from flows.run import ProfileSelector, RunReport, run_for_profiles, run_name
+from models.config import ConsolidationConfig
+from tasks.cluster import cluster_task
+from tasks.step import StepArgs, StepReport
+
+FLOW_NAME = "cluster"
+
+
+@flow(name=FLOW_NAME, flow_run_name=run_name(FLOW_NAME), log_prints=False)
+def cluster(
+    profile: ProfileSelector = None,
+    as_of: datetime | None = None,
+    dry_run: bool = False,
+    config: ConsolidationConfig | None = None,
+) -> RunReport:
+    """Group similar relevant memories and keep one meta-memory per group."""
+    return run_for_profiles(FLOW_NAME, profile, as_of, dry_run, config, cluster_profile)
+
+
+def cluster_profile(args: StepArgs) -> list[PrefectFuture[StepReport]]:
+    return [cluster_task.submit(args)]

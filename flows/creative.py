@@ -1,0 +1,40 @@
+"""Creative associations (weekly): link a reproducible sample of relevant memories.
+
+::
+
+    creative
+
+The sample is drawn by the relevance the decay flow last stored. Creative does not
+rescore: the edges it adds change relationship counts, so rescoring inside the flow
+would draw a different sample on a second run of the same date. Schedule decay
+before it (``prefect.yaml`` does).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from prefect import flow
+from prefect.futures import PrefectFuture
+
+from flows.run import ProfileSelector, RunReport, run_for_profiles, run_name
+from models.config import ConsolidationConfig
+from tasks.creative import creative_task
+from tasks.step import StepArgs, StepReport
+
+FLOW_NAME = "creative"
+
+
+@flow(name=FLOW_NAME, flow_run_name=run_name(FLOW_NAME), log_prints=False)
+def creative(
+    profile: ProfileSelector = None,
+    as_of: datetime | None = None,
+    dry_run: bool = False,
+    config: ConsolidationConfig | None = None,
+) -> RunReport:
+    """Discover contradictions, explanations, shared themes and parallel contexts."""
+    return run_for_profiles(FLOW_NAME, profile, as_of, dry_run, config, associate_profile)
+
+
+def associate_profile(args: StepArgs) -> list[PrefectFuture[StepReport]]:
+    return [creative_task.submit(args)]

@@ -1,0 +1,38 @@
+"""Decay (daily): recompute the relevance of every live hot memory at ``as_of``.
+
+::
+
+    decay
+
+The relevance distribution (high / medium / low / archive) is published as a table.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from prefect import flow
+from prefect.futures import PrefectFuture
+
+from flows.run import ProfileSelector, RunReport, run_for_profiles, run_name
+from models.config import ConsolidationConfig
+from tasks.decay import decay_task
+from tasks.step import StepArgs, StepReport
+
+FLOW_NAME = "decay"
+
+
+@flow(name=FLOW_NAME, flow_run_name=run_name(FLOW_NAME), log_prints=False)
+def decay(
+    profile: ProfileSelector = None,
+    as_of: datetime | None = None,
+    dry_run: bool = False,
+    config: ConsolidationConfig | None = None,
+) -> RunReport:
+    """Score every live hot memory's relevance from its age, use, links, importance
+    and confidence."""
+    return run_for_profiles(FLOW_NAME, profile, as_of, dry_run, config, decay_profile)
+
+
+def decay_profile(args: StepArgs) -> list[PrefectFuture[StepReport]]:
+    return [decay_task.submit(args)]

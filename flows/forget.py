@@ -1,0 +1,41 @@
+"""Controlled forgetting (off by default): archive or delete what has faded.
+
+::
+
+    forget
+
+Acts on the relevance the decay flow last stored: deleting a memory removes its edges
+and so changes its neighbours' scores, which a rescoring forget would act on again
+in a second run of the same date. A stale score errs on the side of keeping (scores
+only fall with time). Nothing is forgotten unless ``config.forget`` sets a threshold
+above 0.0; a dry run lists what would be archived, deleted and protected, and why.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from prefect import flow
+from prefect.futures import PrefectFuture
+
+from flows.run import ProfileSelector, RunReport, run_for_profiles, run_name
+from models.config import ConsolidationConfig
+from tasks.forget import forget_task
+from tasks.step import StepArgs, StepReport
+
+FLOW_NAME = "forget"
+
+
+@flow(name=FLOW_NAME, flow_run_name=run_name(FLOW_NAME), log_prints=False)
+def forget(
+    profile: ProfileSelector = None,
+    as_of: datetime | None = None,
+    dry_run: bool = False,
+    config: ConsolidationConfig | None = None,
+) -> RunReport:
+    """Archive or delete unprotected memories whose relevance fell below the thresholds."""
+    return run_for_profiles(FLOW_NAME, profile, as_of, dry_run, config, forget_profile)
+
+
+def forget_profile(args: StepArgs) -> list[PrefectFuture[StepReport]]:
+    return [forget_task.submit(args)]

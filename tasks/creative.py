@@ -1,0 +1,116 @@
+"""Creative association discovery (AutoMem's weekly task).
+
+A sample of the profile's relevant memories (relevance > 0.3; 20 by default) is
+drawn with a generator seeded by the profile and ``as_of``, so a re-run of the same
+date draws the same sample. Every pair in the sample not already joined by an edge
+is tested against four rules, in order; the first that matches creates a typed edge:
+
+1. both decisions, similarity < 0.3        -> ``contradicts``        (confidence 0.6)
+2. an insight and a pattern, similarity > 0.5 -> ``discovered/explains`` (0.7), insight -> pattern
+3. different kinds, similarity > 0.7       -> ``discovered/shares_theme`` (confidence = similarity)
+4. created within 7 days, similarity < 0.4 -> ``discovered/parallel_context`` (0.5)
+
+Edges carry their confidence (also their weight), when they were discovered and by
+which algorithm. Once linked, a pair is skipped, so a second run adds nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from collections.abc import Sequence
+from datetime import datetime
+
+import numpy as np
+
+from models.config import CreativeConfig
+from models.records import MemoryView, NewEdge
+from models.store import Store
+from models.tables import ACTIVE, CONTRADICTS, DISCOVERED, HOT, PROMOTED
+from tasks.similarity import pair_similarities
+from tasks.step import Change, StepArgs, StepReport, step_task
+
+ALGORITHM = "creative_association"
+
+
+def is_candidate(memory: MemoryView, config: CreativeConfig) -> bool:
+    return (
+        memory.tier == HOT
+        and memory.superseded_by is None
+        and memory.lifecycle in (ACTIVE, PROMOTED)
+        and memory.relevance is not None
+        and memory.relevance > config.min_relevance
+    )
+
+
+def draw_sample(count: int, size: int, profile: str, as_of: datetime) -> list[int]:
+    """Row indices of the sample: the same profile and date always draw the same rows."""
+    seed = hashlib.sha256(f"{profile}\x1f{as_of.isoformat()}".encode()).digest()
+    return sorted(random.Random(seed).sample(range(count), min(size, count)))
+
+
+def connection(a: MemoryView, b: MemoryView, sim: float, config: CreativeConfig) -> NewEdge | None:
+    """The edge the first matching rule creates between ``a`` and ``b``, if any."""
+    kinds = {a.kind, b.kind}
+    if a.kind == b.kind == "decision" and sim < config.contradiction_below:
+        return NewEdge(a.id, b.id, CONTRADICTS, 0.6, confidence=0.6)
+    if kinds == {"insight", "pattern"} and sim > config.explains_above:
+        insight, pattern = (a, b) if a.kind == "insight" else (b, a)
+        return NewEdge(insight.id, pattern.id, DISCOVERED, 0.7, "explains", 0.7)
+    if a.kind != b.kind and sim > config.shared_theme_above:
+        confidence = round(sim, 6)
+        return NewEdge(a.id, b.id, DISCOVERED, confidence, "shares_theme", confidence)
+    apart_days = abs((a.created_at - b.created_at).total_seconds()) / 86_400.0
+    if apart_days <= config.parallel_within_days and sim < config.parallel_below:
+        return NewEdge(a.id, b.id, DISCOVERED, 0.5, "parallel_context", 0.5)
+    return None
+
+
+def plan_creative(
+    sample: Sequence[MemoryView],
+    vectors: np.ndarray,
+    linked: set[frozenset[str]],
+    as_of: datetime,
+    config: CreativeConfig,
+) -> tuple[list[NewEdge], int]:
+    """(edges to create, pairs skipped because already linked) for a sample."""
+    sims = pair_similarities(vectors)
+    edges: list[NewEdge] = []
+    skipped = 0
+    meta = {"discovered_at": as_of.isoformat(), "algorithm": ALGORITHM}
+    for i in range(len(sample)):
+        for j in range(i + 1, len(sample)):
+            a, b = sample[i], sample[j]
+            if frozenset((a.id, b.id)) in linked:
+                skipped += 1
+                continue
+            edge = connection(a, b, float(sims[i, j]), config)
+            if edge is not None:
+                edges.append(NewEdge(edge.source_id, edge.target_id, edge.kind, edge.weight,
+                                     edge.subkind, edge.confidence, meta))
+    return edges, skipped
+
+
+def creative(store: Store, args: StepArgs) -> StepReport:
+    """Link pairs of a reproducible sample of relevant memories by the four rules."""
+    config = args.config.creative
+    memories, vectors = store.snapshot(args.profile)
+    rows = [i for i, m in enumerate(memories) if is_candidate(m, config)]
+    picked = [rows[k] for k in draw_sample(len(rows), config.sample_size, args.profile, args.as_of)]
+    sample = [memories[i] for i in picked]
+    linked = store.linked_pairs(args.profile, [m.id for m in sample])
+    edges, skipped = plan_creative(sample, vectors[picked], linked, args.as_of, config)
+    store.add_edges(args.profile, edges, args.as_of)
+    pairs = len(sample) * (len(sample) - 1) // 2
+    report = StepReport("creative", args.profile, examined=pairs, skipped=skipped)
+    if not any(m.relevance is not None for m in memories):
+        report.notes.append("no memory has a relevance score yet: run decay first")
+    for e in edges:
+        label = e.kind if e.subkind is None else f"{e.kind}/{e.subkind}"
+        detail = f"{label}, confidence {e.confidence:.3f}"
+        report.record(Change("linked", f"{e.source_id} -> {e.target_id}", detail))
+    report.facts = {"candidates": len(rows), "sample": len(sample)}
+    return report
+
+
+creative_task = step_task("creative", creative)

@@ -1,0 +1,26 @@
+from datetime import datetime
+
+from deployments.status import Status, render
+from models.tables import RunRecord
+
+T = datetime(2025, 7, 1)
+
+
+def run(profile: str, flow: str) -> RunRecord:
+    return RunRecord(profile_id=profile, flow=flow, as_of=T, started_at=T, finished_at=T,
+                     examined=3, changed=2, summary={flow: {"changed": 2, "notes": []}})
+
+
+def test_next_run_applies_to_the_profiles_it_covers() -> None:
+    status = Status(next_runs={"decay": [(T, "other"), (datetime(2025, 7, 2), ["a", "b"])],
+                               "cluster": [(T, None)]})
+    assert status.next_for("decay", "a") == datetime(2025, 7, 2)
+    assert status.next_for("decay", "c") is None
+    assert status.next_for("cluster", "anyone") == T
+
+
+def test_without_a_prefect_api_status_says_so() -> None:
+    status = Status(last={"a": {"decay": run("a", "decay")}}, history=[run("a", "decay")])
+    text = render(status)
+    assert "(no Prefect API)" in text and "decay 2" in text
+    assert "a                    decay" in text

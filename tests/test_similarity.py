@@ -72,3 +72,29 @@ def test_pairs_threshold_is_inclusive() -> None:
     vectors = np.stack([axis(0), at_cosine(0.75, other=1), at_cosine(below(0.75), other=2)])
     i, j, _ = similarity_pairs(vectors, 0.75)
     assert list(zip(i.tolist(), j.tolist(), strict=True)) == [(0, 1)]
+
+
+def clustered(n: int, dim: int = 48, seed: int = 5) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(size=(n // 20, dim))
+    v = centres[rng.integers(0, len(centres), n)] + 0.45 * rng.normal(size=(n, dim))
+    return (v / np.linalg.norm(v, axis=1, keepdims=True)).astype(np.float32)
+
+
+def test_large_sets_go_by_cells_with_high_recall_and_no_false_pairs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    vectors = clustered(4000)
+    exact = set(zip(*similarity_pairs(vectors, 0.8)[:2], strict=True))
+    monkeypatch.setattr(similarity, "EXACT_LIMIT", 1000)
+    monkeypatch.setattr(similarity, "ROWS_PER_CELL", 50)
+    i, j, s = similarity_pairs(vectors, 0.8)
+    found = set(zip(i, j, strict=True))
+    assert len(found & exact) / len(exact) >= 0.99
+    assert found <= exact and np.all(i < j) and np.all(s >= np.float32(0.8))
+    # The same input always gives the same answer.
+    again = similarity_pairs(vectors, 0.8)
+    assert all(np.array_equal(a, b) for a, b in zip(again, (i, j, s), strict=True))
+    # Neighbour lists built from the pairs are symmetric.
+    lists = radius_neighbours(vectors, 0.8)
+    assert sum(len(x) for x in lists.indices) == 2 * len(i)

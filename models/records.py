@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from models.tables import ACTIVE, HOT, PROMOTED
+
 
 @dataclass(frozen=True, slots=True)
 class MemoryView:
@@ -41,6 +43,15 @@ class MemoryView:
     relevance: float | None = None
     embedding_model: str | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def is_live(self) -> bool:
+        """In the working set: hot, not replaced by a summary, not archived."""
+        return (
+            self.tier == HOT
+            and self.superseded_by is None
+            and self.lifecycle in (ACTIVE, PROMOTED)
+        )
 
     def valid_at(self, at: datetime) -> bool:
         """Temporally valid: started (or no start) and not yet ended at ``at``."""

@@ -474,16 +474,7 @@ class Store:
 
     def set_relevance(self, profile: str, scores: Sequence[tuple[str, float]]) -> None:
         """Write relevance scores in bulk."""
-        if not scores:
-            return
-        with writing(self.url) as s:
-            s.execute(
-                update(_M)
-                .where(_M.c.profile_id == profile)
-                .where(_M.c.id == bindparam("mid"))
-                .values(relevance=bindparam("score")),
-                [{"mid": mid, "score": score} for mid, score in scores],
-            )
+        self._set_column(profile, "relevance", scores)
 
     def vector(self, memory_id: str) -> np.ndarray | None:
         with reading(self.url) as s:
@@ -811,15 +802,19 @@ class Store:
         return changed
 
     def set_lifecycles(self, profile: str, changes: Sequence[tuple[str, str]]) -> None:
-        if not changes:
+        self._set_column(profile, "lifecycle", changes)
+
+    def _set_column(self, profile: str, column: str, values: Sequence[tuple[str, Any]]) -> None:
+        """Set one column of many memories of a profile in one executemany."""
+        if not values:
             return
         with writing(self.url) as s:
             s.execute(
                 update(_M)
                 .where(_M.c.profile_id == profile)
                 .where(_M.c.id == bindparam("mid"))
-                .values(lifecycle=bindparam("lifecycle")),
-                [{"mid": mid, "lifecycle": lc} for mid, lc in changes],
+                .values({column: bindparam("value")}),
+                [{"mid": mid, "value": value} for mid, value in values],
             )
 
     def update_edge_weights(

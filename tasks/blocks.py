@@ -26,7 +26,6 @@ from datetime import datetime
 from models.config import BlocksConfig
 from models.records import BlockPlan, MemoryView
 from models.store import Store
-from models.tables import ACTIVE, HOT, PROMOTED
 from tasks.step import Change, StepArgs, StepReport, preview, step_task
 from tasks.summarize import Summarizer, summarizer_for
 
@@ -47,12 +46,7 @@ ELLIPSIS = "…"
 
 
 def _live(memory: MemoryView, as_of: datetime) -> bool:
-    return (
-        memory.tier == HOT
-        and memory.superseded_by is None
-        and memory.lifecycle in (ACTIVE, PROMOTED)
-        and memory.valid_at(as_of)
-    )
+    return memory.is_live and memory.valid_at(as_of)
 
 
 def _newest_first(m: MemoryView) -> tuple[float, str]:

@@ -32,7 +32,7 @@ from models.config import ClusterConfig
 from models.embeddings import to_blob
 from models.records import MemoryView, MetaPlan
 from models.store import Store
-from models.tables import ACTIVE, HOT, META_MEMORY, PROMOTED
+from models.tables import META_MEMORY
 from tasks.graph import communities, components, similarity_graph
 from tasks.similarity import similarity_pairs
 from tasks.step import Change, StepArgs, StepReport, preview, step_task
@@ -44,9 +44,7 @@ EXEMPLAR_CHARS = 120
 
 def is_candidate(memory: MemoryView, config: ClusterConfig) -> bool:
     return (
-        memory.tier == HOT
-        and memory.superseded_by is None
-        and memory.lifecycle in (ACTIVE, PROMOTED)
+        memory.is_live
         and memory.origin != META_MEMORY
         and memory.relevance is not None
         and memory.relevance > config.min_relevance

@@ -26,7 +26,7 @@ import numpy as np
 from models.config import CreativeConfig
 from models.records import MemoryView, NewEdge
 from models.store import Store
-from models.tables import ACTIVE, CONTRADICTS, DISCOVERED, HOT, PROMOTED
+from models.tables import CONTRADICTS, DISCOVERED
 from tasks.similarity import pair_similarities
 from tasks.step import Change, StepArgs, StepReport, step_task
 
@@ -35,9 +35,7 @@ ALGORITHM = "creative_association"
 
 def is_candidate(memory: MemoryView, config: CreativeConfig) -> bool:
     return (
-        memory.tier == HOT
-        and memory.superseded_by is None
-        and memory.lifecycle in (ACTIVE, PROMOTED)
+        memory.is_live
         and memory.relevance is not None
         and memory.relevance > config.min_relevance
     )

@@ -28,7 +28,7 @@ from models.config import DedupConfig
 from models.embeddings import to_blob
 from models.records import MemoryView, SummaryPlan
 from models.store import Store
-from models.tables import ACTIVE, DEDUP_SUMMARY, HOT, META_MEMORY, PROMOTED, SUMMARY_ORIGINS
+from models.tables import DEDUP_SUMMARY, META_MEMORY, SUMMARY_ORIGINS
 from tasks.similarity import radius_neighbours
 from tasks.step import Change, StepArgs, StepReport, preview, step_task
 from tasks.summarize import Summarizer, merged_attributes, summarizer_for
@@ -39,9 +39,7 @@ _WORD = re.compile(r"\w+")
 
 def is_candidate(memory: MemoryView, as_of: datetime) -> bool:
     return (
-        memory.tier == HOT
-        and memory.superseded_by is None
-        and memory.lifecycle in (ACTIVE, PROMOTED)
+        memory.is_live
         and not memory.protected
         and memory.origin != META_MEMORY
         and memory.valid_at(as_of)

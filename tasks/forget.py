@@ -25,7 +25,6 @@ from typing import NamedTuple
 from models.config import ForgetConfig
 from models.records import MemoryView
 from models.store import Store
-from models.tables import ACTIVE, HOT, PROMOTED
 from tasks.step import Change, StepArgs, StepReport, preview, step_task
 
 ARCHIVE, DELETE, PROTECTED = "archive", "delete", "protected"
@@ -60,12 +59,7 @@ def plan_forget(
     """What to archive, delete, or keep although its score is low (and why)."""
     out: list[Decision] = []
     for m in memories:
-        if (
-            m.tier != HOT
-            or m.superseded_by is not None
-            or m.lifecycle not in (ACTIVE, PROMOTED)
-            or m.relevance is None
-        ):
+        if not m.is_live or m.relevance is None:
             continue
         if m.relevance < config.delete_threshold:
             action, bound = DELETE, config.delete_threshold

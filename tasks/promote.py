@@ -16,7 +16,7 @@ from datetime import datetime
 from models.config import PromotionConfig
 from models.records import MemoryView
 from models.store import Store
-from models.tables import ACTIVE, HOT, PROMOTED
+from models.tables import ACTIVE, PROMOTED
 from tasks.step import Change, StepArgs, StepReport, preview, step_task
 
 
@@ -34,7 +34,7 @@ def plan_promotions(
     """(memory, new lifecycle, reason) for every memory whose lifecycle must change."""
     out: list[tuple[MemoryView, str, str]] = []
     for m in memories:
-        if m.tier != HOT or m.superseded_by is not None:
+        if not m.is_live:
             continue
         eligible = is_eligible(m, as_of, config)
         if m.lifecycle == ACTIVE and eligible:

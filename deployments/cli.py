@@ -57,19 +57,11 @@ def _parser() -> argparse.ArgumentParser:
 
     p = command("consolidate", _consolidate, "Run full or lightweight consolidation.")
     p.add_argument("mode", choices=["full", "lightweight"])
-    _add_profile_selection(p)
-    p.add_argument("--as-of", help="the 'now' of the run, ISO-8601 (default: now)")
-    p.add_argument("--dry-run", action="store_true", help="report what would change; write nothing")
-    p.add_argument("--preset", help="configuration preset (default: REVERIE_PRESET or 'default')")
-    p.add_argument("--json", action="store_true")
+    _add_run_options(p)
 
     p = command("run", _run, "Run a maintenance flow: decay, creative, cluster or forget.")
     p.add_argument("task", choices=["decay", "creative", "cluster", "forget"])
-    _add_profile_selection(p)
-    p.add_argument("--as-of", help="the 'now' of the run, ISO-8601 (default: now)")
-    p.add_argument("--dry-run", action="store_true", help="report what would change; write nothing")
-    p.add_argument("--preset", help="configuration preset (default: REVERIE_PRESET or 'default')")
-    p.add_argument("--json", action="store_true")
+    _add_run_options(p)
 
     p = command("status", _status, "Last run and next scheduled run of every flow, per profile.")
     p.add_argument("--profile", help="one profile (default: all)")
@@ -103,10 +95,15 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _add_profile_selection(p: argparse.ArgumentParser) -> None:
+def _add_run_options(p: argparse.ArgumentParser) -> None:
+    """What every flow run takes: which profiles, its 'now', dry run, and knobs."""
     group = p.add_mutually_exclusive_group(required=True)
     group.add_argument("--profile", action="append", help="a profile (repeat for several)")
     group.add_argument("--all", action="store_true", help="every profile in the store")
+    p.add_argument("--as-of", help="the 'now' of the run, ISO-8601 (default: now)")
+    p.add_argument("--dry-run", action="store_true", help="report what would change; write nothing")
+    p.add_argument("--preset", help="configuration preset (default: REVERIE_PRESET or 'default')")
+    p.add_argument("--json", action="store_true")
 
 
 def _selected(args: argparse.Namespace) -> str | list[str] | None:

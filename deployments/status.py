@@ -16,6 +16,7 @@ log = logging.getLogger(__name__)
 
 FLOW_NAMES = (
     "full-consolidation", "lightweight-consolidation", "decay", "creative", "cluster", "forget",
+    "compress", "consolidate-cold",
 )
 
 

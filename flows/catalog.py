@@ -5,6 +5,7 @@ from __future__ import annotations
 from prefect import Flow
 
 from flows.cluster import cluster
+from flows.compress import compress
 from flows.creative import creative
 from flows.decay import decay
 from flows.forget import forget
@@ -19,5 +20,6 @@ FLOWS: dict[str, Flow[..., RunReport]] = {
     "creative": creative,
     "cluster": cluster,
     "forget": forget,
+    "compress": compress,
 }
 MAINTENANCE = ("decay", "creative", "cluster", "forget")

@@ -1,15 +1,17 @@
-"""Full consolidation: SuperLocalMemory's six steps as one DAG per profile.
+"""Full consolidation: SuperLocalMemory's six steps, plus compression of fading
+memories (cognitive-memory), as one DAG per profile.
 
 ::
 
-    dedup ──┬──> promote
-            ├──> compile_blocks
-            └──> link_summaries ──┐
-    decay_edges ──────────────────┴──> graph_importance
+    dedup ──> compress_fading ──┬──> promote
+                                ├──> compile_blocks
+                                └──> link_summaries ──┐
+    decay_edges ──────────────────────────────────────┴──> graph_importance
 
-Merging comes first because every later step should see the merged store; edge
-decay touches only old association edges, so it runs alongside. PageRank waits for
-every change to the graph. Profiles run side by side.
+Merging comes first and compression second, because every later step should see the
+consolidated store (compression also takes in what dedup left). Edge decay touches
+only old association edges, so it runs alongside. PageRank waits for every change
+to the graph. Profiles run side by side.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from prefect.futures import PrefectFuture
 from flows.run import ProfileSelector, RunReport, run_for_profiles, run_name
 from models.config import ConsolidationConfig
 from tasks.blocks import compile_blocks_task
+from tasks.compress import compress_fading_task
 from tasks.dedup import dedup_task
 from tasks.edge_decay import decay_edges_task
 from tasks.importance import graph_importance_task
@@ -46,9 +49,10 @@ def full_consolidation(
 
 def consolidate_profile(args: StepArgs) -> list[PrefectFuture[StepReport]]:
     dedup = dedup_task.submit(args)
+    compress = compress_fading_task.submit(args, wait_for=[dedup])
     decay = decay_edges_task.submit(args)
-    promote = promote_task.submit(args, wait_for=[dedup])
-    blocks = compile_blocks_task.submit(args, wait_for=[dedup])
-    link = link_summaries_task.submit(args, wait_for=[dedup])
+    promote = promote_task.submit(args, wait_for=[compress])
+    blocks = compile_blocks_task.submit(args, wait_for=[compress])
+    link = link_summaries_task.submit(args, wait_for=[compress])
     graph = graph_importance_task.submit(args, wait_for=[decay, link])
-    return [dedup, blocks, promote, decay, link, graph]
+    return [dedup, compress, blocks, promote, decay, link, graph]

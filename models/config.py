@@ -71,6 +71,17 @@ class LinkConfig(_Section):
     max_links: int = Field(10, ge=0, le=1000)
 
 
+class CompressConfig(_Section):
+    """Compression of fading memories (cognitive-memory's consolidation)."""
+
+    # Candidates score strictly below this relevance (cognitive-memory's retention).
+    max_relevance: float = Field(0.20, ge=0.0, le=1.0)
+    similarity: float = Field(0.70, ge=0.0, le=1.0)  # inclusive, to the group's seed
+    group_size: int = Field(5, ge=2, le=1000)
+    # cognitive-memory links a summary to each original at this weight.
+    link_weight: float = Field(0.8, gt=0.0, le=1.0)
+
+
 class DecayConfig(_Section):
     """Relevance decay (AutoMem's daily task)."""
 
@@ -133,12 +144,14 @@ class ConsolidationConfig(_Section):
     edge_decay: EdgeDecayConfig = EdgeDecayConfig()
     graph: GraphConfig = GraphConfig()
     linking: LinkConfig = LinkConfig()
+    compress: CompressConfig = CompressConfig()
     decay: DecayConfig = DecayConfig()
     creative: CreativeConfig = CreativeConfig()
     cluster: ClusterConfig = ClusterConfig()
     forget: ForgetConfig = ForgetConfig()
-    # "rules" is Mode A (deterministic, no model); LLM modes plug in by name.
-    summarizer: str = Field("rules", min_length=1)
+    # "rules" is Mode A (deterministic, no model); "llm" asks the OpenAI-compatible
+    # server configured by REVERIE_LLM_BASE_URL; "auto" is "llm" when that is set.
+    summarizer: str = Field("auto", min_length=1)
 
 
 DEFAULT = ConsolidationConfig()

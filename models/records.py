@@ -83,6 +83,9 @@ class SummaryPlan:
     representative_id: str | None = None
     # Earlier summaries this one takes over; ``member_ids`` holds their originals.
     absorbed_ids: tuple[str, ...] = ()
+    protected: bool = False
+    # Weight of the provenance edge from the summary to each original.
+    link_weight: float = 1.0
     # Unit float32 vector bytes, the summary's own embedding, and the model that made it.
     embedding: bytes | None = None
     embedding_model: str | None = None

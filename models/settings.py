@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from models.config import ConsolidationConfig, preset
@@ -32,6 +32,16 @@ class Settings(BaseSettings):
     max_content_chars: int = Field(32_000, ge=1)
     # Characters of memory content shown in artifacts and reports; 0 hides content.
     artifact_content_chars: int = Field(80, ge=0)
+
+    # LLM summaries (Mode B: a local OpenAI-compatible server such as Ollama, vLLM or
+    # llama.cpp; Mode C: a hosted one). Unset base URL: rules only (Mode A).
+    llm_base_url: str | None = None
+    llm_model: str = "llama3.1"
+    llm_api_key: SecretStr | None = None
+    llm_timeout_seconds: float = Field(30.0, gt=0.0, le=600.0)
+    llm_retries: int = Field(2, ge=0, le=10)
+    # Longest answer accepted from the model, in characters.
+    llm_max_chars: int = Field(1200, ge=50, le=20_000)
 
     def consolidation_config(self) -> ConsolidationConfig:
         return preset(self.preset)

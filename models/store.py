@@ -572,32 +572,31 @@ class Store:
     # --- writes for consolidation steps ------------------------------------------------
 
     def apply_summaries(
-        self,
-        profile: str,
-        plans: Sequence[SummaryPlan],
-        as_of: datetime,
-        run_id: str | None,
-        provenance_kind: str = tables.CONSOLIDATION,
+        self, profile: str, plans: Sequence[SummaryPlan], as_of: datetime, run_id: str | None
     ) -> list[str]:
-        """Write each summary, move its members to cold with ``superseded_by``, link the
-        summary to them with provenance edges and audit the decision. A plan whose summary
-        already exists (a retried step) is skipped. Returns the summaries written."""
+        """Write each summary, move what it replaces to cold with ``superseded_by``, link
+        the summary to its originals with provenance edges and audit the decision, with
+        the prior state of everything it replaced (for undo). A plan already decided
+        (its audit row exists: a retried step, or a merge an operator undid) is skipped.
+        Returns the summaries written."""
         written: list[str] = []
         with writing(self.url) as s:
             for plan in plans:
-                if s.get(Memory, plan.summary_id) is not None:
+                audit_id = ids.consolidation_id(profile, plan.operation, plan.summary_id)
+                if s.get(tables.Consolidation, audit_id) is not None:
                     continue
                 replaced = [*plan.member_ids, *plan.absorbed_ids]
-                current = dict(
-                    s.execute(
-                        select(_M.c.id, _M.c.superseded_by)
+                prior = {
+                    r.id: [r.tier, r.lifecycle, r.superseded_by]
+                    for r in s.execute(
+                        select(_M.c.id, _M.c.tier, _M.c.lifecycle, _M.c.superseded_by)
                         .where(_M.c.profile_id == profile)
                         .where(_M.c.id.in_(replaced))
-                        .where(or_(_M.c.tier == HOT, _M.c.superseded_by.in_(plan.absorbed_ids)))
-                    ).all()
-                )
-                if set(current) != set(replaced) or any(
-                    current[a] is not None for a in plan.absorbed_ids
+                    )
+                }
+                absorbed = set(plan.absorbed_ids)
+                if set(prior) != set(replaced) or not all(
+                    _as_planned(mid, prior[mid], absorbed) for mid in replaced
                 ):
                     raise StoreError(
                         f"summary {plan.summary_id}: members changed since they were read"
@@ -610,23 +609,39 @@ class Store:
                 )
                 for member in plan.member_ids:
                     self._upsert_edge(
-                        s, profile, NewEdge(plan.summary_id, member, provenance_kind, 1.0),
+                        s, profile,
+                        NewEdge(plan.summary_id, member, tables.CONSOLIDATION, plan.link_weight),
                         as_of, as_of,
                     )
                 s.add(
                     tables.Consolidation(
-                        id=ids.consolidation_id(profile, plan.operation, plan.summary_id),
+                        id=audit_id,
                         profile_id=profile,
                         run_id=run_id,
                         operation=plan.operation,
                         summary_id=plan.summary_id,
                         member_ids=list(plan.member_ids),
-                        parameters={**plan.parameters, "absorbed": list(plan.absorbed_ids)},
+                        parameters={
+                            **plan.parameters,
+                            "absorbed": list(plan.absorbed_ids),
+                            "prior": prior,
+                        },
                         created_at=as_of,
                     )
                 )
                 written.append(plan.summary_id)
         return written
+
+    def undone_summaries(self, profile: str) -> set[str]:
+        """Summaries an operator undid: consolidations never to be made again."""
+        with reading(self.url) as s:
+            return set(
+                s.execute(
+                    select(tables.Consolidation.summary_id)
+                    .where(tables.Consolidation.profile_id == profile)
+                    .where(tables.Consolidation.undone_at.is_not(None))
+                ).scalars()
+            )
 
     def superseding_ids(self, profile: str) -> set[str]:
         """Memories that others are superseded by: they stand for originals in cold."""
@@ -939,6 +954,15 @@ def _memory_defaults() -> dict[str, Any]:
     }
 
 
+def _as_planned(memory_id: str, prior: list[Any], absorbed: set[str]) -> bool:
+    """Still as a summary plan read it: hot and live (a member, or a summary it absorbs),
+    or an original of a summary it absorbs."""
+    tier, _, superseded_by = prior
+    if superseded_by is None:
+        return tier == HOT
+    return memory_id not in absorbed and superseded_by in absorbed
+
+
 def _summary_row(profile: str, plan: SummaryPlan) -> Memory:
     return Memory(
         id=plan.summary_id, profile_id=profile, content=plan.content,
@@ -947,6 +971,7 @@ def _summary_row(profile: str, plan: SummaryPlan) -> Memory:
         stability=plan.stability, access_count=plan.access_count, created_at=plan.created_at,
         last_accessed_at=plan.last_accessed_at, valid_from=plan.valid_from,
         valid_until=plan.valid_until, session_id=plan.session_id, origin=plan.operation,
+        protected=plan.protected,
         embedding=plan.embedding, embedding_model=plan.embedding_model,
         meta=plan.meta,
     )

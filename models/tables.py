@@ -26,11 +26,13 @@ ARCHIVED = "archived"
 
 # Memory.origin: who wrote the memory
 INGESTED = "ingest"
-DEDUP_SUMMARY = "dedup"
+DEDUP_SUMMARY = "dedup"  # stands for near-duplicates
+COMPRESSED = "compress"  # stands for a group of fading memories
+COLD_LEARNING = "cold"  # linksee's learning memory for cold notes on one entity
 META_MEMORY = "cluster"  # describes a cluster; its members stay as they are
 META_KIND = "meta"  # the kind of a meta-memory
 # Origins of memories that stand in for originals they superseded.
-SUMMARY_ORIGINS = frozenset({DEDUP_SUMMARY})
+SUMMARY_ORIGINS = frozenset({DEDUP_SUMMARY, COMPRESSED, COLD_LEARNING})
 # Memories Reverie derived from others: never raw material for dedup or clustering
 # on their own account.
 DERIVED_ORIGINS = SUMMARY_ORIGINS | {META_MEMORY}

@@ -27,7 +27,7 @@ from models.config import BlocksConfig
 from models.records import BlockPlan, MemoryView
 from models.store import Store
 from tasks.step import Change, StepArgs, StepReport, preview, step_task
-from tasks.summarize import Summarizer, summarizer_for
+from tasks.summarize import Summarizer, fallback_notes, summarizer_for
 
 USER_PROFILE = "user_profile"
 PROJECT_CONTEXT = "project_context"
@@ -165,11 +165,10 @@ def plan_blocks(
             used[name] = facts
             modes[name] = summarizer.mode
             continue
-        if name in PROSE_BLOCKS and facts and summarizer.mode != "rules":
-            notes.append(f"{name}: {summarizer.mode} summarizer gave no text; used rules")
         texts[name] = fit_facts([fact_text(m.content) for m in facts], config.block_char_limit)
         used[name] = facts
         modes[name] = "rules"
+    notes += fallback_notes(summarizer)
     texts = enforce_total(texts, config.core_memory_char_limit)
     plans = []
     for name in BLOCK_TYPES:

@@ -18,12 +18,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import replace
 from datetime import datetime
 
 import numpy as np
 
-from models import ids
 from models.config import DedupConfig
 from models.embeddings import to_blob
 from models.records import MemoryView, SummaryPlan
@@ -31,7 +29,13 @@ from models.store import Store
 from models.tables import DEDUP_SUMMARY, META_MEMORY, SUMMARY_ORIGINS
 from tasks.similarity import radius_neighbours
 from tasks.step import Change, StepArgs, StepReport, preview, step_task
-from tasks.summarize import Summarizer, merged_attributes, summarizer_for
+from tasks.summarize import (
+    Summarizer,
+    stand_ins,
+    summarizer_for,
+    summary_plan,
+    write_summaries,
+)
 
 OPERATION = DEDUP_SUMMARY
 _WORD = re.compile(r"\w+")
@@ -96,35 +100,21 @@ def plan_dedup(
     for group in duplicate_groups(cand_vectors, representative_order(candidates), config):
         hot = [candidates[i] for i in group]
         rep = hot[0]
-        absorbed = [m for m in hot if m.origin in SUMMARY_ORIGINS]
-        members = [m for m in hot if m.origin not in SUMMARY_ORIGINS] + [
-            o for s in absorbed for o in originals.get(s.id, [])
-        ]
+        members, _ = stand_ins(hot, originals)
         wording = summarizer.merge(rep, members)
         content = wording if wording else rep.content
         same_words = content == rep.content
+        parameters = {
+            "similarity": config.similarity,
+            "min_group_size": config.min_group_size,
+            "mode": "rules" if same_words else summarizer.mode,
+        }
         plans.append(
-            SummaryPlan(
-                summary_id=ids.summary_id(profile, OPERATION, [m.id for m in members]),
-                operation=OPERATION,
-                member_ids=tuple(sorted(m.id for m in members)),
-                absorbed_ids=tuple(sorted(s.id for s in absorbed)),
-                content=content,
-                kind=rep.kind,
-                entity=rep.entity,
-                layer=rep.layer,
-                session_id=rep.session_id,
-                representative_id=rep.id,
+            summary_plan(
+                profile, OPERATION, hot, originals, content, rep, parameters,
                 # The representative's own words have the representative's vector.
                 embedding=to_blob(cand_vectors[group[0]]) if same_words else None,
                 embedding_model=rep.embedding_model if same_words else None,
-                meta=dict(rep.meta),
-                parameters={
-                    "similarity": config.similarity,
-                    "min_group_size": config.min_group_size,
-                    "mode": summarizer.mode if not same_words else "rules",
-                },
-                **merged_attributes(hot + members),  # type: ignore[arg-type]
             )
         )
     return plans
@@ -135,46 +125,24 @@ def dedup(store: Store, args: StepArgs) -> StepReport:
     profile, as_of, config = args.profile, args.as_of, args.config
     memories, vectors = store.snapshot(profile)
     summaries = [m.id for m in memories if m.origin in SUMMARY_ORIGINS]
+    summarizer = summarizer_for(config.summarizer)
     plans = plan_dedup(
         profile, memories, vectors, store.originals_of(profile, summaries), as_of,
-        config.dedup, summarizer_for(config.summarizer),
+        config.dedup, summarizer,
     )
-    plans = _embed_new_wordings(store, plans)
-    store.apply_summaries(profile, plans, as_of, args.run_id)
     report = StepReport("dedup", profile, examined=sum(is_candidate(m, as_of) for m in memories))
+    plans = write_summaries(store, profile, as_of, args.run_id, plans, summarizer, report)
     for plan in plans:
-        report.record(
-            Change(
-                "merged", plan.summary_id,
-                f"{len(plan.member_ids)} near-duplicates at cosine >= "
-                f"{config.dedup.similarity} (representative {plan.representative_id})"
-                + (f", absorbing {len(plan.absorbed_ids)} earlier summaries"
-                   if plan.absorbed_ids else ""),
-                preview(plan.content),
-            )
+        absorbing = (
+            f", absorbing {len(plan.absorbed_ids)} earlier summaries" if plan.absorbed_ids else ""
         )
-    report.facts = {
-        "groups": len(plans),
-        "archived": sum(len(p.member_ids) for p in plans),
-    }
+        detail = (
+            f"{len(plan.member_ids)} near-duplicates at cosine >= {config.dedup.similarity} "
+            f"(representative {plan.representative_id}){absorbing}"
+        )
+        report.record(Change("merged", plan.summary_id, detail, preview(plan.content)))
+    report.facts = {"groups": len(plans), "archived": sum(len(p.member_ids) for p in plans)}
     return report
-
-
-def _embed_new_wordings(store: Store, plans: list[SummaryPlan]) -> list[SummaryPlan]:
-    """Summaries worded afresh (LLM modes) need their own vectors before being written."""
-    fresh = [p for p in plans if p.embedding is None]
-    if not fresh:
-        return plans
-    vectors = store.embedder().encode([p.content for p in fresh])
-    replaced = {
-        p.summary_id: _with_vector(p, v, store.embedding_model_name())
-        for p, v in zip(fresh, vectors, strict=True)
-    }
-    return [replaced.get(p.summary_id, p) for p in plans]
-
-
-def _with_vector(plan: SummaryPlan, vector: np.ndarray, model: str) -> SummaryPlan:
-    return replace(plan, embedding=to_blob(vector), embedding_model=model)
 
 
 dedup_task = step_task("dedup", dedup)

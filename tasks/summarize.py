@@ -1,26 +1,39 @@
 """How summaries and Core Memory blocks are worded, behind one interface.
 
 Mode A (``rules``) is deterministic and needs no model: a merged group is worded as
-its representative memory, and blocks are compiled by rules. LLM modes register
-here under their own name; steps ask ``summarizer_for(name)`` and never know which
-mode they got. A summarizer may decline (return ``None``): the step then falls back
-to the rules, and its report says so.
+its representative memory, a compression joins its members' words, and blocks are
+compiled by rules. Modes B and C (``llm``, ``tasks.llm``) ask a model. Steps ask
+``summarizer_for(name)`` and never know which mode they got. A summarizer may decline
+(return ``None``): the step then uses the rules, and its report says why.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
+from datetime import datetime
 from typing import Protocol
 
+from models import ids
+from models.embeddings import to_blob
 from models.errors import ConfigError
-from models.records import MemoryView
+from models.records import MemoryView, SummaryPlan
+from models.settings import get_settings
+from models.store import Store
+from models.tables import SUMMARY_ORIGINS
+from tasks.step import Change, StepReport
 
 
 class Summarizer(Protocol):
     mode: str
+    # Why calls fell back to the rules (no memory text), for the step's report.
+    failures: list[str]
 
     def merge(self, representative: MemoryView, members: Sequence[MemoryView]) -> str | None:
         """Wording of one summary standing for ``members``; None to use the rules."""
+
+    def compress(self, members: Sequence[MemoryView]) -> str | None:
+        """Wording of a compression of fading ``members``; None to use the rules."""
 
     def compile_block(
         self, block_type: str, facts: Sequence[MemoryView], char_limit: int
@@ -36,8 +49,14 @@ class RulesSummarizer:
 
     mode = "rules"
 
+    def __init__(self) -> None:
+        self.failures: list[str] = []
+
     def merge(self, representative: MemoryView, members: Sequence[MemoryView]) -> str | None:
         return representative.content
+
+    def compress(self, members: Sequence[MemoryView]) -> str | None:
+        return None
 
     def compile_block(
         self, block_type: str, facts: Sequence[MemoryView], char_limit: int
@@ -48,7 +67,13 @@ class RulesSummarizer:
         return None
 
 
-_REGISTRY: dict[str, Callable[[], Summarizer]] = {"rules": RulesSummarizer}
+def _llm() -> Summarizer:
+    from tasks.llm import LLMSummarizer
+
+    return LLMSummarizer()
+
+
+_REGISTRY: dict[str, Callable[[], Summarizer]] = {"rules": RulesSummarizer, "llm": _llm}
 
 
 def register(name: str, factory: Callable[[], Summarizer]) -> None:
@@ -56,6 +81,9 @@ def register(name: str, factory: Callable[[], Summarizer]) -> None:
 
 
 def summarizer_for(name: str) -> Summarizer:
+    """The summarizer called ``name``; "auto" is "llm" when an LLM server is configured."""
+    if name == "auto":
+        name = "llm" if get_settings().llm_base_url else "rules"
     try:
         return _REGISTRY[name]()
     except KeyError:
@@ -81,3 +109,96 @@ def merged_attributes(memories: Sequence[MemoryView]) -> dict[str, object]:
         "valid_from": None if any(v is None for v in starts) else min(starts),  # type: ignore[type-var]
         "valid_until": None if any(v is None for v in ends) else max(ends),  # type: ignore[type-var]
     }
+
+
+def fallback_notes(summarizer: Summarizer) -> list[str]:
+    """A report note when a model's wording was replaced by the rules, and why."""
+    if not summarizer.failures:
+        return []
+    count, reasons = len(summarizer.failures), "; ".join(sorted(set(summarizer.failures)))
+    return [f"{summarizer.mode}: {count} wording(s) fell back to rules ({reasons})"]
+
+
+def stand_ins(
+    hot: Sequence[MemoryView], originals: dict[str, list[MemoryView]]
+) -> tuple[list[MemoryView], list[MemoryView]]:
+    """(the originals a new summary of ``hot`` stands for, the earlier summaries it absorbs).
+
+    A summary is always built from originals: an earlier summary in the group is
+    replaced by the memories it stood for, so no summary ever summarises a summary.
+    """
+    absorbed = [m for m in hot if m.origin in SUMMARY_ORIGINS]
+    members = [m for m in hot if m.origin not in SUMMARY_ORIGINS]
+    members += [o for s in absorbed for o in originals.get(s.id, [])]
+    return members, absorbed
+
+
+def summary_plan(
+    profile: str,
+    operation: str,
+    hot: Sequence[MemoryView],
+    originals: dict[str, list[MemoryView]],
+    content: str,
+    template: MemoryView,
+    parameters: dict[str, object],
+    **overrides: object,
+) -> SummaryPlan:
+    """The plan for a summary of the hot memories ``hot``, worded ``content``, taking kind,
+    entity, layer and session from ``template``; attributes merged over every memory it
+    stands for, absorbed summaries included (they may have been used since)."""
+    members, absorbed = stand_ins(hot, originals)
+    fields: dict[str, object] = {
+        "summary_id": ids.summary_id(profile, operation, [m.id for m in members]),
+        "operation": operation,
+        "member_ids": tuple(sorted(m.id for m in members)),
+        "absorbed_ids": tuple(sorted(s.id for s in absorbed)),
+        "content": content,
+        "kind": template.kind,
+        "entity": template.entity,
+        "layer": template.layer,
+        "session_id": template.session_id,
+        "representative_id": template.id,
+        "meta": dict(template.meta),
+        "parameters": parameters,
+        **merged_attributes([*hot, *members]),
+    }
+    fields.update(overrides)
+    return SummaryPlan(**fields)  # type: ignore[arg-type]
+
+
+def embed_new_wordings(store: Store, plans: list[SummaryPlan]) -> list[SummaryPlan]:
+    """Give every summary worded afresh (no vector yet) its own embedding."""
+    fresh = [p for p in plans if p.embedding is None]
+    if not fresh:
+        return plans
+    vectors = store.embedder().encode([p.content for p in fresh])
+    model = store.embedding_model_name()
+    replaced = {
+        p.summary_id: replace(p, embedding=to_blob(v), embedding_model=model)
+        for p, v in zip(fresh, vectors, strict=True)
+    }
+    return [replaced.get(p.summary_id, p) for p in plans]
+
+
+def write_summaries(
+    store: Store,
+    profile: str,
+    as_of: datetime,
+    run_id: str | None,
+    plans: list[SummaryPlan],
+    summarizer: Summarizer,
+    report: StepReport,
+) -> list[SummaryPlan]:
+    """Write the plans an operator has not vetoed (by undoing them), each with its own
+    vector, and note vetoes and model fallbacks in ``report``. Returns what was kept."""
+    vetoed = store.undone_summaries(profile)
+    kept = [p for p in plans if p.summary_id not in vetoed]
+    for plan in plans:
+        if plan.summary_id in vetoed:
+            report.skipped += 1
+            detail = f"{len(plan.member_ids)} memories: undone by an operator, not redone"
+            report.record(Change("vetoed", plan.summary_id, detail), counts=False)
+    kept = embed_new_wordings(store, kept)
+    store.apply_summaries(profile, kept, as_of, run_id)
+    report.notes += fallback_notes(summarizer)
+    return kept

@@ -57,3 +57,18 @@ def sample_store(store: Store, sample_template: Path) -> Store:
     dispose(store.url)
     shutil.copyfile(sample_template, store.url.removeprefix("sqlite:///"))
     return store
+
+
+@pytest.fixture
+def llm(monkeypatch: pytest.MonkeyPatch) -> Iterator[object]:
+    """A chat-completions server on loopback that Reverie's settings point at."""
+    from llm_server import FakeLLM
+
+    server = FakeLLM()
+    monkeypatch.setenv("REVERIE_LLM_BASE_URL", server.url)
+    monkeypatch.setenv("REVERIE_LLM_MODEL", "test-model")
+    monkeypatch.setenv("REVERIE_LLM_API_KEY", "sk-test-secret")
+    monkeypatch.setenv("REVERIE_LLM_TIMEOUT_SECONDS", "0.5")
+    monkeypatch.setenv("REVERIE_LLM_RETRIES", "2")
+    yield server
+    server.close()

@@ -139,14 +139,18 @@ def test_source_ids_list_only_the_facts_that_fit() -> None:
     assert profile.source_ids == ("s0", "s1")
 
 
-class _Declining(RulesSummarizer):
+class _Failing(RulesSummarizer):
     mode = "llm"
 
+    def compile_block(self, block_type, facts, char_limit):  # type: ignore[no-untyped-def]
+        self.failures.append(f"block {block_type}: timeout")
+        return None
 
-def test_a_summarizer_that_gives_no_text_falls_back_to_rules_and_says_so() -> None:
-    plans, notes = plan_blocks([view("s", kind="semantic")], AS_OF, CONFIG, _Declining())
+
+def test_a_summarizer_that_fails_falls_back_to_rules_and_says_so() -> None:
+    plans, notes = plan_blocks([view("s", kind="semantic")], AS_OF, CONFIG, _Failing())
     assert next(p for p in plans if p.block_type == USER_PROFILE).mode == "rules"
-    assert notes == ["user_profile: llm summarizer gave no text; used rules"]
+    assert notes == ["llm: 1 wording(s) fell back to rules (block user_profile: timeout)"]
 
 
 def test_views_are_plain_records() -> None:

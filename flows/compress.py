@@ -1,0 +1,37 @@
+"""Compression of fading memories on its own (it is also a step of full consolidation).
+
+::
+
+    compress_fading
+
+Acts on the relevance the decay flow last stored.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from prefect import flow
+from prefect.futures import PrefectFuture
+
+from flows.run import ProfileSelector, RunReport, run_for_profiles, run_name
+from models.config import ConsolidationConfig
+from tasks.compress import compress_fading_task
+from tasks.step import StepArgs, StepReport
+
+FLOW_NAME = "compress"
+
+
+@flow(name=FLOW_NAME, flow_run_name=run_name(FLOW_NAME), log_prints=False)
+def compress(
+    profile: ProfileSelector = None,
+    as_of: datetime | None = None,
+    dry_run: bool = False,
+    config: ConsolidationConfig | None = None,
+) -> RunReport:
+    """Replace groups of similar fading memories by summaries; originals go cold."""
+    return run_for_profiles(FLOW_NAME, profile, as_of, dry_run, config, compress_profile)
+
+
+def compress_profile(args: StepArgs) -> list[PrefectFuture[StepReport]]:
+    return [compress_fading_task.submit(args)]

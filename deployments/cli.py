@@ -59,13 +59,25 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("mode", choices=["full", "lightweight"])
     _add_run_options(p)
 
-    p = command("run", _run, "Run a maintenance flow: decay, creative, cluster or forget.")
-    p.add_argument("task", choices=["decay", "creative", "cluster", "forget"])
+    p = command("run", _run, "Run a maintenance flow.")
+    p.add_argument("task", choices=["decay", "creative", "cluster", "forget", "compress", "cold"])
     _add_run_options(p)
+    p.add_argument("--scope", choices=["all", "session"], help="cold: all memories or a session's")
+    p.add_argument("--session", help="cold: the session for --scope session")
+    p.add_argument("--min-age-days", type=float, help="cold: minimum age (default 7; 0 allowed)")
 
     p = command("status", _status, "Last run and next scheduled run of every flow, per profile.")
     p.add_argument("--profile", help="one profile (default: all)")
     p.add_argument("--limit", type=int, default=20, help="runs of history to show (default 20)")
+    p.add_argument("--json", action="store_true")
+
+    p = command("undo", _undo, "Undo a consolidation: its originals return, its summary goes.")
+    p.add_argument("id", help="a consolidation id (c-...) or the id of the summary it made")
+    p.add_argument("--json", action="store_true")
+
+    p = command("consolidations", _consolidations, "List a profile's consolidation decisions.")
+    p.add_argument("--profile", required=True)
+    p.add_argument("--limit", type=int, default=50)
     p.add_argument("--json", action="store_true")
 
     p = command("blocks", _blocks, "Show a profile's Core Memory blocks.")
@@ -143,15 +155,21 @@ def _consolidate(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    return _run_flow(args.task, args)
+    extra: dict[str, Any] = {}
+    if args.task == "cold":
+        extra = {"scope": args.scope or ("session" if args.session else "all"),
+                 "session_id": args.session, "min_age_days": args.min_age_days}
+    elif args.scope or args.session or args.min_age_days is not None:
+        raise ReverieError("--scope, --session and --min-age-days apply to `run cold` only")
+    return _run_flow(args.task, args, **extra)
 
 
-def _run_flow(name: str, args: argparse.Namespace) -> int:
+def _run_flow(name: str, args: argparse.Namespace, **extra: Any) -> int:
     from models.config import preset
 
     config: ConsolidationConfig | None = preset(args.preset) if args.preset else None
     as_of = parse_timestamp(args.as_of) if args.as_of else None
-    report = run_flow(name, _selected(args), as_of, args.dry_run, config)
+    report = run_flow(name, _selected(args), as_of, args.dry_run, config, **extra)
     if args.json:
         _print_json(asdict(report))
         return EXIT_OK
@@ -174,11 +192,12 @@ def run_flow(
     as_of: datetime | None,
     dry_run: bool,
     config: ConsolidationConfig | None,
+    **extra: Any,
 ) -> RunReport:
     """Run a flow by its short name in this process (against PREFECT_API_URL if set)."""
     from flows.catalog import FLOWS
 
-    return FLOWS[name](profile=profile, as_of=as_of, dry_run=dry_run, config=config)
+    return FLOWS[name](profile=profile, as_of=as_of, dry_run=dry_run, config=config, **extra)
 
 
 def _status(args: argparse.Namespace) -> int:
@@ -189,6 +208,36 @@ def _status(args: argparse.Namespace) -> int:
         _print_json(as_json(status))
     else:
         print(render(status))
+    return EXIT_OK
+
+
+def _undo(args: argparse.Namespace) -> int:
+    result = Store().undo(args.id)
+    if args.json:
+        _print_json(asdict(result))
+    elif result.already_undone:
+        print(f"{result.consolidation_id} was already undone; nothing changed")
+    else:
+        print(
+            f"undid {result.operation} {result.consolidation_id} in {result.profile}: "
+            f"{len(result.restored)} memories restored, summary {result.summary_id} removed"
+        )
+    return EXIT_OK
+
+
+def _consolidations(args: argparse.Namespace) -> int:
+    store = Store()
+    store.resolve_profiles(args.profile)
+    rows = store.consolidations(args.profile, args.limit)
+    if args.json:
+        _print_json([r.model_dump(mode="json") for r in rows])
+        return EXIT_OK
+    for r in rows:
+        state = f"undone {r.undone_at:%Y-%m-%d %H:%M}" if r.undone_at else ""
+        print(
+            f"{r.id}  {r.created_at:%Y-%m-%d}  {r.operation:<9} {r.summary_id or '-':<20} "
+            f"{len(r.member_ids):>4} memories  {state}"
+        )
     return EXIT_OK
 
 

@@ -6,6 +6,7 @@ from prefect import Flow
 
 from flows.cluster import cluster
 from flows.compress import compress
+from flows.consolidate_cold import consolidate_cold
 from flows.creative import creative
 from flows.decay import decay
 from flows.forget import forget
@@ -21,5 +22,6 @@ FLOWS: dict[str, Flow[..., RunReport]] = {
     "cluster": cluster,
     "forget": forget,
     "compress": compress,
+    "cold": consolidate_cold,
 }
 MAINTENANCE = ("decay", "creative", "cluster", "forget")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from models.errors import ConfigError
 
@@ -82,6 +82,31 @@ class CompressConfig(_Section):
     link_weight: float = Field(0.8, gt=0.0, le=1.0)
 
 
+class ColdConfig(_Section):
+    """Consolidation of cold notes by (entity, layer) (linksee's ``consolidate``)."""
+
+    layers: tuple[str, ...] = ("context", "emotion", "implementation")
+    # 0 consolidates at once (useful right after a bulk import).
+    min_age_days: float = Field(7.0, ge=0.0)
+    max_heat: float = Field(30.0, ge=0.0, le=100.0)  # strictly below: cold
+    min_group_size: int = Field(2, ge=2, le=10_000)
+    exemplars: int = Field(3, ge=1, le=20)
+    exemplar_chars: int = Field(200, ge=20, le=5000)
+    # A learning memory is at least this important (linksee: slightly above its sources).
+    min_importance: float = Field(0.55, ge=0.0, le=1.0)
+    # in_progress memories untouched this long become stalled.
+    stalled_after_days: float = Field(30.0, ge=0.0)
+    # "all" memories, or only those of one session.
+    scope: Literal["all", "session"] = "all"
+    session_id: str | None = None
+
+    @model_validator(mode="after")
+    def _session_needs_an_id(self) -> ColdConfig:
+        if self.scope == "session" and not self.session_id:
+            raise ValueError("scope 'session' needs a session_id")
+        return self
+
+
 class DecayConfig(_Section):
     """Relevance decay (AutoMem's daily task)."""
 
@@ -145,6 +170,7 @@ class ConsolidationConfig(_Section):
     graph: GraphConfig = GraphConfig()
     linking: LinkConfig = LinkConfig()
     compress: CompressConfig = CompressConfig()
+    cold: ColdConfig = ColdConfig()
     decay: DecayConfig = DecayConfig()
     creative: CreativeConfig = CreativeConfig()
     cluster: ClusterConfig = ClusterConfig()

@@ -73,6 +73,20 @@ def _view(row: Any) -> MemoryView:
     return MemoryView(**values)
 
 
+# Operations whose effects undo can reverse (a forget deletes rows; it cannot).
+UNDOABLE = frozenset({*tables.SUMMARY_ORIGINS, tables.META_MEMORY})
+
+
+@dataclass
+class UndoResult:
+    consolidation_id: str
+    profile: str
+    operation: str
+    summary_id: str | None
+    restored: list[str] = field(default_factory=list)
+    already_undone: bool = False
+
+
 @dataclass
 class IngestReport:
     stored: int = 0
@@ -632,6 +646,68 @@ class Store:
                 written.append(plan.summary_id)
         return written
 
+    def undo(self, ident: str, at: datetime | None = None) -> UndoResult:
+        """Undo one consolidation, by its id or its summary's id: everything it replaced
+        returns to the state it was in, the summary and its edges are removed (the audit
+        row keeps the summary's text), and the decision is marked undone, which also
+        keeps later runs from making it again. Undoing twice changes nothing."""
+        at = at or utcnow()
+        with writing(self.url) as s:
+            audit = s.get(tables.Consolidation, ident) or s.execute(
+                select(tables.Consolidation).where(tables.Consolidation.summary_id == ident)
+            ).scalars().first()
+            if audit is None:
+                raise NotFoundError(f"no consolidation with id {ident!r}")
+            result = UndoResult(audit.id, audit.profile_id, audit.operation, audit.summary_id)
+            if audit.undone_at is not None:
+                result.already_undone = True
+                return result
+            if audit.operation not in UNDOABLE:
+                raise StoreError(
+                    f"a {audit.operation} cannot be undone: deleted memories are gone "
+                    "(their tombstones remain)"
+                )
+            summary = s.get(Memory, audit.summary_id) if audit.summary_id else None
+            if summary is not None and summary.superseded_by is not None:
+                later = ids.consolidation_id(
+                    audit.profile_id, _origin_of(s, summary.superseded_by), summary.superseded_by
+                )
+                raise StoreError(
+                    f"{summary.id} has since been absorbed into {summary.superseded_by}: "
+                    f"undo {later} first"
+                )
+            for mid, (tier, lifecycle, superseded_by) in audit.parameters.get("prior", {}).items():
+                s.execute(
+                    update(_M).where(_M.c.profile_id == audit.profile_id).where(_M.c.id == mid)
+                    .values(tier=tier, lifecycle=lifecycle, superseded_by=superseded_by)
+                )
+                result.restored.append(mid)
+            if summary is not None:
+                s.execute(
+                    delete(_E).where(_E.c.profile_id == audit.profile_id).where(
+                        or_(_E.c.source_id == summary.id, _E.c.target_id == summary.id)
+                    )
+                )
+                audit.parameters = {
+                    **audit.parameters,
+                    "undone_summary": {"content": summary.content, "kind": summary.kind},
+                }
+                s.delete(summary)
+            audit.undone_at = at
+        return result
+
+    def consolidations(self, profile: str, limit: int = 50) -> list[tables.Consolidation]:
+        """The profile's consolidation decisions, newest first."""
+        with reading(self.url) as s:
+            return list(
+                s.execute(
+                    select(tables.Consolidation)
+                    .where(tables.Consolidation.profile_id == profile)
+                    .order_by(tables.Consolidation.created_at.desc(), tables.Consolidation.id)
+                    .limit(limit)
+                ).scalars()
+            )
+
     def undone_summaries(self, profile: str) -> set[str]:
         """Summaries an operator undid: consolidations never to be made again."""
         with reading(self.url) as s:
@@ -819,6 +895,9 @@ class Store:
     def set_lifecycles(self, profile: str, changes: Sequence[tuple[str, str]]) -> None:
         self._set_column(profile, "lifecycle", changes)
 
+    def set_statuses(self, profile: str, changes: Sequence[tuple[str, str]]) -> None:
+        self._set_column(profile, "status", changes)
+
     def _set_column(self, profile: str, column: str, values: Sequence[tuple[str, Any]]) -> None:
         """Set one column of many memories of a profile in one executemany."""
         if not values:
@@ -952,6 +1031,11 @@ def _memory_defaults() -> dict[str, Any]:
         column.name: (m.meta if column.name == "metadata" else getattr(m, column.name))
         for column in _M.columns
     }
+
+
+def _origin_of(s: Session, memory_id: str) -> str:
+    memory = s.get(Memory, memory_id)
+    return memory.origin if memory is not None else ""
 
 
 def _as_planned(memory_id: str, prior: list[Any], absorbed: set[str]) -> bool:

@@ -36,7 +36,7 @@ from models.tables import META_MEMORY
 from tasks.graph import communities, components, similarity_graph
 from tasks.similarity import similarity_pairs
 from tasks.step import Change, StepArgs, StepReport, preview, step_task
-from tasks.summarize import Summarizer, summarizer_for
+from tasks.summarize import Summarizer, fallback_notes, summarizer_for
 
 OPERATION = "cluster"
 EXEMPLAR_CHARS = 120
@@ -162,14 +162,22 @@ def cluster(store: Store, args: StepArgs) -> StepReport:
     config = args.config.cluster
     memories, vectors = store.snapshot(args.profile)
     existing = store.meta_memories(args.profile)
+    summarizer = summarizer_for(args.config.summarizer)
     plans = plan_clusters(
-        args.profile, memories, vectors, existing, config,
-        summarizer_for(args.config.summarizer), args.config.graph.community_seed,
+        args.profile, memories, vectors, existing, config, summarizer,
+        args.config.graph.community_seed,
     )
-    changed = set(store.apply_meta_memories(args.profile, plans, args.as_of, args.run_id))
     report = StepReport(
         "cluster", args.profile, examined=sum(is_candidate(m, config) for m in memories)
     )
+    vetoed = store.undone_summaries(args.profile)
+    for plan in plans:
+        if plan.meta_id in vetoed:
+            report.skipped += 1
+            detail = f"{len(plan.member_ids)} memories: undone by an operator, not redone"
+            report.record(Change("vetoed", plan.meta_id, detail), counts=False)
+    plans = [p for p in plans if p.meta_id not in vetoed]
+    changed = set(store.apply_meta_memories(args.profile, plans, args.as_of, args.run_id))
     for plan in plans:
         if plan.meta_id in changed:
             action = "updated" if plan.meta_id in existing else "created"
@@ -180,6 +188,7 @@ def cluster(store: Store, args: StepArgs) -> StepReport:
             report.record(Change(action, plan.meta_id, detail, preview(plan.content)))
     if not any(m.relevance is not None for m in memories):
         report.notes.append("no memory has a relevance score yet: run decay first")
+    report.notes += fallback_notes(summarizer)
     report.facts = {"clusters": len(plans), "clustered": sum(len(p.member_ids) for p in plans)}
     return report
 

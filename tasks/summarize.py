@@ -129,7 +129,11 @@ def stand_ins(
     """
     absorbed = [m for m in hot if m.origin in SUMMARY_ORIGINS]
     members = [m for m in hot if m.origin not in SUMMARY_ORIGINS]
-    members += [o for s in absorbed for o in originals.get(s.id, [])]
+    # An absorbed summary may itself have absorbed an older one, which is then among
+    # what it superseded; that older summary's originals are already its originals.
+    members += [
+        o for s in absorbed for o in originals.get(s.id, []) if o.origin not in SUMMARY_ORIGINS
+    ]
     return members, absorbed
 
 

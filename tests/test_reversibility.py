@@ -1,0 +1,236 @@
+"""Compression, cold consolidation and undo, through the flows and the store."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import numpy as np
+import pytest
+
+from deployments.cli import EXIT_ERROR, EXIT_OK, main
+from flows.compress import compress
+from flows.consolidate_cold import consolidate_cold
+from flows.decay import decay
+from flows.full_consolidation import full_consolidation
+from models.config import ConsolidationConfig, ForgetConfig
+from models.errors import StoreError
+from models.export import export_rows
+from models.store import Store
+from models.tables import COLD, CONSOLIDATION, HOT, INGESTED, SUMMARY_ORIGINS
+from tasks.recall import recall
+
+from factories import AS_OF, at_cosine, axis
+
+pytestmark = pytest.mark.usefixtures("prefect_api")
+
+
+def iso(days: float) -> str:
+    return (AS_OF - timedelta(days=days)).isoformat() + "Z"
+
+
+def fading(profile: str, first: int, count: int) -> list[dict]:
+    """Old, unused, unimportant memories close to axis 0 (so they compress together)."""
+    return [
+        {"profile": profile, "id": f"f{k}", "content": f"hiked trail number {k} in spring",
+         "kind": "episodic", "created_at": iso(300 - k), "importance": 0.1,
+         "embedding": at_cosine(0.9, other=1 + k).tolist()}
+        for k in range(first, first + count)
+    ]
+
+
+def notes(profile: str) -> list[dict]:
+    cold = {"profile": profile, "created_at": iso(40), "importance": 0.1}
+    return [
+        {**cold, "id": "n1", "content": "billing uses a nightly batch", "entity": "billing",
+         "layer": "implementation", "embedding": axis(100).tolist()},
+        {**cold, "id": "n2", "content": "billing retries failed charges twice",
+         "entity": "billing", "layer": "implementation", "embedding": axis(101).tolist()},
+        {**cold, "id": "n3", "content": "felt uneasy about the billing rewrite",
+         "entity": "billing", "layer": "emotion", "embedding": axis(102).tolist()},
+        {**cold, "id": "g1", "content": "ship billing v2 by June", "entity": "billing",
+         "layer": "goal", "embedding": axis(103).tolist()},
+        {**cold, "id": "n4", "content": "search index rebuilt weekly", "entity": "search",
+         "layer": "implementation", "embedding": axis(104).tolist()},
+    ]
+
+
+@pytest.fixture
+def fading_store(store: Store) -> Store:
+    assert not store.ingest(fading("p", 0, 7) + notes("p") + fading("q", 0, 5)).errors
+    decay(profile=None, as_of=AS_OF)
+    return store
+
+
+def memories(store: Store, profile: str = "p") -> dict[str, dict]:
+    return {r["id"]: r for r in export_rows(store.url, profile) if r["type"] == "memory"}
+
+
+def state(store: Store, profile: str = "p") -> list[dict]:
+    """The export without the audit trail."""
+    return [r for r in export_rows(store.url, profile) if r["type"] != "consolidation"]
+
+
+def test_compression_replaces_fading_memories_by_a_summary(fading_store: Store) -> None:
+    report = compress(profile="p", as_of=AS_OF)
+    (step,) = report.steps
+    assert step.facts == {"groups": 1, "archived": 5}
+    rows = memories(fading_store)
+    (summary,) = [m for m in rows.values() if m["origin"] in SUMMARY_ORIGINS]
+    originals = [m for m in rows.values() if m["superseded_by"] == summary["id"]]
+    assert len(originals) == 5 and all(m["tier"] == COLD for m in originals)
+    assert summary["content"].startswith("Summary: hiked trail number 0 in spring | ")
+    assert summary["tier"] == HOT and summary["embedding_sha256"]
+    edges = [r for r in export_rows(fading_store.url, "p") if r["type"] == "edge"]
+    assert sorted((e["kind"], e["weight"]) for e in edges) == [(CONSOLIDATION, 0.8)] * 5
+    # The summary has a vector of its own words, not one of its originals'.
+    vector = fading_store.vector(summary["id"])
+    words = fading_store.embedder().encode([summary["content"]])[0]
+    assert float(np.dot(vector, words)) == pytest.approx(1.0, abs=1e-5)
+
+
+def test_deep_recall_finds_originals_and_names_their_summary(fading_store: Store) -> None:
+    compress(profile="p", as_of=AS_OF)
+    hot = recall(fading_store, "p", "hiked trail number 3", k=20)
+    assert all(h.memory.tier == HOT for h in hot)
+    deep = recall(fading_store, "p", "hiked trail number 3", k=20, deep=True)
+    cold = [h for h in deep if h.memory.tier == COLD]
+    summary = next(m for m in memories(fading_store).values() if m["origin"] == "compress")
+    assert cold and all(h.superseded_by == summary["id"] for h in cold)
+
+
+def test_compress_then_undo_restores_the_store(fading_store: Store) -> None:
+    before = state(fading_store)
+    report = compress(profile="p", as_of=AS_OF)
+    summary_id = report.steps[0].changes[0].target
+    result = fading_store.undo(summary_id)
+    assert len(result.restored) == 5 and not result.already_undone
+    assert state(fading_store) == before
+    (audit,) = [r for r in export_rows(fading_store.url, "p") if r["type"] == "consolidation"]
+    assert audit["undone_at"] and audit["parameters"]["undone_summary"]["content"].startswith("Summary:")
+    # Undoing twice is harmless, and later runs do not redo what was undone.
+    assert fading_store.undo(result.consolidation_id).already_undone
+    again = compress(profile="p", as_of=AS_OF)
+    assert again.changed() == 0 and again.steps[0].changes[0].action == "vetoed"
+    assert state(fading_store) == before
+
+
+def test_cold_consolidation_then_undo_restores_the_store(fading_store: Store) -> None:
+    before = state(fading_store)
+    report = consolidate_cold(profile="p", as_of=AS_OF)
+    cold_step = report.steps[0]
+    assert cold_step.facts == {"groups": 1, "archived": 2}  # billing/implementation only
+    rows = memories(fading_store)
+    (learning,) = [m for m in rows.values() if m["origin"] == "cold"]
+    assert learning["layer"] == "learning" and learning["protected"] and learning["entity"] == "billing"
+    assert learning["metadata"]["replaced_ids"] == ["n1", "n2"]
+    fading_store.undo(learning["id"])
+    assert state(fading_store) == before
+
+
+def test_cold_consolidation_scope_and_min_age(fading_store: Store) -> None:
+    report = consolidate_cold(profile="p", as_of=AS_OF, min_age_days=41)
+    assert report.steps[0].facts["groups"] == 0
+    report = consolidate_cold(profile="p", as_of=AS_OF, scope="session", session_id="nope")
+    assert report.steps[0].facts["groups"] == 0
+
+
+def test_stalled_work_is_marked(store: Store) -> None:
+    store.ingest([
+        {"id": "t1", "content": "migrate the CI runners", "status": "in_progress",
+         "created_at": iso(30), "embedding": axis(1).tolist()},
+        {"id": "t2", "content": "write the onboarding doc", "status": "in_progress",
+         "created_at": iso(29), "embedding": axis(2).tolist()},
+    ], profile="p")
+    report = consolidate_cold(profile="p", as_of=AS_OF)
+    assert [c.action for c in report.steps[2].changes] == ["stalled"]
+    assert store.get("t1").status == "stalled" and store.get("t2").status == "in_progress"
+
+
+def test_the_forget_sweep_follows_the_configured_thresholds(fading_store: Store) -> None:
+    config = ConsolidationConfig(forget=ForgetConfig(delete_threshold=0.05))
+    report = consolidate_cold(profile="p", as_of=AS_OF, config=config)
+    assert report.steps[1].step == "forget" and report.steps[1].facts["deleted"] > 0
+
+
+def runs(first: int, count: int) -> list[dict]:
+    """Fading memories in natural words, so a summary of some (embedded by the model)
+    stays similar to the others and is taken into the next compression."""
+    return [
+        {"id": f"r{k}", "content": f"Sam went running in the park on day {k} of the training plan",
+         "kind": "episodic", "created_at": iso(300 - k), "importance": 0.1}
+        for k in range(first, first + count)
+    ]
+
+
+def test_no_summary_of_a_summary_after_three_runs(store: Store) -> None:
+    store.ingest(runs(1, 9), profile="p")
+    for run, as_of in enumerate([AS_OF, AS_OF + timedelta(days=1), AS_OF + timedelta(days=2)]):
+        if run == 2:
+            store.ingest(runs(10, 4), profile="p")
+        decay(profile="p", as_of=as_of)
+        compress(profile="p", as_of=as_of)
+    rows = memories(store)
+    summaries = {i for i, m in rows.items() if m["origin"] in SUMMARY_ORIGINS}
+    assert len(summaries) == 3
+    hot = [i for i in summaries if rows[i]["tier"] == HOT]
+    assert len(hot) == 1
+    for edge in (r for r in export_rows(store.url, "p") if r["type"] == "edge"):
+        assert rows[edge["target_id"]]["origin"] == INGESTED  # provenance only to originals
+    (latest,) = hot
+    assert sum(m["superseded_by"] == latest for m in rows.values()) == 13 + 1  # + retired one
+    audit = {r["summary_id"]: r for r in export_rows(store.url, "p") if r["type"] == "consolidation"}
+    assert all(rows[m]["origin"] == INGESTED for m in audit[latest]["member_ids"])
+    # The retired summaries cannot be undone before the one that absorbed them.
+    retired = next(i for i in summaries if rows[i]["superseded_by"] == latest)
+    with pytest.raises(StoreError, match="undo c-"):
+        store.undo(retired)
+    store.undo(latest)
+    assert memories(store)[retired]["tier"] == HOT
+
+
+@pytest.mark.parametrize("flow_fn", [compress, consolidate_cold], ids=["compress", "cold"])
+def test_dry_run_selects_what_the_real_run_does(fading_store: Store, flow_fn) -> None:
+    before = state(fading_store)
+    dry = flow_fn(profile="p", as_of=AS_OF, dry_run=True)
+    assert state(fading_store) == before
+    assert dry.comparable() == flow_fn(profile="p", as_of=AS_OF).comparable()
+
+
+def test_full_consolidation_compresses_fading_memories(fading_store: Store) -> None:
+    report = full_consolidation(profile="p", as_of=AS_OF)
+    step = next(s for s in report.steps if s.step == "compress_fading")
+    assert step.facts["groups"] == 1
+
+
+def test_undo_through_the_cli(fading_store: Store, capsys: pytest.CaptureFixture[str]) -> None:
+    compress(profile="p", as_of=AS_OF)
+    assert main(["consolidations", "--profile", "p"]) == EXIT_OK
+    listing = capsys.readouterr().out
+    consolidation_id = listing.split()[0]
+    assert consolidation_id.startswith("c-") and "compress" in listing
+    assert main(["undo", consolidation_id]) == EXIT_OK
+    assert "5 memories restored" in capsys.readouterr().out
+    assert main(["undo", consolidation_id]) == EXIT_OK
+    assert "already undone" in capsys.readouterr().out
+    assert main(["undo", "c-nothing"]) == EXIT_ERROR
+
+
+def test_llm_compression_and_its_fallback(fading_store: Store, llm) -> None:
+    config = ConsolidationConfig(summarizer="llm")
+    dry = compress(profile="p", as_of=AS_OF, config=config, dry_run=True)
+    assert dry.steps[0].changes[0].preview == "LLM summary of 5 memories."
+    llm.behaviour = "error"
+    report = compress(profile="p", as_of=AS_OF, config=config)
+    (step,) = report.steps
+    assert step.changes[0].preview.startswith("Summary: hiked trail")
+    assert step.notes == ["llm: 1 wording(s) fell back to rules (compress: HTTP 500)"]
+    summary = next(m for m in memories(fading_store).values() if m["origin"] == "compress")
+    assert summary["content"].startswith("Summary: ")
+
+
+def test_llm_words_the_prose_blocks(sample_store: Store, llm) -> None:
+    full_consolidation(profile="maya", as_of=AS_OF, config=ConsolidationConfig(summarizer="llm"))
+    blocks = {b.block_type: b for b in sample_store.blocks("maya")}
+    assert blocks["user_profile"].mode == "llm"
+    assert blocks["user_profile"].content == "LLM summary of 5 memories."
+    assert blocks["active_decisions"].mode == "rules"

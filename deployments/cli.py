@@ -102,6 +102,19 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--output", type=Path, help="file to write (default: standard output)")
     p.add_argument("--with-run-ids", action="store_true", help="include Prefect run ids")
 
+    p = command("bench", _bench, "Measure what consolidation does to a store.")
+    bench = p.add_subparsers(dest="bench", required=True)
+    b = bench.add_parser(
+        "locomo", help="answers still found after consolidation, on a LoCoMo-format file"
+    )
+    b.add_argument("path", type=Path)
+    b.add_argument("--as-of-offset-days", type=float, default=90.0,
+                   help="consolidate this long after the last session (default 90)")
+    b.add_argument("--budget", type=int, default=2000, help="context characters (default 2000)")
+    b.add_argument("--summarizer", default="auto", help="rules, llm or auto (default)")
+    b.add_argument("--preset", help="configuration preset (default: 'default')")
+    b.add_argument("--json", type=Path, dest="json_out", help="also write the result as JSON")
+
     p = command("demo", _demo, "Ingest the bundled sample store and consolidate it.")
     p.add_argument("--database", type=Path, help="SQLite file for the demo store")
     return parser
@@ -304,6 +317,22 @@ def _export(args: argparse.Namespace) -> int:
         args.output.write_text(text, encoding="utf-8")
     else:
         sys.stdout.write(text)
+    return EXIT_OK
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from deployments.bench import bench_locomo, render_locomo
+
+    if not args.path.is_file():
+        raise ReverieError(f"no such file: {args.path}")
+    from models.config import preset
+
+    base = preset(args.preset) if args.preset else ConsolidationConfig()
+    config = base.model_copy(update={"summarizer": args.summarizer})
+    result = bench_locomo(args.path, args.as_of_offset_days, args.budget, config)
+    print(render_locomo(result))
+    if args.json_out:
+        args.json_out.write_text(json.dumps(result.as_json(), indent=2) + "\n", encoding="utf-8")
     return EXIT_OK
 
 

@@ -13,6 +13,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from models.settings import using_database
 from models.store import Store
 from tasks.blocks import SEPARATOR
 
@@ -34,10 +35,13 @@ def run_demo(database: Path | None = None) -> int:
     dispose(url)  # a process may hold connections to the file about to be replaced
     for stale in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
         stale.unlink(missing_ok=True)
-    os.environ["REVERIE_DATABASE_URL"] = url
     # Prefect reads this when it is first imported: keep its console to warnings.
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+    with using_database(url):
+        return _demo(url, path)
 
+
+def _demo(url: str, path: Path) -> int:
     from flows.full_consolidation import full_consolidation
 
     store = Store(url)

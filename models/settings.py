@@ -7,6 +7,9 @@ call so that tests and long-lived workers see a changed environment.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from pydantic import Field, SecretStr
@@ -15,6 +18,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from models.config import ConsolidationConfig, preset
 
 DEFAULT_DATABASE_URL = "sqlite:///.reverie/reverie.db"
+DATABASE_URL_VARIABLE = "REVERIE_DATABASE_URL"
 
 
 class Settings(BaseSettings):
@@ -49,6 +53,20 @@ class Settings(BaseSettings):
 
 def get_settings() -> Settings:
     return Settings()
+
+
+@contextmanager
+def using_database(url: str) -> Iterator[None]:
+    """Point Reverie (and so every flow run in this process) at another store for a while."""
+    previous = os.environ.get(DATABASE_URL_VARIABLE)
+    os.environ[DATABASE_URL_VARIABLE] = url
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(DATABASE_URL_VARIABLE, None)
+        else:
+            os.environ[DATABASE_URL_VARIABLE] = previous
 
 
 def resolve_database_url(url: str) -> str:

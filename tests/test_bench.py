@@ -1,0 +1,80 @@
+"""The LoCoMo quality benchmark, on a small file in LoCoMo's format."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from deployments.bench import (
+    Question,
+    answered,
+    bench_locomo,
+    budgeted_context,
+    load_locomo,
+    session_date,
+    words,
+)
+from deployments.cli import EXIT_OK, main
+
+from factories import view
+
+SMALL = Path(__file__).parent / "data" / "locomo_small.json"
+
+
+def test_normalisation_drops_case_punctuation_and_articles() -> None:
+    assert words("The City-Hospital, 2023!") == {"city", "hospital", "2023"}
+    assert words(2022) == {"2022"}
+    assert answered(Question("q", "the city hospital", 4), "Ana works at the City Hospital.")
+    assert not answered(Question("q", "city hospital", 4), "Ana works at the city.")
+
+
+def test_session_dates() -> None:
+    assert session_date("1:56 pm on 8 May, 2023") == datetime(2023, 5, 8, 13, 56)
+    assert session_date("9:15 am on 3 March, 2023") == datetime(2023, 3, 3, 9, 15)
+
+
+def test_loading_keeps_observations_and_answerable_questions() -> None:
+    (conv,) = load_locomo(SMALL)
+    assert conv.profile == "tiny-1" and len(conv.memories) == 6
+    assert conv.last_session == datetime(2023, 4, 17, 18, 40)
+    assert [q.category for q in conv.questions] == [1, 2, 4, 4]  # category 5 has no answer
+    cat = next(m for m in conv.memories if "Mochi." in m["content"])
+    assert cat["entity"] == "Ana" and cat["created_at"] == "2023-03-03T09:15:00"
+
+
+def test_the_budget_counts_characters_not_memories() -> None:
+    long = view("l", content="x" * 80)
+    short = view("s", content="short fact")
+    context = budgeted_context([long, short, short], 60)
+    assert "x" not in context and context.count("short fact") == 2
+    assert len(context) <= 60
+
+
+@pytest.mark.usefixtures("prefect_api")
+def test_bench_reports_size_and_recall_before_and_after(tmp_path: Path) -> None:
+    result = bench_locomo(SMALL, offset_days=90, budget=2000)
+    totals = result.totals()
+    assert totals["hot_before"] == 6 and totals["questions"] == 4
+    assert totals["recall_before"] == 0.75  # the favourite food is never mentioned
+    assert totals["hot_after"] <= totals["hot_before"]
+    assert 0.0 <= totals["recall_after"] <= 1.0
+    (conv,) = result.conversations
+    assert conv.as_of == "2023-07-16T18:40:00"
+
+
+@pytest.mark.usefixtures("prefect_api")
+def test_bench_from_the_cli_writes_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "result.json"
+    args = ["bench", "locomo", str(SMALL), "--as-of-offset-days", "30", "--budget", "20",
+            "--json", str(out)]
+    assert main(args) == EXIT_OK
+    assert "tiny-1" in capsys.readouterr().out
+    data = json.loads(out.read_text())
+    for key in ("hot_before", "hot_after", "chars_before", "chars_after", "recall_before",
+                "recall_after"):
+        assert key in data
+    assert data["budget"] == 20 and data["conversations"][0]["profile"] == "tiny-1"
+    assert data["recall_before"] == 0.0  # no memory and its date fit in 20 characters

@@ -36,7 +36,7 @@ from models.tables import META_MEMORY
 from tasks.graph import communities, components, similarity_graph
 from tasks.similarity import similarity_pairs
 from tasks.step import Change, StepArgs, StepReport, preview, step_task
-from tasks.summarize import Summarizer, fallback_notes, summarizer_for
+from tasks.summarize import Summarizer, drop_vetoed, fallback_notes, summarizer_for
 
 OPERATION = "cluster"
 EXEMPLAR_CHARS = 120
@@ -170,13 +170,7 @@ def cluster(store: Store, args: StepArgs) -> StepReport:
     report = StepReport(
         "cluster", args.profile, examined=sum(is_candidate(m, config) for m in memories)
     )
-    vetoed = store.undone_summaries(args.profile)
-    for plan in plans:
-        if plan.meta_id in vetoed:
-            report.skipped += 1
-            detail = f"{len(plan.member_ids)} memories: undone by an operator, not redone"
-            report.record(Change("vetoed", plan.meta_id, detail), counts=False)
-    plans = [p for p in plans if p.meta_id not in vetoed]
+    plans = drop_vetoed(store, args.profile, plans, lambda p: p.meta_id, report)
     changed = set(store.apply_meta_memories(args.profile, plans, args.as_of, args.run_id))
     for plan in plans:
         if plan.meta_id in changed:

@@ -12,12 +12,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from models import ids
 from models.embeddings import to_blob
 from models.errors import ConfigError
-from models.records import MemoryView, SummaryPlan
+from models.records import MemoryView, MetaPlan, SummaryPlan
 from models.settings import get_settings
 from models.store import Store
 from models.tables import SUMMARY_ORIGINS
@@ -195,14 +195,24 @@ def write_summaries(
 ) -> list[SummaryPlan]:
     """Write the plans an operator has not vetoed (by undoing them), each with its own
     vector, and note vetoes and model fallbacks in ``report``. Returns what was kept."""
-    vetoed = store.undone_summaries(profile)
-    kept = [p for p in plans if p.summary_id not in vetoed]
-    for plan in plans:
-        if plan.summary_id in vetoed:
-            report.skipped += 1
-            detail = f"{len(plan.member_ids)} memories: undone by an operator, not redone"
-            report.record(Change("vetoed", plan.summary_id, detail), counts=False)
+    kept = drop_vetoed(store, profile, plans, lambda p: p.summary_id, report)
     kept = embed_new_wordings(store, kept)
     store.apply_summaries(profile, kept, as_of, run_id)
     report.notes += fallback_notes(summarizer)
     return kept
+
+
+P = TypeVar("P", SummaryPlan, MetaPlan)
+
+
+def drop_vetoed(
+    store: Store, profile: str, plans: list[P], key: Callable[[P], str], report: StepReport
+) -> list[P]:
+    """The plans an operator has not vetoed by undoing them; vetoes are noted in ``report``."""
+    vetoed = store.undone_summaries(profile)
+    for plan in plans:
+        if key(plan) in vetoed:
+            report.skipped += 1
+            detail = f"{len(plan.member_ids)} memories: undone by an operator, not redone"
+            report.record(Change("vetoed", key(plan), detail), counts=False)
+    return [p for p in plans if key(p) not in vetoed]

@@ -241,3 +241,14 @@ def test_artifact_of_a_forget_dry_run_says_why(scored: Store) -> None:
     actions = {r["action"] for r in table}
     assert {"deleted", "protected"} <= actions
     assert any("grace period" in r["detail"] for r in table)
+
+
+def test_an_undone_meta_memory_is_not_made_again(scored: Store) -> None:
+    before = [r for r in export_rows(scored.url, "m") if r["type"] != "consolidation"]
+    report = cluster(profile="m", as_of=AS_OF)
+    meta_id = report.steps[0].changes[0].target
+    scored.undo(meta_id)
+    assert [r for r in export_rows(scored.url, "m") if r["type"] != "consolidation"] == before
+    again = cluster(profile="m", as_of=AS_OF)
+    assert again.changed() == 0 and again.steps[0].changes[0].action == "vetoed"
+    assert not [m for m in rows(scored, "memory") if m["origin"] == META_MEMORY]

@@ -33,6 +33,11 @@ def markdown(report: RunReport) -> str:
         f"**As of:** {report.as_of} UTC  ",
         f"**Profiles:** {', '.join(report.profiles) or 'none'}  ",
         f"**Changes:** {report.changed()}",
+        *(
+            [f"**Skipped (another run was consolidating them):** "
+             f"{', '.join(report.skipped_profiles)}  "]
+            if report.skipped_profiles else []
+        ),
         "",
         "| profile | step | examined | changed | skipped | seconds |",
         "|---|---|---:|---:|---:|---:|",

@@ -10,17 +10,20 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
+from uuid import uuid4
 
 from prefect.futures import PrefectFuture
 
 from models.config import ConsolidationConfig
 from models.db import copy_profiles, dispose
+from models.errors import StoreError
 from models.settings import get_settings
 from models.store import Store
 from models.tables import RunRecord
@@ -28,6 +31,7 @@ from models.timestamps import iso, to_utc_naive, utcnow
 from tasks.step import StepArgs, StepReport
 
 ProfileSelector = str | list[str] | None
+BUSY_POLL_SECONDS = 1.0
 
 
 @dataclass
@@ -49,6 +53,8 @@ class RunReport:
     dry_run: bool
     run_id: str | None
     steps: list[StepReport] = field(default_factory=list)
+    # Profiles another run was consolidating, skipped (REVERIE_BUSY_PROFILE=skip).
+    skipped_profiles: list[str] = field(default_factory=list)
 
     def comparable(self) -> list[dict[str, Any]]:
         """The steps' reports without timings: what a dry run promises the real run does."""
@@ -156,18 +162,55 @@ def run_for_profiles(
 
     plan = prepare_run(flow, profile, as_of, dry_run, config)
     report = RunReport(plan.flow, plan.profiles, iso(plan.as_of) or "", plan.dry_run, plan.run_id)
-    started = utcnow()
-    with working_store(plan) as url:
+    with holding(plan) as profiles, working_store(plan) as url:
+        started = utcnow()
+        report.profiles = profiles
+        report.skipped_profiles = sorted(set(plan.profiles) - set(profiles))
         futures = [
             future
-            for p in plan.profiles
+            for p in profiles
             for future in dag(StepArgs(url, p, plan.as_of, plan.config, plan.run_id))
         ]
         report.steps = [f.result() for f in futures]
-    if not plan.dry_run:
-        Store(plan.store_url).record_runs(history(report, plan.as_of, started, utcnow()))
+        if not plan.dry_run:
+            Store(plan.store_url).record_runs(history(report, plan.as_of, started, utcnow()))
     publish(report)
     return report
+
+
+@contextmanager
+def holding(plan: RunPlan) -> Iterator[list[str]]:
+    """Hold the run's profiles, so that no other run consolidates them meanwhile; yields
+    the profiles held. Profiles are taken one by one in name order (ordered locking
+    cannot deadlock). A busy profile is waited for, or skipped, as
+    ``REVERIE_BUSY_PROFILE`` says. A dry run writes nothing and holds nothing."""
+    if plan.dry_run:
+        yield plan.profiles
+        return
+    settings = get_settings()
+    store = Store(plan.store_url)
+    holder = plan.run_id or f"local-{uuid4()}"
+    deadline = time.monotonic() + settings.busy_wait_seconds
+    held: list[str] = []
+    try:
+        for profile in sorted(plan.profiles):
+            while not store.acquire_leases([profile], holder, settings.lease_seconds):
+                if settings.busy_profile == "skip":
+                    break
+                if time.monotonic() >= deadline:
+                    owner = store.lease_holders().get(profile, "another run")
+                    raise StoreError(
+                        f"profile {profile!r} is busy ({owner}) for more than "
+                        f"{settings.busy_wait_seconds:g} s (REVERIE_BUSY_WAIT_SECONDS)"
+                    )
+                time.sleep(BUSY_POLL_SECONDS)
+            else:
+                held.append(profile)
+        yield held
+    finally:
+        if held:
+            store.release_leases(held, holder)
+
 
 
 def history(

@@ -11,6 +11,7 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -36,6 +37,12 @@ class Settings(BaseSettings):
     max_content_chars: int = Field(32_000, ge=1)
     # Characters of memory content shown in artifacts and reports; 0 hides content.
     artifact_content_chars: int = Field(80, ge=0)
+
+    # A run that finds its profile busy (another run holds it) waits, or skips it.
+    busy_profile: Literal["wait", "skip"] = "wait"
+    busy_wait_seconds: float = Field(1800.0, ge=0.0)
+    # How long a run's hold on a profile lasts if the run dies without releasing it.
+    lease_seconds: float = Field(3600.0, gt=0.0)
 
     # LLM summaries (Mode B: a local OpenAI-compatible server such as Ollama, vLLM or
     # llama.cpp; Mode C: a hosted one). Unset base URL: rules only (Mode A).

@@ -12,7 +12,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from dataclasses import fields as dataclass_fields
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -556,6 +556,51 @@ class Store:
             query = query.where(tables.RunRecord.flow == flow)
         with reading(self.url) as s:
             return list(s.execute(query.limit(limit)).scalars())
+
+    # --- leases: one run per profile at a time -------------------------------------
+
+    def acquire_leases(
+        self, profiles: Sequence[str], holder: str, seconds: float, at: datetime | None = None
+    ) -> list[str]:
+        """Take every free (or expired, or already ours) profile among ``profiles`` for
+        ``holder``; returns the profiles taken. All or nothing per profile, in one go."""
+        at = at or utcnow()
+        taken: list[str] = []
+        with writing(self.url) as s:
+            for profile in sorted(set(profiles)):
+                lease = s.get(tables.Lease, profile)
+                if lease is not None and lease.holder != holder and lease.expires_at > at:
+                    continue
+                if lease is None:
+                    lease = tables.Lease(profile_id=profile, holder=holder, acquired_at=at,
+                                         expires_at=at)
+                    s.add(lease)
+                lease.holder, lease.acquired_at = holder, at
+                lease.expires_at = at + timedelta(seconds=seconds)
+                taken.append(profile)
+        return taken
+
+    def release_leases(self, profiles: Sequence[str], holder: str) -> None:
+        with writing(self.url) as s:
+            s.execute(
+                delete(tables.Lease)
+                .where(tables.Lease.profile_id.in_(list(profiles)))
+                .where(tables.Lease.holder == holder)
+            )
+
+    def lease_holders(self) -> dict[str, str]:
+        with reading(self.url) as s:
+            return dict(s.execute(select(tables.Lease.profile_id, tables.Lease.holder)).all())
+
+    # --- sessions ----------------------------------------------------------------------
+
+    def end_session(self, profile: str, session_id: str | None = None) -> int:
+        """Count a finished session of the profile; returns its session count."""
+        self.resolve_profiles(profile)
+        with writing(self.url) as s:
+            row = s.get(Profile, profile)
+            row.session_count += 1  # type: ignore[union-attr]
+            return row.session_count  # type: ignore[union-attr]
 
     # --- access tracking ---------------------------------------------------------------
 

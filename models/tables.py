@@ -181,3 +181,16 @@ class RunRecord(SQLModel, table=True):
     changed: int = 0
     seconds: float = 0.0
     summary: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON))
+
+
+class Lease(SQLModel, table=True):
+    """Who is consolidating a profile right now: at most one run per profile at a time.
+
+    Operational state, not memory state: not part of a profile's export. A lease
+    expires, so a run that died cannot lock its profile forever.
+    """
+
+    profile_id: str = Field(primary_key=True, max_length=128)
+    holder: str
+    acquired_at: NaiveDatetime
+    expires_at: NaiveDatetime

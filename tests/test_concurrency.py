@@ -1,0 +1,79 @@
+"""At most one consolidation per profile at a time."""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import datetime, timedelta
+
+import pytest
+
+from flows.lightweight_consolidation import lightweight_consolidation
+from models.errors import StoreError
+from models.store import Store
+from tasks import blocks
+
+AS_OF = datetime(2025, 7, 1)
+T0 = datetime(2026, 1, 1)
+
+
+def test_a_lease_is_exclusive_until_released_or_expired(store: Store) -> None:
+    assert store.acquire_leases(["a", "b"], "run-1", 60, at=T0) == ["a", "b"]
+    assert store.acquire_leases(["a"], "run-2", 60, at=T0) == []
+    assert store.acquire_leases(["a"], "run-1", 60, at=T0) == ["a"]  # already ours
+    assert store.acquire_leases(["a"], "run-2", 60, at=T0 + timedelta(seconds=61)) == ["a"]
+    store.release_leases(["a", "b"], "run-1")  # only what run-1 still holds
+    assert store.lease_holders() == {"a": "run-2"}
+
+
+@pytest.mark.usefixtures("prefect_api")
+def test_a_busy_profile_is_skipped_when_so_configured(
+    sample_store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("REVERIE_BUSY_PROFILE", "skip")
+    sample_store.acquire_leases(["maya"], "someone-else", 600)
+    report = lightweight_consolidation(profile=["maya", "raj"], as_of=AS_OF)
+    assert report.skipped_profiles == ["maya"] and report.profiles == ["raj"]
+    assert {s.profile for s in report.steps} == {"raj"}
+    assert sample_store.lease_holders() == {"maya": "someone-else"}
+
+
+@pytest.mark.usefixtures("prefect_api")
+def test_a_busy_profile_is_waited_for_then_refused(
+    sample_store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("REVERIE_BUSY_WAIT_SECONDS", "1.5")
+    sample_store.acquire_leases(["maya"], "someone-else", 600)
+    with pytest.raises(StoreError, match="'maya' is busy \\(someone-else\\)"):
+        lightweight_consolidation(profile="maya", as_of=AS_OF)
+    assert sample_store.run_history() == []
+
+
+@pytest.mark.usefixtures("prefect_api")
+def test_two_runs_for_one_profile_never_overlap(
+    sample_store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    original = blocks.plan_blocks
+
+    def slow(*args, **kwargs):  # type: ignore[no-untyped-def]
+        time.sleep(1.5)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(blocks, "plan_blocks", slow)
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            lightweight_consolidation(profile="maya", as_of=AS_OF)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not errors
+    first, second = sorted(sample_store.run_history(), key=lambda r: r.started_at)
+    assert first.finished_at <= second.started_at
+    assert sample_store.lease_holders() == {}

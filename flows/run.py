@@ -171,11 +171,29 @@ def run_for_profiles(
             for p in profiles
             for future in dag(StepArgs(url, p, plan.as_of, plan.config, plan.run_id))
         ]
+        follow_progress(report, futures)
         report.steps = [f.result() for f in futures]
         if not plan.dry_run:
             Store(plan.store_url).record_runs(history(report, plan.as_of, started, utcnow()))
     publish(report)
     return report
+
+
+def follow_progress(report: RunReport, futures: list[PrefectFuture[StepReport]]) -> None:
+    """Keep a progress artifact (steps finished out of all) while a Prefect run goes on."""
+    if report.run_id is None or not futures:
+        return
+    from prefect.artifacts import create_progress_artifact, update_progress_artifact
+    from prefect.futures import as_completed
+
+    from flows.artifacts import artifact_key
+
+    artifact_id = create_progress_artifact(
+        0.0, key=artifact_key(report, "progress"),
+        description=f"{report.flow}: steps finished for {len(report.profiles)} profile(s)",
+    )
+    for done, _ in enumerate(as_completed(futures), start=1):
+        update_progress_artifact(artifact_id, round(100.0 * done / len(futures), 1))
 
 
 @contextmanager

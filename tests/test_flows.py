@@ -221,6 +221,7 @@ def test_each_run_publishes_a_summary_and_a_table_of_changes(sample_store: Store
     artifacts = {a.key: a for a in run_artifacts(report.run_id)}
     summary = artifacts["full-consolidation"]
     assert summary.type == "markdown" and "| maya | dedup |" in summary.data
+    assert float(artifacts["full-consolidation-progress"].data) == 100.0
     table = json.loads(artifacts["full-consolidation-changes"].data)
     merged = [r for r in table if r["action"] == "merged"]
     assert merged and all(len(r["content"]) <= 80 for r in merged) and merged[0]["content"]

@@ -66,6 +66,16 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--session", help="cold: the session for --scope session")
     p.add_argument("--min-age-days", type=float, help="cold: minimum age (default 7; 0 allowed)")
 
+    p = command("backfill", _backfill, "Run a flow once per date over a range (resumable).")
+    p.add_argument("flow", help="full, lightweight, decay, creative, cluster, forget, cold")
+    p.add_argument("--from", dest="start", required=True, help="first as_of, ISO-8601")
+    p.add_argument("--to", dest="end", required=True, help="last as_of, ISO-8601 (included)")
+    p.add_argument("--every", default="1d", help="step between dates: 30m, 12h, 1d, 1w")
+    group = p.add_mutually_exclusive_group(required=True)
+    group.add_argument("--profile", action="append", help="a profile (repeat for several)")
+    group.add_argument("--all", action="store_true", help="every profile in the store")
+    p.add_argument("--json", action="store_true")
+
     p = command("status", _status, "Last run and next scheduled run of every flow, per profile.")
     p.add_argument("--profile", help="one profile (default: all)")
     p.add_argument("--limit", type=int, default=20, help="runs of history to show (default 20)")
@@ -211,6 +221,25 @@ def run_flow(
     from flows.catalog import FLOWS
 
     return FLOWS[name](profile=profile, as_of=as_of, dry_run=dry_run, config=config, **extra)
+
+
+def _backfill(args: argparse.Namespace) -> int:
+    from deployments.backfill import backfill, parse_every
+
+    report = backfill(
+        args.flow, parse_timestamp(args.start), parse_timestamp(args.end),
+        parse_every(args.every), _selected(args),
+    )
+    if args.json:
+        _print_json(asdict(report))
+        return EXIT_OK
+    print(
+        f"backfill of {report.flow} via {report.where}: {len(report.created)} run(s) made, "
+        f"{len(report.skipped)} date(s) already done"
+    )
+    for when in report.created:
+        print(f"  ran {when}" if report.where == "local" else f"  created {when}")
+    return EXIT_OK
 
 
 def _status(args: argparse.Namespace) -> int:

@@ -25,3 +25,13 @@ FLOWS: dict[str, Flow[..., RunReport]] = {
     "cold": consolidate_cold,
 }
 MAINTENANCE = ("decay", "creative", "cluster", "forget")
+# The deployment (in prefect.yaml) that runs each flow on a work pool.
+DEPLOYMENTS: dict[str, str] = {
+    "full": "full-consolidation/nightly",
+    "lightweight": "lightweight-consolidation/on-demand",
+    "decay": "decay/daily",
+    "creative": "creative/weekly",
+    "cluster": "cluster/monthly",
+    "forget": "forget/operator",
+    "cold": "consolidate-cold/on-demand",
+}

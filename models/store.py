@@ -544,9 +544,13 @@ class Store:
             s.add_all(records)
 
     def run_history(
-        self, profile: str | None = None, flow: str | None = None, limit: int = 20
+        self,
+        profile: str | None = None,
+        flow: str | None = None,
+        limit: int | None = 20,
+        as_of: datetime | None = None,
     ) -> list[tables.RunRecord]:
-        """The most recent finished runs, newest first."""
+        """The most recent finished runs, newest first (all of them with ``limit=None``)."""
         query = select(tables.RunRecord).order_by(
             tables.RunRecord.finished_at.desc(), tables.RunRecord.id.desc()
         )
@@ -554,6 +558,8 @@ class Store:
             query = query.where(tables.RunRecord.profile_id == profile)
         if flow is not None:
             query = query.where(tables.RunRecord.flow == flow)
+        if as_of is not None:
+            query = query.where(tables.RunRecord.as_of == as_of)
         with reading(self.url) as s:
             return list(s.execute(query.limit(limit)).scalars())
 

@@ -9,7 +9,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
 
-.PHONY: setup demo test clean
+.PHONY: setup demo test server clean
 
 setup: $(STAMP)
 
@@ -23,6 +23,10 @@ $(STAMP): pyproject.toml
 
 demo: $(STAMP)
 	$(BIN)/reverie demo
+
+# The local stack: Prefect server + work pool + deployments + worker, UI on :4200.
+server: $(STAMP)
+	$(BIN)/reverie serve
 
 test: $(STAMP)
 	$(BIN)/python -m pytest

@@ -125,6 +125,10 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--preset", help="configuration preset (default: 'default')")
     b.add_argument("--json", type=Path, dest="json_out", help="also write the result as JSON")
 
+    p = command("serve", _serve, "Run a Prefect server, deploy every flow and start a worker.")
+    p.add_argument("--port", type=int, default=4200)
+    p.add_argument("--home", type=Path, help="Prefect's own folder (default .reverie/prefect)")
+
     p = command("demo", _demo, "Ingest the bundled sample store and consolidate it.")
     p.add_argument("--database", type=Path, help="SQLite file for the demo store")
     return parser
@@ -363,6 +367,12 @@ def _bench(args: argparse.Namespace) -> int:
     if args.json_out:
         args.json_out.write_text(json.dumps(result.as_json(), indent=2) + "\n", encoding="utf-8")
     return EXIT_OK
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from deployments.serve import serve
+
+    return serve(args.port, args.home)
 
 
 def _demo(args: argparse.Namespace) -> int:

@@ -1,0 +1,144 @@
+"""``reverie serve``: the whole Prefect stack on this machine, for trying Reverie out.
+
+Starts a Prefect server on 127.0.0.1, creates the ``reverie`` process work pool,
+deploys every flow from ``prefect.yaml`` (schedules and event triggers included) and
+starts a worker, then waits until interrupted (Ctrl-C stops everything it started).
+Prefect keeps its own database under ``--home`` (default ``.reverie/prefect``), apart
+from the memory store.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Sequence
+from pathlib import Path
+
+from models.errors import ReverieError
+from models.settings import DATABASE_URL_VARIABLE, get_settings, resolve_database_url
+
+WORK_POOL = "reverie"
+READY = "Reverie is up"
+
+
+def project_root() -> Path:
+    """The folder holding ``prefect.yaml``: the current one or one above, else the checkout."""
+    for folder in (Path.cwd(), *Path.cwd().parents):
+        if (folder / "prefect.yaml").is_file():
+            return folder
+    checkout = Path(__file__).resolve().parent.parent
+    if (checkout / "prefect.yaml").is_file():
+        return checkout
+    raise ReverieError("no prefect.yaml here or above: run `reverie serve` from the checkout")
+
+
+def stack_environment(port: int, home: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update({
+        "PREFECT_HOME": str(home),
+        "PREFECT_API_URL": f"http://127.0.0.1:{port}/api",
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "HF_HUB_OFFLINE": "1",
+        # The worker's flow runs must find the same store whatever their folder.
+        DATABASE_URL_VARIABLE: resolve_database_url(get_settings().database_url),
+    })
+    return env
+
+
+def _prefect(*args: str) -> list[str]:
+    beside_python = shutil.which("prefect", path=str(Path(sys.executable).parent))
+    found = beside_python or shutil.which("prefect")
+    if not found:
+        raise ReverieError("the prefect command is not installed")
+    return [found, *args]
+
+
+def wait_healthy(port: int, timeout: float = 90.0) -> None:
+    deadline = time.monotonic() + timeout
+    url = f"http://127.0.0.1:{port}/api/health"
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.5)
+    raise ReverieError(f"the Prefect server did not answer on {url} within {timeout:.0f} s")
+
+
+def start_stack(port: int, home: Path, log: Path) -> list[subprocess.Popen[bytes]]:
+    """Server, work pool, deployments and worker; returns the processes started."""
+    root = project_root()
+    home.mkdir(parents=True, exist_ok=True)
+    env = stack_environment(port, home)
+    out = log.open("ab")
+    server = subprocess.Popen(
+        _prefect("server", "start", "--host", "127.0.0.1", "--port", str(port)),
+        env=env, stdout=out, stderr=subprocess.STDOUT,
+    )
+    processes = [server]
+    try:
+        wait_healthy(port)
+        subprocess.run(
+            _prefect("work-pool", "create", WORK_POOL, "--type", "process", "--overwrite"),
+            env=env, cwd=root, stdout=out, stderr=subprocess.STDOUT, check=True,
+        )
+        subprocess.run(
+            _prefect("--no-prompt", "deploy", "--all"),
+            env=env, cwd=root, stdout=out, stderr=subprocess.STDOUT, check=True,
+        )
+        processes.append(subprocess.Popen(
+            _prefect("worker", "start", "--pool", WORK_POOL),
+            env=env, cwd=root, stdout=out, stderr=subprocess.STDOUT,
+        ))
+    except BaseException:
+        stop(processes)
+        raise
+    return processes
+
+
+def stop(processes: Sequence[subprocess.Popen[bytes]]) -> None:
+    for process in reversed(processes):
+        if process.poll() is None:
+            process.terminate()
+    for process in reversed(processes):
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def serve(port: int = 4200, home: Path | None = None) -> int:
+    home = (home or Path(".reverie") / "prefect").resolve()
+    log = home / "stack.log"
+    home.mkdir(parents=True, exist_ok=True)
+    print(f"starting Prefect on http://127.0.0.1:{port} (log: {log}) ...", flush=True)
+    # A service manager stops us with SIGTERM: stop what we started, as on Ctrl-C.
+    signal.signal(signal.SIGTERM, _interrupt)
+    processes = start_stack(port, home, log)
+    print(
+        f"{READY}: http://127.0.0.1:{port}\n"
+        f"  Deployments: every flow and its schedule; click one, then 'Run' to start it.\n"
+        f"  Runs: each run, its task graph, logs, and the Artifacts tab (summary, changes).\n"
+        f"  In another shell: export PREFECT_API_URL=http://127.0.0.1:{port}/api\n"
+        f"  Ctrl-C stops the server and the worker.",
+        flush=True,
+    )
+    try:
+        while all(p.poll() is None for p in processes):
+            time.sleep(1)
+        raise ReverieError(f"a Prefect process stopped; see {log}")
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        stop(processes)

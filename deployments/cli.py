@@ -81,6 +81,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int, default=20, help="runs of history to show (default 20)")
     p.add_argument("--json", action="store_true")
 
+    p = command("session-end", _session_end, "Record the end of a profile's session.")
+    p.add_argument("--profile", required=True)
+    p.add_argument("--session", help="the session's id")
+
     p = command("undo", _undo, "Undo a consolidation: its originals return, its summary goes.")
     p.add_argument("id", help="a consolidation id (c-...) or the id of the summary it made")
     p.add_argument("--json", action="store_true")
@@ -254,6 +258,12 @@ def _status(args: argparse.Namespace) -> int:
         _print_json(as_json(status))
     else:
         print(render(status))
+    return EXIT_OK
+
+
+def _session_end(args: argparse.Namespace) -> int:
+    count = Store().end_session(args.profile, args.session)
+    print(f"{args.profile}: session {count} ended")
     return EXIT_OK
 
 

@@ -72,11 +72,16 @@ def wait_healthy(port: int, timeout: float = 90.0) -> None:
     raise ReverieError(f"the Prefect server did not answer on {url} within {timeout:.0f} s")
 
 
-def start_stack(port: int, home: Path, log: Path) -> list[subprocess.Popen[bytes]]:
-    """Server, work pool, deployments and worker; returns the processes started."""
+def start_stack(
+    port: int, home: Path, log: Path, prefect_file: Path | None = None
+) -> list[subprocess.Popen[bytes]]:
+    """Server, work pool, deployments (from ``prefect_file``, default the project's
+    ``prefect.yaml``) and worker; returns the processes started."""
     root = project_root()
     home.mkdir(parents=True, exist_ok=True)
     env = stack_environment(port, home)
+    # prefect.yaml's pull step reads $PWD: the checkout the worker runs flows from.
+    env["PWD"] = str(root)
     out = log.open("ab")
     server = subprocess.Popen(
         _prefect("server", "start", "--host", "127.0.0.1", "--port", str(port)),
@@ -89,8 +94,9 @@ def start_stack(port: int, home: Path, log: Path) -> list[subprocess.Popen[bytes
             _prefect("work-pool", "create", WORK_POOL, "--type", "process", "--overwrite"),
             env=env, cwd=root, stdout=out, stderr=subprocess.STDOUT, check=True,
         )
+        deploy = ["--prefect-file", str(prefect_file)] if prefect_file else []
         subprocess.run(
-            _prefect("--no-prompt", "deploy", "--all"),
+            _prefect("--no-prompt", "deploy", "--all", *deploy),
             env=env, cwd=root, stdout=out, stderr=subprocess.STDOUT, check=True,
         )
         processes.append(subprocess.Popen(

@@ -12,7 +12,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -24,7 +24,8 @@ from prefect.futures import PrefectFuture
 from models.config import ConsolidationConfig
 from models.db import copy_profiles, dispose
 from models.errors import StoreError
-from models.settings import get_settings
+from models.events import api_configured
+from models.settings import Settings, get_settings
 from models.store import Store
 from models.tables import RunRecord
 from models.timestamps import iso, to_utc_naive, utcnow
@@ -32,6 +33,7 @@ from tasks.step import StepArgs, StepReport
 
 ProfileSelector = str | list[str] | None
 BUSY_POLL_SECONDS = 1.0
+PROFILE_LIMIT_PREFIX = "reverie-profile-"
 
 
 @dataclass
@@ -199,8 +201,10 @@ def follow_progress(report: RunReport, futures: list[PrefectFuture[StepReport]])
 @contextmanager
 def holding(plan: RunPlan) -> Iterator[list[str]]:
     """Hold the run's profiles, so that no other run consolidates them meanwhile; yields
-    the profiles held. Profiles are taken one by one in name order (ordered locking
-    cannot deadlock). A busy profile is waited for, or skipped, as
+    the profiles held. Two guards: a Prefect global concurrency limit per profile
+    (``reverie-profile-<name>``, limit 1) when a Prefect API is configured, and a lease
+    in the store for runs outside Prefect. Profiles are taken one by one in name order
+    (ordered locking cannot deadlock). A busy profile is waited for, or skipped, as
     ``REVERIE_BUSY_PROFILE`` says. A dry run writes nothing and holds nothing."""
     if plan.dry_run:
         yield plan.profiles
@@ -210,25 +214,66 @@ def holding(plan: RunPlan) -> Iterator[list[str]]:
     holder = plan.run_id or f"local-{uuid4()}"
     deadline = time.monotonic() + settings.busy_wait_seconds
     held: list[str] = []
-    try:
-        for profile in sorted(plan.profiles):
-            while not store.acquire_leases([profile], holder, settings.lease_seconds):
-                if settings.busy_profile == "skip":
-                    break
-                if time.monotonic() >= deadline:
-                    owner = store.lease_holders().get(profile, "another run")
-                    raise StoreError(
-                        f"profile {profile!r} is busy ({owner}) for more than "
-                        f"{settings.busy_wait_seconds:g} s (REVERIE_BUSY_WAIT_SECONDS)"
-                    )
-                time.sleep(BUSY_POLL_SECONDS)
-            else:
-                held.append(profile)
-        yield held
-    finally:
-        if held:
-            store.release_leases(held, holder)
+    with ExitStack() as slots:
+        try:
+            for profile in sorted(plan.profiles):
+                if _take(profile, store, holder, slots, settings, deadline):
+                    held.append(profile)
+            yield held
+        finally:
+            if held:
+                store.release_leases(held, holder)
 
+
+def _take(
+    profile: str,
+    store: Store,
+    holder: str,
+    slots: ExitStack,
+    settings: Settings,
+    deadline: float,
+) -> bool:
+    """Take one profile through both guards; False if busy and busy profiles are skipped.
+    A profile not taken keeps nothing: its Prefect slot, if occupied, is given back."""
+    skip = settings.busy_profile == "skip"
+    with ExitStack() as attempt:
+        if api_configured() and not _prefect_slot(profile, attempt, skip, deadline):
+            return False
+        while not store.acquire_leases([profile], holder, settings.lease_seconds):
+            if skip:
+                return False
+            if time.monotonic() >= deadline:
+                owner = store.lease_holders().get(profile, "another run")
+                raise StoreError(
+                    f"profile {profile!r} is busy ({owner}) for more than "
+                    f"{settings.busy_wait_seconds:g} s (REVERIE_BUSY_WAIT_SECONDS)"
+                )
+            time.sleep(BUSY_POLL_SECONDS)
+        slots.enter_context(attempt.pop_all())
+    return True
+
+
+def _prefect_slot(profile: str, slots: ExitStack, skip: bool, deadline: float) -> bool:
+    """Occupy the profile's Prefect concurrency slot for the rest of the run."""
+    from prefect.client.orchestration import get_client
+    from prefect.concurrency.asyncio import (
+        AcquireConcurrencySlotTimeoutError,
+        ConcurrencySlotAcquisitionError,
+    )
+    from prefect.concurrency.sync import concurrency
+
+    name = f"{PROFILE_LIMIT_PREFIX}{profile}"
+    with get_client(sync_client=True) as client:
+        client.upsert_global_concurrency_limit_by_name(name, limit=1)
+    wait = {"max_retries": 0} if skip else {
+        "timeout_seconds": max(deadline - time.monotonic(), 1.0)}
+    try:
+        slots.enter_context(concurrency(name, occupy=1, strict=True, **wait))
+    except (ConcurrencySlotAcquisitionError, AcquireConcurrencySlotTimeoutError) as exc:
+        if skip:
+            return False
+        raise StoreError(f"profile {profile!r} is busy in another Prefect run: {exc}") from None
+    return True
 
 
 def history(

@@ -38,6 +38,11 @@ class Settings(BaseSettings):
     # Characters of memory content shown in artifacts and reports; 0 hides content.
     artifact_content_chars: int = Field(80, ge=0)
 
+    # Prefect events from the store (only sent when PREFECT_API_URL is set), and when.
+    emit_events: bool = True
+    store_trigger_every: int = Field(50, ge=0)  # lightweight after every N stores
+    session_trigger_every: int = Field(5, ge=0)  # full every N sessions
+
     # A run that finds its profile busy (another run holds it) waits, or skips it.
     busy_profile: Literal["wait", "skip"] = "wait"
     busy_wait_seconds: float = Field(1800.0, ge=0.0)

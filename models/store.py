@@ -20,7 +20,7 @@ import numpy as np
 from sqlalchemy import bindparam, delete, false, func, insert, or_, select, update
 from sqlmodel import Session
 
-from models import ids, tables
+from models import events, ids, tables
 from models.db import reading, writing
 from models.embeddings import DIMENSION, MODEL_NAME, from_blobs, get_embedder, to_blob
 from models.errors import AmbiguousIdError, NotFoundError, RecordError, StoreError
@@ -258,6 +258,11 @@ class Store:
             counts: dict[str, int] = defaultdict(int)
             for r in new_rows:
                 counts[r["profile_id"]] += 1
+            before = dict(
+                s.execute(
+                    select(Profile.id, Profile.store_count).where(Profile.id.in_(list(counts)))
+                ).all()
+            )
             for name, n in counts.items():
                 s.execute(
                     update(Profile).where(Profile.id == name)
@@ -265,6 +270,11 @@ class Store:
                 )
         report.stored += len(new_rows)
         report.stored_ids.extend(r["id"] for r in new_rows)
+        every = self.settings.store_trigger_every
+        events.emit([
+            e for name, n in sorted(counts.items())
+            for e in events.stored_events(name, before[name], before[name] + n, at, every)
+        ])
 
     def _embeddings_for(
         self, rows: dict[str, dict[str, Any]], existing: dict[str, Any], progress: bool
@@ -600,13 +610,20 @@ class Store:
 
     # --- sessions ----------------------------------------------------------------------
 
-    def end_session(self, profile: str, session_id: str | None = None) -> int:
-        """Count a finished session of the profile; returns its session count."""
+    def end_session(
+        self, profile: str, session_id: str | None = None, at: datetime | None = None
+    ) -> int:
+        """Count a finished session of the profile and tell Prefect (full consolidation
+        follows, through the deployment triggers); returns the profile's session count."""
         self.resolve_profiles(profile)
         with writing(self.url) as s:
             row = s.get(Profile, profile)
             row.session_count += 1  # type: ignore[union-attr]
-            return row.session_count  # type: ignore[union-attr]
+            count = row.session_count  # type: ignore[union-attr]
+        events.emit(events.session_events(
+            profile, session_id, count, at or utcnow(), self.settings.session_trigger_every
+        ))
+        return count
 
     # --- access tracking ---------------------------------------------------------------
 

@@ -77,3 +77,17 @@ def test_two_runs_for_one_profile_never_overlap(
     first, second = sorted(sample_store.run_history(), key=lambda r: r.started_at)
     assert first.finished_at <= second.started_at
     assert sample_store.lease_holders() == {}
+
+
+@pytest.mark.usefixtures("prefect_api")
+def test_a_skipped_profile_gives_its_prefect_slot_back(
+    sample_store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from prefect.client.orchestration import get_client
+
+    monkeypatch.setenv("REVERIE_BUSY_PROFILE", "skip")
+    sample_store.acquire_leases(["maya"], "someone-else", 600)
+    lightweight_consolidation(profile="maya", as_of=AS_OF)
+    with get_client(sync_client=True) as client:
+        limit = client.read_global_concurrency_limit_by_name("reverie-profile-maya")
+    assert limit.limit == 1 and limit.active_slots == 0

@@ -9,7 +9,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
 
-.PHONY: setup demo test server clean
+.PHONY: setup demo test server chromium clean
 
 setup: $(STAMP)
 
@@ -28,7 +28,18 @@ demo: $(STAMP)
 server: $(STAMP)
 	$(BIN)/reverie serve
 
-test: $(STAMP)
+# The UI check drives Debian's chromium headless (a test tool's own browser download
+# cannot work here); install it when missing.
+CHROMIUM := $(shell command -v chromium 2>/dev/null)
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+chromium:
+ifeq ($(CHROMIUM),)
+	$(SUDO) apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium
+endif
+
+test: $(STAMP) chromium
 	$(BIN)/python -m pytest
 
 clean:

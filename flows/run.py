@@ -118,8 +118,9 @@ def run_name(flow: str) -> Callable[[], str]:
             who = profile
         else:
             who = ", ".join(profile[:3]) + (f" +{len(profile) - 3}" if len(profile) > 3 else "")
-        when = params.get("as_of")
-        when_text = str(when)[:19] if when else "now"
+        # Without an as_of the run acts as of its scheduled start: name it so.
+        when = params.get("as_of") or flow_run.scheduled_start_time
+        when_text = str(when)[:19]
         suffix = " (dry run)" if params.get("dry_run") else ""
         return f"{flow} | {who} | as of {when_text}{suffix}"
 

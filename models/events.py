@@ -92,20 +92,27 @@ def session_events(
     return events
 
 
-def api_configured() -> bool:
-    """A Prefect server to send events to (an ephemeral API would start one for a second)."""
+def api_url() -> str | None:
+    """The Prefect server to send events to; None for an ephemeral API (which would start
+    a server for a second and lose the events with it)."""
     from prefect.settings import get_current_settings
 
-    return bool(get_current_settings().api.url)
+    return get_current_settings().api.url
+
+
+def api_configured() -> bool:
+    return bool(api_url())
 
 
 def emit(events: Sequence[ProfileEvent]) -> bool:
     """Send the events if a Prefect API is configured; True when they were delivered.
     Never raises: a failure is logged and the caller goes on."""
-    if not events or not get_settings().emit_events or not api_configured():
+    url = api_url() if events and get_settings().emit_events else None
+    if not url:
         return False
     outcome: list[BaseException | None] = []
-    thread = threading.Thread(target=lambda: outcome.append(_send(events)), daemon=True)
+    # Prefect's settings context does not follow into a new thread: pass the URL along.
+    thread = threading.Thread(target=lambda: outcome.append(_send(events, url)), daemon=True)
     thread.start()
     thread.join(SEND_DEADLINE_SECONDS)
     error = outcome[0] if outcome else TimeoutError("no answer in time")
@@ -115,12 +122,12 @@ def emit(events: Sequence[ProfileEvent]) -> bool:
     return True
 
 
-def _send(events: Sequence[ProfileEvent]) -> BaseException | None:
+def _send(events: Sequence[ProfileEvent], url: str) -> BaseException | None:
     from prefect.events import Event
     from prefect.events.clients import PrefectEventsClient
 
     async def send() -> None:
-        async with PrefectEventsClient(reconnection_attempts=0) as client:
+        async with PrefectEventsClient(api_url=url, reconnection_attempts=0) as client:
             for e in events:
                 await client.emit(Event(
                     id=uuid.uuid5(_NAMESPACE, e.key), event=e.name, resource=resource(e.profile),

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from dataclasses import fields as dataclass_fields
 from datetime import UTC, datetime, timedelta
@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from sqlalchemy import bindparam, delete, false, func, insert, or_, select, update
+from sqlalchemy import bindparam, delete, func, insert, or_, select, update
 from sqlmodel import Session
 
 from models import events, ids, tables
@@ -64,6 +64,22 @@ _VIEW_COLUMNS = [
 ]
 
 _EDGE_VIEW_COLUMNS = [_E.c[f.name] for f in dataclass_fields(EdgeView)]
+
+
+# Ids per IN (...) clause: SQLite allows at most 32,766 bound values in a statement.
+IN_CHUNK = 10_000
+
+
+def _chunks(values: Iterable[str]) -> Iterator[list[str]]:
+    """``values`` in lists of at most IN_CHUNK, for IN clauses over whole profiles."""
+    batch: list[str] = []
+    for value in values:
+        batch.append(value)
+        if len(batch) == IN_CHUNK:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
 
 
 def _view(row: Any) -> MemoryView:
@@ -442,18 +458,17 @@ class Store:
     def originals_of(self, profile: str, summary_ids: Sequence[str]) -> dict[str, list[MemoryView]]:
         """The memories each summary superseded, by summary id."""
         out: dict[str, list[MemoryView]] = {sid: [] for sid in summary_ids}
-        if not summary_ids:
-            return out
-        query = (
-            select(*_VIEW_COLUMNS)
-            .where(_M.c.profile_id == profile)
-            .where(_M.c.superseded_by.in_(list(summary_ids)))
-            .order_by(_M.c.id)
-        )
         with reading(self.url) as s:
-            for row in s.execute(query):
-                view = _view(row)
-                out[view.superseded_by].append(view)  # type: ignore[index]
+            for batch in _chunks(summary_ids):
+                query = (
+                    select(*_VIEW_COLUMNS)
+                    .where(_M.c.profile_id == profile)
+                    .where(_M.c.superseded_by.in_(batch))
+                    .order_by(_M.c.id)
+                )
+                for row in s.execute(query):
+                    view = _view(row)
+                    out[view.superseded_by].append(view)  # type: ignore[index]
         return out
 
     def relevance_inputs(self, profile: str) -> RelevanceInputs:
@@ -812,17 +827,18 @@ class Store:
             return
         doomed = [mid for mid, _, _ in delete_]
         with writing(self.url) as s:
-            if archive:
+            for batch in _chunks(archive):
                 s.execute(
-                    update(_M).where(_M.c.profile_id == profile).where(_M.c.id.in_(list(archive)))
+                    update(_M).where(_M.c.profile_id == profile).where(_M.c.id.in_(batch))
                     .values(tier=COLD, lifecycle=tables.ARCHIVED)
                 )
             if delete_:
                 known = {
                     r.id: r
+                    for batch in _chunks(doomed)
                     for r in s.execute(
                         select(_M.c.id, _M.c.external_id, _M.c.content_hash)
-                        .where(_M.c.profile_id == profile).where(_M.c.id.in_(doomed))
+                        .where(_M.c.profile_id == profile).where(_M.c.id.in_(batch))
                     )
                 }
                 for mid, score, reason in delete_:
@@ -832,11 +848,14 @@ class Store:
                         content_hash=row.content_hash, reason=reason, score=score,
                         run_id=run_id, deleted_at=as_of,
                     ))
-                s.execute(
-                    delete(_E).where(_E.c.profile_id == profile)
-                    .where(or_(_E.c.source_id.in_(doomed), _E.c.target_id.in_(doomed)))
-                )
-                s.execute(delete(_M).where(_M.c.profile_id == profile).where(_M.c.id.in_(doomed)))
+                for batch in _chunks(doomed):
+                    for end in (_E.c.source_id, _E.c.target_id):
+                        s.execute(
+                            delete(_E).where(_E.c.profile_id == profile).where(end.in_(batch))
+                        )
+                    s.execute(
+                        delete(_M).where(_M.c.profile_id == profile).where(_M.c.id.in_(batch))
+                    )
             s.add(tables.Consolidation(
                 id=ids.consolidation_id(profile, "forget", as_of.isoformat()),
                 profile_id=profile, run_id=run_id, operation="forget",
@@ -857,9 +876,9 @@ class Store:
                 select(_E.c.source_id, _E.c.target_id)
                 .where(_E.c.profile_id == profile)
                 .where(_E.c.kind == tables.SUMMARIZES)
-                .where(_E.c.source_id.in_(list(metas)))
             ):
-                out[source].add(target)
+                if source in out:
+                    out[source].add(target)
         return out
 
     def apply_meta_memories(
@@ -995,12 +1014,12 @@ class Store:
                     .values(weight=bindparam("w")),
                     [{"eid": eid, "w": w} for eid, w in weights],
                 )
-            if prune:
+            for batch in _chunks(prune):
                 s.execute(
                     delete(_E)
                     .where(_E.c.profile_id == profile)
                     .where(_E.c.kind == ASSOCIATION)
-                    .where(_E.c.id.in_(list(prune)))
+                    .where(_E.c.id.in_(batch))
                 )
 
     def set_graph_scores(self, profile: str, scores: Sequence[GraphScore]) -> list[str]:
@@ -1013,15 +1032,13 @@ class Store:
                 for mid, pr, cm in s.execute(
                     select(_M.c.id, _M.c.pagerank, _M.c.community)
                     .where(_M.c.profile_id == profile)
-                    .where(or_(_M.c.id.in_(list(wanted)) if wanted else false(),
-                               _M.c.pagerank.is_not(None), _M.c.community.is_not(None)))
                 )
             }
-            stale = [mid for mid in current if mid not in wanted]
+            stale = [mid for mid, v in current.items() if mid not in wanted and v != (None, None)]
             changed = {mid: v for mid, v in wanted.items() if current.get(mid) != v}
-            if stale:
+            for batch in _chunks(stale):
                 s.execute(
-                    update(_M).where(_M.c.id.in_(stale)).values(pagerank=None, community=None)
+                    update(_M).where(_M.c.id.in_(batch)).values(pagerank=None, community=None)
                 )
             if changed:
                 s.execute(
@@ -1044,11 +1061,11 @@ class Store:
         with writing(self.url) as s:
             for edge in edges:
                 self._upsert_edge(s, profile, edge, as_of, as_of)
-            if linked_summaries:
+            for batch in _chunks(linked_summaries):
                 s.execute(
                     update(_M)
                     .where(_M.c.profile_id == profile)
-                    .where(_M.c.id.in_(list(linked_summaries)))
+                    .where(_M.c.id.in_(batch))
                     .values(linked_at=as_of)
                 )
 

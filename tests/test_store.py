@@ -100,3 +100,16 @@ def test_export_is_canonical_and_hides_run_ids(store: Store) -> None:
 def test_counts_by_tier(store: Store) -> None:
     store.ingest([record("x")], profile="p")
     assert store.counts("p") == {HOT: 1, COLD: 0, "tombstones": 0}
+
+
+def test_whole_profile_id_lists_go_in_chunks(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    import models.store as store_module
+
+    monkeypatch.setattr(store_module, "IN_CHUNK", 2)
+    store.ingest([record(f"fact {i}", id=f"f{i}") for i in range(7)], profile="p")
+    ids_ = [store.get(f"f{i}").id for i in range(7)]
+    with writing(store.url) as s:
+        s.execute(update(Memory).where(Memory.id.in_(ids_[:5])).values(superseded_by="m-sum"))
+    assert len(store.originals_of("p", ["m-sum", "m-other"])["m-sum"]) == 5
+    store.forget("p", ids_[:3], [(i, 0.0, "test") for i in ids_[3:]], T0, None, {})
+    assert store.counts("p") == {HOT: 0, COLD: 3, "tombstones": 4}

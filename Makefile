@@ -9,7 +9,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
 
-.PHONY: setup demo test server chromium clean
+.PHONY: setup demo test server chromium postgres clean
 
 setup: $(STAMP)
 
@@ -39,8 +39,15 @@ ifeq ($(CHROMIUM),)
 	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium
 endif
 
-test: $(STAMP) chromium
+# The whole suite runs twice: on SQLite (the default) and on a real PostgreSQL.
+TEST_POSTGRES ?= postgresql+psycopg2://reverie:reverie@127.0.0.1:5432/postgres
+
+postgres:
+	./.ci/postgres
+
+test: $(STAMP) chromium postgres
 	$(BIN)/python -m pytest
+	REVERIE_TEST_POSTGRES=$(TEST_POSTGRES) $(BIN)/python -m pytest
 
 clean:
 	rm -rf $(VENV) .reverie

@@ -64,6 +64,9 @@ def _create_engine(url: str) -> Engine:
         def _on_begin(conn) -> None:  # type: ignore[no-untyped-def]
             mode = conn.get_execution_options().get(_BEGIN_OPTION, "DEFERRED")
             conn.exec_driver_sql(f"BEGIN {mode}")
+    elif url.startswith("postgresql+psycopg2"):
+        # Batch executemany UPDATEs too (psycopg2 would otherwise send them one by one).
+        engine = create_engine(url, pool_pre_ping=True, executemany_mode="values_plus_batch")
     else:
         engine = create_engine(url, pool_pre_ping=True)
     SQLModel.metadata.create_all(engine)

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 from sqlalchemy import bindparam, delete, func, insert, or_, select, update
+from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session
 
 from models import events, ids, tables
@@ -594,21 +595,31 @@ class Store:
         self, profiles: Sequence[str], holder: str, seconds: float, at: datetime | None = None
     ) -> list[str]:
         """Take every free (or expired, or already ours) profile among ``profiles`` for
-        ``holder``; returns the profiles taken. All or nothing per profile, in one go."""
+        ``holder``; returns the profiles taken. Safe against other processes taking the
+        same profile at the same moment, on SQLite and PostgreSQL alike."""
         at = at or utcnow()
+        until = at + timedelta(seconds=seconds)
         taken: list[str] = []
         with writing(self.url) as s:
             for profile in sorted(set(profiles)):
-                lease = s.get(tables.Lease, profile)
-                if lease is not None and lease.holder != holder and lease.expires_at > at:
-                    continue
-                if lease is None:
-                    lease = tables.Lease(profile_id=profile, holder=holder, acquired_at=at,
-                                         expires_at=at)
-                    s.add(lease)
-                lease.holder, lease.acquired_at = holder, at
-                lease.expires_at = at + timedelta(seconds=seconds)
-                taken.append(profile)
+                lease = tables.Lease.__table__  # type: ignore[attr-defined]
+                claimed = s.execute(
+                    update(lease)
+                    .where(lease.c.profile_id == profile)
+                    .where(or_(lease.c.holder == holder, lease.c.expires_at <= at))
+                    .values(holder=holder, acquired_at=at, expires_at=until)
+                ).rowcount
+                if not claimed:
+                    try:
+                        with s.begin_nested():
+                            s.execute(insert(lease).values(
+                                profile_id=profile, holder=holder, acquired_at=at, expires_at=until
+                            ))
+                        claimed = 1
+                    except IntegrityError:  # someone holds it (or took it just now)
+                        claimed = 0
+                if claimed:
+                    taken.append(profile)
         return taken
 
     def release_leases(self, profiles: Sequence[str], holder: str) -> None:

@@ -1,5 +1,9 @@
 """Shared fixtures: one Prefect test harness and one embedding model per session,
-and a fresh SQLite store per test (the store Reverie's settings point at)."""
+and a fresh store per test (the store Reverie's settings point at).
+
+Stores are SQLite files, or with ``REVERIE_TEST_POSTGRES`` set to an admin URL of a
+PostgreSQL server, fresh PostgreSQL databases (``make test`` runs the suite both ways).
+"""
 
 from __future__ import annotations
 
@@ -12,14 +16,68 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import shutil
-from collections.abc import Iterator
+import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from sqlalchemy import create_engine, text
 
 from deployments.demo import SAMPLE_STORE
-from models.db import dispose
+from models.db import copy_profiles, dispose
 from models.store import Store
+
+TEST_POSTGRES = os.environ.get("REVERIE_TEST_POSTGRES")  # an admin URL, or unset
+
+
+def _create_postgres_database() -> str:
+    name = f"reverie_test_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(TEST_POSTGRES, isolation_level="AUTOCOMMIT")  # type: ignore[arg-type]
+    with admin.connect() as conn:
+        # C collation: the database orders text as SQLite does.
+        conn.execute(text(
+            f"CREATE DATABASE {name} TEMPLATE template0 ENCODING 'UTF8' "
+            "LC_COLLATE 'C' LC_CTYPE 'C'"
+        ))
+    admin.dispose()
+    return TEST_POSTGRES.rsplit("/", 1)[0] + f"/{name}"  # type: ignore[union-attr]
+
+
+def _drop_postgres_database(url: str) -> None:
+    dispose(url)
+    admin = create_engine(TEST_POSTGRES, isolation_level="AUTOCOMMIT")  # type: ignore[arg-type]
+    with admin.connect() as conn:
+        conn.execute(text(f"DROP DATABASE IF EXISTS {url.rsplit('/', 1)[1]} WITH (FORCE)"))
+    admin.dispose()
+
+
+@pytest.fixture
+def new_store(tmp_path: Path) -> Iterator[Callable[[str], Store]]:
+    """Make further empty stores (SQLite files, or PostgreSQL databases), cleaned up after."""
+    made: list[str] = []
+
+    def make(name: str) -> Store:
+        url = _create_postgres_database() if TEST_POSTGRES else f"sqlite:///{tmp_path / name}.db"
+        made.append(url)
+        return Store(url)
+
+    yield make
+    for url in made:
+        if TEST_POSTGRES:
+            _drop_postgres_database(url)
+        else:
+            dispose(url)
+
+
+def clone_sample(template: Path, store: Store) -> Store:
+    """Fill an empty store with the ingested sample store (copied, not re-embedded)."""
+    source = f"sqlite:///{template}"
+    if store.url.startswith("sqlite"):
+        dispose(store.url)
+        shutil.copyfile(template, store.url.removeprefix("sqlite:///"))
+    else:
+        copy_profiles(source, store.url, Store(source).profiles())
+    return store
 
 
 @pytest.fixture(scope="session")
@@ -32,12 +90,11 @@ def prefect_api() -> Iterator[None]:
 
 
 @pytest.fixture
-def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Store]:
+def store(new_store: Callable[[str], Store], monkeypatch: pytest.MonkeyPatch) -> Store:
     """An empty store that Reverie's settings (and so every flow) point at."""
-    url = f"sqlite:///{tmp_path / 'store.db'}"
-    monkeypatch.setenv("REVERIE_DATABASE_URL", url)
-    yield Store(url)
-    dispose(url)
+    made = new_store("store")
+    monkeypatch.setenv("REVERIE_DATABASE_URL", made.url)
+    return made
 
 
 @pytest.fixture(scope="session")
@@ -54,9 +111,7 @@ def sample_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture
 def sample_store(store: Store, sample_template: Path) -> Store:
     """A fresh copy of the ingested sample store, as the test's store."""
-    dispose(store.url)
-    shutil.copyfile(sample_template, store.url.removeprefix("sqlite:///"))
-    return store
+    return clone_sample(sample_template, store)
 
 
 @pytest.fixture

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-import shutil
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
 from uuid import UUID
@@ -19,6 +19,7 @@ from models.tables import ASSOCIATION, COLD, CONSOLIDATION, DEDUP_SUMMARY, HOT
 from tasks import linking
 from tasks.blocks import BLOCK_TYPES
 
+from conftest import clone_sample
 from prefect_reads import run_artifacts
 
 pytestmark = pytest.mark.usefixtures("prefect_api")
@@ -34,20 +35,21 @@ def rows(store: Store, profile: str, kind: str) -> list[dict]:
     return [r for r in export_rows(store.url, profile) if r["type"] == kind]
 
 
-def use_copy(template: Path, folder: Path, name: str, monkeypatch: pytest.MonkeyPatch) -> Store:
+def use_copy(
+    template: Path, new_store: Callable[[str], Store], name: str, monkeypatch: pytest.MonkeyPatch
+) -> Store:
     """A copy of the sample store that the flows (through the settings) now work on."""
-    path = folder / f"{name}.db"
-    shutil.copyfile(template, path)
-    store = Store(f"sqlite:///{path}")
+    store = clone_sample(template, new_store(name))
     monkeypatch.setenv("REVERIE_DATABASE_URL", store.url)
     return store
 
 
 def clean_run_exports(
-    template: Path, folder: Path, monkeypatch: pytest.MonkeyPatch, profile: str | None
+    template: Path, new_store: Callable[[str], Store], monkeypatch: pytest.MonkeyPatch,
+    profile: str | None,
 ) -> dict[str, str]:
     """The exports after an undisturbed full consolidation of a fresh copy."""
-    clean = use_copy(template, folder, "clean", monkeypatch)
+    clean = use_copy(template, new_store, "clean", monkeypatch)
     full_consolidation(profile=profile, as_of=AS_OF)
     return exports(clean)
 
@@ -138,10 +140,10 @@ def test_profiles_never_mix(sample_store: Store) -> None:
 
 
 def test_a_step_that_fails_mid_transaction_and_is_retried_ends_like_a_clean_run(
-    sample_template: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    sample_template: Path, new_store: Callable[[str], Store], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    expected = clean_run_exports(sample_template, tmp_path, monkeypatch, None)
-    flaky = use_copy(sample_template, tmp_path, "flaky", monkeypatch)
+    expected = clean_run_exports(sample_template, new_store, monkeypatch, None)
+    flaky = use_copy(sample_template, new_store, "flaky", monkeypatch)
     failures: list[str] = []
     original = Store._upsert_edge
 
@@ -158,10 +160,10 @@ def test_a_step_that_fails_mid_transaction_and_is_retried_ends_like_a_clean_run(
 
 
 def test_a_step_that_fails_after_committing_and_is_retried_ends_like_a_clean_run(
-    sample_template: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    sample_template: Path, new_store: Callable[[str], Store], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    expected = clean_run_exports(sample_template, tmp_path, monkeypatch, "raj")
-    flaky = use_copy(sample_template, tmp_path, "flaky", monkeypatch)
+    expected = clean_run_exports(sample_template, new_store, monkeypatch, "raj")
+    flaky = use_copy(sample_template, new_store, "flaky", monkeypatch)
     failures: list[str] = []
     original = Store.apply_summaries
 
@@ -179,10 +181,10 @@ def test_a_step_that_fails_after_committing_and_is_retried_ends_like_a_clean_run
 
 
 def test_a_run_that_stops_midway_completes_when_run_again(
-    sample_template: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    sample_template: Path, new_store: Callable[[str], Store], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    expected = clean_run_exports(sample_template, tmp_path, monkeypatch, "maya")
-    broken = use_copy(sample_template, tmp_path, "broken", monkeypatch)
+    expected = clean_run_exports(sample_template, new_store, monkeypatch, "maya")
+    broken = use_copy(sample_template, new_store, "broken", monkeypatch)
     with monkeypatch.context() as patch:
         def down(*args, **kwargs):  # type: ignore[no-untyped-def]
             raise RuntimeError("injected: linking is down for the whole run")

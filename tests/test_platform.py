@@ -26,6 +26,13 @@ from deployments.serve import project_root, start_stack, stop
 from models.db import dispose
 from models.store import Store
 
+from conftest import (
+    TEST_POSTGRES,
+    _create_postgres_database,
+    _drop_postgres_database,
+    clone_sample,
+)
+
 AS_OF = datetime(2025, 7, 1)
 IDLE_SECONDS = 10
 FINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
@@ -79,9 +86,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory, sample_template: Path) -> It
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
     folder = tmp_path_factory.mktemp("platform")
-    store_path = folder / "store.db"
-    shutil.copyfile(sample_template, store_path)
-    store_url = f"sqlite:///{store_path}"
+    store_url = _create_postgres_database() if TEST_POSTGRES else f"sqlite:///{folder}/store.db"
+    clone_sample(sample_template, Store(store_url))
     spec = yaml.safe_load((project_root() / "prefect.yaml").read_text())
     for deployment in spec["deployments"]:
         for trigger in deployment.get("triggers", []):
@@ -107,7 +113,10 @@ def stack(tmp_path_factory: pytest.TempPathFactory, sample_template: Path) -> It
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
-        dispose(store_url)
+        if TEST_POSTGRES:
+            _drop_postgres_database(store_url)
+        else:
+            dispose(store_url)
 
 
 def test_every_deployment_is_there_with_its_schedule(stack: Stack) -> None:

@@ -14,13 +14,14 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from sqlalchemy import Engine, create_engine, event, insert, select
+from sqlalchemy import Engine, create_engine, event, insert, inspect, select
 from sqlmodel import Session, SQLModel
 
 from models import tables
 from models.settings import resolve_database_url
 
 _BEGIN_OPTION = "reverie_sqlite_begin"
+MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 
 # Every table that holds a profile's data, with the column naming the profile.
 PROFILE_TABLES: tuple[tuple[type[SQLModel], str], ...] = (
@@ -69,8 +70,30 @@ def _create_engine(url: str) -> Engine:
         engine = create_engine(url, pool_pre_ping=True, executemany_mode="values_plus_batch")
     else:
         engine = create_engine(url, pool_pre_ping=True)
-    SQLModel.metadata.create_all(engine)
+    migrate(engine)
     return engine
+
+
+def migrate(engine: Engine) -> None:
+    """Bring the store's schema to the latest revision. A new store gets the tables at
+    once (and is marked current); an older one is upgraded revision by revision."""
+    from alembic import command
+    from alembic.config import Config
+    from alembic.migration import MigrationContext
+
+    with engine.begin() as conn:
+        current = MigrationContext.configure(conn).get_current_revision()
+        present = set(inspect(conn).get_table_names())
+        config = Config()
+        config.set_main_option("script_location", str(MIGRATIONS))
+        config.attributes["connection"] = conn
+        if current is None and "memory" not in present:
+            SQLModel.metadata.create_all(conn)
+            command.stamp(config, "head")
+            return
+        if current is None:  # made before migrations existed: find which schema it has
+            command.stamp(config, "head" if {"runrecord", "lease"} <= present else "0001")
+        command.upgrade(config, "head")
 
 
 def engine_for(url: str) -> Engine:

@@ -1,0 +1,1 @@
+"""Schema migrations of the memory store (Alembic). ``models.db`` applies them."""

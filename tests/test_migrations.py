@@ -1,0 +1,77 @@
+"""Schema migrations: from an empty database, and from the previous schema."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+
+from alembic import command
+from alembic.autogenerate import compare_metadata
+from alembic.config import Config
+from alembic.migration import MigrationContext
+from sqlalchemy import create_engine, inspect, text
+from sqlmodel import SQLModel
+
+from models.db import MIGRATIONS, engine_for
+from models.settings import resolve_database_url
+from models.store import Store
+from models.tables import RunRecord
+
+
+def alembic(url: str, target: str) -> None:
+    engine = create_engine(resolve_database_url(url))
+    with engine.begin() as conn:
+        config = Config()
+        config.set_main_option("script_location", str(MIGRATIONS))
+        config.attributes["connection"] = conn
+        command.upgrade(config, target)
+    engine.dispose()
+
+
+def differences(url: str) -> list:
+    with engine_for(url).connect() as conn:
+        return compare_metadata(MigrationContext.configure(conn), SQLModel.metadata)
+
+
+def revision(url: str) -> str | None:
+    with engine_for(url).connect() as conn:
+        return MigrationContext.configure(conn).get_current_revision()
+
+
+def test_the_migrations_build_exactly_the_models_schema(new_store: Callable[[str], Store]) -> None:
+    url = new_store("migrated").url
+    alembic(url, "head")
+    assert differences(url) == []
+
+
+def test_a_new_store_is_created_current(new_store: Callable[[str], Store]) -> None:
+    url = new_store("fresh").url
+    assert revision(url) == "0002" and differences(url) == []
+
+
+def test_a_store_on_the_previous_schema_is_upgraded_with_its_data(
+    new_store: Callable[[str], Store],
+) -> None:
+    url = new_store("old").url
+    alembic(url, "0001")
+    engine = create_engine(resolve_database_url(url))
+    with engine.begin() as conn:
+        assert "lease" not in inspect(conn).get_table_names()
+        conn.execute(text(
+            "INSERT INTO profile (id, created_at, store_count, session_count) "
+            "VALUES ('old', '2025-01-01 00:00:00', 1, 0)"
+        ))
+        conn.execute(text(
+            "INSERT INTO memory (id, profile_id, content, content_hash, kind, importance, "
+            "confidence, stability, access_count, created_at, protected, lifecycle, tier, origin) "
+            "VALUES ('m-1', 'old', 'kept across the upgrade', 'h', 'semantic', 0.5, 0.5, 1.0, "
+            "0, '2025-01-01 00:00:00', false, 'active', 'hot', 'ingest')"
+        ))
+    engine.dispose()
+    store = Store(url)  # opening the store migrates it
+    assert revision(url) == "0002" and differences(url) == []
+    assert store.get("m-1").content == "kept across the upgrade"
+    when = datetime(2025, 7, 1)
+    store.record_runs([RunRecord(profile_id="old", flow="decay", as_of=when, started_at=when,
+                                 finished_at=when)])
+    assert store.acquire_leases(["old"], "me", 60) == ["old"]

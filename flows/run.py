@@ -8,8 +8,10 @@ each other's effects exactly as in a real run, and the real store is never writt
 
 from __future__ import annotations
 
+import logging
 import shutil
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
@@ -30,6 +32,8 @@ from models.store import Store
 from models.tables import RunRecord
 from models.timestamps import iso, to_utc_naive, utcnow
 from tasks.step import StepArgs, StepReport
+
+log = logging.getLogger(__name__)
 
 ProfileSelector = str | list[str] | None
 BUSY_POLL_SECONDS = 1.0
@@ -215,15 +219,35 @@ def holding(plan: RunPlan) -> Iterator[list[str]]:
     holder = plan.run_id or f"local-{uuid4()}"
     deadline = time.monotonic() + settings.busy_wait_seconds
     held: list[str] = []
+    stop = threading.Event()
+    heartbeat = threading.Thread(
+        target=_renew, args=(store, held, holder, settings.lease_seconds, stop), daemon=True
+    )
     with ExitStack() as slots:
         try:
+            heartbeat.start()
             for profile in sorted(plan.profiles):
                 if _take(profile, store, holder, slots, settings, deadline):
                     held.append(profile)
             yield held
         finally:
+            stop.set()
+            heartbeat.join()
             if held:
                 store.release_leases(held, holder)
+
+
+def _renew(
+    store: Store, held: list[str], holder: str, seconds: float, stop: threading.Event
+) -> None:
+    """Keep renewing the run's leases while it lives: a killed run stops renewing, and
+    its profiles come free within ``seconds``."""
+    while not stop.wait(seconds / 3):
+        if held:
+            try:
+                store.acquire_leases(list(held), holder, seconds)
+            except Exception as exc:  # noqa: BLE001 - a missed beat is retried
+                log.warning("could not renew the profile leases: %s", exc)
 
 
 def _take(

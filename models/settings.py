@@ -46,8 +46,8 @@ class Settings(BaseSettings):
     # A run that finds its profile busy (another run holds it) waits, or skips it.
     busy_profile: Literal["wait", "skip"] = "wait"
     busy_wait_seconds: float = Field(1800.0, ge=0.0)
-    # How long a run's hold on a profile lasts if the run dies without releasing it.
-    lease_seconds: float = Field(3600.0, gt=0.0)
+    # A live run renews its hold on a profile; a dead one loses it after this long.
+    lease_seconds: float = Field(120.0, ge=1.0)
 
     # LLM summaries (Mode B: a local OpenAI-compatible server such as Ollama, vLLM or
     # llama.cpp; Mode C: a hosted one). Unset base URL: rules only (Mode A).

@@ -15,7 +15,7 @@ from datetime import datetime
 from prefect import flow
 from prefect.futures import PrefectFuture
 
-from flows.run import ProfileSelector, RunReport, run_for_profiles, run_name
+from flows.run import ProfileSelector, RunReport, run_for_profiles, run_name, task_runner
 from models.config import ConsolidationConfig
 from tasks.cluster import cluster_task
 from tasks.step import StepArgs, StepReport
@@ -23,7 +23,12 @@ from tasks.step import StepArgs, StepReport
 FLOW_NAME = "cluster"
 
 
-@flow(name=FLOW_NAME, flow_run_name=run_name(FLOW_NAME), log_prints=False)
+@flow(
+    name=FLOW_NAME,
+    flow_run_name=run_name(FLOW_NAME),
+    log_prints=False,
+    task_runner=task_runner(),
+)
 def cluster(
     profile: ProfileSelector = None,
     as_of: datetime | None = None,

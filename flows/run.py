@@ -22,6 +22,7 @@ from typing import Any
 from uuid import uuid4
 
 from prefect.futures import PrefectFuture
+from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
 
 from models.config import ConsolidationConfig
 from models.db import copy_profiles, dispose
@@ -106,6 +107,22 @@ def working_store(plan: RunPlan) -> Iterator[str]:
     finally:
         dispose(url)
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def task_runner() -> TaskRunner:  # type: ignore[type-arg]
+    """The task runner flows use (``REVERIE_TASK_RUNNER``): threads in the flow's process,
+    or Dask: the scheduler at ``REVERIE_DASK_ADDRESS``, else a local cluster of
+    ``REVERIE_DASK_WORKERS`` processes started for the run."""
+    settings = get_settings()
+    if settings.task_runner == "dask":
+        from prefect_dask import DaskTaskRunner
+
+        if settings.dask_address:
+            return DaskTaskRunner(address=settings.dask_address)
+        return DaskTaskRunner(
+            cluster_kwargs={"n_workers": settings.dask_workers, "threads_per_worker": 1}
+        )
+    return ThreadPoolTaskRunner()
 
 
 def run_name(flow: str) -> Callable[[], str]:

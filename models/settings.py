@@ -38,6 +38,13 @@ class Settings(BaseSettings):
     # Characters of memory content shown in artifacts and reports; 0 hides content.
     artifact_content_chars: int = Field(80, ge=0)
 
+    # How a flow runs its tasks: threads in the flow's process, or Dask (profiles in
+    # parallel across processes or machines). A Dask scheduler address, or a local
+    # cluster of dask_workers processes.
+    task_runner: Literal["threads", "dask"] = "threads"
+    dask_address: str | None = None
+    dask_workers: int = Field(2, ge=1, le=512)
+
     # Prefect events from the store (only sent when PREFECT_API_URL is set), and when.
     emit_events: bool = True
     store_trigger_every: int = Field(50, ge=0)  # lightweight after every N stores

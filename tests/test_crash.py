@@ -12,11 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import clone_sample
 from flows.decay import decay
 from flows.full_consolidation import full_consolidation
 from models.export import export_jsonl
 from models.store import Store
+
+from conftest import clone_sample
 
 # Runs full consolidation, but holds it after merging (dedup committed, the rest not).
 KILLED_RUN = """

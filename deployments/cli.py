@@ -128,6 +128,24 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--summarizer", default="auto", help="rules, llm or auto (default)")
     b.add_argument("--preset", help="configuration preset (default: 'default')")
     b.add_argument("--json", type=Path, dest="json_out", help="also write the result as JSON")
+    b = bench.add_parser(
+        "synthetic", help="time every step and flow on generated stores of chosen sizes"
+    )
+    b.add_argument("--sizes", type=_sizes, default=[1000, 10_000],
+                   help="memories per store, comma-separated (default 1000,10000)")
+    b.add_argument("--profiles", type=int, default=1, help="profiles to spread them over")
+    b.add_argument("--duplicate-share", type=float, default=0.10,
+                   help="share of memories in near-duplicate groups (default 0.1)")
+    b.add_argument("--embeddings", choices=["random", "real"], default="random",
+                   help="clustered synthetic vectors (default) or the real model's")
+    b.add_argument("--ingest-sentences", type=int, default=2048,
+                   help="sentences for ingest vs raw model throughput (0 skips it)")
+    b.add_argument("--no-flows", dest="flows", action="store_false",
+                   help="time the steps only, not the flows through Prefect")
+    b.add_argument("--no-baseline", dest="checks", action="store_false",
+                   help="skip the exact baseline and recall checks")
+    b.add_argument("--json", type=Path, dest="json_out", help="write the results as JSON")
+    b.add_argument("--markdown", type=Path, help="write the results table as markdown")
 
     p = command("serve", _serve, "Run a Prefect server, deploy every flow and start a worker.")
     p.add_argument("--port", type=int, default=4200)
@@ -363,7 +381,19 @@ def _export(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _sizes(text: str) -> list[int]:
+    try:
+        sizes = [int(part.replace("_", "")) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"sizes must be whole numbers: {text!r}") from None
+    if not sizes or min(sizes) < 1:
+        raise argparse.ArgumentTypeError(f"sizes must be at least 1: {text!r}")
+    return sizes
+
+
 def _bench(args: argparse.Namespace) -> int:
+    if args.bench == "synthetic":
+        return _bench_synthetic(args)
     from deployments.bench import bench_locomo, render_locomo
 
     if not args.path.is_file():
@@ -376,6 +406,35 @@ def _bench(args: argparse.Namespace) -> int:
     print(render_locomo(result))
     if args.json_out:
         args.json_out.write_text(json.dumps(result.as_json(), indent=2) + "\n", encoding="utf-8")
+    return EXIT_OK
+
+
+def _bench_synthetic(args: argparse.Namespace) -> int:
+    import os
+
+    # Prefect reads these when it is first imported: keep its console to warnings.
+    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    from deployments.speed import as_json, bench_synthetic, render_markdown
+
+    def progress(row: Any) -> None:
+        verdict = f"  [{row.verdict}]" if row.verdict else ""
+        print(f"{row.task:<34} n={row.n:<9,} {row.seconds:9.3f} s  "
+              f"peak {row.peak_rss_mb or 0:7.0f} MB{verdict}", flush=True)
+
+    results = bench_synthetic(
+        args.sizes, args.profiles, args.duplicate_share, args.embeddings, args.flows,
+        args.checks, args.ingest_sentences, progress,
+    )
+    table = render_markdown(results)
+    print(table)
+    command = "reverie bench synthetic " + " ".join(sys.argv[3:])
+    if args.json_out:
+        args.json_out.write_text(
+            json.dumps(as_json(results, command), indent=2) + "\n", encoding="utf-8"
+        )
+    if args.markdown:
+        args.markdown.write_text(table + "\n", encoding="utf-8")
     return EXIT_OK
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
@@ -23,7 +24,7 @@ DATABASE_URL_VARIABLE = "REVERIE_DATABASE_URL"
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="REVERIE_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="REVERIE_", extra="ignore", frozen=True)
 
     # SQLite by default; a postgresql+psycopg2:// URL for shared deployments.
     database_url: str = DEFAULT_DATABASE_URL
@@ -71,6 +72,16 @@ class Settings(BaseSettings):
 
 
 def get_settings() -> Settings:
+    """The settings the environment gives now. Built again only when a ``REVERIE_``
+    variable changed: steps ask for them per memory, and building them reads the
+    whole environment."""
+    return _settings_for(tuple(sorted(
+        (k.upper(), v) for k, v in os.environ.items() if k.upper().startswith("REVERIE_")
+    )))
+
+
+@lru_cache(maxsize=16)
+def _settings_for(environment: tuple[tuple[str, str], ...]) -> Settings:
     return Settings()
 
 

@@ -58,6 +58,7 @@ CO_ACCESS_BONUS = 0.05
 
 _M = Memory.__table__  # type: ignore[attr-defined]
 _E = Edge.__table__  # type: ignore[attr-defined]
+_C = tables.Consolidation.__table__  # type: ignore[attr-defined]
 
 _VIEW_COLUMNS = [
     *(_M.c[f.name] for f in dataclass_fields(MemoryView) if f.name != "meta"),
@@ -344,16 +345,15 @@ class Store:
                     report.errors.append(exc)
                     continue
                 good.append((e, source, target))
+            timed: list[tuple[NewEdge, datetime, datetime]] = []
+            for e, source, target in good:
+                when = e.values.get("last_strengthened_at", at)
+                edge = NewEdge(source, target, e.kind, e.weight, e.values.get("subkind"),
+                               e.values.get("confidence"), e.values.get("meta", {}))
+                timed.append((edge, when, e.values.get("created_at", when)))
             with writing(self.url) as s:
-                for e, source, target in good:
-                    when = e.values.get("last_strengthened_at", at)
-                    self._upsert_edge(
-                        s, profile,
-                        NewEdge(source, target, e.kind, e.weight, e.values.get("subkind"),
-                                e.values.get("confidence"), e.values.get("meta", {})),
-                        when, e.values.get("created_at", when),
-                    )
-                    report.edges += 1
+                _upsert_timed_edges(s, profile, timed)
+            report.edges += len(timed)
 
     def _resolve_refs(self, profile: str, refs: set[str]) -> dict[str, str]:
         """Map external ids and Reverie ids of one profile to Reverie ids."""
@@ -687,58 +687,69 @@ class Store:
         the prior state of everything it replaced (for undo). A plan already decided
         (its audit row exists: a retried step, or a merge an operator undid) is skipped.
         Returns the summaries written."""
-        written: list[str] = []
+        audit_ids = {
+            plan.summary_id: ids.consolidation_id(profile, plan.operation, plan.summary_id)
+            for plan in plans
+        }
         with writing(self.url) as s:
-            for plan in plans:
-                audit_id = ids.consolidation_id(profile, plan.operation, plan.summary_id)
-                if s.get(tables.Consolidation, audit_id) is not None:
-                    continue
+            decided = {
+                cid
+                for batch in _chunks(audit_ids.values())
+                for cid in s.execute(
+                    select(_C.c.id).where(_C.c.id.in_(batch))
+                ).scalars()
+            }
+            todo = [p for p in plans if audit_ids[p.summary_id] not in decided]
+            replaced_by = {
+                mid: plan.summary_id for plan in todo
+                for mid in (*plan.member_ids, *plan.absorbed_ids)
+            }
+            states = {
+                r.id: [r.tier, r.lifecycle, r.superseded_by]
+                for batch in _chunks(replaced_by)
+                for r in s.execute(
+                    select(_M.c.id, _M.c.tier, _M.c.lifecycle, _M.c.superseded_by)
+                    .where(_M.c.profile_id == profile)
+                    .where(_M.c.id.in_(batch))
+                )
+            }
+            audits: list[dict[str, Any]] = []
+            for plan in todo:
                 replaced = [*plan.member_ids, *plan.absorbed_ids]
-                prior = {
-                    r.id: [r.tier, r.lifecycle, r.superseded_by]
-                    for r in s.execute(
-                        select(_M.c.id, _M.c.tier, _M.c.lifecycle, _M.c.superseded_by)
-                        .where(_M.c.profile_id == profile)
-                        .where(_M.c.id.in_(replaced))
-                    )
-                }
                 absorbed = set(plan.absorbed_ids)
-                if set(prior) != set(replaced) or not all(
-                    _as_planned(mid, prior[mid], absorbed) for mid in replaced
+                if not all(
+                    mid in states and _as_planned(mid, states[mid], absorbed) for mid in replaced
                 ):
                     raise StoreError(
                         f"summary {plan.summary_id}: members changed since they were read"
                     )
-                s.add(_summary_row(profile, plan))
-                s.execute(
-                    update(_M)
-                    .where(_M.c.id.in_(replaced))
-                    .values(tier=COLD, lifecycle=tables.ARCHIVED, superseded_by=plan.summary_id)
-                )
-                for member in plan.member_ids:
-                    self._upsert_edge(
-                        s, profile,
-                        NewEdge(plan.summary_id, member, tables.CONSOLIDATION, plan.link_weight),
-                        as_of, as_of,
-                    )
-                s.add(
-                    tables.Consolidation(
-                        id=audit_id,
-                        profile_id=profile,
-                        run_id=run_id,
-                        operation=plan.operation,
-                        summary_id=plan.summary_id,
-                        member_ids=list(plan.member_ids),
-                        parameters={
-                            **plan.parameters,
-                            "absorbed": list(plan.absorbed_ids),
-                            "prior": prior,
-                        },
-                        created_at=as_of,
-                    )
-                )
-                written.append(plan.summary_id)
-        return written
+                audits.append({
+                    "id": audit_ids[plan.summary_id], "profile_id": profile, "run_id": run_id,
+                    "operation": plan.operation, "summary_id": plan.summary_id,
+                    "member_ids": list(plan.member_ids),
+                    "parameters": {
+                        **plan.parameters, "absorbed": list(plan.absorbed_ids),
+                        "prior": {mid: states[mid] for mid in replaced},
+                    },
+                    "created_at": as_of,
+                })
+            if not todo:
+                return []
+            s.add_all([_summary_row(profile, plan) for plan in todo])
+            s.flush()
+            s.execute(
+                update(_M)
+                .where(_M.c.profile_id == profile)
+                .where(_M.c.id == bindparam("mid"))
+                .values(tier=COLD, lifecycle=tables.ARCHIVED, superseded_by=bindparam("by")),
+                [{"mid": mid, "by": by} for mid, by in replaced_by.items()],
+            )
+            _upsert_edges(s, profile, [
+                NewEdge(plan.summary_id, member, tables.CONSOLIDATION, plan.link_weight)
+                for plan in todo for member in plan.member_ids
+            ], as_of, as_of)
+            s.execute(insert(tables.Consolidation), audits)
+        return [plan.summary_id for plan in todo]
 
     def undo(self, ident: str, at: datetime | None = None) -> UndoResult:
         """Undo one consolidation, by its id or its summary's id: everything it replaced
@@ -897,17 +908,35 @@ class Store:
     ) -> list[str]:
         """Create or update each meta-memory, its ``summarizes`` edges and its audit row.
         A plan identical to what is stored writes nothing. Returns the ids changed."""
-        changed: list[str] = []
+        if not plans:
+            return []
+        meta_ids = [plan.meta_id for plan in plans]
+        audit_ids = {mid: ids.consolidation_id(profile, "cluster", mid) for mid in meta_ids}
         with writing(self.url) as s:
+            rows = {
+                row.id: row
+                for batch in _chunks(meta_ids)
+                for row in s.execute(select(Memory).where(Memory.id.in_(batch))).scalars()
+            }
+            members: dict[str, set[str]] = defaultdict(set)
+            for batch in _chunks(meta_ids):
+                for source, target in s.execute(
+                    select(_E.c.source_id, _E.c.target_id).where(_E.c.profile_id == profile)
+                    .where(_E.c.kind == tables.SUMMARIZES).where(_E.c.source_id.in_(batch))
+                ):
+                    members[source].add(target)
+            audits = {
+                audit.id: audit
+                for batch in _chunks(audit_ids.values())
+                for audit in s.execute(
+                    select(tables.Consolidation).where(tables.Consolidation.id.in_(batch))
+                ).scalars()
+            }
+            changed: list[str] = []
+            new_edges: list[NewEdge] = []
             for plan in plans:
-                row = s.get(Memory, plan.meta_id)
-                members = set(
-                    s.execute(
-                        select(_E.c.target_id).where(_E.c.profile_id == profile)
-                        .where(_E.c.kind == tables.SUMMARIZES)
-                        .where(_E.c.source_id == plan.meta_id)
-                    ).scalars()
-                )
+                row = rows.get(plan.meta_id)
+                had = members[plan.meta_id]
                 fields = {
                     "content": plan.content, "content_hash": ids.content_hash(plan.content),
                     "importance": plan.importance, "confidence": plan.confidence,
@@ -915,46 +944,44 @@ class Store:
                     "embedding_model": plan.embedding_model, "meta": plan.meta,
                 }
                 if row is None:
-                    row = Memory(
+                    s.add(Memory(
                         id=plan.meta_id, profile_id=profile, kind=tables.META_KIND,
                         origin=tables.META_MEMORY, created_at=as_of, **fields,
-                    )
-                    s.add(row)
-                elif members == set(plan.member_ids) and all(
+                    ))
+                elif had == set(plan.member_ids) and all(
                     getattr(row, k) == v for k, v in fields.items()
                 ):
                     continue
                 else:
                     for key, value in fields.items():
                         setattr(row, key, value)
-                gone = members - set(plan.member_ids)
-                if gone:
+                gone = sorted(had - set(plan.member_ids))
+                for batch in _chunks(gone):
                     s.execute(
                         delete(_E).where(_E.c.profile_id == profile)
                         .where(_E.c.kind == tables.SUMMARIZES)
                         .where(_E.c.source_id == plan.meta_id)
-                        .where(_E.c.target_id.in_(list(gone)))
+                        .where(_E.c.target_id.in_(batch))
                     )
-                for member in sorted(set(plan.member_ids) - members):
-                    self._upsert_edge(
-                        s, profile, NewEdge(plan.meta_id, member, tables.SUMMARIZES, 1.0),
-                        as_of, as_of,
-                    )
-                audit_id = ids.consolidation_id(profile, "cluster", plan.meta_id)
-                audit = s.get(tables.Consolidation, audit_id)
+                new_edges += [
+                    NewEdge(plan.meta_id, member, tables.SUMMARIZES, 1.0)
+                    for member in sorted(set(plan.member_ids) - had)
+                ]
+                audit = audits.get(audit_ids[plan.meta_id])
                 if audit is None:
-                    s.add(
-                        tables.Consolidation(
-                            id=audit_id, profile_id=profile, run_id=run_id, operation="cluster",
-                            summary_id=plan.meta_id, member_ids=list(plan.member_ids),
-                            parameters=plan.parameters, created_at=as_of,
-                        )
-                    )
+                    s.add(tables.Consolidation(
+                        id=audit_ids[plan.meta_id], profile_id=profile, run_id=run_id,
+                        operation="cluster", summary_id=plan.meta_id,
+                        member_ids=list(plan.member_ids), parameters=plan.parameters,
+                        created_at=as_of,
+                    ))
                 else:
                     audit.member_ids = list(plan.member_ids)
                     audit.parameters = plan.parameters
                     audit.run_id = run_id
                 changed.append(plan.meta_id)
+            s.flush()
+            _upsert_edges(s, profile, new_edges, as_of, as_of)
         return changed
 
     def upsert_blocks(self, profile: str, plans: Sequence[BlockPlan], as_of: datetime) -> list[str]:
@@ -1070,8 +1097,7 @@ class Store:
     ) -> None:
         """Add edges (an existing edge keeps the larger weight); mark summaries linked."""
         with writing(self.url) as s:
-            for edge in edges:
-                self._upsert_edge(s, profile, edge, as_of, as_of)
+            _upsert_edges(s, profile, edges, as_of, as_of)
             for batch in _chunks(linked_summaries):
                 s.execute(
                     update(_M)
@@ -1092,28 +1118,63 @@ class Store:
             ).all()
         return {frozenset(r) for r in rows}
 
-    @staticmethod
-    def _upsert_edge(
-        s: Session, profile: str, edge: NewEdge, strengthened_at: datetime, created_at: datetime
-    ) -> None:
+
+
+def _upsert_edges(
+    s: Session, profile: str, edges: Sequence[NewEdge], strengthened_at: datetime,
+    created_at: datetime,
+) -> None:
+    _upsert_timed_edges(s, profile, [(e, strengthened_at, created_at) for e in edges])
+
+
+def _upsert_timed_edges(
+    s: Session, profile: str, edges: Sequence[tuple[NewEdge, datetime, datetime]]
+) -> None:
+    """Add edges in bulk, each with the time it was last strengthened and created.
+    An edge that exists already (or comes twice) keeps the larger weight, and is
+    strengthened at the later time when a larger weight arrives."""
+    wanted: dict[str, dict[str, Any]] = {}
+    for edge, strengthened_at, created_at in edges:
         source, target = edge.source_id, edge.target_id
         if edge.kind == ASSOCIATION and target < source:  # undirected: one canonical row
             source, target = target, source
         eid = ids.edge_id(profile, edge.kind, source, target)
-        row = s.get(Edge, eid)
+        row = wanted.get(eid)
         if row is None:
-            s.add(
-                Edge(
-                    id=eid, profile_id=profile, source_id=source, target_id=target,
-                    kind=edge.kind, subkind=edge.subkind, weight=edge.weight,
-                    base_weight=edge.weight, last_strengthened_at=strengthened_at,
-                    confidence=edge.confidence, created_at=created_at, meta=edge.meta,
-                )
-            )
-            s.flush()
-        elif edge.weight > row.weight:
-            row.weight = row.base_weight = edge.weight
-            row.last_strengthened_at = max(row.last_strengthened_at, strengthened_at)
+            wanted[eid] = {
+                "id": eid, "profile_id": profile, "source_id": source, "target_id": target,
+                "kind": edge.kind, "subkind": edge.subkind, "weight": edge.weight,
+                "base_weight": edge.weight, "last_strengthened_at": strengthened_at,
+                "confidence": edge.confidence, "created_at": created_at, "meta": edge.meta,
+            }
+        elif edge.weight > row["weight"]:
+            row["weight"] = row["base_weight"] = edge.weight
+            row["last_strengthened_at"] = max(row["last_strengthened_at"], strengthened_at)
+    if not wanted:
+        return
+    stored = {
+        r.id: r
+        for batch in _chunks(wanted)
+        for r in s.execute(
+            select(_E.c.id, _E.c.weight, _E.c.last_strengthened_at).where(_E.c.id.in_(batch))
+        )
+    }
+    fresh = [row for eid, row in wanted.items() if eid not in stored]
+    stronger = [
+        {"eid": eid, "w": row["weight"],
+         "at": max(stored[eid].last_strengthened_at, row["last_strengthened_at"])}
+        for eid, row in wanted.items()
+        if eid in stored and row["weight"] > stored[eid].weight
+    ]
+    if fresh:
+        s.execute(insert(Edge), fresh)
+    if stronger:
+        s.execute(
+            update(_E).where(_E.c.id == bindparam("eid"))
+            .values(weight=bindparam("w"), base_weight=bindparam("w"),
+                    last_strengthened_at=bindparam("at")),
+            stronger,
+        )
 
 
 def _memory_defaults() -> dict[str, Any]:

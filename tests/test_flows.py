@@ -12,6 +12,7 @@ import pytest
 
 from flows.full_consolidation import full_consolidation
 from flows.lightweight_consolidation import lightweight_consolidation
+from models import store as store_module
 from models.errors import NotFoundError
 from models.export import export_jsonl, export_rows
 from models.store import Store
@@ -145,15 +146,15 @@ def test_a_step_that_fails_mid_transaction_and_is_retried_ends_like_a_clean_run(
     expected = clean_run_exports(sample_template, new_store, monkeypatch, None)
     flaky = use_copy(sample_template, new_store, "flaky", monkeypatch)
     failures: list[str] = []
-    original = Store._upsert_edge
+    original = store_module._upsert_edges
 
-    def fail_once(s, profile, edge, *args):  # type: ignore[no-untyped-def]
-        if edge.kind == CONSOLIDATION and not failures:
-            failures.append(profile)  # after the summary row and the members' update
+    def fail_once(s, profile, edges, *args):  # type: ignore[no-untyped-def]
+        if any(e.kind == CONSOLIDATION for e in edges) and not failures:
+            failures.append(profile)  # after the summary rows and the members' update
             raise RuntimeError("injected failure inside the dedup transaction")
-        return original(s, profile, edge, *args)
+        return original(s, profile, edges, *args)
 
-    monkeypatch.setattr(Store, "_upsert_edge", staticmethod(fail_once))
+    monkeypatch.setattr(store_module, "_upsert_edges", fail_once)
     full_consolidation(profile=None, as_of=AS_OF)
     assert len(failures) == 1
     assert exports(flaky) == expected

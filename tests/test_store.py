@@ -43,10 +43,8 @@ def test_get_returns_the_tombstone_of_a_deleted_memory(store: Store) -> None:
 def test_record_access_counts_and_strengthens_co_accessed_edges(store: Store) -> None:
     store.ingest([record("a", id="a"), record("b", id="b"), record("c", id="c")], profile="p")
     a, b, c = (store.get(x).id for x in "abc")
-    with writing(store.url) as s:
-        store._upsert_edge(s, "p", NewEdge(a, b, ASSOCIATION, 0.5), T0, T0)
-        store._upsert_edge(s, "p", NewEdge(a, c, ASSOCIATION, 0.98), T0, T0)
-        store._upsert_edge(s, "p", NewEdge(b, c, ASSOCIATION, 0.3), T0, T0)
+    store.add_edges("p", [NewEdge(a, b, ASSOCIATION, 0.5), NewEdge(a, c, ASSOCIATION, 0.98),
+                          NewEdge(b, c, ASSOCIATION, 0.3)], T0)
     later = T0 + timedelta(days=40)
     assert store.record_access([a, b, c, a], later) == 3
     assert store.get(a).access_count == 1 and store.get(a).last_accessed_at == later

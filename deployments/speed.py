@@ -1,0 +1,521 @@
+"""``reverie bench synthetic``: how fast every step and flow is, from 1k to 1M memories.
+
+For each size it generates a synthetic store (``deployments.synthetic``), stores it
+through the real ingest path (vectors supplied, so the model is not run), and then:
+
+1. runs every step once, in the order the flows run them, on one copy of the store,
+   timing each and reading the process's peak resident memory during it;
+2. for dedup and cluster, times the all-pairs search the step makes against a naive
+   exact baseline (numpy, block by block over the upper triangle) on the same vectors,
+   and reports the recall of the search against that exact answer; above
+   ``EXACT_BASELINE_LIMIT`` rows the baseline and recall come from a random sample of
+   query rows (the baseline's time scaled to all pairs, marked "estimated");
+3. runs every flow on a second copy, through Prefect (the ephemeral API, warmed up
+   first), timing the flow call and the work its steps report.
+
+Separately it measures ingest with embedding against the raw model on the same
+sentences. Results are rows of plain data; ``render_markdown`` makes the table
+BENCHMARKS.md shows, with each target met or missed by how much.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import platform
+import re
+import shutil
+import sqlite3
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from deployments.synthetic import SyntheticSpec, records, sentence
+from models.config import ConsolidationConfig
+from models.db import dispose
+from models.settings import using_database
+from models.store import Store
+from tasks.step import StepArgs, StepFunction, run_step
+
+# Above this many rows the exact baseline would take too long (quadratic): sample it.
+EXACT_BASELINE_LIMIT = 200_000
+RECALL_SAMPLE_ROWS = 2_000
+BASELINE_BLOCK = 2_048
+DEFAULT_INGEST_SENTENCES = 2_048
+AS_OF = datetime(2026, 1, 1)
+
+
+@dataclass
+class Result:
+    """One measurement: ``task`` on a store of ``n`` memories."""
+
+    task: str
+    n: int
+    seconds: float
+    peak_rss_mb: float | None = None
+    baseline_seconds: float | None = None
+    recall: float | None = None
+    profiles: int = 1
+    notes: list[str] = field(default_factory=list)
+    target: str | None = None
+    verdict: str | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if v not in (None, [])}
+
+
+# --- peak memory -------------------------------------------------------------------------
+
+_HWM = re.compile(r"VmHWM:\s+(\d+)\s+kB")
+_RSS = re.compile(r"VmRSS:\s+(\d+)\s+kB")
+
+
+def _status_kb(pattern: re.Pattern[str]) -> float | None:
+    try:
+        match = pattern.search(Path("/proc/self/status").read_text())
+    except OSError:
+        return None
+    return float(match.group(1)) if match else None
+
+
+@contextmanager
+def peak_rss() -> Iterator[list[float | None]]:
+    """The process's peak resident memory (MB) while the block runs, as ``box[0]``.
+
+    Linux lets a process reset its high-water mark (``clear_refs``); where it cannot,
+    a thread samples the resident size every 10 ms instead.
+    """
+    box: list[float | None] = [None]
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+        resettable = True
+    except OSError:
+        resettable = False
+    samples: list[float] = []
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.wait(0.01):
+            value = _status_kb(_RSS)
+            if value is not None:
+                samples.append(value)
+
+    sampler = None if resettable else threading.Thread(target=sample, daemon=True)
+    if sampler:
+        sampler.start()
+    try:
+        yield box
+    finally:
+        if sampler:
+            stop.set()
+            sampler.join()
+            peak = max(samples, default=_status_kb(_RSS))
+        else:
+            peak = _status_kb(_HWM)
+        box[0] = round(peak / 1024, 1) if peak is not None else None
+
+
+@contextmanager
+def measured(results: list[Result], task: str, n: int, profiles: int) -> Iterator[Result]:
+    """Time the block and its peak memory into a new row of ``results``."""
+    gc.collect()
+    row = Result(task, n, 0.0, profiles=profiles)
+    with peak_rss() as box:
+        started = time.perf_counter()
+        yield row
+        row.seconds = round(time.perf_counter() - started, 4)
+    row.peak_rss_mb = box[0]
+    results.append(row)
+
+
+# --- search against the exact baseline ---------------------------------------------------
+
+
+def exact_pairs(vectors: np.ndarray, threshold: float) -> np.ndarray:
+    """The naive baseline: every pair i < j at cosine >= threshold, by dense numpy
+    products block by block, as sorted keys ``i * n + j``."""
+    n = len(vectors)
+    bound = np.float32(threshold)
+    keys: list[np.ndarray] = []
+    for lo in range(0, n, BASELINE_BLOCK):
+        hi = min(n, lo + BASELINE_BLOCK)
+        sims = vectors[lo:hi] @ vectors[lo:].T
+        r, c = np.nonzero(sims >= bound)
+        keep = c > r  # the diagonal block holds each pair twice and every row with itself
+        keys.append((r[keep] + lo).astype(np.int64) * n + (c[keep] + lo))
+    return np.sort(np.concatenate(keys)) if keys else np.zeros(0, np.int64)
+
+
+def sampled_exact_pairs(
+    vectors: np.ndarray, threshold: float, rows: np.ndarray
+) -> np.ndarray:
+    """Exact pairs at cosine >= threshold that involve one of ``rows``, as keys."""
+    n = len(vectors)
+    bound = np.float32(threshold)
+    keys: list[np.ndarray] = []
+    for lo in range(0, len(rows), BASELINE_BLOCK):
+        block = rows[lo : lo + BASELINE_BLOCK]
+        sims = vectors[block] @ vectors.T
+        r, c = np.nonzero(sims >= bound)
+        a, b = block[r], c
+        keep = a != b
+        a, b = a[keep], b[keep]
+        keys.append(np.minimum(a, b).astype(np.int64) * n + np.maximum(a, b))
+    return np.unique(np.concatenate(keys)) if keys else np.zeros(0, np.int64)
+
+
+@dataclass(frozen=True, slots=True)
+class SearchCheck:
+    search_seconds: float
+    baseline_seconds: float
+    recall: float
+    exact_pairs: int
+    rows: int
+    estimated: bool
+
+    def describe(self) -> str:
+        sampled = " (estimated from a sample)" if self.estimated else ""
+        return (
+            f"search {self.search_seconds:.2f} s vs exact {self.baseline_seconds:.2f} s"
+            f"{sampled} on {self.rows:,} candidates; {self.exact_pairs:,} exact pairs"
+            f"{' in the sample' if self.estimated else ''}"
+        )
+
+
+def check_search(vectors: np.ndarray, threshold: float, seed: int = 0) -> SearchCheck:
+    """Time Reverie's all-pairs search and the exact baseline on ``vectors``; the recall
+    of the search against the exact answer (sampled above ``EXACT_BASELINE_LIMIT``)."""
+    from tasks.similarity import similarity_pairs
+
+    n = len(vectors)
+    started = time.perf_counter()
+    i, j, _ = similarity_pairs(vectors, threshold)
+    search_seconds = time.perf_counter() - started
+    found = i.astype(np.int64) * n + j
+    if n <= EXACT_BASELINE_LIMIT:
+        started = time.perf_counter()
+        exact = exact_pairs(vectors, threshold)
+        baseline = time.perf_counter() - started
+        estimated = False
+    else:
+        rows = np.sort(np.random.default_rng(seed).choice(n, RECALL_SAMPLE_ROWS, replace=False))
+        started = time.perf_counter()
+        exact = sampled_exact_pairs(vectors, threshold, rows)
+        # The sample computed len(rows) * n products; all pairs take n * n / 2.
+        baseline = (time.perf_counter() - started) * n / (2 * len(rows))
+        estimated = True
+    recall = float(np.isin(exact, found).mean()) if len(exact) else 1.0
+    return SearchCheck(round(search_seconds, 4), round(baseline, 4), round(recall, 5),
+                       len(exact), n, estimated)
+
+
+def _candidate_vectors(store: Store, profile: str, keep: Callable[[Any], bool]) -> np.ndarray:
+    memories, vectors = store.snapshot(profile)
+    rows = [r for r, m in enumerate(memories) if keep(m)]
+    return vectors[rows]
+
+
+# --- steps and flows ---------------------------------------------------------------------
+
+
+def steps() -> list[tuple[str, StepFunction]]:
+    """Every step, in the order the flows run them (so each finds its inputs)."""
+    from tasks.blocks import compile_blocks
+    from tasks.cluster import cluster
+    from tasks.cold import consolidate_cold, mark_stalled
+    from tasks.compress import compress_fading
+    from tasks.creative import creative
+    from tasks.decay import decay
+    from tasks.dedup import dedup
+    from tasks.edge_decay import decay_edges
+    from tasks.forget import forget
+    from tasks.importance import graph_importance
+    from tasks.linking import link_summaries
+    from tasks.promote import promote
+
+    return [
+        ("decay", decay), ("dedup", dedup), ("compress_fading", compress_fading),
+        ("decay_edges", decay_edges), ("promote", promote), ("compile_blocks", compile_blocks),
+        ("link_summaries", link_summaries), ("graph_importance", graph_importance),
+        ("creative", creative), ("cluster", cluster), ("consolidate_cold", consolidate_cold),
+        ("forget", forget), ("mark_stalled", mark_stalled),
+    ]
+
+
+# Flows in the order a deployment's schedules would first run them.
+FLOW_ORDER = ("decay", "full", "lightweight", "creative", "cluster", "compress", "cold", "forget")
+
+
+def bench_config() -> ConsolidationConfig:
+    """Defaults, with rules summaries (no LLM) and forgetting switched on, so that
+    forget has work: an operator who enables it archives below relevance 0.1."""
+    base = ConsolidationConfig()
+    return base.model_copy(update={
+        "summarizer": "rules",
+        "forget": base.forget.model_copy(update={"archive_threshold": 0.1}),
+    })
+
+
+def _search_check(
+    store: Store, profile: str, step: str, config: ConsolidationConfig
+) -> SearchCheck:
+    from tasks import cluster, dedup
+
+    if step == "dedup":
+        vectors = _candidate_vectors(store, profile, lambda m: dedup.is_candidate(m, AS_OF))
+        threshold = config.dedup.similarity
+    else:
+        vectors = _candidate_vectors(
+            store, profile, lambda m: cluster.is_candidate(m, config.cluster)
+        )
+        threshold = config.cluster.similarity
+    return check_search(vectors, threshold)
+
+
+def bench_steps(url: str, spec: SyntheticSpec, config: ConsolidationConfig,
+                checks: bool) -> list[Result]:
+    store = Store(url)
+    profiles = store.profiles()
+    results: list[Result] = []
+    for name, fn in steps():
+        check = None
+        if checks and name in ("dedup", "cluster") and len(profiles) == 1:
+            # On the very candidates the step is about to search.
+            check = _search_check(store, profiles[0], name, config)
+        changed = 0
+        with measured(results, name, spec.memories, len(profiles)) as row:
+            for profile in profiles:
+                changed += run_step(name, fn, StepArgs(url, profile, AS_OF, config)).changed
+        row.notes.append(f"{changed} changes")
+        if check:
+            row.baseline_seconds, row.recall = check.baseline_seconds, check.recall
+            row.notes.append(check.describe())
+    return results
+
+
+def warm_up_prefect(folder: Path) -> None:
+    """Start Prefect's ephemeral API before anything is timed (6-11 s, once)."""
+    from flows.lightweight_consolidation import lightweight_consolidation
+
+    url = f"sqlite:///{folder / 'warm-up.db'}"
+    spec = SyntheticSpec(20)
+    Store(url).ingest(records(spec)[0])
+    with using_database(url):
+        lightweight_consolidation(profile=None, as_of=AS_OF, config=bench_config())
+
+
+def bench_flows(url: str, spec: SyntheticSpec, config: ConsolidationConfig) -> list[Result]:
+    from flows.catalog import FLOWS
+
+    results: list[Result] = []
+    with using_database(url):
+        for name in FLOW_ORDER:
+            with measured(results, f"flow {FLOWS[name].name}", spec.memories,
+                          spec.profiles) as row:
+                report = FLOWS[name](profile=None, as_of=AS_OF, config=config)
+            work = sum(s.seconds for s in report.steps)
+            row.notes.append(f"steps' own work {work:.3f} s; {report.changed()} changes")
+            if name == "lightweight":
+                results.append(Result("lightweight work", spec.memories, round(work, 4),
+                                      row.peak_rss_mb, profiles=spec.profiles,
+                                      notes=["sum of the steps' own seconds, without Prefect"]))
+    return results
+
+
+def bench_ingest_throughput(sentences: int, folder: Path) -> list[Result]:
+    """Ingest with embedding against the raw model on the same sentences."""
+    from models.embeddings import get_embedder
+
+    rng = np.random.default_rng(11)
+    texts = [sentence(int(rng.integers(500)), int(rng.integers(5000)), k, rng)
+             for k in range(sentences)]
+    embedder = get_embedder()
+    embedder.encode(texts[:64])  # load the model and warm it before either is timed
+    results: list[Result] = []
+    with measured(results, "embed (raw model)", sentences, 1) as raw:
+        embedder.encode(texts)
+    raw.notes.append(f"{sentences / raw.seconds:.0f} sentences/s")
+    store = Store(f"sqlite:///{folder / 'ingest.db'}")
+    with measured(results, "ingest + embed", sentences, 1) as row:
+        report = store.ingest([{"content": t, "profile": "ingest"} for t in texts])
+    row.baseline_seconds = raw.seconds
+    row.notes.append(f"{report.stored / row.seconds:.0f} sentences/s, "
+                     f"{raw.seconds / row.seconds:.1%} of the raw model")
+    return results
+
+
+# --- one size, then all ------------------------------------------------------------------
+
+
+def _copy(url: str, folder: Path, name: str) -> str:
+    source = Path(url.removeprefix("sqlite:///"))
+    dispose(url)
+    target = folder / name
+    shutil.copyfile(source, target)
+    return f"sqlite:///{target}"
+
+
+def bench_size(spec: SyntheticSpec, folder: Path, config: ConsolidationConfig,
+               flows: bool, checks: bool) -> list[Result]:
+    url = f"sqlite:///{folder / f'store-{spec.memories}.db'}"
+    results: list[Result] = []
+    made, _ = records(spec)
+    with measured(results, "ingest (vectors supplied)", spec.memories, spec.profiles) as row:
+        report = Store(url).ingest(made)
+    row.notes.append(f"{report.stored} memories, {report.edges} edges")
+    del made
+    copies = [_copy(url, folder, f"steps-{spec.memories}.db")]
+    results += bench_steps(copies[0], spec, config, checks)
+    if flows:
+        copies.append(_copy(url, folder, f"flows-{spec.memories}.db"))
+        results += bench_flows(copies[1], spec, config)
+    for done in (url, *copies):
+        # Engines are cached by URL: let go of the file before it goes.
+        dispose(done)
+        Path(done.removeprefix("sqlite:///")).unlink()
+    return results
+
+
+def bench_synthetic(
+    sizes: Sequence[int],
+    profiles: int = 1,
+    duplicate_share: float = 0.10,
+    embeddings: str = "random",
+    flows: bool = True,
+    checks: bool = True,
+    ingest_sentences: int = DEFAULT_INGEST_SENTENCES,
+    progress: Callable[[Result], None] | None = None,
+) -> list[Result]:
+    """Every measurement for every size, each row judged against its target."""
+    config = bench_config()
+    results: list[Result] = []
+
+    def keep(rows: list[Result]) -> None:
+        for row in rows:
+            judge(row)
+            results.append(row)
+            if progress:
+                progress(row)
+
+    with tempfile.TemporaryDirectory(prefix="reverie-bench-") as name:
+        folder = Path(name)
+        if ingest_sentences:
+            keep(bench_ingest_throughput(ingest_sentences, folder))
+        if flows:
+            warm_up_prefect(folder)
+        for n in sizes:
+            spec = SyntheticSpec(n, profiles, duplicate_share, embeddings, as_of=AS_OF)  # type: ignore[arg-type]
+            keep(bench_size(spec, folder, config, flows, checks))
+    return results
+
+
+# --- targets -----------------------------------------------------------------------------
+
+# (task, n) -> most seconds allowed, on two cores with the memories already embedded.
+TIME_TARGETS: dict[tuple[str, int], float] = {
+    ("decay", 100_000): 1.0,
+    ("dedup", 100_000): 10.0,
+    ("cluster", 100_000): 10.0,
+    ("flow full-consolidation", 100_000): 60.0,
+    ("lightweight work", 10_000): 0.1,
+}
+RECALL_TARGET = 0.99
+INGEST_TARGET = 0.90
+EVERY_TASK_AT = 1_000_000
+
+
+def judge(row: Result) -> None:
+    """Set the row's target and verdict, where the issue sets one."""
+    verdicts: list[str] = []
+    targets: list[str] = []
+    limit = TIME_TARGETS.get((row.task, row.n)) if row.profiles == 1 else None
+    if limit is not None:
+        targets.append(f"<= {limit:g} s")
+        verdicts.append("met" if row.seconds <= limit else
+                        f"missed by {row.seconds - limit:.2f} s ({row.seconds / limit:.1f}x)")
+    if row.recall is not None and row.task in ("dedup", "cluster") and limit is not None:
+        targets.append(f"recall >= {RECALL_TARGET}")
+        verdicts.append("met" if row.recall >= RECALL_TARGET else
+                        f"recall missed by {RECALL_TARGET - row.recall:.4f}")
+    if row.task == "ingest + embed" and row.baseline_seconds:
+        share = row.baseline_seconds / row.seconds
+        targets.append(f">= {INGEST_TARGET:.0%} of raw model")
+        verdicts.append("met" if share >= INGEST_TARGET else
+                        f"missed: {share:.1%} of raw model")
+    if row.n >= EVERY_TASK_AT and not targets:
+        targets.append("completes")
+        verdicts.append("met")
+    if targets:
+        row.target = "; ".join(targets)
+        row.verdict = "; ".join(verdicts)
+
+
+# --- report ------------------------------------------------------------------------------
+
+
+def machine() -> dict[str, Any]:
+    """What the numbers were measured on."""
+    import faiss
+    import sqlalchemy
+
+    cpu = ""
+    try:
+        found = re.search(r"model name\s*:\s*(.+)", Path("/proc/cpuinfo").read_text())
+        cpu = found.group(1).strip() if found else ""
+    except OSError:
+        pass
+    memory_kb = None
+    try:
+        found = re.search(r"MemTotal:\s+(\d+)", Path("/proc/meminfo").read_text())
+        memory_kb = int(found.group(1)) if found else None
+    except OSError:
+        pass
+    return {
+        "cpu": cpu or platform.processor(),
+        "cores": os.cpu_count(),
+        "memory_gb": round(memory_kb / 1024**2, 1) if memory_kb else None,
+        "system": platform.platform(),
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "faiss": faiss.__version__,
+        "sqlalchemy": sqlalchemy.__version__,
+        "sqlite": sqlite3.sqlite_version,
+    }
+
+
+def _cell(value: float | None, digits: int = 3) -> str:
+    return "" if value is None else f"{value:.{digits}f}"
+
+
+def render_markdown(results: Sequence[Result]) -> str:
+    lines = [
+        "| task | n | profiles | seconds | peak RSS MB | baseline s | speed-up | recall "
+        "| target | verdict | notes |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---|---|---|",
+    ]
+    for r in results:
+        speedup = (f"{r.baseline_seconds / r.seconds:.1f}x"
+                   if r.baseline_seconds and r.seconds else "")
+        lines.append(
+            f"| {r.task} | {r.n:,} | {r.profiles} | {_cell(r.seconds)} | "
+            f"{_cell(r.peak_rss_mb, 0)} | {_cell(r.baseline_seconds, 2)} | {speedup} | "
+            f"{_cell(r.recall, 4)} | {r.target or ''} | {r.verdict or ''} | "
+            f"{'; '.join(r.notes)} |"
+        )
+    return "\n".join(lines)
+
+
+def as_json(results: Sequence[Result], command: str) -> dict[str, Any]:
+    return {
+        "command": command,
+        "machine": machine(),
+        "results": [r.as_json() for r in results],
+    }

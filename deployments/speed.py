@@ -290,11 +290,14 @@ def bench_steps(url: str, spec: SyntheticSpec, config: ConsolidationConfig,
         if checks and name in ("dedup", "cluster") and len(profiles) == 1:
             # On the very candidates the step is about to search.
             check = _search_check(store, profiles[0], name, config)
-        changed = 0
+        reports = []
         with measured(results, name, spec.memories, len(profiles)) as row:
             for profile in profiles:
-                changed += run_step(name, fn, StepArgs(url, profile, AS_OF, config)).changed
-        row.notes.append(f"{changed} changes")
+                reports.append(run_step(name, fn, StepArgs(url, profile, AS_OF, config)))
+        row.notes.append(f"{sum(r.changed for r in reports)} changes")
+        embedding = sum(r.embedding_seconds for r in reports)
+        if embedding:
+            row.notes.append(f"embedding new summaries {embedding:.2f} s")
         if check:
             row.baseline_seconds, row.recall = check.baseline_seconds, check.recall
             row.notes.append(check.describe())
@@ -322,7 +325,11 @@ def bench_flows(url: str, spec: SyntheticSpec, config: ConsolidationConfig) -> l
                           spec.profiles) as row:
                 report = FLOWS[name](profile=None, as_of=AS_OF, config=config)
             work = sum(s.seconds for s in report.steps)
-            row.notes.append(f"steps' own work {work:.3f} s; {report.changed()} changes")
+            embedding = sum(s.embedding_seconds for s in report.steps)
+            row.notes.append(
+                f"steps' own work {work:.3f} s, of which embedding new summaries "
+                f"{embedding:.3f} s; {report.changed()} changes"
+            )
             if name == "lightweight":
                 results.append(Result("lightweight work", spec.memories, round(work, 4),
                                       row.peak_rss_mb, profiles=spec.profiles,
@@ -409,6 +416,11 @@ def bench_synthetic(
         folder = Path(name)
         if ingest_sentences:
             keep(bench_ingest_throughput(ingest_sentences, folder))
+        else:
+            from models.embeddings import get_embedder
+
+            # Steps embed the summaries they word afresh: load the model before timing.
+            get_embedder().encode(["warm up"])
         if flows:
             warm_up_prefect(folder)
         for n in sizes:

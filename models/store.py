@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from sqlalchemy import bindparam, delete, func, insert, or_, select, update
+from pydantic_core import from_json
+from sqlalchemy import Text, bindparam, delete, func, insert, or_, select, type_coerce, update
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session
 
@@ -62,7 +63,9 @@ _C = tables.Consolidation.__table__  # type: ignore[attr-defined]
 
 _VIEW_COLUMNS = [
     *(_M.c[f.name] for f in dataclass_fields(MemoryView) if f.name != "meta"),
-    _M.c.metadata.label("meta"),
+    # Raw JSON text, decoded by _view: most memories carry none ("{}"), and a whole
+    # profile is read per step.
+    type_coerce(_M.c.metadata, Text).label("meta"),
 ]
 
 _EDGE_VIEW_COLUMNS = [_E.c[f.name] for f in dataclass_fields(EdgeView)]
@@ -87,8 +90,16 @@ def _chunks(values: Iterable[str]) -> Iterator[list[str]]:
 def _view(row: Any) -> MemoryView:
     values = dict(row._mapping)
     values.pop("embedding", None)
-    values["meta"] = values["meta"] or {}
+    values["meta"] = _metadata(values["meta"])
     return MemoryView(**values)
+
+
+def _metadata(raw: str | dict[str, Any] | None) -> dict[str, Any]:
+    if isinstance(raw, dict):  # a driver that decodes JSON itself (psycopg2)
+        return raw
+    if not raw or raw in ("{}", "null"):
+        return {}
+    return from_json(raw)
 
 
 # Operations whose effects undo can reverse (a forget deletes rows; it cannot).
@@ -699,7 +710,11 @@ class Store:
                     select(_C.c.id).where(_C.c.id.in_(batch))
                 ).scalars()
             }
-            todo = [p for p in plans if audit_ids[p.summary_id] not in decided]
+            todo: list[SummaryPlan] = []
+            for plan in plans:  # a plan decided before, or twice in this batch, is skipped
+                if audit_ids[plan.summary_id] not in decided:
+                    decided.add(audit_ids[plan.summary_id])
+                    todo.append(plan)
             replaced_by = {
                 mid: plan.summary_id for plan in todo
                 for mid in (*plan.member_ids, *plan.absorbed_ids)

@@ -29,7 +29,7 @@ from datetime import datetime, timedelta
 from models.config import ColdConfig
 from models.records import MemoryView, SummaryPlan
 from models.store import Store
-from models.tables import COLD_LEARNING
+from models.tables import COLD_LEARNING, SUMMARY_ORIGINS
 from tasks.step import Change, StepArgs, StepReport, preview, step_task
 from tasks.summarize import summarizer_for, summary_plan, write_summaries
 
@@ -81,8 +81,14 @@ def _fragment(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def learning_plan(profile: str, group: Sequence[MemoryView], config: ColdConfig) -> SummaryPlan:
-    """The protected learning memory standing for one (entity, layer) group."""
+def learning_plan(
+    profile: str,
+    group: Sequence[MemoryView],
+    config: ColdConfig,
+    originals: dict[str, list[MemoryView]] | None = None,
+) -> SummaryPlan:
+    """The protected learning memory standing for one (entity, layer) group; a summary
+    in the group is absorbed, and the learning memory stands for its ``originals``."""
     first = group[0]
     best = sorted(group, key=lambda m: (-m.importance, m.created_at, m.id))[: config.exemplars]
     exemplars = [
@@ -109,14 +115,18 @@ def learning_plan(profile: str, group: Sequence[MemoryView], config: ColdConfig)
     parameters = {"min_age_days": config.min_age_days, "max_heat": config.max_heat,
                   "scope": config.scope, "mode": "rules"}
     return summary_plan(
-        profile, OPERATION, group, {}, content, first, parameters,
+        profile, OPERATION, group, originals or {}, content, first, parameters,
         layer=LEARNING_LAYER, kind=LEARNING_KIND, protected=True, importance=importance,
         meta=meta,
     )
 
 
 def plan_cold(
-    profile: str, memories: Sequence[MemoryView], as_of: datetime, config: ColdConfig
+    profile: str,
+    memories: Sequence[MemoryView],
+    as_of: datetime,
+    config: ColdConfig,
+    originals: dict[str, list[MemoryView]] | None = None,
 ) -> list[SummaryPlan]:
     """One learning memory per (entity, layer) group of at least ``min_group_size``."""
     groups: dict[tuple[str, str], list[MemoryView]] = {}
@@ -124,7 +134,7 @@ def plan_cold(
         if is_candidate(m, as_of, config):
             groups.setdefault((m.entity, m.layer), []).append(m)  # type: ignore[arg-type]
     return [
-        learning_plan(profile, group, config)
+        learning_plan(profile, group, config, originals)
         for _, group in sorted(groups.items())
         if len(group) >= config.min_group_size
     ]
@@ -146,7 +156,10 @@ def consolidate_cold(store: Store, args: StepArgs) -> StepReport:
     """Replace each (entity, layer) group of cold notes by one protected learning memory."""
     config = args.config.cold
     memories = store.memories(args.profile)
-    plans = plan_cold(args.profile, memories, args.as_of, config)
+    summaries = [m.id for m in memories if m.origin in SUMMARY_ORIGINS and m.is_live]
+    plans = plan_cold(
+        args.profile, memories, args.as_of, config, store.originals_of(args.profile, summaries)
+    )
     report = StepReport(
         "consolidate_cold", args.profile,
         examined=sum(is_candidate(m, args.as_of, config) for m in memories),

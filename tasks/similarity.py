@@ -10,8 +10,9 @@ All-pairs searches (dedup, clustering) are exact up to ``EXACT_LIMIT`` rows. Abo
 they go by cells: spherical k-means splits the set into cells of about
 ``ROWS_PER_CELL`` rows, every row is also listed in its second-nearest cell, and each
 cell is compared in one dense product with the rows of its ``CELL_PROBES`` nearest
-cells. Exact search of 100k x 100k takes about 50 s on two cores, cells about 6 s at a
-recall of 0.995 on clustered data (BENCHMARKS.md measures it). The price: a pair the
+cells (at most ``MAX_CELLS``; past that, cells hold more rows). Exact search of 100k x
+100k takes about 50 s on two cores, cells about 6 s at a recall above 0.99 on clustered
+data (BENCHMARKS.md measures it). The price: a pair the
 cells miss may be found by a later run, so above the limit a repeated run is not
 guaranteed to find nothing more.
 """
@@ -29,6 +30,9 @@ QUERY_CHUNK = 4096
 # Largest set searched exactly; above it all-pairs searches go by cells.
 EXACT_LIMIT = 20_000
 ROWS_PER_CELL = 100
+# Beyond this many cells, cells grow instead: k-means and assigning rows to cells cost
+# rows x cells, which at a million rows and 10,000 cells is minutes.
+MAX_CELLS = 4096
 CELL_PROBES = 8
 TRAIN_ROWS_PER_CELL = 40
 CELL_SEED = 1234
@@ -139,7 +143,7 @@ def _cell_hits(
 ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """Hits (row, other row, similarity) found cell by cell; see the module docstring."""
     n, dim = vectors.shape
-    cells = max(2, n // ROWS_PER_CELL)
+    cells = min(MAX_CELLS, max(2, n // ROWS_PER_CELL))
     rng = np.random.default_rng(CELL_SEED)
     sample = np.sort(rng.choice(n, min(n, cells * TRAIN_ROWS_PER_CELL), replace=False))
     kmeans = faiss.Kmeans(dim, cells, niter=10, seed=CELL_SEED, spherical=True)

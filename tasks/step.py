@@ -12,10 +12,12 @@ appears only as a short preview, cut to ``REVERIE_ARTIFACT_CONTENT_CHARS`` (0 hi
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
+from functools import lru_cache
 from typing import Any
 
 from prefect import Task, task
@@ -65,6 +67,8 @@ class StepReport:
     # Named tables published as their own artifacts (e.g. a distribution).
     tables: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     seconds: float = 0.0
+    # Of those seconds, the time spent embedding text the step wrote afresh.
+    embedding_seconds: float = 0.0
 
     def record(self, change: Change, counts: bool = True) -> None:
         """Count a change (``counts=False``: only list it, e.g. a memory left alone and
@@ -77,16 +81,26 @@ class StepReport:
         """The report without its timing: equal for a dry run and the real run after it."""
         data = asdict(self)
         data.pop("seconds")
+        data.pop("embedding_seconds")
         return data
 
 
 def preview(text: str | None, chars: int | None = None) -> str | None:
     """A memory's content as artifacts may show it: cut short, or hidden entirely."""
-    limit = get_settings().artifact_content_chars if chars is None else chars
+    limit = _content_chars(os.environ.get(CONTENT_CHARS_VARIABLE)) if chars is None else chars
     if text is None or limit <= 0:
         return None
     flat = " ".join(text.split())
     return flat if len(flat) <= limit else flat[: max(limit - 1, 0)] + "…"
+
+
+CONTENT_CHARS_VARIABLE = "REVERIE_ARTIFACT_CONTENT_CHARS"
+
+
+@lru_cache(maxsize=8)
+def _content_chars(_variable: str | None) -> int:
+    """The limit for the variable's value: a report previews one memory per change."""
+    return get_settings().artifact_content_chars
 
 
 def _logger() -> logging.Logger | logging.LoggerAdapter:  # type: ignore[type-arg]

@@ -9,6 +9,7 @@ compiled by rules. Modes B and C (``llm``, ``tasks.llm``) ask a model. Steps ask
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime
@@ -196,7 +197,9 @@ def write_summaries(
     """Write the plans an operator has not vetoed (by undoing them), each with its own
     vector, and note vetoes and model fallbacks in ``report``. Returns what was kept."""
     kept = drop_vetoed(store, profile, plans, lambda p: p.summary_id, report)
+    started = time.perf_counter()
     kept = embed_new_wordings(store, kept)
+    report.embedding_seconds = round(time.perf_counter() - started, 4)
     store.apply_summaries(profile, kept, as_of, run_id)
     report.notes += fallback_notes(summarizer)
     return kept

@@ -92,3 +92,18 @@ def test_stalled_after_30_days_untouched() -> None:
                    last_accessed_at=AS_OF - timedelta(days=5))
     done = view("d", status="done", created_at=AS_OF - timedelta(days=90))
     assert [m.id for m in plan_stalled([day29, day30, touched, done], AS_OF, CONFIG)] == ["b"]
+
+
+def test_groups_of_summaries_stand_for_their_originals_and_never_share_an_id() -> None:
+    """Two (entity, layer) groups made only of earlier summaries: each learning memory
+    stands for its summaries' originals (before, both had no members and one id)."""
+    from dataclasses import replace as with_
+
+    s1, s2 = with_(note("s1"), origin="compress"), with_(note("s2"), origin="compress")
+    s3, s4 = (with_(note(x, layer="emotion"), origin="dedup") for x in ("s3", "s4"))
+    originals = {s: [with_(note(f"{s}-o{k}"), tier="cold") for k in range(2)]
+                 for s in ("s1", "s2", "s3", "s4")}
+    plans = plan_cold("p", [s1, s2, s3, s4], AS_OF, CONFIG, originals)
+    assert [p.absorbed_ids for p in plans] == [("s1", "s2"), ("s3", "s4")]
+    assert plans[0].member_ids == ("s1-o0", "s1-o1", "s2-o0", "s2-o1")
+    assert len({p.summary_id for p in plans}) == 2

@@ -1,0 +1,158 @@
+"""The speed benchmark: synthetic stores with real structure, honest baselines, verdicts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from deployments import speed
+from deployments.cli import main
+from deployments.speed import Result, check_search, exact_pairs, judge, peak_rss
+from deployments.synthetic import SyntheticSpec, layout, records
+from models.errors import ConfigError
+
+
+def test_the_same_spec_gives_the_same_store() -> None:
+    first, v1 = records(SyntheticSpec(500, profiles=3))
+    second, v2 = records(SyntheticSpec(500, profiles=3))
+    assert [r["content"] for r in first] == [r["content"] for r in second]
+    assert np.array_equal(v1, v2)
+    profiles = {r["profile"] for r in first if r.get("type") != "edge"}
+    assert profiles == {"bench-0000", "bench-0001", "bench-0002"}
+
+
+def test_synthetic_vectors_are_clustered_like_real_ones() -> None:
+    n, share = 3000, 0.1
+    _, vectors = records(SyntheticSpec(n, duplicate_share=share))
+    shape = layout(n, share, np.random.default_rng(7))  # the generator's first draws
+    assert vectors.dtype == np.float32
+    assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+    sims = vectors @ vectors.T
+    off = ~np.eye(n, dtype=bool)
+    same_sub = shape.subtopic[:, None] == shape.subtopic[None, :]
+    same_group = (shape.group[:, None] == shape.group[None, :]) & (shape.group[:, None] >= 0)
+    # Unrelated memories are not orthogonal noise, subtopics cluster at the cluster
+    # threshold, near-duplicates sit above the dedup threshold.
+    assert 0.05 < sims[off & ~same_sub].mean() < 0.5
+    assert 0.74 < sims[off & same_sub & ~same_group].mean() < 0.82
+    assert sims[off & same_group].min() >= 0.85
+    assert (shape.group >= 0).sum() == pytest.approx(n * share, abs=1)
+
+
+@pytest.mark.parametrize(
+    ("field", "spec"),
+    [
+        ("memories", {"memories": 0}),
+        ("profiles", {"memories": 10, "profiles": 11}),
+        ("duplicate_share", {"memories": 10, "duplicate_share": 1.5}),
+        ("embeddings", {"memories": 10, "embeddings": "uniform"}),
+    ],
+)
+def test_a_bad_spec_is_refused_naming_the_field(field: str, spec: dict) -> None:
+    with pytest.raises(ConfigError, match=field):
+        SyntheticSpec(**spec)
+
+
+def brute_force(vectors: np.ndarray, threshold: float) -> set[tuple[int, int]]:
+    sims = vectors @ vectors.T
+    n = len(vectors)
+    return {(i, j) for i in range(n) for j in range(i + 1, n) if sims[i, j] >= np.float32(threshold)}
+
+
+def test_the_exact_baseline_finds_every_pair_including_one_at_the_threshold() -> None:
+    _, vectors = records(SyntheticSpec(300))
+    threshold = float(vectors[0] @ vectors[1])  # a pair exactly at the threshold counts
+    keys = exact_pairs(vectors, threshold)
+    assert {(int(k) // 300, int(k) % 300) for k in keys} == brute_force(vectors, threshold)
+    assert (0, 1) in {(int(k) // 300, int(k) % 300) for k in keys}
+
+
+def test_search_check_is_exact_below_the_limit_and_sampled_above(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _, vectors = records(SyntheticSpec(2500))
+    full = check_search(vectors, 0.75)
+    assert full.recall == 1.0 and not full.estimated and full.exact_pairs > 1000
+    monkeypatch.setattr(speed, "EXACT_BASELINE_LIMIT", 1000)
+    monkeypatch.setattr(speed, "RECALL_SAMPLE_ROWS", 200)
+    sampled = check_search(vectors, 0.75)
+    assert sampled.estimated and sampled.recall == 1.0 and 0 < sampled.exact_pairs < full.exact_pairs
+
+
+def test_cell_search_recall_against_the_exact_baseline(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tasks import similarity
+
+    monkeypatch.setattr(similarity, "EXACT_LIMIT", 1000)  # force cells on a small set
+    _, vectors = records(SyntheticSpec(6000))
+    check = check_search(vectors, 0.75)
+    assert 0.98 <= check.recall <= 1.0
+
+
+@pytest.mark.parametrize(
+    ("task", "n", "seconds", "verdict"),
+    [
+        ("decay", 100_000, 1.0, "met"),
+        ("decay", 100_000, 1.5, "missed by 0.50 s (1.5x)"),
+        ("lightweight work", 10_000, 0.1, "met"),
+        ("decay", 10_000, 99.0, None),  # no target at this size
+        ("creative", 1_000_000, 500.0, "met"),  # at 1M: completing is the target
+    ],
+)
+def test_verdicts_at_the_boundaries(task: str, n: int, seconds: float, verdict: str | None) -> None:
+    row = Result(task, n, seconds)
+    judge(row)
+    assert row.verdict == verdict
+
+
+def test_recall_and_ingest_verdicts() -> None:
+    low = Result("dedup", 100_000, 5.0, recall=0.989)
+    judge(low)
+    assert low.verdict == "met; recall missed by 0.0010"
+    exact = Result("cluster", 100_000, 10.0, recall=0.99)
+    judge(exact)
+    assert exact.verdict == "met; met"
+    ingest = Result("ingest + embed", 2048, 10.0, baseline_seconds=9.0)
+    judge(ingest)
+    assert ingest.verdict == "met"
+    slow = Result("ingest + embed", 2048, 10.0, baseline_seconds=8.9)
+    judge(slow)
+    assert slow.verdict == "missed: 89.0% of raw model"
+
+
+def test_peak_rss_sees_an_allocation_inside_the_block() -> None:
+    with peak_rss() as before:
+        pass
+    with peak_rss() as during:
+        block = np.ones(64 * 1024 * 1024 // 8)  # 64 MB, touched
+        del block
+    assert before[0] is not None and during[0] is not None
+    assert during[0] >= before[0] + 50
+
+
+@pytest.mark.usefixtures("prefect_api")
+def test_bench_synthetic_from_the_cli_writes_every_step_and_flow(tmp_path: Path) -> None:
+    out, table = tmp_path / "bench.json", tmp_path / "bench.md"
+    code = main(["bench", "synthetic", "--sizes", "400", "--ingest-sentences", "64",
+                 "--json", str(out), "--markdown", str(table)])
+    assert code == 0
+    data = json.loads(out.read_text())
+    assert data["machine"]["cores"] >= 1
+    rows = {r["task"]: r for r in data["results"]}
+    for task, _ in speed.steps():
+        assert rows[task]["n"] == 400 and rows[task]["seconds"] >= 0
+        assert rows[task]["peak_rss_mb"] > 0
+    for flow in ("decay", "full-consolidation", "lightweight-consolidation", "cluster"):
+        assert f"flow {flow}" in rows
+    assert rows["dedup"]["recall"] == 1.0 and rows["dedup"]["baseline_seconds"] >= 0
+    assert rows["cluster"]["recall"] == 1.0
+    assert rows["ingest + embed"]["baseline_seconds"] > 0
+    assert "| dedup | 400 |" in table.read_text()
+
+
+def test_bench_synthetic_refuses_bad_sizes(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["bench", "synthetic", "--sizes", "10,abc"])
+    assert "sizes must be whole numbers" in capsys.readouterr().err

@@ -428,7 +428,12 @@ def _bench_synthetic(args: argparse.Namespace) -> int:
     )
     table = render_markdown(results)
     print(table)
-    command = "reverie bench synthetic " + " ".join(sys.argv[3:])
+    command = (
+        f"reverie bench synthetic --sizes {','.join(map(str, args.sizes))} "
+        f"--profiles {args.profiles} --duplicate-share {args.duplicate_share:g} "
+        f"--embeddings {args.embeddings} --ingest-sentences {args.ingest_sentences}"
+        + ("" if args.flows else " --no-flows") + ("" if args.checks else " --no-baseline")
+    )
     if args.json_out:
         args.json_out.write_text(
             json.dumps(as_json(results, command), indent=2) + "\n", encoding="utf-8"

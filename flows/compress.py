@@ -11,10 +11,9 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from prefect import flow
 from prefect.futures import PrefectFuture
 
-from flows.run import ProfileSelector, RunReport, run_for_profiles, run_name, task_runner
+from flows.run import ProfileSelector, RunReport, reverie_flow, run_for_profiles
 from models.config import ConsolidationConfig
 from tasks.compress import compress_fading_task
 from tasks.step import StepArgs, StepReport
@@ -22,12 +21,7 @@ from tasks.step import StepArgs, StepReport
 FLOW_NAME = "compress"
 
 
-@flow(
-    name=FLOW_NAME,
-    flow_run_name=run_name(FLOW_NAME),
-    log_prints=False,
-    task_runner=task_runner(),
-)
+@reverie_flow(FLOW_NAME)
 def compress(
     profile: ProfileSelector = None,
     as_of: datetime | None = None,

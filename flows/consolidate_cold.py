@@ -16,10 +16,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Literal
 
-from prefect import flow
 from prefect.futures import PrefectFuture
 
-from flows.run import ProfileSelector, RunReport, run_for_profiles, run_name, task_runner
+from flows.run import ProfileSelector, RunReport, reverie_flow, run_for_profiles
 from models.config import ColdConfig, ConsolidationConfig
 from models.errors import ConfigError
 from models.settings import get_settings
@@ -30,12 +29,7 @@ from tasks.step import StepArgs, StepReport
 FLOW_NAME = "consolidate-cold"
 
 
-@flow(
-    name=FLOW_NAME,
-    flow_run_name=run_name(FLOW_NAME),
-    log_prints=False,
-    task_runner=task_runner(),
-)
+@reverie_flow(FLOW_NAME)
 def consolidate_cold(
     profile: ProfileSelector = None,
     as_of: datetime | None = None,

@@ -14,10 +14,9 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from prefect import flow
 from prefect.futures import PrefectFuture
 
-from flows.run import ProfileSelector, RunReport, run_for_profiles, run_name, task_runner
+from flows.run import ProfileSelector, RunReport, reverie_flow, run_for_profiles
 from models.config import ConsolidationConfig
 from tasks.creative import creative_task
 from tasks.step import StepArgs, StepReport
@@ -25,12 +24,7 @@ from tasks.step import StepArgs, StepReport
 FLOW_NAME = "creative"
 
 
-@flow(
-    name=FLOW_NAME,
-    flow_run_name=run_name(FLOW_NAME),
-    log_prints=False,
-    task_runner=task_runner(),
-)
+@reverie_flow(FLOW_NAME)
 def creative(
     profile: ProfileSelector = None,
     as_of: datetime | None = None,

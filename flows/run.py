@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 from uuid import uuid4
 
+from prefect import Flow, flow
 from prefect.futures import PrefectFuture
 from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
 
@@ -123,6 +124,14 @@ def task_runner() -> TaskRunner:  # type: ignore[type-arg]
             cluster_kwargs={"n_workers": settings.dask_workers, "threads_per_worker": 1}
         )
     return ThreadPoolTaskRunner()
+
+
+def reverie_flow(name: str) -> Callable[[Callable[..., RunReport]], Flow[..., RunReport]]:
+    """Declare a Reverie flow: runs named by ``run_name``, prints not captured (they
+    could carry memory content), tasks on the configured ``task_runner``."""
+    return flow(
+        name=name, flow_run_name=run_name(name), log_prints=False, task_runner=task_runner()
+    )
 
 
 def run_name(flow: str) -> Callable[[], str]:

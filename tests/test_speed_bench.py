@@ -96,6 +96,7 @@ def test_cell_search_recall_against_the_exact_baseline(monkeypatch: pytest.Monke
         ("decay", 100_000, 1.0, "met"),
         ("decay", 100_000, 1.5, "missed by 0.50 s (1.5x)"),
         ("lightweight work", 10_000, 0.1, "met"),
+        ("pair search, all memories", 100_000, 10.01, "missed by 0.01 s (1.0x)"),
         ("decay", 10_000, 99.0, None),  # no target at this size
         ("creative", 1_000_000, 500.0, "met"),  # at 1M: completing is the target
     ],
@@ -139,6 +140,7 @@ def test_bench_synthetic_from_the_cli_writes_every_step_and_flow(tmp_path: Path)
     assert code == 0
     data = json.loads(out.read_text())
     assert data["machine"]["cores"] >= 1
+    assert data["command"].startswith("reverie bench synthetic --sizes 400 --profiles 1 ")
     rows = {r["task"]: r for r in data["results"]}
     for task, _ in speed.steps():
         assert rows[task]["n"] == 400 and rows[task]["seconds"] >= 0

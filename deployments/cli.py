@@ -364,7 +364,7 @@ def _get(args: argparse.Namespace) -> int:
 
 
 def _memory_json(m: Memory | Any) -> dict[str, Any]:
-    data = m.model_dump(exclude={"embedding"}) if isinstance(m, Memory) else asdict(m)
+    data = m.model_dump() if isinstance(m, Memory) else asdict(m)
     return {k: (v.isoformat() if hasattr(v, "isoformat") else v) for k, v in data.items()}
 
 

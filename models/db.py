@@ -27,6 +27,7 @@ MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 PROFILE_TABLES: tuple[tuple[type[SQLModel], str], ...] = (
     (tables.Profile, "id"),
     (tables.Memory, "profile_id"),
+    (tables.MemoryVector, "memory_id"),  # a vector belongs to its memory's profile
     (tables.Edge, "profile_id"),
     (tables.CoreBlock, "profile_id"),
     (tables.Consolidation, "profile_id"),
@@ -92,7 +93,7 @@ def migrate(engine: Engine) -> None:
             command.stamp(config, "head")
             return
         if current is None:  # made before migrations existed: find which schema it has
-            command.stamp(config, "head" if {"runrecord", "lease"} <= present else "0001")
+            command.stamp(config, "0002" if {"runrecord", "lease"} <= present else "0001")
         command.upgrade(config, "head")
 
 
@@ -140,6 +141,12 @@ def copy_profiles(source_url: str, target_url: str, profiles: Sequence[str]) -> 
     with reading(source_url) as src, writing(target_url) as dst:
         for table, column in PROFILE_TABLES:
             t = table.__table__  # type: ignore[attr-defined]
-            rows = src.execute(select(t).where(t.c[column].in_(wanted))).mappings().all()
+            query = select(t)
+            if column == "memory_id":
+                m = tables.Memory.__table__  # type: ignore[attr-defined]
+                query = query.join(m, m.c.id == t.c.memory_id).where(m.c.profile_id.in_(wanted))
+            else:
+                query = query.where(t.c[column].in_(wanted))
+            rows = src.execute(query).mappings().all()
             if rows:
                 dst.execute(insert(t), [dict(r) for r in rows])

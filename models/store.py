@@ -7,18 +7,32 @@ back here to be written.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from dataclasses import fields as dataclass_fields
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from pydantic_core import from_json
-from sqlalchemy import Text, bindparam, delete, func, insert, or_, select, type_coerce, update
+from sqlalchemy import (
+    ARRAY,
+    ColumnElement,
+    Table,
+    Text,
+    bindparam,
+    delete,
+    func,
+    insert,
+    or_,
+    select,
+    type_coerce,
+    update,
+)
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session
 
@@ -60,6 +74,9 @@ CO_ACCESS_BONUS = 0.05
 _M = Memory.__table__  # type: ignore[attr-defined]
 _E = Edge.__table__  # type: ignore[attr-defined]
 _C = tables.Consolidation.__table__  # type: ignore[attr-defined]
+_V = tables.MemoryVector.__table__  # type: ignore[attr-defined]
+# Memories with their vectors: the join every vector read goes through.
+_WITH_VECTOR = _M.join(_V, _V.c.memory_id == _M.c.id)
 
 _VIEW_COLUMNS = [
     *(_M.c[f.name] for f in dataclass_fields(MemoryView) if f.name != "meta"),
@@ -87,11 +104,13 @@ def _chunks(values: Iterable[str]) -> Iterator[list[str]]:
         yield batch
 
 
+_META_AT = len(_VIEW_COLUMNS) - 1  # _VIEW_COLUMNS follow MemoryView's fields, meta last
+
+
 def _view(row: Any) -> MemoryView:
-    values = dict(row._mapping)
-    values.pop("embedding", None)
-    values["meta"] = _metadata(values["meta"])
-    return MemoryView(**values)
+    """A MemoryView from a row that starts with _VIEW_COLUMNS (positional: a profile is
+    read per step, and building 100k dicts first doubles the cost)."""
+    return MemoryView(*row[:_META_AT], _metadata(row[_META_AT]))
 
 
 def _metadata(raw: str | dict[str, Any] | None) -> dict[str, Any]:
@@ -239,7 +258,9 @@ class Store:
             existing = {
                 r.id: r
                 for r in s.execute(
-                    select(_M.c.id, _M.c.profile_id, _M.c.content_hash, _M.c.embedding)
+                    select(_M.c.id, _M.c.profile_id, _M.c.content_hash,
+                           _V.c.memory_id.label("vector_id"))
+                    .select_from(_M.outerjoin(_V, _V.c.memory_id == _M.c.id))
                     .where(_M.c.id.in_(list(rows)))
                 )
             }
@@ -251,21 +272,19 @@ class Store:
             values = row["values"]
             old = existing.get(mid)
             if old is None:
-                blob, model = vectors[mid]
                 new_rows.append(
                     {
                         **_memory_defaults(),
                         **{("metadata" if k == "meta" else k): v for k, v in values.items()},
                         "id": mid,
                         "profile_id": row["profile"],
-                        "embedding": blob,
-                        "embedding_model": model,
+                        "embedding_model": vectors[mid][1],
                     }
                 )
             else:
                 patch = {k: values[k] for k in row["given"]}
                 if mid in vectors:
-                    patch["embedding"], patch["embedding_model"] = vectors[mid]
+                    patch["embedding_model"] = vectors[mid][1]
                 changed.append((mid, patch))
 
         with writing(self.url) as s:
@@ -274,16 +293,25 @@ class Store:
             }, at)
             if new_rows:
                 s.execute(insert(_M), new_rows)
+                _put_vectors(s, {r["id"]: vectors[r["id"]][0] for r in new_rows}, replace=False)
+            stored = _stored_vectors(s, [mid for mid, _ in changed if mid in vectors])
+            revectored: dict[str, bytes | None] = {}
             for mid, patch in changed:
                 current = s.get(Memory, mid)
                 if current is None:  # deleted between read and write: store it afresh
                     raise StoreError(f"memory {mid} vanished during ingest; retry")
-                if all(getattr(current, k) == v for k, v in patch.items()):
+                blob = vectors[mid][0] if mid in vectors else stored.get(mid)
+                if blob == stored.get(mid) and all(
+                    getattr(current, k) == v for k, v in patch.items()
+                ):
                     report.unchanged += 1
                     continue
                 for key, value in patch.items():
                     setattr(current, key, value)
+                if blob != stored.get(mid):
+                    revectored[mid] = blob
                 report.updated += 1
+            _put_vectors(s, revectored)
             counts: dict[str, int] = defaultdict(int)
             for r in new_rows:
                 counts[r["profile_id"]] += 1
@@ -317,7 +345,7 @@ class Store:
             old = existing.get(mid)
             if row["embedding"] is not None:
                 out[mid] = (to_blob(row["embedding"]), SUPPLIED_EMBEDDING)
-            elif old is None or old.content_hash != sha or old.embedding is None:
+            elif old is None or old.content_hash != sha or old.vector_id is None:
                 todo[sha].append(mid)
                 texts[sha] = row["values"]["content"]
         if not todo:
@@ -326,10 +354,9 @@ class Store:
         with reading(self.url) as s:
             cached = dict(
                 s.execute(
-                    select(_M.c.content_hash, _M.c.embedding)
+                    select(_M.c.content_hash, _V.c.embedding).select_from(_WITH_VECTOR)
                     .where(_M.c.content_hash.in_(list(todo)))
                     .where(_M.c.embedding_model == model_name)
-                    .where(_M.c.embedding.is_not(None))
                 ).all()
             )
         missing = [sha for sha in todo if sha not in cached]
@@ -456,10 +483,9 @@ class Store:
     ) -> tuple[list[MemoryView], np.ndarray]:
         """The profile's memories in ``tiers`` (ordered by id) and their vectors, row-aligned."""
         query = (
-            select(*_VIEW_COLUMNS, _M.c.embedding)
+            select(*_VIEW_COLUMNS, _V.c.embedding).select_from(_WITH_VECTOR)
             .where(_M.c.profile_id == profile)
             .where(_M.c.tier.in_(list(tiers)))
-            .where(_M.c.embedding.is_not(None))
             .order_by(_M.c.id)
         )
         with reading(self.url) as s:
@@ -485,8 +511,11 @@ class Store:
 
     def relevance_inputs(self, profile: str) -> RelevanceInputs:
         """What relevance is computed from, for the profile's live hot memories."""
+        # Times as the driver gives them (SQLite: text), converted by numpy in one call
+        # rather than parsed row by row.
         query = (
-            select(_M.c.id, _M.c.created_at, _M.c.last_accessed_at, _M.c.importance,
+            select(_M.c.id, type_coerce(_M.c.created_at, Text),
+                   type_coerce(_M.c.last_accessed_at, Text), _M.c.importance,
                    _M.c.confidence, _M.c.relevance)
             .where(_M.c.profile_id == profile)
             .where(_M.c.tier == HOT)
@@ -503,11 +532,13 @@ class Store:
             degree[source] += 1
             degree[target] += 1
 
-        def seconds(values: Iterable[datetime | None]) -> np.ndarray:
-            return np.array(
-                [np.nan if v is None else v.replace(tzinfo=UTC).timestamp() for v in values],
-                dtype=np.float64,
-            )
+        def seconds(values: Iterable[str | datetime | None]) -> np.ndarray:
+            """Epoch seconds of naive UTC times (NaN for none); numpy reads ISO text
+            and datetimes alike."""
+            stamps = np.array(list(values), dtype="datetime64[us]")
+            out = stamps.astype(np.int64) / 1e6
+            out[np.isnat(stamps)] = np.nan
+            return out
 
         def numbers(values: Iterable[float | None]) -> np.ndarray:
             return np.array([np.nan if v is None else v for v in values], dtype=np.float64)
@@ -529,7 +560,7 @@ class Store:
 
     def vector(self, memory_id: str) -> np.ndarray | None:
         with reading(self.url) as s:
-            blob = s.execute(select(_M.c.embedding).where(_M.c.id == memory_id)).scalar()
+            blob = s.execute(select(_V.c.embedding).where(_V.c.memory_id == memory_id)).scalar()
         return None if blob is None else from_blobs([blob])[0]
 
     def edges(self, profile: str, kinds: Sequence[str] | None = None) -> list[EdgeView]:
@@ -752,13 +783,10 @@ class Store:
                 return []
             s.add_all([_summary_row(profile, plan) for plan in todo])
             s.flush()
-            s.execute(
-                update(_M)
-                .where(_M.c.profile_id == profile)
-                .where(_M.c.id == bindparam("mid"))
-                .values(tier=COLD, lifecycle=tables.ARCHIVED, superseded_by=bindparam("by")),
-                [{"mid": mid, "by": by} for mid, by in replaced_by.items()],
-            )
+            _put_vectors(s, {plan.summary_id: plan.embedding for plan in todo}, replace=False)
+            _bulk_set(s, _M, ["tier", "lifecycle", "superseded_by"],
+                      [(mid, COLD, tables.ARCHIVED, by) for mid, by in replaced_by.items()],
+                      _M.c.profile_id == profile)
             _upsert_edges(s, profile, [
                 NewEdge(plan.summary_id, member, tables.CONSOLIDATION, plan.link_weight)
                 for plan in todo for member in plan.member_ids
@@ -812,6 +840,7 @@ class Store:
                     **audit.parameters,
                     "undone_summary": {"content": summary.content, "kind": summary.kind},
                 }
+                s.execute(delete(_V).where(_V.c.memory_id == summary.id))
                 s.delete(summary)
             audit.undone_at = at
         return result
@@ -890,6 +919,7 @@ class Store:
                         s.execute(
                             delete(_E).where(_E.c.profile_id == profile).where(end.in_(batch))
                         )
+                    s.execute(delete(_V).where(_V.c.memory_id.in_(batch)))
                     s.execute(
                         delete(_M).where(_M.c.profile_id == profile).where(_M.c.id.in_(batch))
                     )
@@ -940,6 +970,8 @@ class Store:
                     .where(_E.c.kind == tables.SUMMARIZES).where(_E.c.source_id.in_(batch))
                 ):
                     members[source].add(target)
+            stored = _stored_vectors(s, meta_ids)
+            revectored: dict[str, bytes | None] = {}
             audits = {
                 audit.id: audit
                 for batch in _chunks(audit_ids.values())
@@ -955,21 +987,25 @@ class Store:
                 fields = {
                     "content": plan.content, "content_hash": ids.content_hash(plan.content),
                     "importance": plan.importance, "confidence": plan.confidence,
-                    "stability": plan.stability, "embedding": plan.embedding,
-                    "embedding_model": plan.embedding_model, "meta": plan.meta,
+                    "stability": plan.stability, "embedding_model": plan.embedding_model,
+                    "meta": plan.meta,
                 }
                 if row is None:
                     s.add(Memory(
                         id=plan.meta_id, profile_id=profile, kind=tables.META_KIND,
                         origin=tables.META_MEMORY, created_at=as_of, **fields,
                     ))
-                elif had == set(plan.member_ids) and all(
-                    getattr(row, k) == v for k, v in fields.items()
+                elif (
+                    had == set(plan.member_ids)
+                    and stored.get(plan.meta_id) == plan.embedding
+                    and all(getattr(row, k) == v for k, v in fields.items())
                 ):
                     continue
                 else:
                     for key, value in fields.items():
                         setattr(row, key, value)
+                if stored.get(plan.meta_id) != plan.embedding:
+                    revectored[plan.meta_id] = plan.embedding
                 gone = sorted(had - set(plan.member_ids))
                 for batch in _chunks(gone):
                     s.execute(
@@ -996,6 +1032,7 @@ class Store:
                     audit.run_id = run_id
                 changed.append(plan.meta_id)
             s.flush()
+            _put_vectors(s, revectored)
             _upsert_edges(s, profile, new_edges, as_of, as_of)
         return changed
 
@@ -1039,17 +1076,11 @@ class Store:
         self._set_column(profile, "status", changes)
 
     def _set_column(self, profile: str, column: str, values: Sequence[tuple[str, Any]]) -> None:
-        """Set one column of many memories of a profile in one executemany."""
+        """Set one column of many memories of a profile."""
         if not values:
             return
         with writing(self.url) as s:
-            s.execute(
-                update(_M)
-                .where(_M.c.profile_id == profile)
-                .where(_M.c.id == bindparam("mid"))
-                .values({column: bindparam("value")}),
-                [{"mid": mid, "value": value} for mid, value in values],
-            )
+            _bulk_set(s, _M, [column], values, _M.c.profile_id == profile)
 
     def update_edge_weights(
         self, profile: str, weights: Sequence[tuple[str, float]], prune: Sequence[str]
@@ -1058,15 +1089,8 @@ class Store:
         if not weights and not prune:
             return
         with writing(self.url) as s:
-            if weights:
-                s.execute(
-                    update(_E)
-                    .where(_E.c.profile_id == profile)
-                    .where(_E.c.kind == ASSOCIATION)
-                    .where(_E.c.id == bindparam("eid"))
-                    .values(weight=bindparam("w")),
-                    [{"eid": eid, "w": w} for eid, w in weights],
-                )
+            _bulk_set(s, _E, ["weight"], weights,
+                      _E.c.profile_id == profile, _E.c.kind == ASSOCIATION)
             for batch in _chunks(prune):
                 s.execute(
                     delete(_E)
@@ -1093,14 +1117,9 @@ class Store:
                 s.execute(
                     update(_M).where(_M.c.id.in_(batch)).values(pagerank=None, community=None)
                 )
-            if changed:
-                s.execute(
-                    update(_M)
-                    .where(_M.c.profile_id == profile)
-                    .where(_M.c.id == bindparam("mid"))
-                    .values(pagerank=bindparam("pr"), community=bindparam("cm")),
-                    [{"mid": mid, "pr": pr, "cm": cm} for mid, (pr, cm) in changed.items()],
-                )
+            _bulk_set(s, _M, ["pagerank", "community"],
+                      [(mid, pr, cm) for mid, (pr, cm) in changed.items()],
+                      _M.c.profile_id == profile)
         return sorted([*stale, *changed])
 
     def add_edges(
@@ -1192,6 +1211,72 @@ def _upsert_timed_edges(
         )
 
 
+# Rows per bulk update statement: bounds the size of the one parameter that carries them.
+BULK_SET_CHUNK = 50_000
+
+
+def _bulk_set(
+    s: Session, table: Table, columns: Sequence[str], rows: Sequence[Sequence[Any]],
+    *where: ColumnElement[bool],
+) -> None:
+    """Set ``columns`` of many rows of ``table``: each of ``rows`` is an id followed by
+    the new values, in the order of ``columns``; ``where`` narrows the rows matched.
+
+    One statement per chunk: the rows travel as one bound parameter (a JSON array on
+    SQLite, an array per column on PostgreSQL), so neither the driver nor SQLAlchemy
+    handles 100k statements. Values must be JSON scalars (no datetimes)."""
+    if not rows:
+        return
+    postgres = s.get_bind().dialect.name == "postgresql"
+    for start in range(0, len(rows), BULK_SET_CHUNK):
+        chunk = rows[start:start + BULK_SET_CHUNK]
+        keys = ["id", *columns]
+        if postgres:
+            arrays = [
+                bindparam(f"a{k}", [r[k] for r in chunk],
+                          type_=ARRAY(table.c[name].type if k else table.c.id.type))
+                for k, name in enumerate(keys)
+            ]
+            given = func.unnest(*arrays).table_valued(*keys).render_derived()
+            fields = [given.c[name] for name in keys]
+        else:
+            data = bindparam("rows", json.dumps(list(chunk), allow_nan=False), type_=Text)
+            each = func.json_each(data).table_valued("value")
+            # Materialized, so that SQLite walks the given rows and looks each one up
+            # by id; inlined, it may scan all given rows for every row of the profile.
+            given = select(*(
+                func.json_extract(each.c.value, f"$[{k}]").label(name)
+                for k, name in enumerate(keys)
+            )).cte("given").prefix_with("MATERIALIZED")
+            fields = [given.c[name] for name in keys]
+        s.execute(
+            update(table).where(table.c.id == fields[0], *where)
+            .values({name: field for name, field in zip(columns, fields[1:], strict=True)})
+        )
+
+
+def _stored_vectors(s: Session, memory_ids: Sequence[str]) -> dict[str, bytes]:
+    """The vectors the store holds for ``memory_ids`` (those that have one)."""
+    return {
+        mid: blob
+        for batch in _chunks(memory_ids)
+        for mid, blob in s.execute(
+            select(_V.c.memory_id, _V.c.embedding).where(_V.c.memory_id.in_(batch))
+        )
+    }
+
+
+def _put_vectors(s: Session, vectors: dict[str, bytes | None], replace: bool = True) -> None:
+    """Give memories these vectors (``None``: none). ``replace=False`` is for memories
+    written in this transaction, which cannot have one yet."""
+    if replace:
+        for batch in _chunks(vectors):
+            s.execute(delete(_V).where(_V.c.memory_id.in_(batch)))
+    rows = [{"memory_id": mid, "embedding": blob} for mid, blob in vectors.items() if blob]
+    if rows:
+        s.execute(insert(_V), rows)
+
+
 def _memory_defaults() -> dict[str, Any]:
     """Every column of a memory row with its default, for inserts without the ORM.
 
@@ -1227,9 +1312,7 @@ def _summary_row(profile: str, plan: SummaryPlan) -> Memory:
         stability=plan.stability, access_count=plan.access_count, created_at=plan.created_at,
         last_accessed_at=plan.last_accessed_at, valid_from=plan.valid_from,
         valid_until=plan.valid_until, session_id=plan.session_id, origin=plan.operation,
-        protected=plan.protected,
-        embedding=plan.embedding, embedding_model=plan.embedding_model,
-        meta=plan.meta,
+        protected=plan.protected, embedding_model=plan.embedding_model, meta=plan.meta,
     )
 
 

@@ -90,9 +90,18 @@ class Memory(SQLModel, table=True):
     relevance: float | None = None
     pagerank: float | None = None
     community: int | None = None
-    embedding: bytes | None = Field(default=None, sa_column=Column(LargeBinary))
+    # The model that made the memory's vector (the vector is a MemoryVector row).
     embedding_model: str | None = None
     meta: dict[str, Any] = Field(default_factory=dict, sa_column=Column("metadata", JSON))
+
+
+class MemoryVector(SQLModel, table=True):
+    """A memory's embedding: unit float32 bytes. Apart from the memory row because
+    steps that touch every memory (decay, scores, lifecycles) rewrite whole rows, and a
+    1.5 KB vector in each would multiply the bytes they write several times over."""
+
+    memory_id: str = Field(primary_key=True, foreign_key="memory.id")
+    embedding: bytes = Field(sa_column=Column(LargeBinary, nullable=False))
 
 
 class Edge(SQLModel, table=True):

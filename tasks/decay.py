@@ -89,6 +89,10 @@ def distribution(scores: np.ndarray) -> list[dict[str, object]]:
     return rows
 
 
+def _score(value: float) -> str:
+    return "unscored" if np.isnan(value) else f"{value:.4f}"
+
+
 def decay(store: Store, args: StepArgs) -> StepReport:
     """Recompute the relevance of the profile's live hot memories at ``as_of``."""
     inputs = store.relevance_inputs(args.profile)
@@ -97,10 +101,11 @@ def decay(store: Store, args: StepArgs) -> StepReport:
     store.set_relevance(args.profile, [(inputs.ids[i], float(scores[i])) for i in rows])
     report = StepReport("decay", args.profile, examined=len(scores))
     report.skipped = int(np.count_nonzero(~eligible))
-    for i in rows:
-        before = inputs.relevance[i]
-        was = "unscored" if np.isnan(before) else f"{before:.4f}"
-        report.record(Change("rescored", inputs.ids[i], f"relevance {was} -> {scores[i]:.4f}"))
+    report.tally(len(rows), (
+        Change("rescored", inputs.ids[i], f"relevance {_score(inputs.relevance[i])} -> "
+               f"{scores[i]:.4f}")
+        for i in rows
+    ))
     bands = distribution(scores[~np.isnan(scores)])
     report.facts = {"distribution": {row["band"]: row["memories"] for row in bands}}
     report.tables = {"distribution": [{"profile": args.profile, **row} for row in bands]}

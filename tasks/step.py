@@ -14,10 +14,11 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from functools import lru_cache
+from itertools import islice
 from typing import Any
 
 from prefect import Task, task
@@ -76,6 +77,12 @@ class StepReport:
         self.changed += int(counts)
         if len(self.changes) < LISTED_CHANGES:
             self.changes.append(change)
+
+    def tally(self, count: int, changes: Iterable[Change]) -> None:
+        """Count ``count`` changes and list the first of ``changes`` (a lazy iterable:
+        a step that rescores 100k memories formats only the lines it lists)."""
+        self.changed += count
+        self.changes.extend(islice(changes, max(LISTED_CHANGES - len(self.changes), 0)))
 
     def comparable(self) -> dict[str, Any]:
         """The report without its timing: equal for a dry run and the real run after it."""

@@ -7,7 +7,7 @@ import pytest
 
 from models import ids
 from models.db import reading
-from models.embeddings import MODEL_NAME, from_blobs
+from models.embeddings import MODEL_NAME
 from models.store import SUPPLIED_EMBEDDING, Store
 from models.tables import HOT, Profile
 
@@ -94,9 +94,9 @@ def test_every_stored_record_is_complete(store: Store, tmp_path: Path) -> None:
     store.ingest_jsonl(write_jsonl(tmp_path / "in.jsonl", [GOOD, "{oops"]))
     (m,) = store.memories("alice")
     row = store.get(m.id)
-    assert row.embedding is not None and row.embedding_model == MODEL_NAME
+    assert row.embedding_model == MODEL_NAME
     assert row.content_hash == ids.content_hash(row.content)
-    assert np.linalg.norm(from_blobs([row.embedding])[0]) == pytest.approx(1.0, abs=1e-5)
+    assert np.linalg.norm(store.vector(m.id)) == pytest.approx(1.0, abs=1e-5)
 
 
 def test_reingesting_an_external_id_updates_instead_of_duplicating(store: Store) -> None:
@@ -136,7 +136,21 @@ def test_supplied_embeddings_are_used_as_given(store: Store) -> None:
     store.ingest([record("v", id="v", embedding=vector.tolist())], profile="a")
     row = store.get("v")
     assert row.embedding_model == SUPPLIED_EMBEDDING
-    assert np.array_equal(from_blobs([row.embedding])[0], vector)
+    assert np.array_equal(store.vector(row.id), vector)
+
+
+def test_a_new_supplied_vector_updates_the_memory_and_the_same_one_changes_nothing(
+    store: Store,
+) -> None:
+    first, second = at_cosine(0.85), at_cosine(0.5)
+    store.ingest([record("v", id="v", embedding=first.tolist())], profile="a")
+    same = store.ingest([record("v", id="v", embedding=first.tolist())], profile="a")
+    moved = store.ingest([record("v", id="v", embedding=second.tolist())], profile="a")
+    assert (same.unchanged, moved.updated) == (1, 1)
+    memory_id = store.get("v").id
+    assert np.array_equal(store.vector(memory_id), second)
+    (memory,), vectors = store.snapshot("a")
+    assert memory.id == memory_id and np.array_equal(vectors[0], second)
 
 
 def test_edges_refer_to_memories_by_external_id(store: Store, tmp_path: Path) -> None:

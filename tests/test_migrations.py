@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime
 
+import numpy as np
 from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.config import Config
@@ -12,10 +13,13 @@ from alembic.migration import MigrationContext
 from sqlalchemy import create_engine, inspect, text
 from sqlmodel import SQLModel
 
-from models.db import MIGRATIONS, engine_for
+from models.db import MIGRATIONS, dispose, engine_for
+from models.embeddings import DIMENSION, to_blob
 from models.settings import resolve_database_url
 from models.store import Store
 from models.tables import RunRecord
+
+HEAD = "0003"
 
 
 def alembic(url: str, target: str) -> None:
@@ -46,7 +50,7 @@ def test_the_migrations_build_exactly_the_models_schema(new_store: Callable[[str
 
 def test_a_new_store_is_created_current(new_store: Callable[[str], Store]) -> None:
     url = new_store("fresh").url
-    assert revision(url) == "0002" and differences(url) == []
+    assert revision(url) == HEAD and differences(url) == []
 
 
 def test_a_store_on_the_previous_schema_is_upgraded_with_its_data(
@@ -69,9 +73,46 @@ def test_a_store_on_the_previous_schema_is_upgraded_with_its_data(
         ))
     engine.dispose()
     store = Store(url)  # opening the store migrates it
-    assert revision(url) == "0002" and differences(url) == []
+    assert revision(url) == HEAD and differences(url) == []
     assert store.get("m-1").content == "kept across the upgrade"
     when = datetime(2025, 7, 1)
     store.record_runs([RunRecord(profile_id="old", flow="decay", as_of=when, started_at=when,
                                  finished_at=when)])
     assert store.acquire_leases(["old"], "me", 60) == ["old"]
+
+
+def test_vectors_move_out_of_the_memory_rows_and_back(new_store: Callable[[str], Store]) -> None:
+    url = new_store("vectors").url
+    alembic(url, "0002")
+    vector = np.linspace(-1.0, 1.0, DIMENSION, dtype=np.float32)
+    vector /= np.linalg.norm(vector)
+    engine = create_engine(resolve_database_url(url))
+    with engine.begin() as conn:
+        conn.execute(text(
+            "INSERT INTO profile (id, created_at, store_count, session_count) "
+            "VALUES ('old', '2025-01-01 00:00:00', 2, 0)"
+        ))
+        for mid, blob in (("m-1", to_blob(vector)), ("m-2", None)):
+            conn.execute(text(
+                "INSERT INTO memory (id, profile_id, content, content_hash, kind, importance, "
+                "confidence, stability, access_count, created_at, protected, lifecycle, tier, "
+                "origin, embedding, embedding_model) VALUES (:id, 'old', 'kept', 'h', "
+                "'semantic', 0.5, 0.5, 1.0, 0, '2025-01-01 00:00:00', false, 'active', 'hot', "
+                "'ingest', :blob, 'supplied')"
+            ), {"id": mid, "blob": blob})
+    engine.dispose()
+    store = Store(url)  # opening the store migrates it
+    assert revision(url) == HEAD and differences(url) == []
+    (memory,), vectors = store.snapshot("old")  # the memory without a vector has none
+    assert memory.id == "m-1" and np.array_equal(vectors[0], vector)
+    assert store.vector("m-2") is None and store.get("m-2").content == "kept"
+    dispose(url)
+    engine = create_engine(resolve_database_url(url))
+    with engine.begin() as conn:
+        config = Config()
+        config.set_main_option("script_location", str(MIGRATIONS))
+        config.attributes["connection"] = conn
+        command.downgrade(config, "0002")
+        rows = dict(conn.execute(text("SELECT id, embedding FROM memory")).all())
+    engine.dispose()
+    assert rows["m-2"] is None and np.array_equal(np.frombuffer(rows["m-1"], np.float32), vector)

@@ -36,6 +36,10 @@ from conftest import (
 AS_OF = datetime(2025, 7, 1)
 IDLE_SECONDS = 10
 FINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
+# How long an automation may take to turn an event into a flow run. Usually a few
+# seconds; in a full test session on 2 cores the worker's flow-run processes compete
+# with the server and it has taken over 40 s. Waits end as soon as the run appears.
+AUTOMATION_SECONDS = 120
 
 
 def free_port() -> int:
@@ -169,25 +173,25 @@ def test_fifty_stores_trigger_one_lightweight_run_for_that_profile_only(stack: S
                        profile="events-a")
     stack.store.ingest([{"content": f"fact {i}", "embedding": vector} for i in range(30)],
                        profile="events-b")
-    wait_for(lambda: _by_automation(stack, "lightweight-every-50-stores", "events-a"), 30,
-             "the store-threshold run")
+    wait_for(lambda: _by_automation(stack, "lightweight-every-50-stores", "events-a"),
+             AUTOMATION_SECONDS, "the store-threshold run")
     time.sleep(3)  # a second run, or one for the other profile, would appear by now
     assert len(_by_automation(stack, "lightweight-every-50-stores", "events-a")) == 1
     assert _by_automation(stack, "lightweight-every-50-stores", "events-b") == []
     # Both profiles then went idle: one idle run each.
     for profile in ("events-a", "events-b"):
         wait_for(lambda p=profile: _by_automation(stack, "lightweight-when-idle", p),
-                 IDLE_SECONDS + 40, f"the idle run for {profile}")
+                 IDLE_SECONDS + AUTOMATION_SECONDS, f"the idle run for {profile}")
     assert len(_by_automation(stack, "lightweight-when-idle", "events-a")) == 1
 
 
 def test_session_ends_trigger_full_consolidation(stack: Stack) -> None:
     for n in range(1, 6):
         assert stack.store.end_session("raj", f"s{n}") == n
-    wait_for(lambda: len(_by_automation(stack, "full-at-session-end", "raj")) == 5, 40,
-             "five session-end runs")
-    wait_for(lambda: _by_automation(stack, "full-every-few-sessions", "raj"), 40,
-             "the fifth-session run")
+    wait_for(lambda: len(_by_automation(stack, "full-at-session-end", "raj")) == 5,
+             AUTOMATION_SECONDS, "five session-end runs")
+    wait_for(lambda: _by_automation(stack, "full-every-few-sessions", "raj"),
+             AUTOMATION_SECONDS, "the fifth-session run")
     assert len(_by_automation(stack, "full-every-few-sessions", "raj")) == 1
 
 

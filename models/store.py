@@ -396,11 +396,15 @@ class Store:
     def _resolve_refs(self, profile: str, refs: set[str]) -> dict[str, str]:
         """Map external ids and Reverie ids of one profile to Reverie ids."""
         with reading(self.url) as s:
-            rows = s.execute(
-                select(_M.c.id, _M.c.external_id).where(_M.c.profile_id == profile).where(
-                    or_(_M.c.id.in_(list(refs)), _M.c.external_id.in_(list(refs)))
+            rows = [
+                row
+                for batch in _chunks(sorted(refs))
+                for row in s.execute(
+                    select(_M.c.id, _M.c.external_id).where(_M.c.profile_id == profile).where(
+                        or_(_M.c.id.in_(batch), _M.c.external_id.in_(batch))
+                    )
                 )
-            ).all()
+            ]
         out: dict[str, str] = {}
         for mid, ext in rows:
             out[mid] = mid

@@ -58,8 +58,11 @@ def test_a_killed_run_run_again_ends_like_an_uninterrupted_one(
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_API")}
     env.update({"MARK": str(mark), "PREFECT_HOME": str(tmp_path / "prefect"),
                 "PREFECT_LOGGING_LEVEL": "ERROR"})
+    # Its own process group, killed whole as a crashed machine would be: the run's
+    # ephemeral Prefect server is a child process, which would outlive a lone kill.
     process = subprocess.Popen([sys.executable, "-c", KILLED_RUN], env=env,
-                               cwd=Path(__file__).resolve().parent.parent)
+                               cwd=Path(__file__).resolve().parent.parent,
+                               start_new_session=True)
     try:
         deadline = time.monotonic() + 120
         while not mark.exists():
@@ -67,7 +70,7 @@ def test_a_killed_run_run_again_ends_like_an_uninterrupted_one(
             assert time.monotonic() < deadline, "the run never got past merging"
             time.sleep(0.2)
     finally:
-        os.kill(process.pid, signal.SIGKILL)
+        os.killpg(process.pid, signal.SIGKILL)
         process.wait()
     halfway = {p: export_jsonl(killed.url, p) for p in killed.profiles()}
     assert halfway != expected  # merged, but not compressed, linked or scored

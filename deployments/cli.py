@@ -417,29 +417,36 @@ def _bench_synthetic(args: argparse.Namespace) -> int:
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     from deployments.speed import as_json, bench_synthetic, render_markdown
 
-    def progress(row: Any) -> None:
-        verdict = f"  [{row.verdict}]" if row.verdict else ""
-        print(f"{row.task:<34} n={row.n:<9,} {row.seconds:9.3f} s  "
-              f"peak {row.peak_rss_mb or 0:7.0f} MB{verdict}", flush=True)
-
-    results = bench_synthetic(
-        args.sizes, args.profiles, args.duplicate_share, args.embeddings, args.flows,
-        args.checks, args.ingest_sentences, progress,
-    )
-    table = render_markdown(results)
-    print(table)
     command = (
         f"reverie bench synthetic --sizes {','.join(map(str, args.sizes))} "
         f"--profiles {args.profiles} --duplicate-share {args.duplicate_share:g} "
         f"--embeddings {args.embeddings} --ingest-sentences {args.ingest_sentences}"
         + ("" if args.flows else " --no-flows") + ("" if args.checks else " --no-baseline")
     )
-    if args.json_out:
-        args.json_out.write_text(
-            json.dumps(as_json(results, command), indent=2) + "\n", encoding="utf-8"
-        )
-    if args.markdown:
-        args.markdown.write_text(table + "\n", encoding="utf-8")
+    done: list[Any] = []
+
+    def write(rows: list[Any]) -> str:
+        table = render_markdown(rows)
+        if args.json_out:
+            args.json_out.write_text(
+                json.dumps(as_json(rows, command), indent=2) + "\n", encoding="utf-8"
+            )
+        if args.markdown:
+            args.markdown.write_text(table + "\n", encoding="utf-8")
+        return table
+
+    def progress(row: Any) -> None:
+        verdict = f"  [{row.verdict}]" if row.verdict else ""
+        print(f"{row.task:<34} n={row.n:<9,} {row.seconds:9.3f} s  "
+              f"peak {row.peak_rss_mb or 0:7.0f} MB{verdict}", flush=True)
+        done.append(row)
+        write(done)  # a long run interrupted keeps the rows it measured
+
+    results = bench_synthetic(
+        args.sizes, args.profiles, args.duplicate_share, args.embeddings, args.flows,
+        args.checks, args.ingest_sentences, progress,
+    )
+    print(write(results))
     return EXIT_OK
 
 

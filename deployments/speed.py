@@ -294,7 +294,8 @@ def bench_search(vectors: np.ndarray, config: ConsolidationConfig) -> list[Resul
 
 
 def bench_steps(url: str, spec: SyntheticSpec, config: ConsolidationConfig,
-                checks: bool) -> list[Result]:
+                checks: bool) -> Iterator[Result]:
+    """One row per step, each given as soon as it is measured."""
     store = Store(url)
     profiles = store.profiles()
     results: list[Result] = []
@@ -314,7 +315,7 @@ def bench_steps(url: str, spec: SyntheticSpec, config: ConsolidationConfig,
         if check:
             row.baseline_seconds, row.recall = check.baseline_seconds, check.recall
             row.notes.append(check.describe())
-    return results
+        yield row
 
 
 def warm_up_prefect(folder: Path) -> None:
@@ -328,7 +329,8 @@ def warm_up_prefect(folder: Path) -> None:
         lightweight_consolidation(profile=None, as_of=AS_OF, config=bench_config())
 
 
-def bench_flows(url: str, spec: SyntheticSpec, config: ConsolidationConfig) -> list[Result]:
+def bench_flows(url: str, spec: SyntheticSpec, config: ConsolidationConfig) -> Iterator[Result]:
+    """One row per flow (and the lightweight flow's own work), each as soon as measured."""
     from flows.catalog import FLOWS
 
     results: list[Result] = []
@@ -343,11 +345,11 @@ def bench_flows(url: str, spec: SyntheticSpec, config: ConsolidationConfig) -> l
                 f"steps' own work {work:.3f} s, of which embedding new summaries "
                 f"{embedding:.3f} s; {report.changed()} changes"
             )
+            yield row
             if name == "lightweight":
-                results.append(Result("lightweight work", spec.memories, round(work, 4),
-                                      row.peak_rss_mb, profiles=spec.profiles,
-                                      notes=["sum of the steps' own seconds, without Prefect"]))
-    return results
+                yield Result("lightweight work", spec.memories, round(work, 4),
+                             row.peak_rss_mb, profiles=spec.profiles,
+                             notes=["sum of the steps' own seconds, without Prefect"])
 
 
 def bench_ingest_throughput(sentences: int, folder: Path) -> list[Result]:
@@ -384,27 +386,28 @@ def _copy(url: str, folder: Path, name: str) -> str:
 
 
 def bench_size(spec: SyntheticSpec, folder: Path, config: ConsolidationConfig,
-               flows: bool, checks: bool) -> list[Result]:
+               flows: bool, checks: bool) -> Iterator[Result]:
+    """Every row for one store size, each given as soon as it is measured (a 1M run
+    takes an hour: what is done survives an interruption)."""
     url = f"sqlite:///{folder / f'store-{spec.memories}.db'}"
-    results: list[Result] = []
     made, vectors = records(spec)
-    with measured(results, "ingest (vectors supplied)", spec.memories, spec.profiles) as row:
+    with measured([], "ingest (vectors supplied)", spec.memories, spec.profiles) as row:
         report = Store(url).ingest(made)
     row.notes.append(f"{report.stored} memories, {report.edges} edges")
+    yield row
     del made
     if checks and vectors is not None:
-        results += bench_search(vectors, config)
+        yield from bench_search(vectors, config)
     del vectors
     copies = [_copy(url, folder, f"steps-{spec.memories}.db")]
-    results += bench_steps(copies[0], spec, config, checks)
+    yield from bench_steps(copies[0], spec, config, checks)
     if flows:
         copies.append(_copy(url, folder, f"flows-{spec.memories}.db"))
-        results += bench_flows(copies[1], spec, config)
+        yield from bench_flows(copies[1], spec, config)
     for done in (url, *copies):
         # Engines are cached by URL: let go of the file before it goes.
         dispose(done)
         Path(done.removeprefix("sqlite:///")).unlink()
-    return results
 
 
 def bench_synthetic(
@@ -441,7 +444,8 @@ def bench_synthetic(
             warm_up_prefect(folder)
         for n in sizes:
             spec = SyntheticSpec(n, profiles, duplicate_share, embeddings, as_of=AS_OF)  # type: ignore[arg-type]
-            keep(bench_size(spec, folder, config, flows, checks))
+            for row in bench_size(spec, folder, config, flows, checks):
+                keep([row])
     return results
 
 

@@ -157,3 +157,21 @@ def test_bench_synthetic_refuses_bad_sizes(capsys: pytest.CaptureFixture[str]) -
     with pytest.raises(SystemExit):
         main(["bench", "synthetic", "--sizes", "10,abc"])
     assert "sizes must be whole numbers" in capsys.readouterr().err
+
+
+def test_an_interrupted_bench_keeps_the_rows_it_measured(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tasks.decay import decay
+
+    def interrupted(store: object, args: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(speed, "steps", lambda: [("decay", decay), ("dedup", interrupted)])
+    out, table = tmp_path / "bench.json", tmp_path / "bench.md"
+    code = main(["bench", "synthetic", "--sizes", "200", "--no-flows", "--no-baseline",
+                 "--ingest-sentences", "0", "--json", str(out), "--markdown", str(table)])
+    assert code != 0
+    tasks = [r["task"] for r in json.loads(out.read_text())["results"]]
+    assert tasks == ["ingest (vectors supplied)", "decay"]
+    assert "| decay | 200 |" in table.read_text()

@@ -124,8 +124,8 @@ def peak_rss() -> Iterator[list[float | None]]:
 
 
 @contextmanager
-def measured(results: list[Result], task: str, n: int, profiles: int) -> Iterator[Result]:
-    """Time the block and its peak memory into a new row of ``results``."""
+def measured(task: str, n: int, profiles: int) -> Iterator[Result]:
+    """Time the block and its peak memory into a new row."""
     gc.collect()
     row = Result(task, n, 0.0, profiles=profiles)
     with peak_rss() as box:
@@ -133,7 +133,6 @@ def measured(results: list[Result], task: str, n: int, profiles: int) -> Iterato
         yield row
         row.seconds = round(time.perf_counter() - started, 4)
     row.peak_rss_mb = box[0]
-    results.append(row)
 
 
 # --- search against the exact baseline ---------------------------------------------------
@@ -284,13 +283,12 @@ def bench_search(vectors: np.ndarray, config: ConsolidationConfig) -> list[Resul
     """The all-pairs search over every memory at the cluster threshold: the steps see
     only their candidates (cluster: relevance above 0.3), this is the search at full
     size, where the most pairs sit near the threshold."""
-    results: list[Result] = []
-    with measured(results, "pair search, all memories", len(vectors), 1) as row:
+    with measured("pair search, all memories", len(vectors), 1) as row:
         check = check_search(vectors, config.cluster.similarity)
     row.seconds = check.search_seconds
     row.baseline_seconds, row.recall = check.baseline_seconds, check.recall
     row.notes.append(f"at cosine >= {config.cluster.similarity}; {check.describe()}")
-    return results
+    return [row]
 
 
 def bench_steps(url: str, spec: SyntheticSpec, config: ConsolidationConfig,
@@ -298,14 +296,13 @@ def bench_steps(url: str, spec: SyntheticSpec, config: ConsolidationConfig,
     """One row per step, each given as soon as it is measured."""
     store = Store(url)
     profiles = store.profiles()
-    results: list[Result] = []
     for name, fn in steps():
         check = None
         if checks and name in ("dedup", "cluster") and len(profiles) == 1:
             # On the very candidates the step is about to search.
             check = _search_check(store, profiles[0], name, config)
         reports = []
-        with measured(results, name, spec.memories, len(profiles)) as row:
+        with measured(name, spec.memories, len(profiles)) as row:
             for profile in profiles:
                 reports.append(run_step(name, fn, StepArgs(url, profile, AS_OF, config)))
         row.notes.append(f"{sum(r.changed for r in reports)} changes")
@@ -333,11 +330,9 @@ def bench_flows(url: str, spec: SyntheticSpec, config: ConsolidationConfig) -> I
     """One row per flow (and the lightweight flow's own work), each as soon as measured."""
     from flows.catalog import FLOWS
 
-    results: list[Result] = []
     with using_database(url):
         for name in FLOW_ORDER:
-            with measured(results, f"flow {FLOWS[name].name}", spec.memories,
-                          spec.profiles) as row:
+            with measured(f"flow {FLOWS[name].name}", spec.memories, spec.profiles) as row:
                 report = FLOWS[name](profile=None, as_of=AS_OF, config=config)
             work = sum(s.seconds for s in report.steps)
             embedding = sum(s.embedding_seconds for s in report.steps)
@@ -361,17 +356,16 @@ def bench_ingest_throughput(sentences: int, folder: Path) -> list[Result]:
              for k in range(sentences)]
     embedder = get_embedder()
     embedder.encode(texts[:64])  # load the model and warm it before either is timed
-    results: list[Result] = []
-    with measured(results, "embed (raw model)", sentences, 1) as raw:
+    with measured("embed (raw model)", sentences, 1) as raw:
         embedder.encode(texts)
     raw.notes.append(f"{sentences / raw.seconds:.0f} sentences/s")
     store = Store(f"sqlite:///{folder / 'ingest.db'}")
-    with measured(results, "ingest + embed", sentences, 1) as row:
+    with measured("ingest + embed", sentences, 1) as row:
         report = store.ingest([{"content": t, "profile": "ingest"} for t in texts])
     row.baseline_seconds = raw.seconds
     row.notes.append(f"{report.stored / row.seconds:.0f} sentences/s, "
                      f"{raw.seconds / row.seconds:.1%} of the raw model")
-    return results
+    return [raw, row]
 
 
 # --- one size, then all ------------------------------------------------------------------
@@ -391,7 +385,7 @@ def bench_size(spec: SyntheticSpec, folder: Path, config: ConsolidationConfig,
     takes an hour: what is done survives an interruption)."""
     url = f"sqlite:///{folder / f'store-{spec.memories}.db'}"
     made, vectors = records(spec)
-    with measured([], "ingest (vectors supplied)", spec.memories, spec.profiles) as row:
+    with measured("ingest (vectors supplied)", spec.memories, spec.profiles) as row:
         report = Store(url).ingest(made)
     row.notes.append(f"{report.stored} memories, {report.edges} edges")
     yield row

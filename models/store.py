@@ -300,15 +300,14 @@ class Store:
                 current = s.get(Memory, mid)
                 if current is None:  # deleted between read and write: store it afresh
                     raise StoreError(f"memory {mid} vanished during ingest; retry")
-                blob = vectors[mid][0] if mid in vectors else stored.get(mid)
-                if blob == stored.get(mid) and all(
-                    getattr(current, k) == v for k, v in patch.items()
-                ):
+                before = stored.get(mid)
+                blob = vectors[mid][0] if mid in vectors else before
+                if blob == before and all(getattr(current, k) == v for k, v in patch.items()):
                     report.unchanged += 1
                     continue
                 for key, value in patch.items():
                     setattr(current, key, value)
-                if blob != stored.get(mid):
+                if blob != before:
                     revectored[mid] = blob
                 report.updated += 1
             _put_vectors(s, revectored)
@@ -1232,9 +1231,9 @@ def _bulk_set(
     if not rows:
         return
     postgres = s.get_bind().dialect.name == "postgresql"
+    keys = ["id", *columns]
     for start in range(0, len(rows), BULK_SET_CHUNK):
         chunk = rows[start:start + BULK_SET_CHUNK]
-        keys = ["id", *columns]
         if postgres:
             arrays = [
                 bindparam(f"a{k}", [r[k] for r in chunk],
@@ -1242,7 +1241,6 @@ def _bulk_set(
                 for k, name in enumerate(keys)
             ]
             given = func.unnest(*arrays).table_valued(*keys).render_derived()
-            fields = [given.c[name] for name in keys]
         else:
             data = bindparam("rows", json.dumps(list(chunk), allow_nan=False), type_=Text)
             each = func.json_each(data).table_valued("value")
@@ -1252,10 +1250,9 @@ def _bulk_set(
                 func.json_extract(each.c.value, f"$[{k}]").label(name)
                 for k, name in enumerate(keys)
             )).cte("given").prefix_with("MATERIALIZED")
-            fields = [given.c[name] for name in keys]
         s.execute(
-            update(table).where(table.c.id == fields[0], *where)
-            .values({name: field for name, field in zip(columns, fields[1:], strict=True)})
+            update(table).where(table.c.id == given.c.id, *where)
+            .values({name: given.c[name] for name in columns})
         )
 
 

@@ -23,12 +23,13 @@ def graph_importance(store: Store, args: StepArgs) -> StepReport:
     scores = importance(nodes, edges, config.graph.damping, config.graph.community_seed)
     changed = set(store.set_graph_scores(profile, scores))
     report = StepReport("graph_importance", profile, examined=len(nodes))
-    for sc in scores:
-        if sc.memory_id in changed:
-            detail = f"pagerank {sc.pagerank:.5f}, community {sc.community}"
-            report.record(Change("scored", sc.memory_id, detail))
-    for mid in sorted(changed - {sc.memory_id for sc in scores}):
-        report.record(Change("unscored", mid, "left the hot graph"))
+    scored = [sc for sc in scores if sc.memory_id in changed]
+    unscored = sorted(changed - {sc.memory_id for sc in scores})
+    report.tally(len(scored), (
+        Change("scored", sc.memory_id, f"pagerank {sc.pagerank:.5f}, community {sc.community}")
+        for sc in scored
+    ))
+    report.tally(len(unscored), (Change("unscored", mid, "left the hot graph") for mid in unscored))
     top = sorted(scores, key=lambda sc: (-sc.pagerank, sc.memory_id))[:TOP_REPORTED]
     report.facts = {
         "edges": len(edges),

@@ -54,9 +54,10 @@ def promote(store: Store, args: StepArgs) -> StepReport:
     plan = plan_promotions(memories, as_of, config.promotion)
     store.set_lifecycles(profile, [(m.id, lifecycle) for m, lifecycle, _ in plan])
     report = StepReport("promote", profile, examined=len(memories))
-    for m, lifecycle, why in plan:
-        action = "promoted" if lifecycle == PROMOTED else "demoted"
-        report.record(Change(action, m.id, why, preview(m.content)))
+    report.tally(len(plan), (
+        Change("promoted" if lifecycle == PROMOTED else "demoted", m.id, why, preview(m.content))
+        for m, lifecycle, why in plan
+    ))
     return report
 
 

@@ -111,3 +111,18 @@ def test_whole_profile_id_lists_go_in_chunks(store: Store, monkeypatch: pytest.M
     assert len(store.originals_of("p", ["m-sum", "m-other"])["m-sum"]) == 5
     store.forget("p", ids_[:3], [(i, 0.0, "test") for i in ids_[3:]], T0, None, {})
     assert store.counts("p") == {HOT: 0, COLD: 3, "tombstones": 4}
+
+
+def test_bulk_updates_write_every_chunk_and_only_the_named_profile(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import models.store
+
+    store.ingest([record(f"fact {k}", id=f"a{k}") for k in range(5)], profile="a")
+    store.ingest([record("other", id="b0")], profile="b")
+    monkeypatch.setattr(models.store, "BULK_SET_CHUNK", 2)  # 5 rows: chunks of 2, 2 and 1
+    ids = [m.id for m in store.memories("a")]
+    other = store.memories("b")[0].id
+    store.set_relevance("a", [(mid, k / 10) for k, mid in enumerate(ids)] + [(other, 0.9)])
+    assert [m.relevance for m in store.memories("a")] == [0.0, 0.1, 0.2, 0.3, 0.4]
+    assert store.memories("b")[0].relevance is None  # an id of another profile is left alone

@@ -43,6 +43,7 @@ from models.config import ConsolidationConfig
 from models.db import dispose
 from models.settings import using_database
 from models.store import Store
+from tasks.similarity import chosen_rows
 from tasks.step import StepArgs, StepFunction, run_step
 
 # Above this many rows the exact baseline would take too long (quadratic): sample it.
@@ -217,9 +218,7 @@ def check_search(vectors: np.ndarray, threshold: float, seed: int = 0) -> Search
 
 
 def _candidate_vectors(store: Store, profile: str, keep: Callable[[Any], bool]) -> np.ndarray:
-    memories, vectors = store.snapshot(profile)
-    rows = [r for r, m in enumerate(memories) if keep(m)]
-    return vectors[rows]
+    return chosen_rows(*store.snapshot(profile), keep)[1]
 
 
 # --- steps and flows ---------------------------------------------------------------------

@@ -34,7 +34,7 @@ from models.records import MemoryView, MetaPlan
 from models.store import Store
 from models.tables import META_MEMORY
 from tasks.graph import communities, components, similarity_graph
-from tasks.similarity import similarity_pairs
+from tasks.similarity import chosen_rows, similarity_pairs
 from tasks.step import Change, StepArgs, StepReport, preview, step_task
 from tasks.summarize import Summarizer, drop_vetoed, fallback_notes, summarizer_for
 
@@ -116,9 +116,7 @@ def plan_clusters(
     seed: int = 0,
 ) -> list[MetaPlan]:
     """One MetaPlan per cluster among the candidates (rows of ``memories``/``vectors``)."""
-    rows = [i for i, m in enumerate(memories) if is_candidate(m, config)]
-    candidates = [memories[i] for i in rows]
-    cand_vectors = vectors[rows] if rows else np.zeros((0, vectors.shape[1]), np.float32)
+    candidates, cand_vectors = chosen_rows(memories, vectors, lambda m: is_candidate(m, config))
     groups = find_clusters(cand_vectors, config, seed)
     clusters = [[candidates[r] for r in g] for g in groups]
     cluster_ids = [[m.id for m in c] for c in clusters]

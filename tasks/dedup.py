@@ -27,7 +27,7 @@ from models.embeddings import to_blob
 from models.records import MemoryView, SummaryPlan
 from models.store import Store
 from models.tables import DEDUP_SUMMARY, META_MEMORY, SUMMARY_ORIGINS
-from tasks.similarity import radius_neighbours
+from tasks.similarity import chosen_rows, radius_neighbours
 from tasks.step import Change, StepArgs, StepReport, preview, step_task
 from tasks.summarize import (
     Summarizer,
@@ -93,9 +93,7 @@ def plan_dedup(
     summary to the memories it replaced: a new summary that takes in an earlier one
     stands for those originals, never for the summary itself.
     """
-    rows = [i for i, m in enumerate(memories) if is_candidate(m, as_of)]
-    candidates = [memories[i] for i in rows]
-    cand_vectors = vectors[rows] if rows else np.zeros((0, vectors.shape[1]), np.float32)
+    candidates, cand_vectors = chosen_rows(memories, vectors, lambda m: is_candidate(m, as_of))
     plans: list[SummaryPlan] = []
     for group in duplicate_groups(cand_vectors, representative_order(candidates), config):
         hot = [candidates[i] for i in group]

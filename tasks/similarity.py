@@ -19,8 +19,9 @@ guaranteed to find nothing more.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import faiss
 import numpy as np
@@ -37,6 +38,8 @@ CELL_PROBES = 8
 TRAIN_ROWS_PER_CELL = 40
 CELL_SEED = 1234
 
+Row = TypeVar("Row")
+
 
 @dataclass(frozen=True, slots=True)
 class Neighbours:
@@ -44,6 +47,16 @@ class Neighbours:
 
     indices: list[np.ndarray]
     similarities: list[np.ndarray]
+
+
+def chosen_rows(
+    memories: Sequence[Row], vectors: np.ndarray, keep: Callable[[Row], bool]
+) -> tuple[list[Row], np.ndarray]:
+    """The memories ``keep`` accepts and their vectors, still row-aligned."""
+    rows = [i for i, m in enumerate(memories) if keep(m)]
+    if not rows:
+        return [], np.zeros((0, vectors.shape[1]), np.float32)
+    return [memories[i] for i in rows], vectors[rows]
 
 
 def _index(vectors: np.ndarray) -> faiss.Index:

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from tasks import similarity
-from tasks.similarity import radius_neighbours, similarity_pairs, top_k
+from tasks.similarity import chosen_rows, radius_neighbours, similarity_pairs, top_k
 
 from factories import at_cosine, axis, below
 
@@ -48,6 +48,15 @@ def test_separate_queries_and_empty_inputs() -> None:
     assert list(found.indices[0]) == [1]
     empty = radius_neighbours(np.zeros((0, 4), np.float32), 0.5, queries=np.ones((2, 4), np.float32))
     assert [len(i) for i in empty.indices] == [0, 0]
+
+
+def test_chosen_rows_stay_aligned_and_none_chosen_keeps_the_width() -> None:
+    vectors = np.stack([axis(0), axis(1), axis(2)])
+    kept, kept_vectors = chosen_rows(["a", "b", "c"], vectors, lambda m: m != "b")
+    assert kept == ["a", "c"]
+    assert np.array_equal(kept_vectors, vectors[[0, 2]])
+    none, no_vectors = chosen_rows(["a"], vectors[:1], lambda m: False)
+    assert none == [] and no_vectors.shape == (0, vectors.shape[1])
 
 
 def test_top_k_pads_with_minus_one_when_short() -> None:

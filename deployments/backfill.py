@@ -17,6 +17,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from models.errors import ConfigError
+from models.events import api_configured
 from models.store import Store
 from models.timestamps import to_utc_naive
 
@@ -69,22 +70,16 @@ def backfill(
     store = store or Store()
     store.resolve_profiles(profile)
     whens = list(dates(start, end, every))
-    if _api_configured() and flow in DEPLOYMENTS:
+    if api_configured() and flow in DEPLOYMENTS:
         return _through_deployment(flow, DEPLOYMENTS[flow], whens, profile)
     return _locally(flow, whens, profile, store)
-
-
-def _api_configured() -> bool:
-    """A Prefect server to send runs to (not the ephemeral API of a local run)."""
-    from prefect.settings import get_current_settings
-
-    return bool(get_current_settings().api.url)
 
 
 def _locally(
     flow: str, whens: list[datetime], profile: str | list[str] | None, store: Store
 ) -> BackfillReport:
     from flows.catalog import FLOWS
+    from flows.run import wait_for_run_history
 
     report = BackfillReport(flow, "local")
     profiles = set(store.resolve_profiles(profile))
@@ -94,8 +89,11 @@ def _locally(
         if profiles <= done:
             report.skipped.append(when.isoformat())
             continue
-        flow_fn(profile=profile, as_of=when)
+        last = flow_fn(profile=profile, as_of=when)
         report.created.append(when.isoformat())
+    if report.created:
+        # Prefect records runs in order: once the last run's history is in, all are.
+        wait_for_run_history(last.run_id)
     return report
 
 

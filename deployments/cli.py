@@ -245,8 +245,11 @@ def run_flow(
 ) -> RunReport:
     """Run a flow by its short name in this process (against PREFECT_API_URL if set)."""
     from flows.catalog import FLOWS
+    from flows.run import wait_for_run_history
 
-    return FLOWS[name](profile=profile, as_of=as_of, dry_run=dry_run, config=config, **extra)
+    report = FLOWS[name](profile=profile, as_of=as_of, dry_run=dry_run, config=config, **extra)
+    wait_for_run_history(report.run_id)
+    return report
 
 
 def _backfill(args: argparse.Namespace) -> int:

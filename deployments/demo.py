@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING
 
 from models.settings import using_database
 from models.store import Store
-from tasks.blocks import SEPARATOR
 
 if TYPE_CHECKING:
     from tasks.step import StepReport
@@ -35,14 +34,17 @@ def run_demo(database: Path | None = None) -> int:
     dispose(url)  # a process may hold connections to the file about to be replaced
     for stale in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
         stale.unlink(missing_ok=True)
-    # Prefect reads this when it is first imported: keep its console to warnings.
+    # Prefect reads these when it is first imported (nothing above imports it): keep its
+    # console to warnings, and its temporary server from calling home.
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     with using_database(url):
         return _demo(url, path)
 
 
 def _demo(url: str, path: Path) -> int:
     from flows.full_consolidation import full_consolidation
+    from flows.run import wait_for_run_history
 
     store = Store(url)
     print(f"Reverie demo: store {path}")
@@ -56,6 +58,7 @@ def _demo(url: str, path: Path) -> int:
 
     print(f"Running full consolidation as of {DEMO_AS_OF:%Y-%m-%d} (Prefect, no server)...")
     report = full_consolidation(profile=None, as_of=DEMO_AS_OF)
+    wait_for_run_history(report.run_id)
 
     steps: dict[str, dict[str, StepReport]] = defaultdict(dict)
     for step in report.steps:
@@ -74,6 +77,8 @@ def _demo(url: str, path: Path) -> int:
 def _print_profile(
     store: Store, profile: str, before: dict[str, int], steps: dict[str, StepReport]
 ) -> None:
+    from tasks.blocks import SEPARATOR
+
     after = store.counts(profile)
     dedup, decay = steps["dedup"], steps["decay_edges"]
     print()

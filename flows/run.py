@@ -40,6 +40,11 @@ log = logging.getLogger(__name__)
 ProfileSelector = str | list[str] | None
 BUSY_POLL_SECONDS = 1.0
 PROFILE_LIMIT_PREFIX = "reverie-profile-"
+# How long a run without a configured API waits for Prefect's temporary server to record
+# its task runs before the process exits (see wait_for_run_history).
+HISTORY_WAIT_SECONDS = 15.0
+HISTORY_POLL_SECONDS = 0.5
+HISTORY_PAGE = 200
 
 
 @dataclass
@@ -176,6 +181,47 @@ def _flow_run_id() -> str | None:
         return flow_run.id
     except Exception:
         return None
+
+
+def wait_for_run_history(run_id: str | None, timeout: float = HISTORY_WAIT_SECONDS) -> bool:
+    """Wait until Prefect's temporary server has recorded every task run of ``run_id``.
+
+    Without a configured API a flow runs against a temporary server that lives only as
+    long as this process. Task runs reach it as client events, written one at a time;
+    when the process exits, the server cancels the writes still queued, which loses the
+    last task runs of the history and prints a traceback. So a local run sends its
+    events now and waits (at most ``timeout``) until the run's task runs are all final
+    and their number has stopped growing. With a configured API it returns at once: a
+    real server keeps what it has received. True when the history settled in time.
+    """
+    if run_id is None or api_configured():
+        return True
+    from uuid import UUID
+
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+    from prefect.events.worker import EventsWorker
+
+    EventsWorker.drain_all(timeout=timeout, at_exit=False)
+    of_run = FlowRunFilter(id=FlowRunFilterId(any_=[UUID(run_id)]))
+    deadline = time.monotonic() + timeout
+    seen = -1
+    with get_client(sync_client=True) as client:
+        while time.monotonic() < deadline:
+            runs: list[Any] = []
+            while True:
+                page = client.read_task_runs(
+                    flow_run_filter=of_run, limit=HISTORY_PAGE, offset=len(runs)
+                )
+                runs += page
+                if len(page) < HISTORY_PAGE:
+                    break
+            if len(runs) == seen and all(r.state and r.state.is_final() for r in runs):
+                return True
+            seen = len(runs)
+            time.sleep(HISTORY_POLL_SECONDS)
+    log.warning("run %s: Prefect had not recorded all task runs after %.0f s", run_id, timeout)
+    return False
 
 
 ProfileDag = Callable[[StepArgs], list[PrefectFuture[StepReport]]]

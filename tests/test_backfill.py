@@ -34,7 +34,7 @@ def test_dates_include_both_ends() -> None:
 def test_a_local_backfill_of_seven_days_runs_seven_times_then_none(
     sample_store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("deployments.backfill._api_configured", lambda: False)
+    monkeypatch.setattr("deployments.backfill.api_configured", lambda: False)
     first = backfill("decay", START, START + timedelta(days=6), timedelta(days=1), "maya")
     assert first.where == "local" and len(first.created) == 7 and first.skipped == []
     assert len(sample_store.run_history(profile="maya", flow="decay", limit=None)) == 7
@@ -49,7 +49,7 @@ def test_a_local_backfill_of_seven_days_runs_seven_times_then_none(
 def test_backfill_from_the_cli(
     sample_store: Store, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr("deployments.backfill._api_configured", lambda: False)
+    monkeypatch.setattr("deployments.backfill.api_configured", lambda: False)
     args = ["backfill", "lightweight", "--from", "2025-07-01", "--to", "2025-07-03",
             "--profile", "raj"]
     assert main(args) == EXIT_OK

@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -10,6 +15,8 @@ import pytest
 from deployments.cli import EXIT_ERROR, EXIT_OK, EXIT_REJECTED, main
 from deployments.demo import SAMPLE_STORE
 from models.store import Store
+
+from conftest import clone_sample
 
 
 @pytest.fixture
@@ -102,3 +109,38 @@ def test_demo_ingests_the_sample_and_reports(
     # Run twice, the demo starts afresh and tells the same story.
     assert main(["demo", "--database", str(database)]) == EXIT_OK
     assert capsys.readouterr().out == out
+
+
+def test_a_run_without_a_prefect_api_leaves_its_whole_history_and_no_traceback(
+    sample_template: Path, new_store: Callable[[str], Store], tmp_path: Path
+) -> None:
+    """The temporary server lives as long as the command: the command waits until it has
+    recorded every task run, rather than exit while the last ones are being written."""
+    store = clone_sample(sample_template, new_store("local"))
+    home = tmp_path / "prefect"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_API")}
+    env.update({"PREFECT_HOME": str(home), "REVERIE_DATABASE_URL": store.url})
+    done = subprocess.run(
+        [sys.executable, "-m", "deployments.cli", "consolidate", "full", "--all",
+         "--as-of", "2025-07-01", "--json"],
+        env=env, cwd=Path(__file__).resolve().parent.parent, capture_output=True, text=True,
+        timeout=300,
+    )
+    assert done.returncode == EXIT_OK, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    report = json.loads(done.stdout)
+    with sqlite3.connect(home / "prefect.db") as prefect_db:
+        states = [state for (state,) in prefect_db.execute(
+            "SELECT state_type FROM task_run WHERE flow_run_id = ?", (report["run_id"],)
+        )]
+    assert len(states) >= len(report["steps"]) > 0
+    assert set(states) == {"COMPLETED"}
+
+
+def test_the_demo_module_leaves_prefect_unimported_so_its_log_level_applies() -> None:
+    # The demo sets Prefect's console level before Prefect is first imported; an import
+    # of Prefect at the top of the module would print every task run at INFO.
+    probe = "import sys, deployments.demo; print('prefect' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          cwd=Path(__file__).resolve().parent.parent, timeout=120)
+    assert done.stdout.strip() == "False", done.stderr[-2000:]

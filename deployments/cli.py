@@ -428,28 +428,24 @@ def _bench_synthetic(args: argparse.Namespace) -> int:
     )
     done: list[Any] = []
 
-    def write(rows: list[Any]) -> str:
-        table = render_markdown(rows)
-        if args.json_out:
-            args.json_out.write_text(
-                json.dumps(as_json(rows, command), indent=2) + "\n", encoding="utf-8"
-            )
-        if args.markdown:
-            args.markdown.write_text(table + "\n", encoding="utf-8")
-        return table
-
     def progress(row: Any) -> None:
         verdict = f"  [{row.verdict}]" if row.verdict else ""
         print(f"{row.task:<34} n={row.n:<9,} {row.seconds:9.3f} s  "
               f"peak {row.peak_rss_mb or 0:7.0f} MB{verdict}", flush=True)
+        # Rewritten after every row: a long run interrupted keeps the rows it measured.
         done.append(row)
-        write(done)  # a long run interrupted keeps the rows it measured
+        if args.json_out:
+            args.json_out.write_text(
+                json.dumps(as_json(done, command), indent=2) + "\n", encoding="utf-8"
+            )
+        if args.markdown:
+            args.markdown.write_text(render_markdown(done) + "\n", encoding="utf-8")
 
     results = bench_synthetic(
         args.sizes, args.profiles, args.duplicate_share, args.embeddings, args.flows,
         args.checks, args.ingest_sentences, progress,
     )
-    print(write(results))
+    print(render_markdown(results))  # the files already hold every row
     return EXIT_OK
 
 

@@ -29,7 +29,7 @@ import sqlite3
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
@@ -417,7 +417,7 @@ def bench_synthetic(
     config = bench_config()
     results: list[Result] = []
 
-    def keep(rows: list[Result]) -> None:
+    def keep(rows: Iterable[Result]) -> None:
         for row in rows:
             judge(row)
             results.append(row)
@@ -437,8 +437,7 @@ def bench_synthetic(
             warm_up_prefect(folder)
         for n in sizes:
             spec = SyntheticSpec(n, profiles, duplicate_share, embeddings, as_of=AS_OF)  # type: ignore[arg-type]
-            for row in bench_size(spec, folder, config, flows, checks):
-                keep([row])
+            keep(bench_size(spec, folder, config, flows, checks))
     return results
 
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from models.events import api_configured
 from models.store import Store
 from models.tables import RunRecord
 from models.timestamps import to_utc_naive
@@ -52,9 +53,7 @@ def collect(store: Store, profile: str | None = None, limit: int = 20) -> Status
 def scheduled_runs(per_flow: int = 20) -> dict[str, list[tuple[datetime, Any]]] | None:
     """Upcoming scheduled runs per flow from the configured Prefect API; None when no
     API is configured (an ephemeral one holds no schedules) or it cannot be reached."""
-    from prefect.settings import get_current_settings
-
-    if not get_current_settings().api.url:
+    if not api_configured():
         return None
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import (

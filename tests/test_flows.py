@@ -6,12 +6,13 @@ import json
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
-from uuid import UUID
+from uuid import UUID, uuid4
 
 import pytest
 
 from flows.full_consolidation import full_consolidation
 from flows.lightweight_consolidation import lightweight_consolidation
+from flows.run import wait_for_run_history
 from models import store as store_module
 from models.errors import NotFoundError
 from models.export import export_jsonl, export_rows
@@ -274,3 +275,16 @@ def test_runs_have_readable_names(sample_store: Store) -> None:
     assert name == "lightweight-consolidation | maya, raj | as of 2025-07-01 00:00:00 (dry run)"
     assert sorted(t.name for t in tasks) == [
         "compile_blocks/maya", "compile_blocks/raj", "decay_edges/maya", "decay_edges/raj"]
+
+
+def test_waiting_for_run_history_skips_with_an_api_and_gives_up_at_its_timeout(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    unknown = str(uuid4())
+    # With an API configured there is nothing to wait for, even with no time to wait.
+    assert wait_for_run_history(unknown, timeout=0)
+    monkeypatch.setattr("flows.run.api_configured", lambda: False)
+    assert not wait_for_run_history(unknown, timeout=0)
+    assert "had not recorded all task runs" in caplog.text
+    # A run with no task runs settles at the second look.
+    assert wait_for_run_history(unknown, timeout=10)

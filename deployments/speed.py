@@ -232,7 +232,7 @@ def steps() -> list[tuple[str, StepFunction]]:
     from tasks.compress import compress_fading
     from tasks.creative import creative
     from tasks.decay import decay
-    from tasks.dedup import dedup
+    from tasks.dedup import dedup, dedup_new_summaries
     from tasks.edge_decay import decay_edges
     from tasks.forget import forget
     from tasks.importance import graph_importance
@@ -241,7 +241,7 @@ def steps() -> list[tuple[str, StepFunction]]:
 
     return [
         ("decay", decay), ("dedup", dedup), ("compress_fading", compress_fading),
-        ("decay_edges", decay_edges), ("promote", promote), ("compile_blocks", compile_blocks),
+        ("dedup_new_summaries", dedup_new_summaries), ("decay_edges", decay_edges), ("promote", promote), ("compile_blocks", compile_blocks),
         ("link_summaries", link_summaries), ("graph_importance", graph_importance),
         ("creative", creative), ("cluster", cluster), ("consolidate_cold", consolidate_cold),
         ("forget", forget), ("mark_stalled", mark_stalled),

@@ -3,13 +3,15 @@ memories (cognitive-memory), as one DAG per profile.
 
 ::
 
-    dedup ──> compress_fading ──┬──> promote
-                                ├──> compile_blocks
-                                └──> link_summaries ──┐
-    decay_edges ──────────────────────────────────────┴──> graph_importance
+    dedup ──> compress_fading ──> dedup_new_summaries ──┬──> promote
+                                                        ├──> compile_blocks
+                                                        └──> link_summaries ──┐
+    decay_edges ──────────────────────────────────────────────────────────────┴──> graph_importance
 
 Merging comes first and compression second, because every later step should see the
-consolidated store (compression also takes in what dedup left). Edge decay touches
+consolidated store (compression also takes in what dedup left). Compression's own
+summaries can be near-duplicates of each other, so merging looks once more at the new
+summaries: a second run with the same as_of then finds nothing left to do. Edge decay touches
 only old association edges, so it runs alongside. PageRank waits for every change
 to the graph. Profiles run side by side.
 """
@@ -24,7 +26,7 @@ from flows.run import ProfileSelector, RunReport, reverie_flow, run_for_profiles
 from models.config import ConsolidationConfig
 from tasks.blocks import compile_blocks_task
 from tasks.compress import compress_fading_task
-from tasks.dedup import dedup_task
+from tasks.dedup import dedup_new_summaries_task, dedup_task
 from tasks.edge_decay import decay_edges_task
 from tasks.importance import graph_importance_task
 from tasks.linking import link_summaries_task
@@ -49,9 +51,10 @@ def full_consolidation(
 def consolidate_profile(args: StepArgs) -> list[PrefectFuture[StepReport]]:
     dedup = dedup_task.submit(args)
     compress = compress_fading_task.submit(args, wait_for=[dedup])
+    merged = dedup_new_summaries_task.submit(args, wait_for=[compress])
     decay = decay_edges_task.submit(args)
-    promote = promote_task.submit(args, wait_for=[compress])
-    blocks = compile_blocks_task.submit(args, wait_for=[compress])
-    link = link_summaries_task.submit(args, wait_for=[compress])
+    promote = promote_task.submit(args, wait_for=[merged])
+    blocks = compile_blocks_task.submit(args, wait_for=[merged])
+    link = link_summaries_task.submit(args, wait_for=[merged])
     graph = graph_importance_task.submit(args, wait_for=[decay, link])
-    return [dedup, compress, blocks, promote, decay, link, graph]
+    return [dedup, compress, merged, blocks, promote, decay, link, graph]

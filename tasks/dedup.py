@@ -10,8 +10,16 @@ hot tier; its members move to the cold tier with ``superseded_by`` set and a
 consolidation edge from the summary. Nothing is deleted.
 
 Because representatives are taken greedily and claim all their neighbours, no hot
-memory is left within the threshold of a new summary: a second run with the same
-``as_of`` finds nothing more to merge.
+memory is left within the threshold of a new summary: a second pass over the same
+store finds nothing more to merge.
+
+Compression runs after merging and writes summaries of its own, which can be near
+each other or near what merging left. ``dedup_new_summaries`` is the same merge
+again, after compression, so that one full run leaves no near-duplicates for the
+next run to find (a second run with the same ``as_of`` changes nothing). It merges
+only when a summary that is not linked yet (written by this run, or by a killed
+one) has a candidate within the threshold: a group the first pass did not form
+needs such a summary in it, since everything else only lost neighbours since.
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ from models.embeddings import to_blob
 from models.records import MemoryView, SummaryPlan
 from models.store import Store
 from models.tables import DEDUP_SUMMARY, META_MEMORY, SUMMARY_ORIGINS
+from tasks.linking import needs_link
 from tasks.similarity import chosen_rows, radius_neighbours
 from tasks.step import Change, StepArgs, StepReport, preview, step_task
 from tasks.summarize import (
@@ -120,15 +129,50 @@ def plan_dedup(
 
 def dedup(store: Store, args: StepArgs) -> StepReport:
     """Merge near-duplicates of one profile into summaries; originals go cold."""
+    memories, vectors = store.snapshot(args.profile)
+    report = StepReport(
+        "dedup", args.profile, examined=sum(is_candidate(m, args.as_of) for m in memories)
+    )
+    return _merge(store, args, memories, vectors, report)
+
+
+def has_new_duplicates(
+    memories: Sequence[MemoryView], vectors: np.ndarray, as_of: datetime, config: DedupConfig
+) -> bool:
+    """Whether some new summary has another candidate within the threshold: the only
+    way a store that one merge pass left alone can hold a group again."""
+    candidates, cand_vectors = chosen_rows(memories, vectors, lambda m: is_candidate(m, as_of))
+    new = [i for i, m in enumerate(candidates) if needs_link(m)]
+    if not new:
+        return False
+    found = radius_neighbours(cand_vectors, config.similarity, queries=cand_vectors[new])
+    return any(len(hits) > 1 for hits in found.indices)  # each finds itself
+
+
+def dedup_new_summaries(store: Store, args: StepArgs) -> StepReport:
+    """Merge again after compression: new summaries that are near-duplicates of each
+    other or of what the first pass left (see the module's docstring)."""
+    memories, vectors = store.snapshot(args.profile)
+    report = StepReport(
+        "dedup_new_summaries", args.profile,
+        examined=sum(needs_link(m) and is_candidate(m, args.as_of) for m in memories),
+    )
+    if not has_new_duplicates(memories, vectors, args.as_of, args.config.dedup):
+        return report
+    return _merge(store, args, memories, vectors, report)
+
+
+def _merge(
+    store: Store, args: StepArgs, memories: list[MemoryView], vectors: np.ndarray,
+    report: StepReport,
+) -> StepReport:
     profile, as_of, config = args.profile, args.as_of, args.config
-    memories, vectors = store.snapshot(profile)
     summaries = [m.id for m in memories if m.origin in SUMMARY_ORIGINS]
     summarizer = summarizer_for(config.summarizer)
     plans = plan_dedup(
         profile, memories, vectors, store.originals_of(profile, summaries), as_of,
         config.dedup, summarizer,
     )
-    report = StepReport("dedup", profile, examined=sum(is_candidate(m, as_of) for m in memories))
     plans = write_summaries(store, profile, as_of, args.run_id, plans, summarizer, report)
     for plan in plans:
         absorbing = (
@@ -144,3 +188,4 @@ def dedup(store: Store, args: StepArgs) -> StepReport:
 
 
 dedup_task = step_task("dedup", dedup)
+dedup_new_summaries_task = step_task("dedup_new_summaries", dedup_new_summaries)

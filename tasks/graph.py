@@ -26,7 +26,9 @@ def build_graph(node_ids: Sequence[str], edges: Sequence[tuple[str, str, float]]
     edges touching unknown nodes are ignored."""
     position = {node: i for i, node in enumerate(node_ids)}
     combined: dict[tuple[int, int], float] = {}
-    for source, target, weight in edges:
+    # Summed in a fixed order: the store returns edges in no set order, and floating-point
+    # addition in another order can move PageRank in its last digits.
+    for source, target, weight in sorted(edges):
         a, b = position.get(source), position.get(target)
         if a is None or b is None or a == b:
             continue

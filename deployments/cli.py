@@ -246,7 +246,9 @@ def run_flow(
     """Run a flow by its short name in this process (against PREFECT_API_URL if set)."""
     from flows.catalog import FLOWS
     from flows.run import wait_for_run_history
+    from flows.temporary_server import keep_with_this_process
 
+    keep_with_this_process()
     report = FLOWS[name](profile=profile, as_of=as_of, dry_run=dry_run, config=config, **extra)
     wait_for_run_history(report.run_id)
     return report
@@ -405,6 +407,9 @@ def _bench(args: argparse.Namespace) -> int:
 
     base = preset(args.preset) if args.preset else ConsolidationConfig()
     config = base.model_copy(update={"summarizer": args.summarizer})
+    from flows.temporary_server import keep_with_this_process
+
+    keep_with_this_process()
     result = bench_locomo(args.path, args.as_of_offset_days, args.budget, config)
     print(render_locomo(result))
     if args.json_out:
@@ -419,6 +424,10 @@ def _bench_synthetic(args: argparse.Namespace) -> int:
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     from deployments.speed import as_json, bench_synthetic, render_markdown
+    from flows.temporary_server import keep_with_this_process
+
+    if args.flows:
+        keep_with_this_process()
 
     command = (
         f"reverie bench synthetic --sizes {','.join(map(str, args.sizes))} "

@@ -45,6 +45,7 @@ def run_demo(database: Path | None = None) -> int:
 def _demo(url: str, path: Path) -> int:
     from flows.full_consolidation import full_consolidation
     from flows.run import wait_for_run_history
+    from flows.temporary_server import keep_with_this_process
 
     store = Store(url)
     print(f"Reverie demo: store {path}")
@@ -57,6 +58,7 @@ def _demo(url: str, path: Path) -> int:
     before = {p: store.counts(p) for p in profiles}
 
     print(f"Running full consolidation as of {DEMO_AS_OF:%Y-%m-%d} (Prefect, no server)...")
+    keep_with_this_process()
     report = full_consolidation(profile=None, as_of=DEMO_AS_OF)
     wait_for_run_history(report.run_id)
 

@@ -1,4 +1,12 @@
-"""A run killed with SIGKILL midway, run again, ends as an uninterrupted run does."""
+"""A command killed with SIGKILL at any point, run again, ends as an uninterrupted run
+does, and leaves no process behind.
+
+The killed command is the real CLI in its own process, without a Prefect API (so
+Prefect starts its temporary server). A small hook holds it at one point: right after
+a step returns (its writes committed), or inside a step's first write transaction
+(changes flushed, not committed). There it is killed, alone, as a crashed machine
+would kill it; its temporary server must then go too.
+"""
 
 from __future__ import annotations
 
@@ -8,73 +16,153 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 
 import pytest
 
+from flows.catalog import FLOWS
 from flows.decay import decay
-from flows.full_consolidation import full_consolidation
 from models.export import export_jsonl
 from models.store import Store
 
-from conftest import clone_sample
+from conftest import TEST_POSTGRES, clone_sample
 
-# Runs full consolidation, but holds it after merging (dedup committed, the rest not).
-KILLED_RUN = """
-import os, sys, time
-from datetime import datetime
-import tasks.compress as compress
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("prefect_api")]
 
-def held(*args, **kwargs):
-    open(os.environ["MARK"], "w").write("merged")
+AS_OF = datetime(2025, 7, 1)
+# The CLI arguments of each flow, and the extra parameters the same run takes here.
+COMMANDS: dict[str, tuple[list[str], dict[str, object]]] = {
+    "full": (["consolidate", "full"], {}),
+    "compress": (["run", "compress"], {}),
+    "cluster": (["run", "cluster"], {}),
+    "cold": (["run", "cold", "--min-age-days", "0"],
+             {"scope": "all", "session_id": None, "min_age_days": 0.0}),
+}
+FULL_STEPS = ("dedup", "compress_fading", "dedup_new_summaries", "decay_edges", "promote",
+              "compile_blocks", "link_summaries", "graph_importance")
+# (flow, "after" a step returned | "write" inside the step's first transaction, step)
+AFTER = [("full", "after", s) for s in FULL_STEPS] + [
+    ("cold", "after", "consolidate_cold"), ("cold", "after", "forget"),
+]
+INSIDE = [
+    ("full", "write", "dedup"), ("full", "write", "compress_fading"),
+    ("full", "write", "link_summaries"), ("full", "write", "graph_importance"),
+    ("compress", "write", "compress_fading"), ("cluster", "write", "cluster"),
+    ("cold", "write", "consolidate_cold"),
+]
+# Killing inside a transaction is what the back-ends differ in; the points after a
+# committed step are the same on both, so PostgreSQL runs only the former (CI time).
+POINTS = INSIDE if TEST_POSTGRES else AFTER + INSIDE
+
+HELD_COMMAND = """
+import os, sys, threading, time
+from contextlib import contextmanager
+
+import models.store
+import tasks.step
+
+kind, target = os.environ["HOLD"].split(":", 1)
+current = threading.local()
+
+
+def hold():
+    open(os.environ["MARK"], "w").write(os.environ["HOLD"])
     time.sleep(600)
 
-compress.plan_compression = held
-from flows.full_consolidation import full_consolidation
-full_consolidation(profile=None, as_of=datetime(2025, 7, 1))
+
+run_step = tasks.step.run_step
+
+
+def held_run_step(name, fn, args):
+    current.step = name
+    report = run_step(name, fn, args)
+    if kind == "after" and name == target:
+        hold()
+    return report
+
+
+writing = models.store.writing
+
+
+@contextmanager
+def held_writing(*args, **kwargs):
+    with writing(*args, **kwargs) as session:
+        yield session
+        if kind == "write" and getattr(current, "step", None) == target:
+            session.flush()
+            hold()
+
+
+tasks.step.run_step = held_run_step
+models.store.writing = held_writing
+from deployments.cli import main
+
+sys.exit(main(sys.argv[1:]))
 """
 
 
-@pytest.mark.usefixtures("prefect_api")
-def test_a_killed_run_run_again_ends_like_an_uninterrupted_one(
-    sample_template: Path, new_store: Callable[[str], Store], tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
+@pytest.fixture(scope="module")
+def clean_exports() -> dict[str, dict[str, str]]:
+    """Exports after an uninterrupted run, per flow (filled by the first test of each)."""
+    return {}
+
+
+def _run_clean(flow: str, store: Store) -> dict[str, str]:
+    decay(profile=None, as_of=AS_OF)
+    FLOWS[flow](profile=None, as_of=AS_OF, **COMMANDS[flow][1])
+    return {p: export_jsonl(store.url, p) for p in store.profiles()}
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize(("flow", "kind", "step"), POINTS, ids=lambda v: str(v))
+def test_a_command_killed_at_any_point_run_again_ends_like_an_uninterrupted_one(
+    flow: str, kind: str, step: str, sample_template: Path,
+    new_store: Callable[[str], Store], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    clean_exports: dict[str, dict[str, str]],
 ) -> None:
-    from datetime import datetime
-
-    as_of = datetime(2025, 7, 1)
     monkeypatch.setenv("REVERIE_LEASE_SECONDS", "3")
-
-    clean = clone_sample(sample_template, new_store("clean"))
-    monkeypatch.setenv("REVERIE_DATABASE_URL", clean.url)
-    decay(profile=None, as_of=as_of)
-    full_consolidation(profile=None, as_of=as_of)
-    expected = {p: export_jsonl(clean.url, p) for p in clean.profiles()}
+    if flow not in clean_exports:
+        clean = clone_sample(sample_template, new_store("clean"))
+        monkeypatch.setenv("REVERIE_DATABASE_URL", clean.url)
+        clean_exports[flow] = _run_clean(flow, clean)
+    expected = clean_exports[flow]
 
     killed = clone_sample(sample_template, new_store("killed"))
     monkeypatch.setenv("REVERIE_DATABASE_URL", killed.url)
-    decay(profile=None, as_of=as_of)
-    mark = tmp_path / "merged"
+    decay(profile=None, as_of=AS_OF)
+    mark = tmp_path / "held"
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_API")}
-    env.update({"MARK": str(mark), "PREFECT_HOME": str(tmp_path / "prefect"),
-                "PREFECT_LOGGING_LEVEL": "ERROR"})
-    # Its own process group, killed whole as a crashed machine would be: the run's
-    # ephemeral Prefect server is a child process, which would outlive a lone kill.
-    process = subprocess.Popen([sys.executable, "-c", KILLED_RUN], env=env,
+    env.update({"MARK": str(mark), "HOLD": f"{kind}:{step}",
+                "PREFECT_HOME": str(tmp_path / "prefect"), "PREFECT_LOGGING_LEVEL": "ERROR"})
+    args = [*COMMANDS[flow][0], "--all", "--as-of", AS_OF.isoformat()]
+    # Its own session, so that whatever it leaves behind can be found (and cleaned up).
+    process = subprocess.Popen([sys.executable, "-c", HELD_COMMAND, *args], env=env,
                                cwd=Path(__file__).resolve().parent.parent,
-                               start_new_session=True)
+                               start_new_session=True, stderr=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + 180
         while not mark.exists():
-            assert process.poll() is None, "the run ended before it was killed"
-            assert time.monotonic() < deadline, "the run never got past merging"
+            assert process.poll() is None, f"the command ended before {kind}:{step}"
+            assert time.monotonic() < deadline, f"the command never reached {kind}:{step}"
             time.sleep(0.2)
-    finally:
-        os.killpg(process.pid, signal.SIGKILL)
+        process.send_signal(signal.SIGKILL)  # the command alone, not its children
         process.wait()
-    halfway = {p: export_jsonl(killed.url, p) for p in killed.profiles()}
-    assert halfway != expected  # merged, but not compressed, linked or scored
-    assert killed.lease_holders()  # the dead run's hold is still there, for now
+        gone_by = time.monotonic() + 20
+        while _group_alive(process.pid) and time.monotonic() < gone_by:
+            time.sleep(0.2)
+        left = _group_alive(process.pid)
+    finally:
+        if _group_alive(process.pid):
+            os.killpg(process.pid, signal.SIGKILL)
+    assert not left, "the killed command left a process behind (its temporary server?)"
 
-    full_consolidation(profile=None, as_of=as_of)  # waits out the dead run's lease
+    FLOWS[flow](profile=None, as_of=AS_OF, **COMMANDS[flow][1])  # waits out the dead lease
     assert {p: export_jsonl(killed.url, p) for p in killed.profiles()} == expected

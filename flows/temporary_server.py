@@ -1,0 +1,76 @@
+"""Prefect's temporary API server, made to end with the process that started it.
+
+Without ``PREFECT_API_URL``, Prefect runs a flow against a temporary server: a uvicorn
+child process it stops from an exit handler. A command killed with SIGKILL (or by the
+out-of-memory killer) never runs its exit handlers, so the server lived on under PID 1,
+about 230 MB each, one per killed command. On Linux a child can ask the kernel for a
+signal when its parent dies (``PR_SET_PDEATHSIG``); Reverie starts the temporary server
+itself, with that request, before any flow runs, and Prefect then reuses it.
+
+The signal is tied to the thread that forked the child, not to the process, so the
+server must be started from a thread that lives as long as the process: the main
+thread of a command. Prefect would otherwise start it from whichever thread first needs
+an API, its events worker included.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from models.events import api_configured
+
+_PR_SET_PDEATHSIG = 1
+# SIGTERM, not SIGKILL: uvicorn then finishes the requests in flight (the dead
+# command's last run-history writes) and closes Prefect's database cleanly.
+_SIGNAL_ON_PARENT_DEATH = signal.SIGTERM
+_lock = threading.Lock()
+
+
+def keep_with_this_process() -> None:
+    """Start Prefect's temporary server now, from this thread, bound to this process.
+
+    Does nothing when a Prefect API is configured (a real server outlives commands on
+    purpose), off Linux, or when the server already runs."""
+    if api_configured() or not sys.platform.startswith("linux"):
+        return
+    if threading.current_thread() is not threading.main_thread():
+        # A server forked from a short-lived thread would die with that thread.
+        return
+    from prefect.server.api.server import SubprocessASGIServer
+
+    with _lock:
+        server = SubprocessASGIServer()
+        if server.running:
+            return
+        _bind_children_to(os.getpid(), lambda: server.start())
+
+
+def _bind_children_to(parent: int, start: Callable[[], Any]) -> None:
+    """Run ``start`` with every process it spawns asking to die with ``parent``."""
+    prctl = ctypes.CDLL(None, use_errno=True).prctl  # loaded before fork, not in the child
+
+    def die_with_parent() -> None:  # runs in the child, between fork and exec
+        prctl(_PR_SET_PDEATHSIG, int(_SIGNAL_ON_PARENT_DEATH))
+        if os.getppid() != parent:  # the parent died before the request took effect
+            os._exit(1)
+
+    real = subprocess.Popen
+
+    def popen(*args: Any, **kwargs: Any) -> subprocess.Popen[Any]:
+        kwargs.setdefault("preexec_fn", die_with_parent)
+        return real(*args, **kwargs)
+
+    # Prefect builds the server's command line itself; only its Popen call is wrapped,
+    # and only while the server starts.
+    subprocess.Popen = popen  # type: ignore[misc]
+    try:
+        start()
+    finally:
+        subprocess.Popen = real  # type: ignore[misc]

@@ -65,6 +65,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--scope", choices=["all", "session"], help="cold: all memories or a session's")
     p.add_argument("--session", help="cold: the session for --scope session")
     p.add_argument("--min-age-days", type=float, help="cold: minimum age (default 7; 0 allowed)")
+    p.add_argument("--archive-below", type=float, metavar="RELEVANCE",
+                   help="forget, cold: archive memories whose relevance is below this")
+    p.add_argument("--delete-below", type=float, metavar="RELEVANCE",
+                   help="forget, cold: delete (leaving a tombstone) below this")
 
     p = command("backfill", _backfill, "Run a flow once per date over a range (resumable).")
     p.add_argument("flow", help="full, lightweight, decay, creative, cluster, forget, cold")
@@ -87,6 +91,7 @@ def _parser() -> argparse.ArgumentParser:
 
     p = command("undo", _undo, "Undo a consolidation: its originals return, its summary goes.")
     p.add_argument("id", help="a consolidation id (c-...) or the id of the summary it made")
+    p.add_argument("--profile", required=True, help="the profile the consolidation belongs to")
     p.add_argument("--json", action="store_true")
 
     p = command("consolidations", _consolidations, "List a profile's consolidation decisions.")
@@ -210,6 +215,15 @@ def _run(args: argparse.Namespace) -> int:
                  "session_id": args.session, "min_age_days": args.min_age_days}
     elif args.scope or args.session or args.min_age_days is not None:
         raise ReverieError("--scope, --session and --min-age-days apply to `run cold` only")
+    thresholds = {"archive_threshold": args.archive_below, "delete_threshold": args.delete_below}
+    if args.task in ("forget", "cold"):
+        from models.config import DEFAULT, with_forget_thresholds
+
+        with_forget_thresholds(DEFAULT, args.archive_below, args.delete_below)  # one clear line
+        extra.update(thresholds)
+    elif any(v is not None for v in thresholds.values()):
+        raise ReverieError("--archive-below and --delete-below apply to `run forget` and "
+                           "`run cold` only")
     return _run_flow(args.task, args, **extra)
 
 
@@ -291,7 +305,7 @@ def _session_end(args: argparse.Namespace) -> int:
 
 
 def _undo(args: argparse.Namespace) -> int:
-    result = Store().undo(args.id)
+    result = Store().undo(args.id, args.profile)
     if args.json:
         _print_json(asdict(result))
     elif result.already_undone:

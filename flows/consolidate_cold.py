@@ -19,7 +19,13 @@ from typing import Literal
 from prefect.futures import PrefectFuture
 
 from flows.run import ProfileSelector, RunReport, reverie_flow, run_for_profiles
-from models.config import ColdConfig, ConsolidationConfig
+from models.config import (
+    ArchiveThreshold,
+    ColdConfig,
+    ConsolidationConfig,
+    DeleteThreshold,
+    with_forget_thresholds,
+)
 from models.errors import ConfigError
 from models.settings import get_settings
 from tasks.cold import consolidate_cold_task, mark_stalled_task
@@ -38,10 +44,14 @@ def consolidate_cold(
     scope: Literal["all", "session"] = "all",
     session_id: str | None = None,
     min_age_days: float | None = None,
+    archive_threshold: ArchiveThreshold | None = None,
+    delete_threshold: DeleteThreshold | None = None,
 ) -> RunReport:
     """Fold each entity's cold context, emotion and implementation notes into one
     protected learning memory; then sweep and mark stalled work."""
-    base = config or get_settings().consolidation_config()
+    base = with_forget_thresholds(
+        config or get_settings().consolidation_config(), archive_threshold, delete_threshold
+    )
     cold = base.cold.model_dump() | {"scope": scope, "session_id": session_id}
     if min_age_days is not None:
         cold["min_age_days"] = min_age_days

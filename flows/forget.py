@@ -18,7 +18,13 @@ from datetime import datetime
 from prefect.futures import PrefectFuture
 
 from flows.run import ProfileSelector, RunReport, reverie_flow, run_for_profiles
-from models.config import ConsolidationConfig
+from models.config import (
+    ArchiveThreshold,
+    ConsolidationConfig,
+    DeleteThreshold,
+    with_forget_thresholds,
+)
+from models.settings import get_settings
 from tasks.forget import forget_task
 from tasks.step import StepArgs, StepReport
 
@@ -31,8 +37,13 @@ def forget(
     as_of: datetime | None = None,
     dry_run: bool = False,
     config: ConsolidationConfig | None = None,
+    archive_threshold: ArchiveThreshold | None = None,
+    delete_threshold: DeleteThreshold | None = None,
 ) -> RunReport:
     """Archive or delete unprotected memories whose relevance fell below the thresholds."""
+    config = with_forget_thresholds(
+        config or get_settings().consolidation_config(), archive_threshold, delete_threshold
+    )
     return run_for_profiles(FLOW_NAME, profile, as_of, dry_run, config, forget_profile)
 
 

@@ -8,9 +8,9 @@ can print exactly what it ran with.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from models.errors import ConfigError
 
@@ -196,11 +196,45 @@ AGGRESSIVE = ConsolidationConfig(
     linking=LinkConfig(similarity=0.65),
 )
 
+# Forgetting turned on, archive only: what has faded below 0.05 moves to the cold tier
+# (kept, found by deep recall); nothing is deleted.
+ARCHIVE_FADED = DEFAULT.model_copy(update={"forget": ForgetConfig(archive_threshold=0.05)})
+
 PRESETS: dict[str, ConsolidationConfig] = {
     "default": DEFAULT,
     "conservative": CONSERVATIVE,
     "aggressive": AGGRESSIVE,
+    "archive-faded": ARCHIVE_FADED,
 }
+
+ArchiveThreshold = Annotated[float, Field(
+    ge=0.0, le=1.0,
+    description="Archive (move to the cold tier, kept) live memories whose relevance is "
+    "below this; 0.0 archives nothing. Overrides config.forget.archive_threshold.",
+)]
+DeleteThreshold = Annotated[float, Field(
+    ge=0.0, le=1.0,
+    description="Delete (leaving a tombstone) live memories whose relevance is below this; "
+    "0.0 deletes nothing. Overrides config.forget.delete_threshold.",
+)]
+
+
+def with_forget_thresholds(
+    config: ConsolidationConfig, archive: float | None, delete: float | None
+) -> ConsolidationConfig:
+    """``config`` with the forget thresholds given (None keeps the config's own)."""
+    given = {k: v for k, v in (("archive_threshold", archive), ("delete_threshold", delete))
+             if v is not None}
+    if not given:
+        return config
+    try:
+        forget = ForgetConfig(**(config.forget.model_dump() | given))
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise ConfigError(
+            f"forget {first['loc'][0]}: {first['msg'].lower()}, got {first['input']}"
+        ) from None
+    return config.model_copy(update={"forget": forget})
 
 
 def preset(name: str) -> ConsolidationConfig:

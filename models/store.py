@@ -797,18 +797,25 @@ class Store:
             s.execute(insert(tables.Consolidation), audits)
         return [plan.summary_id for plan in todo]
 
-    def undo(self, ident: str, at: datetime | None = None) -> UndoResult:
-        """Undo one consolidation, by its id or its summary's id: everything it replaced
-        returns to the state it was in, the summary and its edges are removed (the audit
-        row keeps the summary's text), and the decision is marked undone, which also
-        keeps later runs from making it again. Undoing twice changes nothing."""
+    def undo(self, ident: str, profile: str, at: datetime | None = None) -> UndoResult:
+        """Undo one consolidation of ``profile``, by its id or its summary's id: everything
+        it replaced returns to the state it was in, the summary and its edges are removed
+        (the audit row keeps the summary's text), and the decision is marked undone, which
+        also keeps later runs from making it again. Undoing twice changes nothing.
+
+        The profile is required and checked: whoever holds an id of another profile's
+        consolidation cannot undo it from here (and learns nothing: it is "not found")."""
         at = at or utcnow()
+        of_profile = tables.Consolidation.profile_id == profile
         with writing(self.url) as s:
-            audit = s.get(tables.Consolidation, ident) or s.execute(
-                select(tables.Consolidation).where(tables.Consolidation.summary_id == ident)
+            audit = s.execute(
+                select(tables.Consolidation).where(of_profile).where(
+                    or_(tables.Consolidation.id == ident,
+                        tables.Consolidation.summary_id == ident)
+                ).order_by(tables.Consolidation.id)
             ).scalars().first()
             if audit is None:
-                raise NotFoundError(f"no consolidation with id {ident!r}")
+                raise NotFoundError(f"no consolidation with id {ident!r} in profile {profile!r}")
             result = UndoResult(audit.id, audit.profile_id, audit.operation, audit.summary_id)
             if audit.undone_at is not None:
                 result.already_undone = True
@@ -889,11 +896,15 @@ class Store:
         as_of: datetime,
         run_id: str | None,
         parameters: dict[str, Any],
-    ) -> None:
+        blocks: Sequence[BlockPlan] = (),
+    ) -> list[str]:
         """Archive memories to cold, and delete others (row, edges and vector) leaving a
-        tombstone with their content hash, score and reason; one audit row records both."""
+        tombstone with their content hash, score and reason; one audit row records both.
+        ``blocks``, compiled without the forgotten memories, replace the Core Memory
+        blocks in the same transaction, so no block keeps a deleted memory's text.
+        Returns the block types whose content changed."""
         if not archive and not delete_:
-            return
+            return []
         doomed = [mid for mid, _, _ in delete_]
         with writing(self.url) as s:
             for batch in _chunks(archive):
@@ -933,6 +944,7 @@ class Store:
                 parameters={**parameters, "archived": sorted(archive), "deleted": sorted(doomed)},
                 created_at=as_of,
             ))
+            return _upsert_blocks(s, profile, blocks, as_of)
 
     def meta_memories(self, profile: str) -> dict[str, set[str]]:
         """Each meta-memory of the profile, with the members it summarizes."""
@@ -1042,35 +1054,8 @@ class Store:
     def upsert_blocks(self, profile: str, plans: Sequence[BlockPlan], as_of: datetime) -> list[str]:
         """INSERT-or-REPLACE each block; the version moves only when the content does.
         Returns the block types whose content changed."""
-        changed: list[str] = []
         with writing(self.url) as s:
-            current = {
-                b.block_type: b
-                for b in s.execute(
-                    select(CoreBlock).where(CoreBlock.profile_id == profile)
-                ).scalars()
-            }
-            for plan in plans:
-                block = current.get(plan.block_type)
-                if block is None:
-                    s.add(
-                        CoreBlock(
-                            profile_id=profile, block_type=plan.block_type, content=plan.content,
-                            source_ids=list(plan.source_ids), mode=plan.mode, compiled_at=as_of,
-                        )
-                    )
-                    changed.append(plan.block_type)
-                elif (block.content, tuple(block.source_ids), block.mode) != (
-                    plan.content, plan.source_ids, plan.mode
-                ):
-                    if block.content != plan.content:
-                        block.version += 1
-                        changed.append(plan.block_type)
-                    block.content = plan.content
-                    block.source_ids = list(plan.source_ids)
-                    block.mode = plan.mode
-                    block.compiled_at = as_of
-        return changed
+            return _upsert_blocks(s, profile, plans, as_of)
 
     def set_lifecycles(self, profile: str, changes: Sequence[tuple[str, str]]) -> None:
         self._set_column(profile, "lifecycle", changes)
@@ -1155,6 +1140,37 @@ class Store:
             ).all()
         return {frozenset(r) for r in rows}
 
+
+
+def _upsert_blocks(
+    s: Session, profile: str, plans: Sequence[BlockPlan], as_of: datetime
+) -> list[str]:
+    changed: list[str] = []
+    current = {
+        b.block_type: b
+        for b in s.execute(select(CoreBlock).where(CoreBlock.profile_id == profile)).scalars()
+    }
+    for plan in plans:
+        block = current.get(plan.block_type)
+        if block is None:
+            s.add(
+                CoreBlock(
+                    profile_id=profile, block_type=plan.block_type, content=plan.content,
+                    source_ids=list(plan.source_ids), mode=plan.mode, compiled_at=as_of,
+                )
+            )
+            changed.append(plan.block_type)
+        elif (block.content, tuple(block.source_ids), block.mode) != (
+            plan.content, plan.source_ids, plan.mode
+        ):
+            if block.content != plan.content:
+                block.version += 1
+                changed.append(plan.block_type)
+            block.content = plan.content
+            block.source_ids = list(plan.source_ids)
+            block.mode = plan.mode
+            block.compiled_at = as_of
+    return changed
 
 
 def _upsert_edges(

@@ -14,6 +14,10 @@ A summary that still stands for originals in the cold tier is archived instead o
 deleted, so that no original points at a summary that is gone. Deletion removes the
 row, its edges and its vector and leaves a tombstone (id, content hash, score,
 reason, run). Nothing else is ever deleted by Reverie.
+
+Core Memory blocks quote their source memories. When a forgotten memory feeds a block,
+the blocks are compiled again without it and written in the forget's own transaction:
+a deleted memory's text never outlives it in a block, not even until the next run.
 """
 
 from __future__ import annotations
@@ -22,10 +26,12 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import NamedTuple
 
-from models.config import ForgetConfig
-from models.records import MemoryView
+from models.config import ConsolidationConfig, ForgetConfig
+from models.records import BlockPlan, MemoryView
 from models.store import Store
+from tasks.blocks import plan_blocks
 from tasks.step import Change, StepArgs, StepReport, preview, step_task
+from tasks.summarize import summarizer_for
 
 ARCHIVE, DELETE, PROTECTED = "archive", "delete", "protected"
 
@@ -79,6 +85,21 @@ def plan_forget(
     return out
 
 
+def blocks_without(
+    memories: Sequence[MemoryView],
+    forgotten: set[str],
+    block_sources: Sequence[Sequence[str]],
+    as_of: datetime,
+    config: ConsolidationConfig,
+) -> tuple[list[BlockPlan], list[str]]:
+    """The blocks compiled again without ``forgotten``, if any block quotes one of them
+    (else none: blocks that quote nothing forgotten are left as they are)."""
+    if not any(forgotten.intersection(ids) for ids in block_sources):
+        return [], []
+    remaining = [m for m in memories if m.id not in forgotten]
+    return plan_blocks(remaining, as_of, config.blocks, summarizer_for(config.summarizer))
+
+
 def forget(store: Store, args: StepArgs) -> StepReport:
     """Archive or delete the profile's least relevant unprotected memories, if enabled."""
     config = args.config.forget
@@ -87,8 +108,15 @@ def forget(store: Store, args: StepArgs) -> StepReport:
     archive = [d.memory.id for d in decisions if d.action == ARCHIVE]
     doomed = [(d.memory.id, float(d.memory.relevance or 0.0), d.reason)
               for d in decisions if d.action == DELETE]
-    store.forget(args.profile, archive, doomed, args.as_of, args.run_id, config.model_dump())
-    report = StepReport("forget", args.profile, examined=len(memories))
+    forgotten = {d.memory.id for d in decisions if d.action in (ARCHIVE, DELETE)}
+    blocks, notes = blocks_without(
+        memories, forgotten, [b.source_ids for b in store.blocks(args.profile)], args.as_of,
+        args.config,
+    )
+    rewritten = store.forget(
+        args.profile, archive, doomed, args.as_of, args.run_id, config.model_dump(), blocks
+    )
+    report = StepReport("forget", args.profile, examined=len(memories), notes=notes)
     if config.archive_threshold == 0.0 and config.delete_threshold == 0.0:
         report.notes.append("forgetting is off: both thresholds are 0.0")
     elif not any(m.relevance is not None for m in memories):
@@ -101,8 +129,11 @@ def forget(store: Store, args: StepArgs) -> StepReport:
         else:
             verb = "archived" if d.action == ARCHIVE else "deleted"
             report.record(Change(verb, d.memory.id, d.reason, preview(d.memory.content)))
+    for block_type in rewritten:
+        report.record(Change("recompiled", block_type, "without the memories forgotten"))
     report.facts = {
         "archived": len(archive), "deleted": len(doomed), "protected": report.skipped,
+        "blocks_recompiled": len(rewritten),
     }
     return report
 

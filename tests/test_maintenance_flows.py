@@ -247,7 +247,7 @@ def test_an_undone_meta_memory_is_not_made_again(scored: Store) -> None:
     before = [r for r in export_rows(scored.url, "m") if r["type"] != "consolidation"]
     report = cluster(profile="m", as_of=AS_OF)
     meta_id = report.steps[0].changes[0].target
-    scored.undo(meta_id)
+    scored.undo(meta_id, "m")
     assert [r for r in export_rows(scored.url, "m") if r["type"] != "consolidation"] == before
     again = cluster(profile="m", as_of=AS_OF)
     assert again.changed() == 0 and again.steps[0].changes[0].action == "vetoed"

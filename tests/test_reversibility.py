@@ -13,7 +13,7 @@ from flows.consolidate_cold import consolidate_cold
 from flows.decay import decay
 from flows.full_consolidation import full_consolidation
 from models.config import ConsolidationConfig, ForgetConfig
-from models.errors import StoreError
+from models.errors import NotFoundError, StoreError
 from models.export import export_rows
 from models.store import Store
 from models.tables import COLD, CONSOLIDATION, HOT, INGESTED, SUMMARY_ORIGINS
@@ -102,16 +102,37 @@ def test_compress_then_undo_restores_the_store(fading_store: Store) -> None:
     before = state(fading_store)
     report = compress(profile="p", as_of=AS_OF)
     summary_id = report.steps[0].changes[0].target
-    result = fading_store.undo(summary_id)
+    result = fading_store.undo(summary_id, "p")
     assert len(result.restored) == 5 and not result.already_undone
     assert state(fading_store) == before
     (audit,) = [r for r in export_rows(fading_store.url, "p") if r["type"] == "consolidation"]
     assert audit["undone_at"] and audit["parameters"]["undone_summary"]["content"].startswith("Summary:")
     # Undoing twice is harmless, and later runs do not redo what was undone.
-    assert fading_store.undo(result.consolidation_id).already_undone
+    assert fading_store.undo(result.consolidation_id, "p").already_undone
     again = compress(profile="p", as_of=AS_OF)
     assert again.changed() == 0 and again.steps[0].changes[0].action == "vetoed"
     assert state(fading_store) == before
+
+
+def test_undo_is_scoped_to_the_profile_named(
+    fading_store: Store, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fading_store.ingest([{"id": "x", "content": "another profile's memory"}], profile="other")
+    summary_id = compress(profile="p", as_of=AS_OF).steps[0].changes[0].target
+    after = state(fading_store)
+    consolidation_id = next(
+        r["id"] for r in export_rows(fading_store.url, "p") if r["type"] == "consolidation"
+    )
+    for ident in (summary_id, consolidation_id):
+        with pytest.raises(NotFoundError, match="in profile 'other'"):
+            fading_store.undo(ident, "other")
+        assert main(["undo", ident, "--profile", "other"]) == EXIT_ERROR
+    with pytest.raises(SystemExit) as refused:  # --profile is required
+        main(["undo", summary_id])
+    assert refused.value.code == 2
+    assert state(fading_store) == after  # nothing was undone
+    assert main(["undo", summary_id, "--profile", "p"]) == EXIT_OK
+    assert "in p: 5 memories restored" in capsys.readouterr().out
 
 
 def test_cold_consolidation_then_undo_restores_the_store(fading_store: Store) -> None:
@@ -123,7 +144,7 @@ def test_cold_consolidation_then_undo_restores_the_store(fading_store: Store) ->
     (learning,) = [m for m in rows.values() if m["origin"] == "cold"]
     assert learning["layer"] == "learning" and learning["protected"] and learning["entity"] == "billing"
     assert learning["metadata"]["replaced_ids"] == ["n1", "n2"]
-    fading_store.undo(learning["id"])
+    fading_store.undo(learning["id"], "p")
     assert state(fading_store) == before
 
 
@@ -183,8 +204,8 @@ def test_no_summary_of_a_summary_after_three_runs(store: Store) -> None:
     # The retired summaries cannot be undone before the one that absorbed them.
     retired = next(i for i in summaries if rows[i]["superseded_by"] == latest)
     with pytest.raises(StoreError, match="undo c-"):
-        store.undo(retired)
-    store.undo(latest)
+        store.undo(retired, "p")
+    store.undo(latest, "p")
     assert memories(store)[retired]["tier"] == HOT
 
 
@@ -208,11 +229,11 @@ def test_undo_through_the_cli(fading_store: Store, capsys: pytest.CaptureFixture
     listing = capsys.readouterr().out
     consolidation_id = listing.split()[0]
     assert consolidation_id.startswith("c-") and "compress" in listing
-    assert main(["undo", consolidation_id]) == EXIT_OK
+    assert main(["undo", consolidation_id, "--profile", "p"]) == EXIT_OK
     assert "5 memories restored" in capsys.readouterr().out
-    assert main(["undo", consolidation_id]) == EXIT_OK
+    assert main(["undo", consolidation_id, "--profile", "p"]) == EXIT_OK
     assert "already undone" in capsys.readouterr().out
-    assert main(["undo", "c-nothing"]) == EXIT_ERROR
+    assert main(["undo", "c-nothing", "--profile", "p"]) == EXIT_ERROR
 
 
 def test_llm_compression_and_its_fallback(fading_store: Store, llm) -> None:

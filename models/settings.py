@@ -62,8 +62,13 @@ class Settings(BaseSettings):
     llm_base_url: str | None = None
     llm_model: str = "llama3.1"
     llm_api_key: SecretStr | None = None
+    # A deadline over one whole request (connect, send, every byte of the answer).
     llm_timeout_seconds: float = Field(30.0, gt=0.0, le=600.0)
+    # Further attempts of a call after a timeout, a connection error, HTTP 429 or 5xx.
     llm_retries: int = Field(2, ge=0, le=10)
+    # Consecutive failed calls (after their retries) that open the circuit breaker:
+    # the rest of the flow run words everything by the rules and asks nothing.
+    llm_breaker_failures: int = Field(3, ge=1, le=100)
     # Longest answer accepted from the model, in characters.
     llm_max_chars: int = Field(1200, ge=50, le=20_000)
 

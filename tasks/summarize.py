@@ -4,12 +4,15 @@ Mode A (``rules``) is deterministic and needs no model: a merged group is worded
 its representative memory, a compression joins its members' words, and blocks are
 compiled by rules. Modes B and C (``llm``, ``tasks.llm``) ask a model. Steps ask
 ``summarizer_for(name)`` and never know which mode they got. A summarizer may decline
-(return ``None``): the step then uses the rules, and its report says why.
+(return ``None``): the step then uses the rules, and its report says why. A summarizer
+never raises for a wording it could not make: a step that failed would be retried by
+Prefect, and the retry would ask the model again.
 """
 
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime
@@ -27,8 +30,11 @@ from tasks.step import Change, StepReport
 
 class Summarizer(Protocol):
     mode: str
-    # Why calls fell back to the rules (no memory text), for the step's report.
+    # Why calls fell back to the rules (no memory text), for the step's report: one
+    # entry per wording, "what: reason kind", so that reports can count them.
     failures: list[str]
+    # Run-level events the report should carry (e.g. the circuit breaker opened).
+    events: list[str]
 
     def merge(self, representative: MemoryView, members: Sequence[MemoryView]) -> str | None:
         """Wording of one summary standing for ``members``; None to use the rules."""
@@ -52,6 +58,7 @@ class RulesSummarizer:
 
     def __init__(self) -> None:
         self.failures: list[str] = []
+        self.events: list[str] = []
 
     def merge(self, representative: MemoryView, members: Sequence[MemoryView]) -> str | None:
         return representative.content
@@ -113,11 +120,20 @@ def merged_attributes(memories: Sequence[MemoryView]) -> dict[str, object]:
 
 
 def fallback_notes(summarizer: Summarizer) -> list[str]:
-    """A report note when a model's wording was replaced by the rules, and why."""
-    if not summarizer.failures:
-        return []
-    count, reasons = len(summarizer.failures), "; ".join(sorted(set(summarizer.failures)))
-    return [f"{summarizer.mode}: {count} wording(s) fell back to rules ({reasons})"]
+    """Report notes when a model's wordings were replaced by the rules, grouped by
+    reason with counts, then the summarizer's run-level events (the breaker opened)."""
+    notes: list[str] = []
+    if summarizer.failures:
+        reasons = "; ".join(
+            reason if n == 1 else f"{reason} x{n}"
+            for reason, n in sorted(Counter(summarizer.failures).items())
+        )
+        notes.append(
+            f"{summarizer.mode}: {len(summarizer.failures)} wording(s) fell back to rules "
+            f"({reasons})"
+        )
+    # getattr: a summarizer registered before events existed has none.
+    return notes + list(getattr(summarizer, "events", ()))
 
 
 def stand_ins(

@@ -239,7 +239,7 @@ def test_undo_through_the_cli(fading_store: Store, capsys: pytest.CaptureFixture
 def test_llm_compression_and_its_fallback(fading_store: Store, llm) -> None:
     config = ConsolidationConfig(summarizer="llm")
     dry = compress(profile="p", as_of=AS_OF, config=config, dry_run=True)
-    assert dry.steps[0].changes[0].preview == "LLM summary of 5 memories."
+    assert dry.steps[0].changes[0].preview == "hiked trail number 0 in spring 1 4 5 6"
     llm.behaviour = "error"
     report = compress(profile="p", as_of=AS_OF, config=config)
     (step,) = report.steps
@@ -253,5 +253,5 @@ def test_llm_words_the_prose_blocks(sample_store: Store, llm) -> None:
     full_consolidation(profile="maya", as_of=AS_OF, config=ConsolidationConfig(summarizer="llm"))
     blocks = {b.block_type: b for b in sample_store.blocks("maya")}
     assert blocks["user_profile"].mode == "llm"
-    assert blocks["user_profile"].content == "LLM summary of 5 memories."
+    assert blocks["user_profile"].content.startswith("Maya works mostly in Python and Go")
     assert blocks["active_decisions"].mode == "rules"

@@ -44,12 +44,16 @@ _engines_lock = threading.Lock()
 
 
 def _create_engine(url: str) -> Engine:
+    # hide_parameters: SQLAlchemy would otherwise quote a failed statement's bound values
+    # in the exception text, and those are other records' content (for a batch insert,
+    # the whole batch's); errors end up on stderr, in logs and in Prefect's run state.
     if is_sqlite(url):
         path = url.split("sqlite:///", 1)[-1]
         if path and path != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
         engine = create_engine(
-            url, connect_args={"timeout": 60, "check_same_thread": False}
+            url, connect_args={"timeout": 60, "check_same_thread": False},
+            hide_parameters=True,
         )
 
         @event.listens_for(engine, "connect")
@@ -68,9 +72,11 @@ def _create_engine(url: str) -> Engine:
             conn.exec_driver_sql(f"BEGIN {mode}")
     elif url.startswith("postgresql+psycopg2"):
         # Batch executemany UPDATEs too (psycopg2 would otherwise send them one by one).
-        engine = create_engine(url, pool_pre_ping=True, executemany_mode="values_plus_batch")
+        engine = create_engine(
+            url, pool_pre_ping=True, executemany_mode="values_plus_batch", hide_parameters=True
+        )
     else:
-        engine = create_engine(url, pool_pre_ping=True)
+        engine = create_engine(url, pool_pre_ping=True, hide_parameters=True)
     migrate(engine)
     return engine
 

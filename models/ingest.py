@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import sys
 import unicodedata
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -22,10 +23,34 @@ import numpy as np
 
 from models.embeddings import normalise
 from models.errors import RecordError
-from models.timestamps import parse_timestamp
+from models.timestamps import in_record_range, parse_timestamp
 
 PROFILE_NAME = re.compile(r"^[\w.@:+\-]{1,128}$")
 MAX_SHORT_TEXT = 256
+# Whole-number fields land in 32-bit INTEGER columns on PostgreSQL (SQLite holds 64
+# bits; one bound serves both), and recall adds one to access_count on every use:
+# a billion leaves over a billion accesses of headroom before the column overflows.
+MAX_COUNT = 1_000_000_000
+# Summaries and meta-memories average their members' stability by summing it first;
+# this bound keeps that sum finite (and exportable) for any number of members.
+MAX_STABILITY = 1e9
+# Metadata is stored as JSON text and decoded again, for every memory of a profile, by
+# every step (pydantic-core gives up near 200 levels, psycopg2's json near 1000 and the
+# standard library's encoder at Python's recursion limit). Real metadata is a few
+# levels deep; 32 leaves ample room for it and a wide margin below those limits.
+# Levels count objects and lists, the metadata object itself being the first.
+MAX_METADATA_DEPTH = 32
+# Every step decodes every memory's metadata, and summaries copy it: a cap on its
+# serialized size keeps one record from making every later run of its profile slow.
+MAX_METADATA_CHARS = 65_536
+# Integers in metadata: what JSON readers in most languages hold as an integer (and
+# far below the digit limit Python's own JSON decoding refuses past).
+METADATA_INT_RANGE = (-(2**63), 2**63 - 1)
+# An integer id with this many digits or more is longer than any id may be.
+_LONGEST_ID_INT = 10**MAX_SHORT_TEXT
+# Character classes that make text visible: letters, numbers, punctuation, symbols.
+# Marks (a lone combining accent), spaces, controls and format characters do not.
+_VISIBLE_CATEGORIES = frozenset("LNPS")
 
 
 @dataclass(slots=True)
@@ -72,6 +97,9 @@ def _text(value: object, *, limit: int = MAX_SHORT_TEXT, lower: bool = False) ->
 def _identifier(value: object) -> str:
     if isinstance(value, bool) or not isinstance(value, (str, int)):
         raise ValueError(f"expected a string or an integer, got {_type_name(value)}")
+    if isinstance(value, int) and abs(value) >= _LONGEST_ID_INT:
+        # Checked before str(): a long enough integer would make str() itself fail.
+        raise ValueError(f"is longer than the limit of {MAX_SHORT_TEXT} characters")
     return _text(str(value))
 
 
@@ -82,17 +110,20 @@ def _unit_interval(value: object) -> float:
     return number
 
 
-def _non_negative(value: object) -> float:
+def _stability(value: object) -> float:
     number = _number(value)
-    if number < 0.0:
-        raise ValueError(f"must not be negative, got {number}")
+    if not 0.0 <= number <= MAX_STABILITY:
+        raise ValueError(f"must be between 0 and {MAX_STABILITY:g}, got {number:g}")
     return number
 
 
 def _number(value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ValueError(f"expected a number, got {_type_name(value)}")
-    number = float(value)
+    try:
+        number = float(value)
+    except OverflowError:  # an integer beyond any float
+        raise ValueError("must be a finite number, got a number too large") from None
     if not math.isfinite(number):
         raise ValueError(f"must be a finite number, got {value}")
     return number
@@ -104,7 +135,9 @@ def _count(value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValueError(f"expected a whole number, got {_type_name(value)}")
     if value < 0:
-        raise ValueError(f"must not be negative, got {value}")
+        raise ValueError("must not be negative")
+    if value > MAX_COUNT:
+        raise ValueError(f"must be at most {MAX_COUNT:,}")
     return value
 
 
@@ -117,15 +150,57 @@ def _flag(value: object) -> bool:
 def _mapping(value: object) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise ValueError(f"expected a JSON object, got {_type_name(value)}")
-    try:
-        json.dumps(value, allow_nan=False)
-    except ValueError:
-        raise ValueError("contains NaN or infinity") from None
+    # Walked before serializing: the walk stops at the depth limit, where json.dumps
+    # would recurse as deep as the value goes (or forever, on a cycle).
+    _check_json_value(value, 1)
+    size = len(json.dumps(value, ensure_ascii=False))
+    if size > MAX_METADATA_CHARS:
+        raise ValueError(
+            f"is {size} characters as JSON, longer than the limit of {MAX_METADATA_CHARS}"
+        )
     return value
 
 
+def _check_json_value(value: object, depth: int) -> None:
+    """Refuse what the store could not keep as JSON or read back: wrong types, text
+    that is not valid Unicode, non-finite or oversized numbers, too deep nesting.
+    Messages say what is wrong, never the offending key or value."""
+    if isinstance(value, (dict, list)):
+        if depth > MAX_METADATA_DEPTH:
+            raise ValueError(f"is nested more than {MAX_METADATA_DEPTH} levels deep")
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if not isinstance(key, str):
+                    raise ValueError(f"has a key that is {_type_name(key)}, not a string")
+                _check_json_text(key, "a key")
+                _check_json_value(item, depth + 1)
+        else:
+            for item in value:
+                _check_json_value(item, depth + 1)
+    elif isinstance(value, str):
+        _check_json_text(value, "a value")
+    elif isinstance(value, bool) or value is None:
+        pass
+    elif isinstance(value, int):
+        low, high = METADATA_INT_RANGE
+        if not low <= value <= high:
+            raise ValueError("has an integer outside the signed 64-bit range")
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError("contains NaN or infinity")
+    else:
+        raise ValueError(f"has a value that is {_type_name(value)}, not a JSON value")
+
+
+def _check_json_text(text: str, what: str) -> None:
+    try:
+        _clean_unicode(text)
+    except ValueError as exc:
+        raise ValueError(f"has {what} that {exc}") from None
+
+
 def _time(value: object) -> datetime:
-    return parse_timestamp(value)
+    return in_record_range(parse_timestamp(value))
 
 
 def _profile(value: object) -> str:
@@ -155,7 +230,7 @@ def _clean_unicode(text: str) -> str:
 
 
 def _has_visible_text(text: str) -> bool:
-    return any(not (ch.isspace() or unicodedata.category(ch) in {"Cf", "Cc"}) for ch in text)
+    return any(unicodedata.category(ch)[0] in _VISIBLE_CATEGORIES for ch in text)
 
 
 # Optional memory fields: JSON name -> (stored name, converter).
@@ -166,7 +241,7 @@ MEMORY_FIELDS: dict[str, tuple[str, Callable[[object], Any]]] = {
     "layer": ("layer", lambda v: _text(v, limit=64, lower=True)),
     "importance": ("importance", _unit_interval),
     "confidence": ("confidence", _unit_interval),
-    "stability": ("stability", _non_negative),
+    "stability": ("stability", _stability),
     "access_count": ("access_count", _count),
     "created_at": ("created_at", _time),
     "last_accessed_at": ("last_accessed_at", _time),
@@ -292,8 +367,12 @@ def _content(obj: dict[str, Any], where: str, max_chars: int) -> str:
         text = _clean_unicode(raw).strip()
     except ValueError as exc:
         raise RecordError(where, "content", str(exc)) from None
-    if not _has_visible_text(text):
+    if not text:
         raise RecordError(where, "content", "is empty")
+    if not _has_visible_text(text):
+        raise RecordError(
+            where, "content", "is empty: it has no letter, digit, punctuation or symbol"
+        )
     if len(text) > max_chars:
         raise RecordError(
             where,
@@ -325,3 +404,10 @@ def read_jsonl(path: Path) -> Iterator[tuple[str, object | RecordError]]:
                 yield where, RecordError(where, None, message)
             except RecursionError:
                 yield where, RecordError(where, None, "is nested too deeply")
+            except ValueError:
+                # The only other refusal of json.loads: an integer with more digits than
+                # Python converts from text. Its own message speaks of Python's settings,
+                # which the person fixing the file cannot and should not change.
+                digits = sys.get_int_max_str_digits()
+                message = f"is not valid JSON here: a number is too long (over {digits} digits)"
+                yield where, RecordError(where, None, message)

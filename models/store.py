@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -33,7 +34,7 @@ from sqlalchemy import (
     type_coerce,
     update,
 )
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, StatementError
 from sqlmodel import Session
 
 from models import events, ids, tables
@@ -252,6 +253,7 @@ class Store:
                 "values": {**values, "content": rec.content, "content_hash": sha},
                 "given": given,
                 "embedding": rec.embedding,
+                "where": rec.where,
             }
 
         with reading(self.url) as s:
@@ -287,6 +289,70 @@ class Store:
                     patch["embedding_model"] = vectors[mid][1]
                 changed.append((mid, patch))
 
+        try:
+            self._commit_memories(rows, new_rows, changed, vectors, at, report)
+        except self._REFUSALS as exc:
+            if self._refused_value(exc) is None:
+                raise
+            # Validation should have caught it; but one value the database refuses rolls
+            # back the whole chunk, so store the chunk record by record and leave out
+            # only what is refused.
+            new_by_id = {r["id"]: r for r in new_rows}
+            changed_by_id = dict(changed)
+            for mid, row in rows.items():
+                alone_new = [new_by_id[mid]] if mid in new_by_id else []
+                alone_changed = [(mid, changed_by_id[mid])] if mid in changed_by_id else []
+                try:
+                    self._commit_memories(rows, alone_new, alone_changed, vectors, at, report)
+                except self._REFUSALS as one:
+                    reason = self._refused_value(one)
+                    if reason is None:
+                        raise
+                    report.errors.append(
+                        RecordError(row["where"], None, f"could not be stored: {reason}")
+                    )
+
+    # What the database raises when it refuses a value (sqlite3 raises OverflowError
+    # itself, unwrapped, for an integer beyond 64 bits); _refused_value sorts these out
+    # from the errors that are not about one record (locks, lost connections).
+    _REFUSALS = (DataError, StatementError, OverflowError)
+
+    @staticmethod
+    def _refused_value(exc: BaseException) -> str | None:
+        """Why the database refused a value, in a few words that quote no value; None if
+        ``exc`` is not such a refusal (storing the same rows again might then succeed)."""
+        if isinstance(exc, OverflowError):
+            return "a number is too large"
+        if isinstance(exc, DataError):
+            # PostgreSQL's primary message names the problem ("integer out of range");
+            # where it quotes a value, the value follows a colon, so it is cut off.
+            diag = getattr(exc.orig, "diag", None)
+            primary = getattr(diag, "message_primary", None)
+            if primary:
+                return primary.split(":", 1)[0].strip() or "invalid value"
+            return Store._words(type(exc.orig).__name__)
+        if isinstance(exc, StatementError) and not isinstance(exc, DBAPIError):
+            # A value a column type or the driver could not convert before sending.
+            return Store._words(type(exc.orig).__name__)
+        return None
+
+    @staticmethod
+    def _words(class_name: str) -> str:
+        """``NumericValueOutOfRange`` -> ``numeric value out of range``."""
+        return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", " ", class_name).lower() or "invalid value"
+
+    def _commit_memories(
+        self,
+        rows: dict[str, dict[str, Any]],
+        new_rows: list[dict[str, Any]],
+        changed: list[tuple[str, dict[str, Any]]],
+        vectors: dict[str, tuple[bytes, str]],
+        at: datetime,
+        report: IngestReport,
+    ) -> None:
+        """Insert ``new_rows`` and apply ``changed`` in one transaction; the report and
+        the store events see them only once that transaction has committed."""
+        updated = unchanged = 0
         with writing(self.url) as s:
             self._ensure_profiles(s, {r["profile_id"] for r in new_rows} | {
                 rows[mid]["profile"] for mid, _ in changed
@@ -303,13 +369,13 @@ class Store:
                 before = stored.get(mid)
                 blob = vectors[mid][0] if mid in vectors else before
                 if blob == before and all(getattr(current, k) == v for k, v in patch.items()):
-                    report.unchanged += 1
+                    unchanged += 1
                     continue
                 for key, value in patch.items():
                     setattr(current, key, value)
                 if blob != before:
                     revectored[mid] = blob
-                report.updated += 1
+                updated += 1
             _put_vectors(s, revectored)
             counts: dict[str, int] = defaultdict(int)
             for r in new_rows:
@@ -324,6 +390,8 @@ class Store:
                     update(Profile).where(Profile.id == name)
                     .values(store_count=Profile.store_count + n)
                 )
+        report.updated += updated
+        report.unchanged += unchanged
         report.stored += len(new_rows)
         report.stored_ids.extend(r["id"] for r in new_rows)
         every = self.settings.store_trigger_every

@@ -4,6 +4,15 @@ from __future__ import annotations
 
 from datetime import UTC, date, datetime
 
+# The times a record may carry. Steps do date arithmetic on them: they add and
+# subtract days and ages, and take naive timestamps (local time, which C's mktime
+# must handle). Near the ends of Python's range (years 1 and 9999) that overflows
+# ("year 0 is out of range"). No memory is dated before 1900, and a validity that
+# runs to 2200 means "for good"; both ends stay centuries clear of every limit
+# (Python's datetime, the platform's time functions, PostgreSQL's timestamp).
+EARLIEST_TIME = datetime(1900, 1, 1)
+LATEST_TIME = datetime(2200, 12, 31, 23, 59, 59, 999_999)
+
 
 def to_utc_naive(value: datetime) -> datetime:
     """A timezone-aware time converted to UTC; a naive one is taken as UTC already."""
@@ -18,7 +27,7 @@ def parse_timestamp(value: object) -> datetime:
     Raises ValueError with a message fit for the user on anything else.
     """
     if isinstance(value, datetime):
-        return to_utc_naive(value)
+        return _utc(value)
     if isinstance(value, date):
         return datetime(value.year, value.month, value.day)
     if not isinstance(value, str):
@@ -30,7 +39,26 @@ def parse_timestamp(value: object) -> datetime:
         parsed = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
     except ValueError:
         raise ValueError(f"not an ISO-8601 date-time: {text[:40]!r}") from None
-    return to_utc_naive(parsed)
+    return _utc(parsed)
+
+
+def _utc(value: datetime) -> datetime:
+    try:
+        return to_utc_naive(value)
+    except OverflowError:  # an offset that moves year 1 or 9999 past Python's range
+        raise ValueError(_RANGE_MESSAGE) from None
+
+
+_RANGE_MESSAGE = (
+    f"must be between {EARLIEST_TIME.year} and {LATEST_TIME.year} (inclusive, in UTC)"
+)
+
+
+def in_record_range(value: datetime) -> datetime:
+    """``value`` if a record may carry it (see EARLIEST_TIME); ValueError otherwise."""
+    if not EARLIEST_TIME <= value <= LATEST_TIME:
+        raise ValueError(_RANGE_MESSAGE)
+    return value
 
 
 def utcnow() -> datetime:

@@ -5,13 +5,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from sqlalchemy import event
+from sqlalchemy import event, insert, select
+from sqlalchemy.exc import IntegrityError
 
 from models import ids
-from models.db import engine_for, reading
+from models.db import engine_for, reading, writing
 from models.embeddings import MODEL_NAME
+from models.export import export_jsonl
+from models.ingest import MAX_COUNT, MAX_METADATA_CHARS, MAX_METADATA_DEPTH, MAX_STABILITY
 from models.store import SUPPLIED_EMBEDDING, Store
-from models.tables import HOT, Profile
+from models.tables import HOT, Memory, Profile
 
 from factories import at_cosine, record
 
@@ -226,3 +229,250 @@ def test_every_given_field_is_stored_even_when_records_differ(store: Store) -> N
     assert (m.valid_from, m.valid_until) == (datetime(2025, 1, 1), datetime(2026, 1, 1))
     assert (m.session_id, m.status, m.protected, m.meta) == (
         "77", "in_progress", True, {"source": "test"})
+
+
+# --- bounds: what the store and every later step can hold ------------------------------
+
+
+def nested(depth: int) -> dict:
+    """A metadata object with ``depth`` levels of objects and lists (1: ``{}``)."""
+    value: object = "leaf"
+    for level in range(depth - 1):
+        value = [value] if level % 2 else {"k": value}
+    return {"k": value}
+
+
+def depth_of(value: object) -> int:
+    if isinstance(value, dict):
+        return 1 + max(map(depth_of, value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max(map(depth_of, value), default=0)
+    return 0
+
+
+def metadata_of_size(chars: int) -> dict:
+    """Metadata whose JSON text is exactly ``chars`` characters long."""
+    frame = len(json.dumps({"pad": ""}, ensure_ascii=False))
+    return {"pad": "x" * (chars - frame)}
+
+
+UNIT = [1.0] + [0.0] * 383
+
+ACCEPTED = [
+    ("access_count", MAX_COUNT),
+    ("access_count", 0),
+    ("stability", MAX_STABILITY),
+    ("created_at", "1900-01-01T00:00:00Z"),
+    ("created_at", "2200-12-31T23:59:59.999999Z"),
+    ("created_at", "1900-01-01T00:30:00+00:30"),  # 1900-01-01 00:00 in UTC
+    ("last_accessed_at", "1900-01-01"),
+    ("valid_until", "2200-12-31"),
+    ("metadata", nested(MAX_METADATA_DEPTH)),
+    ("metadata", metadata_of_size(MAX_METADATA_CHARS)),
+    ("metadata", {"n": 2**63 - 1, "m": -(2**63), "f": 1e308, "b": True, "z": None, "l": []}),
+    ("metadata", {"clé": "ünïcode ☕ 🧠", "": ""}),
+    ("embedding", [1e300] * 384),  # its squares overflow, its length does not
+    ("embedding", [1e-320] * 384),  # its squares vanish, its length does not
+    ("embedding", [3] + [4] + [0] * 382),  # integers are numbers
+    ("content", "é"),
+    ("content", "e\u0301"),  # decomposed: a letter and its accent
+    ("content", "!"),
+    ("content", "🧠"),
+    ("id", 10**255 - 1),
+]
+
+
+@pytest.mark.parametrize(("field", "value"), ACCEPTED, ids=lambda v: str(v)[:30])
+def test_values_at_the_bounds_are_stored(store: Store, field: str, value: object) -> None:
+    bad = {**GOOD, "content": "a fact at the bounds", "id": "edge-case", field: value}
+    report = store.ingest([GOOD, bad], profile="alice")
+    assert report.errors == [] and report.stored == 2
+    if field == "metadata":
+        stored = store.get("edge-case").meta
+        assert stored == value and depth_of(stored) == depth_of(value)
+    if field == "embedding":  # scaled to unit length, not overflowed to zeros
+        vector = store.vector(store.get("edge-case").id).astype(np.float64)
+        assert np.linalg.norm(vector) == pytest.approx(1.0, abs=1e-5)
+
+
+REJECTED = [
+    ("access_count", MAX_COUNT + 1, "at most 1,000,000,000"),
+    ("access_count", 2**31, "at most"),  # PostgreSQL's integer column ends at 2**31 - 1
+    ("access_count", 1180591620717411303424, "at most"),  # beyond SQLite's 64 bits
+    ("access_count", 1e300, "at most"),
+    ("access_count", True, "whole number"),
+    ("stability", MAX_STABILITY * (1 + 1e-15), "between 0 and"),
+    ("stability", -1e-300, "between 0 and"),
+    ("importance", 10**400, "finite"),  # float() of it overflows
+    ("created_at", "1899-12-31T23:59:59Z", "between 1900 and 2200"),
+    ("created_at", "2201-01-01T00:00:00Z", "between 1900 and 2200"),
+    ("created_at", "1900-01-01T00:00:00+00:01", "between 1900 and 2200"),  # 1899 in UTC
+    ("created_at", "0001-01-01T00:00:00Z", "between 1900 and 2200"),
+    ("created_at", "0001-01-01T00:00:00+05:00", "between 1900 and 2200"),  # no year 0
+    ("created_at", "9999-12-31T23:59:59-05:00", "between 1900 and 2200"),  # no year 10000
+    ("last_accessed_at", "1899-12-31", "between 1900 and 2200"),
+    ("valid_from", "0001-01-01", "between 1900 and 2200"),
+    ("valid_until", "9999-12-31", "between 1900 and 2200"),
+    ("metadata", nested(MAX_METADATA_DEPTH + 1), "nested more than 32 levels"),
+    ("metadata", nested(900), "nested more than 32 levels"),
+    ("metadata", metadata_of_size(MAX_METADATA_CHARS + 1), "longer than the limit of 65536"),
+    ("metadata", {"a": "\ud800"}, "a value that contains an unpaired surrogate"),
+    ("metadata", {"\udfff": 1}, "a key that contains an unpaired surrogate"),
+    ("metadata", {"a": [{"b": ["ok", "x\ud83d"]}]}, "unpaired surrogate"),
+    ("metadata", {"a": "nul\x00"}, "a value that contains a NUL"),
+    ("metadata", {"nul\x00": 1}, "a key that contains a NUL"),
+    ("metadata", {"n": 2**63}, "signed 64-bit range"),
+    ("metadata", {"n": -(2**63) - 1}, "signed 64-bit range"),
+    ("metadata", {"f": float("inf")}, "NaN or infinity"),
+    ("embedding", [1e308] * 384, "too long: its length is beyond floating point"),
+    ("embedding", [True] + [0.0] * 383, "list of numbers"),
+    ("embedding", ["0.5"] * 384, "list of numbers"),
+    ("embedding", [[1.0]] * 384, "list of numbers"),
+    ("embedding", [10**400] + [0] * 383, "beyond floating point"),
+    ("embedding", [float("nan")] + [0.0] * 383, "NaN or infinity"),
+    ("embedding", [0.0] * 384, "all zeros"),
+    ("embedding", "0.5", "list of numbers"),
+    ("content", "\u0301", "no letter, digit, punctuation or symbol"),
+    ("content", "\u0301\u200d\u00a0\u0300", "no letter, digit, punctuation or symbol"),
+    ("id", 10**256, "longer than the limit of 256"),
+]
+
+
+@pytest.mark.parametrize(("field", "value", "message"), REJECTED, ids=lambda v: str(v)[:30])
+def test_values_past_the_bounds_are_named_and_the_good_lines_are_stored(
+    store: Store, tmp_path: Path, field: str, value: object, message: str
+) -> None:
+    bad = {**GOOD, "content": "a fact past the bounds", field: value}
+    try:
+        line = json.dumps(bad, allow_nan=True)
+    except ValueError:  # not expressible in JSON (e.g. a number JSON cannot round-trip)
+        line = None
+    if line is not None and json.loads(line) == bad:
+        path = write_jsonl(tmp_path / "in.jsonl", [GOOD, line, {**GOOD, "content": "Alice walks"}])
+        report = store.ingest_jsonl(path)
+        where = "line 2"
+    else:  # NaN, infinity: the Python API can offer what JSON cannot spell
+        report = store.ingest([GOOD, bad, {**GOOD, "content": "Alice walks"}])
+        where = "record 2"
+    assert report.stored == 2
+    (error,) = report.errors
+    assert (error.where, error.field) == (where, field)
+    assert message in str(error) and str(error).startswith(f"{where}, field '{field}'")
+    assert "past the bounds" not in str(error)
+    assert sorted(m.content for m in store.memories("alice")) == [
+        "Alice drinks green tea every morning", "Alice walks"]
+
+
+def test_a_number_too_long_to_read_is_a_bad_line(store: Store, tmp_path: Path) -> None:
+    digits = "9" * 4301  # one past Python's limit for converting text to an integer
+    bad = '{"profile": "alice", "content": "x", "access_count": ' + digits + "}"
+    path = write_jsonl(tmp_path / "in.jsonl", [GOOD, bad, {**GOOD, "content": "Alice walks"}])
+    report = store.ingest_jsonl(path)
+    assert report.stored == 2
+    (error,) = report.errors
+    assert (error.where, error.field) == ("line 2", None)
+    assert "a number is too long" in str(error)
+    assert len(store.memories("alice")) == 2
+
+
+def test_python_values_json_cannot_hold_are_refused(store: Store) -> None:
+    cyclic: dict = {}
+    cyclic["self"] = cyclic
+    bad = [
+        {"content": "x", "access_count": 10**5000},
+        {"content": "x", "importance": 10**5000},
+        {"content": "x", "id": 10**5000},
+        {"content": "x", "metadata": {"n": 10**5000}},
+        {"content": "x", "metadata": {1: "int key"}},
+        {"content": "x", "metadata": {"t": (1, 2)}},
+        {"content": "x", "metadata": {"s": {1}}},
+        {"content": "x", "metadata": cyclic},
+        {"content": "x", "embedding": np.ones(384, dtype=bool)},
+        {"content": "x", "embedding": np.array(["1"] * 384)},
+    ]
+    report = store.ingest([GOOD, *bad], profile="alice")
+    assert report.stored == 1
+    fields = ["access_count", "importance", "id", *["metadata"] * 5, "embedding", "embedding"]
+    assert [(e.where, e.field) for e in report.errors] == [
+        (f"record {n}", f) for n, f in enumerate(fields, start=2)]
+
+
+def test_edge_times_and_metadata_are_bounded_too(store: Store) -> None:
+    records = [
+        {"id": "x", "content": "first"}, {"id": "y", "content": "second"},
+        {"type": "edge", "source": "x", "target": "y", "created_at": "0001-01-01"},
+        {"type": "edge", "source": "x", "target": "y", "last_strengthened_at": "2201-01-01"},
+        {"type": "edge", "source": "x", "target": "y", "metadata": {"a": "\ud800"}},
+        {"type": "edge", "source": "x", "target": "y", "weight": 0.3},
+    ]
+    report = store.ingest(records, profile="a")
+    assert [(e.where, e.field) for e in report.errors] == [
+        ("record 3", "created_at"), ("record 4", "last_strengthened_at"),
+        ("record 5", "metadata")]
+    assert report.edges == 1
+
+
+def test_records_at_the_bounds_survive_every_step(store: Store) -> None:
+    """Extreme but accepted values: exported and consolidated without a failure."""
+    from test_ingest_properties import run_steps
+
+    vector = at_cosine(0.9).tolist()
+    oldest = {"created_at": "1900-01-01T00:00:00Z", "last_accessed_at": "1900-01-01",
+              "access_count": MAX_COUNT, "stability": MAX_STABILITY, "entity": "e",
+              "layer": "implementation", "metadata": nested(MAX_METADATA_DEPTH)}
+    newest = {"created_at": "2200-12-31T23:59:59Z", "valid_until": "2200-12-31T23:59:59Z",
+              "access_count": MAX_COUNT, "stability": MAX_STABILITY, "entity": "e",
+              "kind": "decision", "metadata": metadata_of_size(MAX_METADATA_CHARS)}
+    records = [{"content": f"extreme fact {k}", "embedding": vector, **(oldest if k % 2 else newest)}
+               for k in range(8)]
+    assert not store.ingest(records, profile="x").errors
+    for as_of in (datetime(1900, 1, 2), datetime(2026, 1, 1), datetime(2200, 12, 31)):
+        run_steps(store, "x", as_of)
+    export_jsonl(store.url, "x")
+
+
+# --- the store's own guard, and what errors may say ------------------------------------
+
+SECRET = "my bank PIN is 4921"
+
+
+def test_a_value_the_database_refuses_loses_only_its_own_record(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Validation would refuse it first; lift the bound to reach the database's refusal
+    # (beyond 64 bits for SQLite, beyond 32 for PostgreSQL's integer column).
+    monkeypatch.setattr("models.ingest.MAX_COUNT", 2**70)
+    records = [{"content": f"{SECRET} ({k})"} for k in range(3)]
+    records.insert(2, {"content": "a count past every column", "access_count": 2**63})
+    report = store.ingest(records, profile="alice")
+    assert report.stored == 3
+    (error,) = report.errors
+    assert (error.where, error.field) == ("record 3", None)
+    assert str(error).startswith("record 3: could not be stored: ")
+    assert SECRET not in str(error) and "past every column" not in str(error)
+    assert len(store.memories("alice")) == 3
+    with reading(store.url) as s:
+        assert s.get(Profile, "alice").store_count == 3
+
+
+def test_a_refused_update_keeps_the_other_updates(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store.ingest([{"id": k, "content": f"fact {k}"} for k in "abc"], profile="alice")
+    monkeypatch.setattr("models.ingest.MAX_COUNT", 2**70)
+    report = store.ingest([{"id": "a", "content": "fact a", "access_count": 5},
+                           {"id": "b", "content": "fact b", "access_count": 2**63},
+                           {"id": "c", "content": "fact c", "access_count": 7}], profile="alice")
+    assert (report.updated, [e.where for e in report.errors]) == (2, ["record 2"])
+    assert [store.get(k).access_count for k in "abc"] == [5, 0, 7]
+
+
+def test_a_database_error_does_not_quote_record_content(store: Store) -> None:
+    store.ingest([{"id": "s", "content": SECRET}], profile="alice")
+    memory = Memory.__table__
+    with reading(store.url) as s:
+        row = dict(s.execute(select(memory).where(memory.c.external_id == "s")).mappings().one())
+    with pytest.raises(IntegrityError) as caught:  # the same primary key again
+        with writing(store.url) as s:
+            s.execute(insert(memory), [row])
+    assert "4921" not in str(caught.value) and "parameters hidden" in str(caught.value)

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -27,6 +27,7 @@ from models.export import export_jsonl
 from models.store import Store
 
 from conftest import TEST_POSTGRES, clone_sample
+from factories import at_cosine
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("prefect_api")]
 
@@ -114,6 +115,31 @@ def _run_clean(flow: str, store: Store) -> dict[str, str]:
     return {p: export_jsonl(store.url, p) for p in store.profiles()}
 
 
+def _cluster_ready(store: Store) -> None:
+    """A profile with one cluster of six fresh, similar memories: the sample store has
+    none, and the cluster flow must have something to write."""
+    fresh = {"kind": "semantic", "importance": 0.8, "confidence": 0.9,
+             "last_accessed_at": (AS_OF - timedelta(hours=1)).isoformat()}
+    rows = [{"id": f"topic-{k}", "content": f"topic A fact number {k}",
+             "created_at": (AS_OF - timedelta(days=k)).isoformat(),
+             "embedding": at_cosine(0.9, other=10 + k).tolist(), **fresh} for k in range(6)]
+    assert not store.ingest(rows, profile="clusters").errors
+
+
+def _left_behind(pgid: int) -> list[str]:
+    """Command lines of the processes still in the killed command's session."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if os.getpgid(int(entry.name)) == pgid:
+                out.append((entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()[:200])
+        except (ProcessLookupError, OSError):
+            continue
+    return out
+
+
 def _group_alive(pgid: int) -> bool:
     try:
         os.killpg(pgid, 0)
@@ -131,11 +157,13 @@ def test_a_command_killed_at_any_point_run_again_ends_like_an_uninterrupted_one(
     monkeypatch.setenv("REVERIE_LEASE_SECONDS", "3")
     if flow not in clean_exports:
         clean = clone_sample(sample_template, new_store("clean"))
+        _cluster_ready(clean)
         monkeypatch.setenv("REVERIE_DATABASE_URL", clean.url)
         clean_exports[flow] = _run_clean(flow, clean)
     expected = clean_exports[flow]
 
     killed = clone_sample(sample_template, new_store("killed"))
+    _cluster_ready(killed)
     monkeypatch.setenv("REVERIE_DATABASE_URL", killed.url)
     decay(profile=None, as_of=AS_OF)
     mark = tmp_path / "held"
@@ -158,11 +186,11 @@ def test_a_command_killed_at_any_point_run_again_ends_like_an_uninterrupted_one(
         gone_by = time.monotonic() + 20
         while _group_alive(process.pid) and time.monotonic() < gone_by:
             time.sleep(0.2)
-        left = _group_alive(process.pid)
+        left = _left_behind(process.pid)
     finally:
         if _group_alive(process.pid):
             os.killpg(process.pid, signal.SIGKILL)
-    assert not left, "the killed command left a process behind (its temporary server?)"
+    assert not left, f"the killed command left processes behind: {left}"
 
     FLOWS[flow](profile=None, as_of=AS_OF, **COMMANDS[flow][1])  # waits out the dead lease
     assert {p: export_jsonl(killed.url, p) for p in killed.profiles()} == expected

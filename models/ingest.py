@@ -12,7 +12,6 @@ import json
 import math
 import re
 import sys
-import unicodedata
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -23,6 +22,7 @@ import numpy as np
 
 from models.embeddings import normalise
 from models.errors import RecordError
+from models.text import clean_text, has_visible_text
 from models.timestamps import in_record_range, parse_timestamp
 
 PROFILE_NAME = re.compile(r"^[\w.@:+\-]{1,128}$")
@@ -48,9 +48,6 @@ MAX_METADATA_CHARS = 65_536
 METADATA_INT_RANGE = (-(2**63), 2**63 - 1)
 # An integer id with this many digits or more is longer than any id may be.
 _LONGEST_ID_INT = 10**MAX_SHORT_TEXT
-# Character classes that make text visible: letters, numbers, punctuation, symbols.
-# Marks (a lone combining accent), spaces, controls and format characters do not.
-_VISIBLE_CATEGORIES = frozenset("LNPS")
 
 
 @dataclass(slots=True)
@@ -86,7 +83,7 @@ class EdgeIn:
 def _text(value: object, *, limit: int = MAX_SHORT_TEXT, lower: bool = False) -> str:
     if not isinstance(value, str):
         raise ValueError(f"expected a string, got {_type_name(value)}")
-    text = _clean_unicode(value).strip()
+    text = clean_text(value).strip()
     if not text:
         raise ValueError("must not be empty")
     if len(text) > limit:
@@ -194,7 +191,7 @@ def _check_json_value(value: object, depth: int) -> None:
 
 def _check_json_text(text: str, what: str) -> None:
     try:
-        _clean_unicode(text)
+        clean_text(text)
     except ValueError as exc:
         raise ValueError(f"has {what} that {exc}") from None
 
@@ -216,21 +213,6 @@ def _type_name(value: object) -> str:
     return {dict: "an object", list: "a list", type(None): "null"}.get(
         type(value), type(value).__name__
     )
-
-
-def _clean_unicode(text: str) -> str:
-    """NFC-normalised text; NUL and unpaired surrogates are refused, not repaired."""
-    if "\x00" in text:
-        raise ValueError("contains a NUL character")
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        raise ValueError("contains an unpaired surrogate (not valid Unicode)") from None
-    return unicodedata.normalize("NFC", text)
-
-
-def _has_visible_text(text: str) -> bool:
-    return any(unicodedata.category(ch)[0] in _VISIBLE_CATEGORIES for ch in text)
 
 
 # Optional memory fields: JSON name -> (stored name, converter).
@@ -364,12 +346,12 @@ def _content(obj: dict[str, Any], where: str, max_chars: int) -> str:
     if not isinstance(raw, str):
         raise RecordError(where, "content", f"expected a string, got {_type_name(raw)}")
     try:
-        text = _clean_unicode(raw).strip()
+        text = clean_text(raw).strip()
     except ValueError as exc:
         raise RecordError(where, "content", str(exc)) from None
     if not text:
         raise RecordError(where, "content", "is empty")
-    if not _has_visible_text(text):
+    if not has_visible_text(text):
         raise RecordError(
             where, "content", "is empty: it has no letter, digit, punctuation or symbol"
         )

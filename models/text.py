@@ -37,6 +37,11 @@ def refuse_controls(text: str) -> str:
     return text
 
 
+# Character classes that make text visible: letters, numbers, punctuation, symbols.
+# Marks (a lone combining accent), spaces, controls and format characters do not.
+_VISIBLE_CATEGORIES = frozenset("LNPS")
+
+
 def has_visible_text(text: str) -> bool:
-    """Whether ``text`` shows anything: not only whitespace, controls or format marks."""
-    return any(not (ch.isspace() or unicodedata.category(ch) in {"Cf", "Cc"}) for ch in text)
+    """Whether ``text`` shows anything: a letter, number, punctuation mark or symbol."""
+    return any(unicodedata.category(ch)[0] in _VISIBLE_CATEGORIES for ch in text)

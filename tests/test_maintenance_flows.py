@@ -167,7 +167,7 @@ def test_forget_deletes_archives_and_protects(scored: Store) -> None:
     old0 = maintained.get("old-0", profile="m").id
     report = forget(profile="m", as_of=AS_OF, config=FORGETTING)
     (step,) = report.steps
-    assert step.facts == {"archived": 0, "deleted": 3, "protected": 4}
+    assert step.facts == {"archived": 0, "deleted": 3, "protected": 4, "blocks_recompiled": 0}
     memories = by_external(maintained)
     for kept in ("old-flagged", "old-decision", "old-important", "young"):
         assert memories[kept]["tier"] == HOT

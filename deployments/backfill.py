@@ -1,11 +1,13 @@
 """``reverie backfill``: replay a flow over a range of dates, one run per ``as_of``.
 
-With a Prefect API configured (``PREFECT_API_URL``), each date becomes a flow run of the
-flow's deployment, tagged ``backfill`` and carrying its ``profile`` and ``as_of``; a
-worker runs them. Without one, the flow runs here, date by date. Either way a backfill
-is resumable: a date that already has a run (completed, or still scheduled or
-running) is not run again, so re-running the same command after an interruption only
-fills the gaps. Failed dates are run again.
+With a Prefect API configured (``PREFECT_API_URL``), each profile gets one run of the
+replay deployment (``flows/replay.py``), tagged ``backfill``: it runs the flow for its
+dates one after another in as_of order, while profiles run side by side up to that
+deployment's concurrency limit. Without an API, the flow runs here, date by date.
+Either way a backfill is resumable: a date whose run is in the store's run history is
+not run again, so re-running the same command after an interruption only fills the
+gaps. Bad input (unknown flow or profile, dates out of order, a step that is not
+positive) is refused before any run is made.
 """
 
 from __future__ import annotations
@@ -14,7 +16,6 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
 
 from models.errors import ConfigError
 from models.events import api_configured
@@ -22,10 +23,11 @@ from models.store import Store
 from models.timestamps import to_utc_naive
 
 BACKFILL_TAG = "backfill"
+REPLAY_FLOW = "replay"
+REPLAY_DEPLOYMENT = "replay/backfill"
+RUN_PAGE = 200
 _STEP = re.compile(r"^(\d+)\s*([mhdw])$")
 _UNITS = {"m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
-# Prefect states after which a date counts as done or on its way.
-_LIVE_STATES = {"SCHEDULED", "PENDING", "RUNNING", "COMPLETED", "PAUSED", "CANCELLING"}
 
 
 def parse_every(text: str) -> timedelta:
@@ -50,9 +52,11 @@ def dates(start: datetime, end: datetime, every: timedelta) -> Iterator[datetime
 class BackfillReport:
     flow: str
     where: str  # the deployment, or "local"
-    created: list[str] = field(default_factory=list)  # as_of of each run made now
+    created: list[str] = field(default_factory=list)  # as_of of dates run (or to be run) now
     skipped: list[str] = field(default_factory=list)  # as_of of dates already done
-    runs: list[str] = field(default_factory=list)  # flow run ids (deployment mode)
+    runs: list[str] = field(default_factory=list)  # replay flow run ids (deployment mode)
+    # Profiles whose replay of this flow is still queued or running: none made for them.
+    running: list[str] = field(default_factory=list)
 
 
 def backfill(
@@ -63,15 +67,23 @@ def backfill(
     profile: str | list[str] | None,
     store: Store | None = None,
 ) -> BackfillReport:
-    from flows.catalog import DEPLOYMENTS, FLOWS
+    """Replay ``flow`` over the dates from ``start`` to ``end``. Everything is checked
+    (flow, dates, profiles) before any run is made, so bad input creates nothing."""
+    from flows.catalog import FLOWS
 
     if flow not in FLOWS:
         raise ConfigError(f"unknown flow {flow!r}; choose one of {', '.join(sorted(FLOWS))}")
+    if every <= timedelta(0):
+        raise ConfigError(f"--every must be positive, got {every}")
     store = store or Store()
-    store.resolve_profiles(profile)
+    profiles = store.resolve_profiles(profile)
     whens = list(dates(start, end, every))
-    if api_configured() and flow in DEPLOYMENTS:
-        return _through_deployment(flow, DEPLOYMENTS[flow], whens, profile)
+    from flows.replay import MAX_DATES
+
+    if len(whens) > MAX_DATES:
+        raise ConfigError(f"{len(whens)} dates is more than one backfill takes ({MAX_DATES})")
+    if api_configured():
+        return _through_replays(flow, whens, profiles, store)
     return _locally(flow, whens, profile, store)
 
 
@@ -99,54 +111,65 @@ def _locally(
     return report
 
 
-def _through_deployment(
-    flow: str, deployment: str, whens: list[datetime], profile: str | list[str] | None
+def _through_replays(
+    flow: str, whens: list[datetime], profiles: list[str], store: Store
 ) -> BackfillReport:
-    from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import (
-        DeploymentFilter,
-        DeploymentFilterName,
-        FlowRunFilter,
-        FlowRunFilterTags,
-    )
+    """One replay run per profile (flows/replay.py) through the replay deployment; a
+    profile whose replay of this flow is still queued or running gets no second one."""
     from prefect.deployments import run_deployment
 
-    report = BackfillReport(flow, deployment)
-    deployment_name = deployment.split("/", 1)[1]
-    with get_client(sync_client=True) as client:
-        existing = client.read_flow_runs(
-            deployment_filter=DeploymentFilter(name=DeploymentFilterName(any_=[deployment_name])),
-            flow_run_filter=FlowRunFilter(tags=FlowRunFilterTags(all_=[BACKFILL_TAG])),
-        )
-    previous: dict[str, list[Any]] = {}
-    for run in existing:
-        if run.parameters.get("profile") == profile:
-            previous.setdefault(_as_of_key(run.parameters.get("as_of")), []).append(run)
-    for when in whens:
-        key = when.isoformat()
-        runs = previous.get(key, [])
-        if any(r.state_type is not None and r.state_type.value in _LIVE_STATES for r in runs):
-            report.skipped.append(key)
+    from flows.catalog import FLOWS
+    from flows.replay import done_dates
+
+    report = BackfillReport(flow, REPLAY_DEPLOYMENT)
+    busy = _live_replays(flow)
+    pending: set[datetime] = set()
+    for profile in profiles:
+        todo = [w for w in whens if w not in done_dates(store, FLOWS[flow].name, profile)]
+        if not todo:
+            continue
+        pending.update(todo)
+        if profile in busy:
+            report.running.append(profile)
             continue
         run = run_deployment(
-            deployment,
-            parameters={"profile": profile, "as_of": key},
-            timeout=0,
-            tags=[BACKFILL_TAG],
-            idempotency_key=f"reverie-backfill:{deployment}:{profile}:{key}:{len(runs)}",
-            as_subflow=False,
+            REPLAY_DEPLOYMENT,
+            parameters={"flow": flow, "profile": profile,
+                        "dates": [w.isoformat() for w in todo]},
+            timeout=0, tags=[BACKFILL_TAG], as_subflow=False,
         )
-        report.created.append(key)
         report.runs.append(str(run.id))
+    report.created = [w.isoformat() for w in whens if w in pending]
+    report.skipped = [w.isoformat() for w in whens if w not in pending]
     return report
 
 
-def _as_of_key(value: object) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, datetime):
-        return to_utc_naive(value).isoformat()
-    try:
-        return to_utc_naive(datetime.fromisoformat(str(value).replace("Z", "+00:00"))).isoformat()
-    except ValueError:
-        return str(value)
+def _live_replays(flow: str) -> set[str]:
+    """Profiles with a replay of ``flow`` not finished yet, read page by page (a
+    platform may have far more runs than one page holds)."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import (
+        FlowFilter,
+        FlowFilterName,
+        FlowRunFilter,
+        FlowRunFilterState,
+        FlowRunFilterStateType,
+    )
+    from prefect.client.schemas.objects import StateType
+
+    live = FlowRunFilter(state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[
+        StateType.SCHEDULED, StateType.PENDING, StateType.RUNNING, StateType.PAUSED,
+        StateType.CANCELLING,
+    ])))
+    of_replay = FlowFilter(name=FlowFilterName(any_=[REPLAY_FLOW]))
+    busy: set[str] = set()
+    with get_client(sync_client=True) as client:
+        offset = 0
+        while True:
+            page = client.read_flow_runs(flow_filter=of_replay, flow_run_filter=live,
+                                         limit=RUN_PAGE, offset=offset)
+            busy.update(str(r.parameters.get("profile")) for r in page
+                        if r.parameters.get("flow") == flow)
+            if len(page) < RUN_PAGE:
+                return busy
+            offset += len(page)

@@ -278,12 +278,21 @@ def _backfill(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(asdict(report))
         return EXIT_OK
+    if report.where == "local":
+        print(
+            f"backfill of {report.flow} via {report.where}: {len(report.created)} run(s) made, "
+            f"{len(report.skipped)} date(s) already done"
+        )
+        for when in report.created:
+            print(f"  ran {when}")
+        return EXIT_OK
     print(
-        f"backfill of {report.flow} via {report.where}: {len(report.created)} run(s) made, "
+        f"backfill of {report.flow} via {report.where}: {len(report.created)} date(s) to "
+        f"replay in {len(report.runs)} run(s), one per profile; "
         f"{len(report.skipped)} date(s) already done"
     )
-    for when in report.created:
-        print(f"  ran {when}" if report.where == "local" else f"  created {when}")
+    for profile in report.running:
+        print(f"  {profile}: its replay of {report.flow} is still queued or running")
     return EXIT_OK
 
 

@@ -33,5 +33,5 @@ DEPLOYMENTS: dict[str, str] = {
     "creative": "creative/weekly",
     "cluster": "cluster/monthly",
     "forget": "forget/operator",
-    "cold": "consolidate-cold/on-demand",
+    "cold": "consolidate-cold/sleep",
 }

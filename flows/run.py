@@ -350,18 +350,31 @@ def _take(
     return True
 
 
+def ensure_profile_limit(profile: str) -> str:
+    """Create the profile's Prefect concurrency limit (one slot) if it is missing; returns
+    its name. Prefect's upsert reads, then creates: concurrent first runs of a new
+    profile race between the two, and the losers' create is refused."""
+    from prefect.client.orchestration import get_client
+    from prefect.exceptions import ObjectAlreadyExists
+
+    name = f"{PROFILE_LIMIT_PREFIX}{profile}"
+    with get_client(sync_client=True) as client:
+        try:
+            client.upsert_global_concurrency_limit_by_name(name, limit=1)
+        except ObjectAlreadyExists:
+            pass  # another run made it between our read and our create: same limit
+    return name
+
+
 def _prefect_slot(profile: str, slots: ExitStack, skip: bool, deadline: float) -> bool:
     """Occupy the profile's Prefect concurrency slot for the rest of the run."""
-    from prefect.client.orchestration import get_client
     from prefect.concurrency.asyncio import (
         AcquireConcurrencySlotTimeoutError,
         ConcurrencySlotAcquisitionError,
     )
     from prefect.concurrency.sync import concurrency
 
-    name = f"{PROFILE_LIMIT_PREFIX}{profile}"
-    with get_client(sync_client=True) as client:
-        client.upsert_global_concurrency_limit_by_name(name, limit=1)
+    name = ensure_profile_limit(profile)
     wait = {"max_retries": 0} if skip else {
         "timeout_seconds": max(deadline - time.monotonic(), 1.0)}
     try:

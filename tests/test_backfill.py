@@ -7,8 +7,9 @@ from datetime import datetime, timedelta
 import pytest
 
 from deployments.backfill import backfill, dates, parse_every
-from deployments.cli import EXIT_OK, main
-from models.errors import ConfigError
+from deployments.cli import EXIT_ERROR, EXIT_OK, main
+from flows.replay import replay
+from models.errors import ConfigError, NotFoundError
 from models.store import Store
 
 START = datetime(2025, 7, 1)
@@ -56,3 +57,47 @@ def test_backfill_from_the_cli(
     assert "3 run(s) made, 0 date(s) already done" in capsys.readouterr().out
     assert main(args) == EXIT_OK
     assert "0 run(s) made, 3 date(s) already done" in capsys.readouterr().out
+
+
+@pytest.mark.usefixtures("prefect_api")
+def test_bad_input_is_refused_before_any_run(
+    sample_store: Store, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr("deployments.backfill.api_configured", lambda: False)
+    day = timedelta(days=1)
+    with pytest.raises(ConfigError, match="unknown flow 'nightly'"):
+        backfill("nightly", START, START, day, "maya")
+    with pytest.raises(ConfigError, match="--to must not be before --from"):
+        backfill("decay", START, START - day, day, "maya")
+    for step in (timedelta(0), -day):
+        with pytest.raises(ConfigError, match="--every must be positive"):
+            backfill("decay", START, START + day, step, "maya")
+    with pytest.raises(NotFoundError, match="no profile named 'nobody'"):
+        backfill("decay", START, START + day, day, ["maya", "nobody"])
+    with pytest.raises(ConfigError, match="more than one backfill takes"):
+        backfill("decay", START, START + timedelta(days=200), timedelta(minutes=1), "maya")
+    for args in (["--from", "2025-07-02", "--to", "2025-07-01"], ["--every", "-1d"],
+                 ["--every", "0h"], ["--profile", "nobody"]):
+        base = {"--from": "2025-07-01", "--to": "2025-07-03", "--profile": "maya"}
+        base.update(dict(zip(args[::2], args[1::2], strict=True)))
+        argv = ["backfill", "decay", *[f"{k}={v}" for k, v in base.items()]]
+        assert main(argv) == EXIT_ERROR
+    assert main(["backfill", "weekly", "--from", "2025-07-01", "--to", "2025-07-02",
+                 "--profile", "maya"]) == EXIT_ERROR
+    err = capsys.readouterr().err
+    assert "unknown flow 'weekly'" in err and "Traceback" not in err
+    assert sample_store.run_history(limit=None) == []  # nothing was run, nothing half-made
+
+
+@pytest.mark.usefixtures("prefect_api")
+def test_a_replay_runs_its_dates_in_order_and_resumes(sample_store: Store) -> None:
+    days = [START + timedelta(days=d) for d in (2, 0, 1)]
+    first = replay(flow="decay", profile="maya", dates=days)
+    assert first.ran == [d.isoformat() for d in sorted(days)] and first.skipped == []
+    history = sorted(sample_store.run_history(profile="maya", flow="decay", limit=None),
+                     key=lambda r: r.started_at)
+    assert [r.as_of for r in history] == sorted(days)
+    assert all(a.finished_at <= b.started_at for a, b in zip(history, history[1:]))
+    more = replay(flow="decay", profile="maya", dates=[*days, START + timedelta(days=3)])
+    assert more.ran == [(START + timedelta(days=3)).isoformat()] and len(more.skipped) == 3
+    assert sample_store.run_history(profile="raj", limit=None) == []  # profiles never mix

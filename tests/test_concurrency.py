@@ -9,6 +9,7 @@ from datetime import datetime, timedelta
 import pytest
 
 from flows.lightweight_consolidation import lightweight_consolidation
+from flows.run import ensure_profile_limit
 from models.errors import StoreError
 from models.store import Store
 from tasks import blocks
@@ -91,3 +92,32 @@ def test_a_skipped_profile_gives_its_prefect_slot_back(
     with get_client(sync_client=True) as client:
         limit = client.read_global_concurrency_limit_by_name("reverie-profile-maya")
     assert limit.limit == 1 and limit.active_slots == 0
+
+
+@pytest.mark.usefixtures("prefect_api")
+def test_concurrent_first_runs_of_a_new_profile_never_fail_on_its_limit() -> None:
+    """Prefect's upsert reads, then creates: first runs of a new profile racing between
+    the two used to fail with ObjectAlreadyExists."""
+    from prefect.client.orchestration import get_client
+
+    for attempt in range(5):
+        profile = f"newcomer-{attempt}"
+        start = threading.Barrier(8)
+        errors: list[BaseException] = []
+
+        def create(profile: str = profile, start: threading.Barrier = start) -> None:
+            start.wait()
+            try:
+                ensure_profile_limit(profile)
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=create) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+        assert errors == []
+        with get_client(sync_client=True) as client:
+            limit = client.read_global_concurrency_limit_by_name(f"reverie-profile-{profile}")
+        assert limit.limit == 1

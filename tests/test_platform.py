@@ -23,7 +23,7 @@ import yaml
 
 from deployments.backfill import backfill
 from deployments.serve import project_root, start_stack, stop
-from models.db import dispose
+from models.db import copy_profiles, dispose
 from models.store import Store
 
 from conftest import (
@@ -130,8 +130,9 @@ def test_every_deployment_is_there_with_its_schedule(stack: Stack) -> None:
     assert set(deployments) == {
         "decay/daily", "creative/weekly", "cluster/monthly", "forget/operator",
         "full-consolidation/nightly", "full-consolidation/sessions",
-        "lightweight-consolidation/on-demand", "consolidate-cold/on-demand",
+        "lightweight-consolidation/on-demand", "consolidate-cold/sleep", "replay/backfill",
     }
+    assert deployments["replay/backfill"].concurrency_limit == 4
     crons = {name: [(s.schedule.cron, s.active) for s in d.schedules]
              for name, d in deployments.items() if d.schedules}
     assert crons == {
@@ -195,16 +196,49 @@ def test_session_ends_trigger_full_consolidation(stack: Stack) -> None:
     assert len(_by_automation(stack, "full-every-few-sessions", "raj")) == 1
 
 
-def test_a_backfill_over_seven_days_creates_seven_runs_then_none(stack: Stack) -> None:
-    first = backfill("decay", AS_OF, AS_OF + timedelta(days=6), timedelta(days=1), "maya",
-                     stack.store)
-    assert first.where == "decay/daily" and len(first.created) == 7 and first.skipped == []
-    again = backfill("decay", AS_OF, AS_OF + timedelta(days=6), timedelta(days=1), "maya",
-                     stack.store)
-    assert again.created == [] and len(again.skipped) == 7
-    runs = [r for r in stack.runs("daily") if "backfill" in r.tags]
-    assert sorted(r.parameters["as_of"] for r in runs) == [
-        (AS_OF + timedelta(days=d)).isoformat() for d in range(7)]
+def _decay_runs_of(stack: Stack, replay_id: Any) -> list[Any]:
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterParentFlowRunId
+
+    with stack.client() as client:
+        return client.read_flow_runs(flow_run_filter=FlowRunFilter(
+            parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[replay_id])))
+
+
+def test_a_backfill_replays_each_profile_in_order_and_ends_as_sequential_runs(
+    stack: Stack, new_store: Callable[[str], Store], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from prefect.client.schemas.objects import StateType
+
+    from flows.decay import decay
+    from models.export import export_jsonl
+
+    start, days, profiles = datetime(2025, 9, 1), 10, ["leo-tutor", "maya"]
+    whens = [start + timedelta(days=d) for d in range(days)]
+    # The reference: the same profiles as they are now, run one date at a time below.
+    reference = new_store("reference")
+    copy_profiles(stack.store.url, reference.url, profiles)
+    first = backfill("decay", start, whens[-1], timedelta(days=1), profiles, stack.store)
+    assert first.where == "replay/backfill" and len(first.runs) == 2
+    assert first.created == [w.isoformat() for w in whens] and first.skipped == []
+    # Asked again while they are queued or running: no second replay for a profile.
+    again = backfill("decay", start, whens[-1], timedelta(days=1), profiles, stack.store)
+    assert again.runs == [] and sorted(again.running) == profiles
+    for run_id in first.runs:
+        assert stack.wait_final(run_id, timeout=300).state_type == StateType.COMPLETED
+    # Each profile's dates ran one after another, in as_of order.
+    for run_id in first.runs:
+        runs = sorted(_decay_runs_of(stack, run_id), key=lambda r: r.start_time)
+        assert [r.parameters["as_of"][:10] for r in runs] == [w.date().isoformat() for w in whens]
+        assert all(a.end_time <= b.start_time for a, b in zip(runs, runs[1:]))
+    # The store ends as ten one-at-a-time runs through the same dates leave it.
+    monkeypatch.setenv("REVERIE_DATABASE_URL", reference.url)
+    for when in whens:
+        decay(profile=profiles, as_of=when)
+    for profile in profiles:
+        assert export_jsonl(stack.store.url, profile) == export_jsonl(reference.url, profile)
+    # Done: a third backfill finds every date in the history and makes nothing.
+    done = backfill("decay", start, whens[-1], timedelta(days=1), profiles, stack.store)
+    assert done.runs == [] and done.created == [] and len(done.skipped) == days
 
 
 def test_a_manual_run_for_a_date_equals_the_scheduled_run_for_it(stack: Stack) -> None:

@@ -132,7 +132,7 @@ def test_every_deployment_is_there_with_its_schedule(stack: Stack) -> None:
         "full-consolidation/nightly", "full-consolidation/sessions",
         "lightweight-consolidation/on-demand", "consolidate-cold/sleep", "replay/backfill",
     }
-    assert deployments["replay/backfill"].concurrency_limit == 4
+    assert deployments["replay/backfill"].global_concurrency_limit.limit == 4
     crons = {name: [(s.schedule.cron, s.active) for s in d.schedules]
              for name, d in deployments.items() if d.schedules}
     assert crons == {

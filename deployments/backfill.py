@@ -125,7 +125,8 @@ def _through_replays(
     busy = _live_replays(flow)
     pending: set[datetime] = set()
     for profile in profiles:
-        todo = [w for w in whens if w not in done_dates(store, FLOWS[flow].name, profile)]
+        done = done_dates(store, FLOWS[flow].name, profile)
+        todo = [w for w in whens if w not in done]
         if not todo:
             continue
         pending.update(todo)

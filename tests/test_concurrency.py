@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from datetime import datetime, timedelta
 
 import pytest
@@ -16,6 +17,26 @@ from tasks import blocks
 
 AS_OF = datetime(2025, 7, 1)
 T0 = datetime(2026, 1, 1)
+
+
+def at_once(threads: int, call: Callable[[], object], timeout: float) -> list[BaseException]:
+    """Run ``call`` in ``threads`` threads released together; the errors they raised."""
+    start = threading.Barrier(threads)
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        start.wait()
+        try:
+            call()
+        except BaseException as exc:  # noqa: BLE001 - returned to the test
+            errors.append(exc)
+
+    workers = [threading.Thread(target=run) for _ in range(threads)]
+    for t in workers:
+        t.start()
+    for t in workers:
+        t.join(timeout=timeout)
+    return errors
 
 
 def test_a_lease_is_exclusive_until_released_or_expired(store: Store) -> None:
@@ -61,19 +82,7 @@ def test_two_runs_for_one_profile_never_overlap(
         return original(*args, **kwargs)
 
     monkeypatch.setattr(blocks, "plan_blocks", slow)
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            lightweight_consolidation(profile="maya", as_of=AS_OF)
-        except BaseException as exc:  # noqa: BLE001 - reported below
-            errors.append(exc)
-
-    threads = [threading.Thread(target=run) for _ in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
+    errors = at_once(2, lambda: lightweight_consolidation(profile="maya", as_of=AS_OF), 120)
     assert not errors
     first, second = sorted(sample_store.run_history(), key=lambda r: r.started_at)
     assert first.finished_at <= second.started_at
@@ -102,22 +111,7 @@ def test_concurrent_first_runs_of_a_new_profile_never_fail_on_its_limit() -> Non
 
     for attempt in range(5):
         profile = f"newcomer-{attempt}"
-        start = threading.Barrier(8)
-        errors: list[BaseException] = []
-
-        def create(profile: str = profile, start: threading.Barrier = start) -> None:
-            start.wait()
-            try:
-                ensure_profile_limit(profile)
-            except BaseException as exc:  # noqa: BLE001 - reported below
-                errors.append(exc)
-
-        threads = [threading.Thread(target=create) for _ in range(8)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(timeout=60)
-        assert errors == []
+        assert at_once(8, lambda p=profile: ensure_profile_limit(p), 60) == []
         with get_client(sync_client=True) as client:
             limit = client.read_global_concurrency_limit_by_name(f"reverie-profile-{profile}")
         assert limit.limit == 1

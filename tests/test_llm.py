@@ -288,7 +288,14 @@ def test_a_dead_server_costs_a_bounded_number_of_requests_per_run(
 # -- answers are checked before they are stored ---------------------------------------
 
 
-@pytest.mark.usefixtures("prefect_api")
+@pytest.fixture
+def patient(llm, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tests that count requests per wording: a 0.5 s timeout on a loaded machine would
+    add a (correct, transient) retry to the count."""
+    monkeypatch.setenv("REVERIE_LLM_TIMEOUT_SECONDS", "30")
+
+
+@pytest.mark.usefixtures("prefect_api", "patient")
 def test_a_faithful_answer_words_summaries_and_blocks(sample_store: Store, llm) -> None:
     report = full_consolidation(profile="maya", as_of=AS_OF, config=LLM)
     modes, blocks = worded(sample_store, "maya")
@@ -297,7 +304,7 @@ def test_a_faithful_answer_words_summaries_and_blocks(sample_store: Store, llm) 
     assert fell_back(report) == 0 and len(llm.requests) == len(modes) + 2
 
 
-@pytest.mark.usefixtures("prefect_api")
+@pytest.mark.usefixtures("prefect_api", "patient")
 @pytest.mark.parametrize(
     ("behaviour", "reason", "block_reason"),
     [

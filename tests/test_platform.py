@@ -12,6 +12,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
@@ -205,11 +206,10 @@ def _decay_runs_of(stack: Stack, replay_id: Any) -> list[Any]:
 
 
 def test_a_backfill_replays_each_profile_in_order_and_ends_as_sequential_runs(
-    stack: Stack, new_store: Callable[[str], Store], monkeypatch: pytest.MonkeyPatch
+    stack: Stack, new_store: Callable[[str], Store]
 ) -> None:
     from prefect.client.schemas.objects import StateType
 
-    from flows.decay import decay
     from models.export import export_jsonl
 
     start, days, profiles = datetime(2025, 9, 1), 10, ["leo-tutor", "maya"]
@@ -230,10 +230,17 @@ def test_a_backfill_replays_each_profile_in_order_and_ends_as_sequential_runs(
         runs = sorted(_decay_runs_of(stack, run_id), key=lambda r: r.start_time)
         assert [r.parameters["as_of"][:10] for r in runs] == [w.date().isoformat() for w in whens]
         assert all(a.end_time <= b.start_time for a, b in zip(runs, runs[1:]))
-    # The store ends as ten one-at-a-time runs through the same dates leave it.
-    monkeypatch.setenv("REVERIE_DATABASE_URL", reference.url)
-    for when in whens:
-        decay(profile=profiles, as_of=when)
+    # The store ends as ten one-at-a-time runs through the same dates leave it. They run
+    # in a process of their own: Prefect keeps one slot-acquiring service per limit name
+    # per process, bound to the API it first used, and this process has used the
+    # session's API for these profiles already (acquired there, released here: a leak).
+    runs = "\n".join(f"decay(profile={profiles!r}, as_of=datetime.fromisoformat({w.isoformat()!r}))"
+                     for w in whens)
+    subprocess.run(
+        [sys.executable, "-c", f"from datetime import datetime\nfrom flows.decay import decay\n{runs}"],
+        cwd=project_root(), check=True, timeout=600,
+        env={**os.environ, "REVERIE_DATABASE_URL": reference.url, "PREFECT_API_URL": stack.api},
+    )
     for profile in profiles:
         assert export_jsonl(stack.store.url, profile) == export_jsonl(reference.url, profile)
     # Done: a third backfill finds every date in the history and makes nothing.

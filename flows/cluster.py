@@ -17,7 +17,7 @@ from prefect.futures import PrefectFuture
 from flows.run import ProfileSelector, RunReport, reverie_flow, run_for_profiles
 from models.config import ConsolidationConfig
 from tasks.cluster import cluster_task
-from tasks.step import StepArgs, StepReport
+from tasks.step import StepBatch, StepReport
 
 FLOW_NAME = "cluster"
 
@@ -30,8 +30,8 @@ def cluster(
     config: ConsolidationConfig | None = None,
 ) -> RunReport:
     """Group similar relevant memories and keep one meta-memory per group."""
-    return run_for_profiles(FLOW_NAME, profile, as_of, dry_run, config, cluster_profile)
+    return run_for_profiles(FLOW_NAME, profile, as_of, dry_run, config, cluster_profiles)
 
 
-def cluster_profile(args: StepArgs) -> list[PrefectFuture[StepReport]]:
-    return [cluster_task.submit(args)]
+def cluster_profiles(batch: StepBatch) -> list[PrefectFuture[list[StepReport]]]:
+    return [cluster_task.submit(batch)]

@@ -16,7 +16,7 @@ from prefect.futures import PrefectFuture
 from flows.run import ProfileSelector, RunReport, reverie_flow, run_for_profiles
 from models.config import ConsolidationConfig
 from tasks.compress import compress_fading_task
-from tasks.step import StepArgs, StepReport
+from tasks.step import StepBatch, StepReport
 
 FLOW_NAME = "compress"
 
@@ -29,8 +29,8 @@ def compress(
     config: ConsolidationConfig | None = None,
 ) -> RunReport:
     """Replace groups of similar fading memories by summaries; originals go cold."""
-    return run_for_profiles(FLOW_NAME, profile, as_of, dry_run, config, compress_profile)
+    return run_for_profiles(FLOW_NAME, profile, as_of, dry_run, config, compress_profiles)
 
 
-def compress_profile(args: StepArgs) -> list[PrefectFuture[StepReport]]:
-    return [compress_fading_task.submit(args)]
+def compress_profiles(batch: StepBatch) -> list[PrefectFuture[list[StepReport]]]:
+    return [compress_fading_task.submit(batch)]

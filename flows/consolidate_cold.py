@@ -30,7 +30,7 @@ from models.errors import ConfigError
 from models.settings import get_settings
 from tasks.cold import consolidate_cold_task, mark_stalled_task
 from tasks.forget import forget_task
-from tasks.step import StepArgs, StepReport
+from tasks.step import StepBatch, StepReport
 
 FLOW_NAME = "consolidate-cold"
 
@@ -59,10 +59,10 @@ def consolidate_cold(
         config = base.model_copy(update={"cold": ColdConfig(**cold)})
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
-    return run_for_profiles(FLOW_NAME, profile, as_of, dry_run, config, sleep_profile)
+    return run_for_profiles(FLOW_NAME, profile, as_of, dry_run, config, sleep_profiles)
 
 
-def sleep_profile(args: StepArgs) -> list[PrefectFuture[StepReport]]:
-    cold = consolidate_cold_task.submit(args)
-    swept = forget_task.submit(args, wait_for=[cold])
-    return [cold, swept, mark_stalled_task.submit(args, wait_for=[swept])]
+def sleep_profiles(batch: StepBatch) -> list[PrefectFuture[list[StepReport]]]:
+    cold = consolidate_cold_task.submit(batch)
+    swept = forget_task.submit(batch, after=[cold])
+    return [cold, swept, mark_stalled_task.submit(batch, after=[swept])]

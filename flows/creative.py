@@ -19,7 +19,7 @@ from prefect.futures import PrefectFuture
 from flows.run import ProfileSelector, RunReport, reverie_flow, run_for_profiles
 from models.config import ConsolidationConfig
 from tasks.creative import creative_task
-from tasks.step import StepArgs, StepReport
+from tasks.step import StepBatch, StepReport
 
 FLOW_NAME = "creative"
 
@@ -32,8 +32,8 @@ def creative(
     config: ConsolidationConfig | None = None,
 ) -> RunReport:
     """Discover contradictions, explanations, shared themes and parallel contexts."""
-    return run_for_profiles(FLOW_NAME, profile, as_of, dry_run, config, associate_profile)
+    return run_for_profiles(FLOW_NAME, profile, as_of, dry_run, config, associate_profiles)
 
 
-def associate_profile(args: StepArgs) -> list[PrefectFuture[StepReport]]:
-    return [creative_task.submit(args)]
+def associate_profiles(batch: StepBatch) -> list[PrefectFuture[list[StepReport]]]:
+    return [creative_task.submit(batch)]

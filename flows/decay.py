@@ -16,7 +16,7 @@ from prefect.futures import PrefectFuture
 from flows.run import ProfileSelector, RunReport, reverie_flow, run_for_profiles
 from models.config import ConsolidationConfig
 from tasks.decay import decay_task
-from tasks.step import StepArgs, StepReport
+from tasks.step import StepBatch, StepReport
 
 FLOW_NAME = "decay"
 
@@ -30,8 +30,8 @@ def decay(
 ) -> RunReport:
     """Score every live hot memory's relevance from its age, use, links, importance
     and confidence."""
-    return run_for_profiles(FLOW_NAME, profile, as_of, dry_run, config, decay_profile)
+    return run_for_profiles(FLOW_NAME, profile, as_of, dry_run, config, decay_profiles)
 
 
-def decay_profile(args: StepArgs) -> list[PrefectFuture[StepReport]]:
-    return [decay_task.submit(args)]
+def decay_profiles(batch: StepBatch) -> list[PrefectFuture[list[StepReport]]]:
+    return [decay_task.submit(batch)]

@@ -26,7 +26,7 @@ from models.config import (
 )
 from models.settings import get_settings
 from tasks.forget import forget_task
-from tasks.step import StepArgs, StepReport
+from tasks.step import StepBatch, StepReport
 
 FLOW_NAME = "forget"
 
@@ -44,8 +44,8 @@ def forget(
     config = with_forget_thresholds(
         config or get_settings().consolidation_config(), archive_threshold, delete_threshold
     )
-    return run_for_profiles(FLOW_NAME, profile, as_of, dry_run, config, forget_profile)
+    return run_for_profiles(FLOW_NAME, profile, as_of, dry_run, config, forget_profiles)
 
 
-def forget_profile(args: StepArgs) -> list[PrefectFuture[StepReport]]:
-    return [forget_task.submit(args)]
+def forget_profiles(batch: StepBatch) -> list[PrefectFuture[list[StepReport]]]:
+    return [forget_task.submit(batch)]

@@ -1,5 +1,6 @@
 """Full consolidation: SuperLocalMemory's six steps, plus compression of fading
-memories (cognitive-memory), as one DAG per profile.
+memories (cognitive-memory), as one DAG per chunk of profiles (each task takes the
+chunk's profiles one after another).
 
 ::
 
@@ -13,7 +14,7 @@ consolidated store (compression also takes in what dedup left). Compression's ow
 summaries can be near-duplicates of each other, so merging looks once more at the new
 summaries: a second run with the same as_of then finds nothing left to do. Edge decay touches
 only old association edges, so it runs alongside. PageRank waits for every change
-to the graph. Profiles run side by side.
+to the graph. Chunks run side by side.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from tasks.edge_decay import decay_edges_task
 from tasks.importance import graph_importance_task
 from tasks.linking import link_summaries_task
 from tasks.promote import promote_task
-from tasks.step import StepArgs, StepReport
+from tasks.step import StepBatch, StepReport
 
 FLOW_NAME = "full-consolidation"
 
@@ -45,16 +46,16 @@ def full_consolidation(
 ) -> RunReport:
     """Merge near-duplicates, recompile Core Memory, promote, decay edges, link new
     summaries and rescore the graph, for one profile, several, or all (``None``)."""
-    return run_for_profiles(FLOW_NAME, profile, as_of, dry_run, config, consolidate_profile)
+    return run_for_profiles(FLOW_NAME, profile, as_of, dry_run, config, consolidate_profiles)
 
 
-def consolidate_profile(args: StepArgs) -> list[PrefectFuture[StepReport]]:
-    dedup = dedup_task.submit(args)
-    compress = compress_fading_task.submit(args, wait_for=[dedup])
-    merged = dedup_new_summaries_task.submit(args, wait_for=[compress])
-    decay = decay_edges_task.submit(args)
-    promote = promote_task.submit(args, wait_for=[merged])
-    blocks = compile_blocks_task.submit(args, wait_for=[merged])
-    link = link_summaries_task.submit(args, wait_for=[merged])
-    graph = graph_importance_task.submit(args, wait_for=[decay, link])
+def consolidate_profiles(batch: StepBatch) -> list[PrefectFuture[list[StepReport]]]:
+    dedup = dedup_task.submit(batch)
+    compress = compress_fading_task.submit(batch, after=[dedup])
+    merged = dedup_new_summaries_task.submit(batch, after=[compress])
+    decay = decay_edges_task.submit(batch)
+    promote = promote_task.submit(batch, after=[merged])
+    blocks = compile_blocks_task.submit(batch, after=[merged])
+    link = link_summaries_task.submit(batch, after=[merged])
+    graph = graph_importance_task.submit(batch, after=[decay, link])
     return [dedup, compress, merged, blocks, promote, decay, link, graph]

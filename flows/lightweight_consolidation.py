@@ -19,7 +19,7 @@ from flows.run import ProfileSelector, RunReport, reverie_flow, run_for_profiles
 from models.config import ConsolidationConfig
 from tasks.blocks import compile_blocks_task
 from tasks.edge_decay import decay_edges_task
-from tasks.step import StepArgs, StepReport
+from tasks.step import StepBatch, StepReport
 
 FLOW_NAME = "lightweight-consolidation"
 
@@ -32,8 +32,8 @@ def lightweight_consolidation(
     config: ConsolidationConfig | None = None,
 ) -> RunReport:
     """Recompile the Core Memory blocks and decay idle association edges."""
-    return run_for_profiles(FLOW_NAME, profile, as_of, dry_run, config, refresh_profile)
+    return run_for_profiles(FLOW_NAME, profile, as_of, dry_run, config, refresh_profiles)
 
 
-def refresh_profile(args: StepArgs) -> list[PrefectFuture[StepReport]]:
-    return [compile_blocks_task.submit(args), decay_edges_task.submit(args)]
+def refresh_profiles(batch: StepBatch) -> list[PrefectFuture[list[StepReport]]]:
+    return [compile_blocks_task.submit(batch), decay_edges_task.submit(batch)]

@@ -27,19 +27,22 @@ from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
 
 from models.config import ConsolidationConfig
 from models.db import copy_profiles, dispose
-from models.errors import StoreError
+from models.errors import StepFailedError, StoreError
 from models.events import api_configured
 from models.settings import Settings, get_settings
 from models.store import Store
 from models.tables import RunRecord
 from models.timestamps import iso, to_utc_naive, utcnow
-from tasks.step import StepArgs, StepReport
+from tasks.step import StepBatch, StepReport
 
 log = logging.getLogger(__name__)
 
 ProfileSelector = str | list[str] | None
 BUSY_POLL_SECONDS = 1.0
 PROFILE_LIMIT_PREFIX = "reverie-profile-"
+# Profiles a run tries to take in one go (one Prefect request, one transaction).
+HOLD_CHUNK = 100
+LIMITS_PAGE = 200
 # How long a run without a configured API waits for Prefect's temporary server to record
 # its task runs before the process exits (see wait_for_run_history).
 HISTORY_WAIT_SECONDS = 15.0
@@ -75,6 +78,14 @@ class RunReport:
 
     def changed(self) -> int:
         return sum(s.changed for s in self.steps)
+
+    def failed(self) -> dict[str, list[str]]:
+        """Profiles with a step that failed, and each failure ("step: error")."""
+        failed: dict[str, list[str]] = {}
+        for s in self.steps:
+            if s.error is not None:
+                failed.setdefault(s.profile, []).append(f"{s.step}: {s.error}")
+        return failed
 
 
 def prepare_run(
@@ -224,7 +235,7 @@ def wait_for_run_history(run_id: str | None, timeout: float = HISTORY_WAIT_SECON
     return False
 
 
-ProfileDag = Callable[[StepArgs], list[PrefectFuture[StepReport]]]
+ProfileDag = Callable[[StepBatch], list[PrefectFuture[list[StepReport]]]]
 
 
 def run_for_profiles(
@@ -235,8 +246,10 @@ def run_for_profiles(
     config: ConsolidationConfig | None,
     dag: ProfileDag,
 ) -> RunReport:
-    """Resolve a flow's parameters, submit ``dag`` for every selected profile (they run
-    side by side), collect the steps' reports and publish them as artifacts."""
+    """Resolve a flow's parameters, submit ``dag`` for every chunk of the selected
+    profiles (chunks run side by side), collect the steps' reports and publish them as
+    artifacts. Profiles whose steps all succeeded are recorded as done; if any failed,
+    the run fails at the end, naming them, after the others have finished."""
     from flows.artifacts import publish
 
     plan = prepare_run(flow, profile, as_of, dry_run, config)
@@ -245,17 +258,44 @@ def run_for_profiles(
         started = utcnow()
         report.profiles = profiles
         report.skipped_profiles = sorted(set(plan.profiles) - set(profiles))
-        futures = [
-            future
-            for p in profiles
-            for future in dag(StepArgs(url, p, plan.as_of, plan.config, plan.run_id))
+        batches = [
+            StepBatch(url, chunk, plan.as_of, plan.config, plan.run_id)
+            for chunk in chunked(profiles, get_settings().profiles_per_task)
         ]
-        follow_progress(report, futures)
-        report.steps = [f.result() for f in futures]
+        dags = [dag(batch) for batch in batches]
+        follow_progress(report, [future for futures in dags for future in futures])
+        report.steps = [
+            step for batch, futures in zip(batches, dags)
+            for step in by_profile(batch, [f.result() for f in futures])
+        ]
         if not plan.dry_run:
             Store(plan.store_url).record_runs(history(report, plan.as_of, started, utcnow()))
     publish(report)
+    failed = report.failed()
+    if failed:
+        raise StepFailedError(failed)
     return report
+
+
+def chunked(profiles: list[str], size: int) -> list[tuple[str, ...]]:
+    """Profiles in chunks of at most ``size``, spread evenly (2,001 profiles in chunks of
+    50 make 41 chunks of 48-49, not 40 of 50 and one of 1)."""
+    if not profiles:
+        return []
+    count = -(-len(profiles) // size)
+    per, extra = divmod(len(profiles), count)
+    chunks, start = [], 0
+    for i in range(count):
+        end = start + per + (1 if i < extra else 0)
+        chunks.append(tuple(profiles[start:end]))
+        start = end
+    return chunks
+
+
+def by_profile(batch: StepBatch, results: list[list[StepReport]]) -> list[StepReport]:
+    """A chunk's reports in the order one profile at a time would give them: each
+    profile's steps, in the order the DAG lists them."""
+    return [reports[i] for i in range(len(batch.profiles)) for reports in results]
 
 
 def follow_progress(report: RunReport, futures: list[PrefectFuture[StepReport]]) -> None:
@@ -269,10 +309,15 @@ def follow_progress(report: RunReport, futures: list[PrefectFuture[StepReport]])
 
     artifact_id = create_progress_artifact(
         0.0, key=artifact_key(report, "progress"),
-        description=f"{report.flow}: steps finished for {len(report.profiles)} profile(s)",
+        description=f"{report.flow}: task runs finished for {len(report.profiles)} profile(s)",
     )
+    shown = 0.0
     for done, _ in enumerate(as_completed(futures), start=1):
-        update_progress_artifact(artifact_id, round(100.0 * done / len(futures), 1))
+        progress = round(100.0 * done / len(futures), 1)
+        # At most ~100 updates, however many task runs: each is an API call.
+        if progress - shown >= 1.0 or done == len(futures):
+            update_progress_artifact(artifact_id, progress)
+            shown = progress
 
 
 @contextmanager
@@ -298,9 +343,15 @@ def holding(plan: RunPlan) -> Iterator[list[str]]:
     with ExitStack() as slots:
         try:
             heartbeat.start()
-            for profile in sorted(plan.profiles):
-                if _take(profile, store, holder, slots, settings, deadline):
-                    held.append(profile)
+            if api_configured():
+                ensure_profile_limits(plan.profiles)
+            for chunk in chunked(sorted(plan.profiles), HOLD_CHUNK):
+                if _take_chunk(chunk, store, holder, slots, settings):
+                    held.extend(chunk)
+                    continue
+                for profile in chunk:
+                    if _take(profile, store, holder, slots, settings, deadline):
+                        held.append(profile)
             yield held
         finally:
             stop.set()
@@ -320,6 +371,32 @@ def _renew(
                 store.acquire_leases(list(held), holder, seconds)
             except Exception as exc:  # noqa: BLE001 - a missed beat is retried
                 log.warning("could not renew the profile leases: %s", exc)
+
+
+def _take_chunk(
+    chunk: tuple[str, ...], store: Store, holder: str, slots: ExitStack, settings: Settings
+) -> bool:
+    """Take a whole chunk of profiles at once, without waiting: one Prefect request for
+    their slots (all or none) and one transaction for their leases. False, holding
+    none of them, if any is busy: the caller then takes them one by one, in order, so
+    a waiting run never holds a profile after the one it waits for (no deadlock)."""
+    from prefect.concurrency.asyncio import ConcurrencySlotAcquisitionError
+    from prefect.concurrency.sync import concurrency
+
+    with ExitStack() as attempt:
+        if api_configured():
+            names = [f"{PROFILE_LIMIT_PREFIX}{p}" for p in chunk]
+            try:
+                attempt.enter_context(concurrency(names, occupy=1, strict=True, max_retries=0))
+            except ConcurrencySlotAcquisitionError:
+                return False
+        taken = store.acquire_leases(list(chunk), holder, settings.lease_seconds)
+        if len(taken) < len(chunk):
+            if taken:
+                store.release_leases(taken, holder)
+            return False
+        slots.enter_context(attempt.pop_all())
+    return True
 
 
 def _take(
@@ -366,6 +443,25 @@ def ensure_profile_limit(profile: str) -> str:
     return name
 
 
+def ensure_profile_limits(profiles: list[str]) -> None:
+    """Create the Prefect concurrency limits missing among ``profiles``' (one read of
+    the existing limits, page by page, then one create per new profile): a chunk's
+    slots are then taken in one request, which would silently leave out a missing
+    limit."""
+    from prefect.client.orchestration import get_client
+
+    wanted = {f"{PROFILE_LIMIT_PREFIX}{p}": p for p in profiles}
+    existing: set[str] = set()
+    with get_client(sync_client=True) as client:
+        while True:
+            page = client.read_global_concurrency_limits(limit=LIMITS_PAGE, offset=len(existing))
+            existing.update(limit.name for limit in page)
+            if len(page) < LIMITS_PAGE:
+                break
+    for name in sorted(set(wanted) - existing):
+        ensure_profile_limit(wanted[name])
+
+
 def _prefect_slot(profile: str, slots: ExitStack, skip: bool, deadline: float) -> bool:
     """Occupy the profile's Prefect concurrency slot for the rest of the run."""
     from prefect.concurrency.asyncio import (
@@ -389,17 +485,21 @@ def _prefect_slot(profile: str, slots: ExitStack, skip: bool, deadline: float) -
 def history(
     report: RunReport, as_of: datetime, started: datetime, finished: datetime
 ) -> list[RunRecord]:
-    """One history row per profile of a finished run: what ``reverie status`` shows."""
-    rows: list[RunRecord] = []
-    for profile in report.profiles:
-        steps = [s for s in report.steps if s.profile == profile]
-        rows.append(
-            RunRecord(
-                profile_id=profile, flow=report.flow, run_id=report.run_id, as_of=as_of,
-                started_at=started, finished_at=finished,
-                examined=sum(s.examined for s in steps), changed=sum(s.changed for s in steps),
-                seconds=round(sum(s.seconds for s in steps), 4),
-                summary={s.step: {"changed": s.changed, "notes": s.notes} for s in steps},
-            )
+    """One history row per profile the run finished: what ``reverie status`` shows, and
+    what a backfill's resume reads. A profile with a failed step gets none, so a
+    re-run or a resumed backfill takes it again."""
+    by: dict[str, list[StepReport]] = {}
+    for s in report.steps:
+        by.setdefault(s.profile, []).append(s)
+    failed = report.failed()
+    return [
+        RunRecord(
+            profile_id=profile, flow=report.flow, run_id=report.run_id, as_of=as_of,
+            started_at=started, finished_at=finished,
+            examined=sum(s.examined for s in steps), changed=sum(s.changed for s in steps),
+            seconds=round(sum(s.seconds for s in steps), 4),
+            summary={s.step: {"changed": s.changed, "notes": s.notes} for s in steps},
         )
-    return rows
+        for profile in report.profiles if profile not in failed
+        for steps in [by.get(profile, [])]
+    ]

@@ -8,8 +8,9 @@ Hierarchy::
     │   └── RecordError        ... names the record (line or id) and the field
     ├── NotFoundError          no memory, profile or tombstone has that id
     │   └── AmbiguousIdError   an external id exists in several profiles
-    └── StoreError             the store cannot do what was asked
-        └── EmbeddingError     the embedding model is missing or gave a bad vector
+    ├── StoreError             the store cannot do what was asked
+    │   └── EmbeddingError     the embedding model is missing or gave a bad vector
+    └── StepFailedError        a run's steps failed for some profiles; the rest finished
 
 Callers that only want "did Reverie refuse this?" catch ``ReverieError``; the CLI
 turns it into a one-line message and a non-zero exit code.
@@ -55,3 +56,18 @@ class StoreError(ReverieError):
 
 class EmbeddingError(StoreError):
     """The embedding model is unavailable or returned an unusable vector."""
+
+
+class StepFailedError(ReverieError):
+    """Steps failed for some profiles after their retries; every other profile finished
+    and is recorded. Re-run the flow for the profiles named."""
+
+    def __init__(self, failed: dict[str, list[str]]) -> None:
+        self.failed = failed
+        names = sorted(failed)
+        shown = ", ".join(names[:20]) + (f" and {len(names) - 20} more" if len(names) > 20 else "")
+        first = failed[names[0]][0]
+        super().__init__(
+            f"{len(names)} profile(s) failed ({shown}); the others finished. "
+            f"First failure, {names[0]}: {first}"
+        )

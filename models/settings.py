@@ -45,6 +45,10 @@ class Settings(BaseSettings):
     task_runner: Literal["threads", "dask"] = "threads"
     dask_address: str | None = None
     dask_workers: int = Field(2, ge=1, le=512)
+    # Profiles one task run takes, one after another. Prefect costs tens of ms per task
+    # run, more than a small profile's step: chunks make a run over 10,000 profiles cost
+    # about its work. Chunks run side by side (threads or Dask workers).
+    profiles_per_task: int = Field(50, ge=1, le=100_000)
 
     # Prefect events from the store (only sent when PREFECT_API_URL is set), and when.
     emit_events: bool = True

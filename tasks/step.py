@@ -2,8 +2,8 @@
 
 A step is a function ``(store, StepArgs) -> StepReport`` that reads a snapshot of one
 profile, plans in pure code and writes the plan in one transaction; ``step_task``
-makes it a Prefect task with retries, and a retry starts from whatever the last
-attempt committed. It returns a report of how much it examined,
+makes it a Prefect task over a chunk of profiles, with retries per profile, and a retry
+starts from whatever the last attempt committed. It returns a report of how much it examined,
 what it changed and why. Reports are plain data: a dry run returns the very report
 the real run would, and flows turn reports into Prefect artifacts. Memory content
 appears only as a short preview, cut to ``REVERIE_ARTIFACT_CONTENT_CHARS`` (0 hides it).
@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from functools import lru_cache
@@ -70,6 +70,9 @@ class StepReport:
     seconds: float = 0.0
     # Of those seconds, the time spent embedding text the step wrote afresh.
     embedding_seconds: float = 0.0
+    # Why the step failed for this profile after its retries (nothing of it was kept
+    # beyond what its last attempt committed); None when it succeeded.
+    error: str | None = None
 
     def record(self, change: Change, counts: bool = True) -> None:
         """Count a change (``counts=False``: only list it, e.g. a memory left alone and
@@ -134,23 +137,88 @@ def run_step(name: str, fn: StepFunction, args: StepArgs) -> StepReport:
     return report
 
 
-def step_task(name: str, fn: StepFunction) -> Task[[StepArgs], StepReport]:
-    """The Prefect task running step ``fn``: retried on failure, never cached (it writes)."""
+# A failed step is tried again for its profile this many times, a second apart: a retry
+# starts from whatever the last attempt committed.
+STEP_RETRIES = 2
+STEP_RETRY_DELAY_SECONDS = 1.0
+# An error message kept in a report is cut to this: enough to act on, no dump.
+ERROR_CHARS = 300
 
-    def run(args: StepArgs) -> StepReport:
-        return run_step(name, fn, args)
+
+@dataclass(frozen=True, slots=True)
+class StepBatch:
+    """What a step's task is told: the run's store, 'now' and knobs, and the chunk of
+    profiles it takes one after another. One task run per chunk, not per profile:
+    Prefect's cost per task run (tens of ms) would otherwise exceed the work of a
+    small profile."""
+
+    store_url: str
+    profiles: tuple[str, ...]
+    as_of: datetime
+    config: ConsolidationConfig
+    run_id: str | None = None
+
+    def each(self) -> Iterator[StepArgs]:
+        for profile in self.profiles:
+            yield StepArgs(self.store_url, profile, self.as_of, self.config, self.run_id)
+
+    def label(self) -> str:
+        """The chunk as a task run's name shows it."""
+        first, last, n = self.profiles[0], self.profiles[-1], len(self.profiles)
+        return first if n == 1 else f"{first}..{last} ({n} profiles)"
+
+
+def run_batch(
+    name: str, fn: StepFunction, batch: StepBatch, after: Sequence[list[StepReport]] = ()
+) -> list[StepReport]:
+    """Run step ``fn`` for each profile of the chunk, in order. A profile whose step
+    still fails after its retries gets a report carrying the error, and the chunk goes
+    on: one profile's failure neither stops nor hides the others (the flow reports it
+    and fails the run at the end). ``after`` holds the reports of the steps this one
+    follows: a profile that failed in one of them is not run here either."""
+    blocked = {r.profile: r.step for reports in after for r in reports if r.error is not None}
+    reports = []
+    for args in batch.each():
+        if args.profile in blocked:
+            reports.append(StepReport(name, args.profile,
+                                      error=f"not run: {blocked[args.profile]} failed"))
+            continue
+        for attempt in range(STEP_RETRIES + 1):
+            try:
+                reports.append(run_step(name, fn, args))
+                break
+            except Exception as exc:  # noqa: BLE001 - reported per profile below
+                if attempt < STEP_RETRIES:
+                    _logger().warning("step=%s profile=%s attempt %d failed (%s); retrying",
+                                      name, args.profile, attempt + 1, type(exc).__name__)
+                    time.sleep(STEP_RETRY_DELAY_SECONDS)
+                    continue
+                _logger().error("step=%s profile=%s failed: %s", name, args.profile,
+                                type(exc).__name__)
+                reports.append(StepReport(name, args.profile, error=_error_text(exc)))
+    return reports
+
+
+def _error_text(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}"
+    return text if len(text) <= ERROR_CHARS else text[: ERROR_CHARS - 1] + "…"
+
+
+def step_task(
+    name: str, fn: StepFunction
+) -> Task[[StepBatch, Sequence[list[StepReport]]], list[StepReport]]:
+    """The Prefect task running step ``fn`` over a chunk of profiles; never cached (it
+    writes). Submitted with ``after=[futures]``, it waits for those steps and skips the
+    profiles they failed. Retries happen per profile inside it, so a retry never runs
+    again, and reports again as unchanged, the profiles that had already succeeded."""
+
+    def run(batch: StepBatch, after: Sequence[list[StepReport]] = ()) -> list[StepReport]:
+        return run_batch(name, fn, batch, after)
 
     def run_name() -> str:
         from prefect.runtime import task_run
 
-        return f"{name}/{task_run.parameters['args'].profile}"
+        return f"{name}/{task_run.parameters['batch'].label()}"
 
     run.__doc__ = fn.__doc__
-    return task(
-        run,
-        name=name,
-        retries=2,
-        retry_delay_seconds=1,
-        cache_policy=NO_CACHE,
-        task_run_name=run_name,
-    )
+    return task(run, name=name, cache_policy=NO_CACHE, task_run_name=run_name)

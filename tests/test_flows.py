@@ -12,13 +12,14 @@ import pytest
 
 from flows.full_consolidation import full_consolidation
 from flows.lightweight_consolidation import lightweight_consolidation
-from flows.run import wait_for_run_history
+from flows.run import chunked, wait_for_run_history
 from models import store as store_module
-from models.errors import NotFoundError
+from models.errors import NotFoundError, StepFailedError
 from models.export import export_jsonl, export_rows
 from models.store import Store
 from models.tables import ASSOCIATION, COLD, CONSOLIDATION, DEDUP_SUMMARY, HOT
 from tasks import linking
+from tasks import step as step_module
 from tasks.blocks import BLOCK_TYPES
 
 from conftest import clone_sample
@@ -192,12 +193,85 @@ def test_a_run_that_stops_midway_completes_when_run_again(
             raise RuntimeError("injected: linking is down for the whole run")
 
         patch.setattr(linking, "plan_links", down)
-        with pytest.raises(RuntimeError):
+        with pytest.raises(StepFailedError) as failure:
             full_consolidation(profile="maya", as_of=AS_OF)
-    # Dedup committed; linking and scoring did not.
+    # Dedup committed; linking failed, and scoring, which follows it, did not run.
+    assert failure.value.failed == {"maya": [
+        "link_summaries: RuntimeError: injected: linking is down for the whole run",
+        "graph_importance: not run: link_summaries failed",
+    ]}
     assert exports(broken) != expected
     full_consolidation(profile="maya", as_of=AS_OF)
     assert exports(broken) == expected
+
+
+def test_a_profile_that_fails_neither_stops_nor_hides_the_others(
+    sample_template: Path, new_store: Callable[[str], Store], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    expected = clean_run_exports(sample_template, new_store, monkeypatch, None)
+    broken = use_copy(sample_template, new_store, "broken", monkeypatch)
+    real = step_module.run_step
+
+    def fail_for_raj(name, fn, args):  # type: ignore[no-untyped-def]
+        if name == "compress_fading" and args.profile == "raj":
+            raise RuntimeError("injected: raj's compression fails")
+        return real(name, fn, args)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(step_module, "run_step", fail_for_raj)
+        with pytest.raises(StepFailedError) as failure:
+            full_consolidation(profile=None, as_of=AS_OF)
+    # raj's later steps that need compression did not run; its others and every other
+    # profile ran in full, in the same chunk.
+    assert failure.value.failed == {"raj": [
+        "compress_fading: RuntimeError: injected: raj's compression fails",
+        "dedup_new_summaries: not run: compress_fading failed",
+        "compile_blocks: not run: dedup_new_summaries failed",
+        "promote: not run: dedup_new_summaries failed",
+        "link_summaries: not run: dedup_new_summaries failed",
+        "graph_importance: not run: link_summaries failed",
+    ]}
+    now = exports(broken)
+    assert {p: now[p] for p in now if p != "raj"} == {p: expected[p] for p in now if p != "raj"}
+    done = {r.profile_id for r in broken.run_history(flow="full-consolidation", limit=None)}
+    assert done == set(now) - {"raj"}
+    # A re-run of just the failed profile ends where a clean run does.
+    report = full_consolidation(profile=["raj"], as_of=AS_OF)
+    assert report.profiles == ["raj"] and exports(broken) == expected
+
+
+def test_chunks_of_profiles_give_the_report_one_chunk_gives(
+    sample_template: Path, new_store: Callable[[str], Store], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    whole = use_copy(sample_template, new_store, "whole", monkeypatch)
+    one = full_consolidation(profile=None, as_of=AS_OF)
+    in_one = exports(whole)
+    chunked_store = use_copy(sample_template, new_store, "pairs", monkeypatch)
+    monkeypatch.setenv("REVERIE_PROFILES_PER_TASK", "2")
+    pairs = full_consolidation(profile=None, as_of=AS_OF)
+    assert pairs.comparable() == one.comparable() and exports(chunked_store) == in_one
+    wait_for_run_history(pairs.run_id)
+    with get_client(sync_client=True) as client:
+        tasks = client.read_task_runs(
+            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[UUID(pairs.run_id)]))
+        )
+    # Task runs grow with chunks, not with profiles: 8 steps per chunk of two.
+    chunks = len(chunked(pairs.profiles, 2))
+    assert len(pairs.profiles) > chunks and len(tasks) == 8 * chunks
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 50])
+@pytest.mark.parametrize("n", [0, 1, 2, 5, 49, 50, 51, 101])
+def test_profiles_are_chunked_in_order_evenly_and_within_size(n: int, size: int) -> None:
+    profiles = [f"p{i:03d}" for i in range(n)]
+    chunks = chunked(profiles, size)
+    assert [p for c in chunks for p in c] == profiles
+    assert all(0 < len(c) <= size for c in chunks)
+    assert len(chunks) == -(-n // size)
+    assert not chunks or max(map(len, chunks)) - min(map(len, chunks)) <= 1
 
 
 def test_lightweight_consolidation_only_refreshes_blocks_and_edges(sample_store: Store) -> None:
@@ -274,7 +348,7 @@ def test_runs_have_readable_names(sample_store: Store) -> None:
         )
     assert name == "lightweight-consolidation | maya, raj | as of 2025-07-01 00:00:00 (dry run)"
     assert sorted(t.name for t in tasks) == [
-        "compile_blocks/maya", "compile_blocks/raj", "decay_edges/maya", "decay_edges/raj"]
+        "compile_blocks/maya..raj (2 profiles)", "decay_edges/maya..raj (2 profiles)"]
 
 
 def test_waiting_for_run_history_skips_with_an_api_and_gives_up_at_its_timeout(

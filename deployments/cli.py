@@ -149,16 +149,31 @@ def _parser() -> argparse.ArgumentParser:
                    help="time the steps only, not the flows through Prefect")
     b.add_argument("--no-baseline", dest="checks", action="store_false",
                    help="skip the exact baseline and recall checks")
+    b.add_argument("--no-steps", dest="step_rows", action="store_false",
+                   help="skip the per-step rows (flows and their work only)")
+    b.add_argument("--flow-list", type=_flow_list, default=None, metavar="FLOWS",
+                   help="flows to time, comma-separated (default: all)")
+    b.add_argument("--server", action="store_true",
+                   help="run the flows through a real Prefect server started for the bench "
+                        "(its database: $PREFECT_API_DATABASE_CONNECTION_URL, else SQLite)")
     b.add_argument("--json", type=Path, dest="json_out", help="write the results as JSON")
     b.add_argument("--markdown", type=Path, help="write the results table as markdown")
 
-    p = command("serve", _serve, "Run a Prefect server, deploy every flow and start a worker.")
+    p = command("serve", _serve, "Run a Prefect server, deploy every flow and start a worker "
+                "(Prefect's database: $PREFECT_API_DATABASE_CONNECTION_URL, else SQLite).")
     p.add_argument("--port", type=int, default=4200)
     p.add_argument("--home", type=Path, help="Prefect's own folder (default .reverie/prefect)")
 
     p = command("demo", _demo, "Ingest the bundled sample store and consolidate it.")
     p.add_argument("--database", type=Path, help="SQLite file for the demo store")
     return parser
+
+
+def _flow_list(text: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError("--flow-list names no flow")
+    return names
 
 
 def _add_run_options(p: argparse.ArgumentParser) -> None:
@@ -449,7 +464,13 @@ def _bench_synthetic(args: argparse.Namespace) -> int:
     from deployments.speed import as_json, bench_synthetic, render_markdown
     from flows.temporary_server import keep_with_this_process
 
-    if args.flows:
+    from deployments.speed import FLOW_ORDER
+
+    unknown = sorted(set(args.flow_list or ()) - set(FLOW_ORDER))
+    if unknown:
+        raise ReverieError(f"--flow-list: unknown flow(s) {', '.join(unknown)}; "
+                           f"choose from {', '.join(FLOW_ORDER)}")
+    if args.flows and not args.server:
         keep_with_this_process()
 
     command = (
@@ -457,6 +478,8 @@ def _bench_synthetic(args: argparse.Namespace) -> int:
         f"--profiles {args.profiles} --duplicate-share {args.duplicate_share:g} "
         f"--embeddings {args.embeddings} --ingest-sentences {args.ingest_sentences}"
         + ("" if args.flows else " --no-flows") + ("" if args.checks else " --no-baseline")
+        + ("" if args.step_rows else " --no-steps") + (" --server" if args.server else "")
+        + (f" --flow-list {','.join(args.flow_list)}" if args.flow_list else "")
     )
     done: list[Any] = []
 
@@ -475,7 +498,8 @@ def _bench_synthetic(args: argparse.Namespace) -> int:
 
     results = bench_synthetic(
         args.sizes, args.profiles, args.duplicate_share, args.embeddings, args.flows,
-        args.checks, args.ingest_sentences, progress,
+        args.checks, args.ingest_sentences, progress, server=args.server,
+        step_rows=args.step_rows, flow_names=args.flow_list or FLOW_ORDER,
     )
     print(render_markdown(results))  # the files already hold every row
     return EXIT_OK

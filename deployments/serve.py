@@ -4,7 +4,10 @@ Starts a Prefect server on 127.0.0.1, creates the ``reverie`` process work pool,
 deploys every flow from ``prefect.yaml`` (schedules and event triggers included) and
 starts a worker, then waits until interrupted (Ctrl-C stops everything it started).
 Prefect keeps its own database under ``--home`` (default ``.reverie/prefect``), apart
-from the memory store.
+from the memory store: SQLite, or PostgreSQL when ``PREFECT_API_DATABASE_CONNECTION_URL``
+names one (from the environment: the URL holds a password), which a platform should use
+once runs overlap (SQLite locks up under a few concurrent runs: "database is locked",
+then 503s).
 """
 
 from __future__ import annotations
@@ -19,10 +22,11 @@ import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
-from models.errors import ReverieError
+from models.errors import ConfigError, ReverieError
 from models.settings import DATABASE_URL_VARIABLE, get_settings, resolve_database_url
 
 WORK_POOL = "reverie"
+PREFECT_DATABASE_VARIABLE = "PREFECT_API_DATABASE_CONNECTION_URL"
 READY = "Reverie is up"
 
 
@@ -37,8 +41,25 @@ def project_root() -> Path:
     raise ReverieError("no prefect.yaml here or above: run `reverie serve` from the checkout")
 
 
-def stack_environment(port: int, home: Path) -> dict[str, str]:
+def prefect_database_url(url: str) -> str:
+    """Prefect's server reaches PostgreSQL through asyncpg and SQLite through aiosqlite:
+    accept the URL in any driver's spelling (the store's psycopg2 URL included)."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or not rest:
+        raise ConfigError(f"{PREFECT_DATABASE_VARIABLE} is not a database URL")
+    if scheme in ("postgres", "postgresql") or scheme.startswith("postgresql+"):
+        return f"postgresql+asyncpg://{rest}"
+    if scheme == "sqlite" or scheme.startswith("sqlite+"):
+        return f"sqlite+aiosqlite://{rest}"
+    raise ConfigError(f"{PREFECT_DATABASE_VARIABLE}: Prefect's server runs on PostgreSQL "
+                      f"or SQLite, not {scheme!r}")
+
+
+def stack_environment(port: int, home: Path, prefect_database: str | None = None) -> dict[str, str]:
     env = dict(os.environ)
+    database = prefect_database or env.get(PREFECT_DATABASE_VARIABLE)
+    if database:
+        env[PREFECT_DATABASE_VARIABLE] = prefect_database_url(database)
     env.update({
         "PREFECT_HOME": str(home),
         "PREFECT_API_URL": f"http://127.0.0.1:{port}/api",
@@ -72,24 +93,37 @@ def wait_healthy(port: int, timeout: float = 90.0) -> None:
     raise ReverieError(f"the Prefect server did not answer on {url} within {timeout:.0f} s")
 
 
+def start_server(
+    port: int, home: Path, log: Path, prefect_database: str | None = None
+) -> subprocess.Popen[bytes]:
+    """A Prefect server on 127.0.0.1:``port``, answering when this returns."""
+    home.mkdir(parents=True, exist_ok=True)
+    env = stack_environment(port, home, prefect_database)
+    server = subprocess.Popen(
+        _prefect("server", "start", "--host", "127.0.0.1", "--port", str(port)),
+        env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT,
+    )
+    try:
+        wait_healthy(port)
+    except BaseException:
+        stop([server])
+        raise
+    return server
+
+
 def start_stack(
-    port: int, home: Path, log: Path, prefect_file: Path | None = None
+    port: int, home: Path, log: Path, prefect_file: Path | None = None,
+    prefect_database: str | None = None,
 ) -> list[subprocess.Popen[bytes]]:
     """Server, work pool, deployments (from ``prefect_file``, default the project's
     ``prefect.yaml``) and worker; returns the processes started."""
     root = project_root()
-    home.mkdir(parents=True, exist_ok=True)
-    env = stack_environment(port, home)
+    env = stack_environment(port, home, prefect_database)
     # prefect.yaml's pull step reads $PWD: the checkout the worker runs flows from.
     env["PWD"] = str(root)
     out = log.open("ab")
-    server = subprocess.Popen(
-        _prefect("server", "start", "--host", "127.0.0.1", "--port", str(port)),
-        env=env, stdout=out, stderr=subprocess.STDOUT,
-    )
-    processes = [server]
+    processes = [start_server(port, home, log, prefect_database)]
     try:
-        wait_healthy(port)
         subprocess.run(
             _prefect("work-pool", "create", WORK_POOL, "--type", "process", "--overwrite"),
             env=env, cwd=root, stdout=out, stderr=subprocess.STDOUT, check=True,
@@ -124,14 +158,18 @@ def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
-def serve(port: int = 4200, home: Path | None = None) -> int:
+def serve(port: int = 4200, home: Path | None = None, prefect_database: str | None = None) -> int:
     home = (home or Path(".reverie") / "prefect").resolve()
     log = home / "stack.log"
     home.mkdir(parents=True, exist_ok=True)
-    print(f"starting Prefect on http://127.0.0.1:{port} (log: {log}) ...", flush=True)
+    database = prefect_database or os.environ.get(PREFECT_DATABASE_VARIABLE)
+    where = "PostgreSQL" if database and prefect_database_url(database).startswith("postgresql") \
+        else "SQLite"
+    print(f"starting Prefect on http://127.0.0.1:{port}, its database on {where} "
+          f"(log: {log}) ...", flush=True)
     # A service manager stops us with SIGTERM: stop what we started, as on Ctrl-C.
     signal.signal(signal.SIGTERM, _interrupt)
-    processes = start_stack(port, home, log)
+    processes = start_stack(port, home, log, prefect_database=prefect_database)
     print(
         f"{READY}: http://127.0.0.1:{port}\n"
         f"  Deployments: every flow and its schedule; click one, then 'Run' to start it.\n"

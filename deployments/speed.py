@@ -10,8 +10,10 @@ through the real ingest path (vectors supplied, so the model is not run), and th
    and reports the recall of the search against that exact answer; above
    ``EXACT_BASELINE_LIMIT`` rows the baseline and recall come from a random sample of
    query rows (the baseline's time scaled to all pairs, marked "estimated");
-3. runs every flow on a second copy, through Prefect (the ephemeral API, warmed up
-   first), timing the flow call and the work its steps report.
+3. runs every flow on a second copy, through Prefect (the ephemeral API, or with
+   ``--server`` a real server started for the bench; warmed up first), beside the same
+   steps run without Prefect, one profile after another, on a twin copy: the flow's
+   time over that work is what Prefect costs. It counts the task runs each flow made.
 
 Separately it measures ingest with embedding against the raw model on the same
 sentences. Results are rows of plain data; ``render_markdown`` makes the table
@@ -30,7 +32,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -250,6 +252,19 @@ def steps() -> list[tuple[str, StepFunction]]:
 
 # Flows in the order a deployment's schedules would first run them.
 FLOW_ORDER = ("decay", "full", "lightweight", "creative", "cluster", "compress", "cold", "forget")
+# The steps each flow runs, in an order its DAG allows: its work without Prefect, timed
+# one profile after another on a twin copy of the store (tests/test_speed_bench.py holds
+# this against the flows' own reports).
+FLOW_STEPS: dict[str, tuple[str, ...]] = {
+    "decay": ("decay",),
+    "full": ("dedup", "compress_fading", "dedup_new_summaries", "compile_blocks", "promote",
+             "decay_edges", "link_summaries", "graph_importance"),
+    "lightweight": ("compile_blocks", "decay_edges"),
+    "creative": ("creative",),
+    "cluster": ("cluster",),
+    "compress": ("compress_fading",),
+    "forget": ("forget",),
+}
 
 
 def bench_config() -> ConsolidationConfig:
@@ -325,25 +340,118 @@ def warm_up_prefect(folder: Path) -> None:
         lightweight_consolidation(profile=None, as_of=AS_OF, config=bench_config())
 
 
-def bench_flows(url: str, spec: SyntheticSpec, config: ConsolidationConfig) -> Iterator[Result]:
-    """One row per flow (and the lightweight flow's own work), each as soon as measured."""
+def run_plain(flow: str, url: str, config: ConsolidationConfig) -> float:
+    """Run ``flow``'s steps without Prefect, one profile after another; the seconds."""
+    functions = dict(steps())
+    started = time.perf_counter()
+    for profile in Store(url).profiles():
+        for name in FLOW_STEPS[flow]:
+            run_step(name, functions[name], StepArgs(url, profile, AS_OF, config))
+    return time.perf_counter() - started
+
+
+def bench_flows(url: str, twin: str, spec: SyntheticSpec, config: ConsolidationConfig,
+                names: Sequence[str] = FLOW_ORDER) -> Iterator[Result]:
+    """One row per flow, each as soon as measured: the flow through Prefect on ``url``,
+    beside the same steps without Prefect on ``twin`` (an identical copy; both copies
+    go through the flows in the same order, so each flow finds the same store)."""
     from flows.catalog import FLOWS
 
-    with using_database(url):
-        for name in FLOW_ORDER:
-            with measured(f"flow {FLOWS[name].name}", spec.memories, spec.profiles) as row:
-                report = FLOWS[name](profile=None, as_of=AS_OF, config=config)
-            work = sum(s.seconds for s in report.steps)
-            embedding = sum(s.embedding_seconds for s in report.steps)
-            row.notes.append(
-                f"steps' own work {work:.3f} s, of which embedding new summaries "
-                f"{embedding:.3f} s; {report.changed()} changes"
-            )
-            yield row
-            if name == "lightweight":
-                yield Result("lightweight work", spec.memories, round(work, 4),
-                             row.peak_rss_mb, profiles=spec.profiles,
-                             notes=["sum of the steps' own seconds, without Prefect"])
+    for name in (n for n in FLOW_ORDER if n in names):
+        work = None
+        if name in FLOW_STEPS:
+            with using_database(twin):
+                work = run_plain(name, twin, config)
+        with using_database(url), measured(
+            f"flow {FLOWS[name].name}", spec.memories, spec.profiles
+        ) as row:
+            report = FLOWS[name](profile=None, as_of=AS_OF, config=config)
+        embedding = sum(s.embedding_seconds for s in report.steps)
+        tasks = task_runs(report.run_id)
+        if work is not None:
+            row.baseline_seconds = round(work, 4)
+            row.notes.append(f"{row.seconds / work:.2f}x the steps' own work "
+                             f"({work:.3f} s without Prefect)")
+        row.notes.append(f"{tasks} task runs" if tasks is not None else "task runs not counted")
+        row.notes.append(f"embedding new summaries {embedding:.3f} s; "
+                         f"{report.changed()} changes")
+        yield row
+
+
+def task_runs(run_id: str | None, settle_seconds: float = 60.0) -> int | None:
+    """How many task runs Prefect recorded for the flow run (they arrive as events:
+    counted until the number stops growing)."""
+    if run_id is None:
+        return None
+    from uuid import UUID
+
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    from flows.run import wait_for_run_history
+
+    wait_for_run_history(run_id)
+    of_run = FlowRunFilter(id=FlowRunFilterId(any_=[UUID(run_id)]))
+    seen, deadline = -1, time.monotonic() + settle_seconds
+    with get_client(sync_client=True) as client:
+        while time.monotonic() < deadline:
+            count = 0
+            while True:
+                page = client.read_task_runs(flow_run_filter=of_run, limit=200, offset=count)
+                count += len(page)
+                if len(page) < 200:
+                    break
+            if count == seen:
+                return count
+            seen = count
+            time.sleep(1.0)
+    return seen
+
+
+@contextmanager
+def prefect_server(folder: Path) -> Iterator[Path]:
+    """A real Prefect server on loopback for the bench's flows (its database: SQLite in
+    ``folder``, or PREFECT_API_DATABASE_CONNECTION_URL); yields its log."""
+    import socket
+
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from deployments.serve import start_server, stop
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    log = folder / "prefect-server.log"
+    server = start_server(port, folder / "prefect-home", log)
+    api = f"http://127.0.0.1:{port}/api"
+    previous = os.environ.get("PREFECT_API_URL")
+    os.environ["PREFECT_API_URL"] = api
+    try:
+        with temporary_settings({PREFECT_API_URL: api}):
+            yield log
+    finally:
+        from prefect.events.worker import EventsWorker
+        from prefect.logging.handlers import APILogHandler
+
+        # What the flows logged and emitted is still queued: send it while the server lives.
+        APILogHandler.flush()
+        EventsWorker.drain_all(timeout=30, at_exit=False)
+        stop([server])
+        if previous is None:
+            os.environ.pop("PREFECT_API_URL", None)
+        else:
+            os.environ["PREFECT_API_URL"] = previous
+
+
+def server_health(log: Path) -> Result:
+    """What the server's log says went wrong under the bench's load."""
+    text = log.read_text(errors="replace") if log.exists() else ""
+    locked = text.count("database is locked")
+    errors = len(re.findall(r'" 5\d\d\b|HTTP/1\.1" 5\d\d|status_code=5\d\d', text))
+    tracebacks = text.count("Traceback")
+    return Result("prefect server health", 0, 0.0, notes=[
+        f"'database is locked' {locked} time(s); 5xx responses {errors}; "
+        f"tracebacks {tracebacks}"])
 
 
 def bench_ingest_throughput(sentences: int, folder: Path) -> list[Result]:
@@ -379,7 +487,8 @@ def _copy(url: str, folder: Path, name: str) -> str:
 
 
 def bench_size(spec: SyntheticSpec, folder: Path, config: ConsolidationConfig,
-               flows: bool, checks: bool) -> Iterator[Result]:
+               flows: bool, checks: bool, step_rows: bool = True,
+               flow_names: Sequence[str] = FLOW_ORDER) -> Iterator[Result]:
     """Every row for one store size, each given as soon as it is measured (a 1M run
     takes an hour: what is done survives an interruption)."""
     url = f"sqlite:///{folder / f'store-{spec.memories}.db'}"
@@ -393,10 +502,12 @@ def bench_size(spec: SyntheticSpec, folder: Path, config: ConsolidationConfig,
         yield from bench_search(vectors, config)
     del vectors
     copies = [_copy(url, folder, f"steps-{spec.memories}.db")]
-    yield from bench_steps(copies[0], spec, config, checks)
+    if step_rows:
+        yield from bench_steps(copies[0], spec, config, checks)
+        copies.append(_copy(url, folder, f"plain-{spec.memories}.db"))
     if flows:
         copies.append(_copy(url, folder, f"flows-{spec.memories}.db"))
-        yield from bench_flows(copies[1], spec, config)
+        yield from bench_flows(copies[-1], copies[-2], spec, config, flow_names)
     for done in (url, *copies):
         # Engines are cached by URL: let go of the file before it goes.
         dispose(done)
@@ -412,8 +523,12 @@ def bench_synthetic(
     checks: bool = True,
     ingest_sentences: int = DEFAULT_INGEST_SENTENCES,
     progress: Callable[[Result], None] | None = None,
+    server: bool = False,
+    step_rows: bool = True,
+    flow_names: Sequence[str] = FLOW_ORDER,
 ) -> list[Result]:
-    """Every measurement for every size, each row judged against its target."""
+    """Every measurement for every size, each row judged against its target. With
+    ``server`` the flows go through a real Prefect server started for the bench."""
     config = bench_config()
     results: list[Result] = []
 
@@ -424,8 +539,9 @@ def bench_synthetic(
             if progress:
                 progress(row)
 
-    with tempfile.TemporaryDirectory(prefix="reverie-bench-") as name:
+    with tempfile.TemporaryDirectory(prefix="reverie-bench-") as name, ExitStack() as stack:
         folder = Path(name)
+        log = stack.enter_context(prefect_server(folder)) if flows and server else None
         if ingest_sentences:
             keep(bench_ingest_throughput(ingest_sentences, folder))
         else:
@@ -437,7 +553,9 @@ def bench_synthetic(
             warm_up_prefect(folder)
         for n in sizes:
             spec = SyntheticSpec(n, profiles, duplicate_share, embeddings, as_of=AS_OF)  # type: ignore[arg-type]
-            keep(bench_size(spec, folder, config, flows, checks))
+            keep(bench_size(spec, folder, config, flows, checks, step_rows, flow_names))
+        if log is not None:
+            keep([server_health(log)])
     return results
 
 

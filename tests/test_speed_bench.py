@@ -147,6 +147,10 @@ def test_bench_synthetic_from_the_cli_writes_every_step_and_flow(tmp_path: Path)
         assert rows[task]["peak_rss_mb"] > 0
     for flow in ("decay", "full-consolidation", "lightweight-consolidation", "cluster"):
         assert f"flow {flow}" in rows
+    # Each flow beside its own steps without Prefect, and the task runs it made.
+    full = rows["flow full-consolidation"]
+    assert full["baseline_seconds"] > 0 and "x the steps' own work" in full["notes"][0]
+    assert "8 task runs" in full["notes"][1]
     assert rows["dedup"]["recall"] == 1.0 and rows["dedup"]["baseline_seconds"] >= 0
     assert rows["cluster"]["recall"] == 1.0
     assert rows["ingest + embed"]["baseline_seconds"] > 0
@@ -175,3 +179,18 @@ def test_an_interrupted_bench_keeps_the_rows_it_measured(
     tasks = [r["task"] for r in json.loads(out.read_text())["results"]]
     assert tasks == ["ingest (vectors supplied)", "decay"]
     assert "| decay | 200 |" in table.read_text()
+
+
+@pytest.mark.usefixtures("prefect_api")
+@pytest.mark.parametrize("flow", sorted(speed.FLOW_STEPS))
+def test_the_work_a_flow_is_compared_with_is_the_steps_it_runs(flow: str, sample_store) -> None:
+    from flows.catalog import FLOWS
+
+    report = FLOWS[flow](profile="maya", as_of=speed.AS_OF, dry_run=True,
+                         config=speed.bench_config())
+    assert [s.step for s in report.steps] == list(speed.FLOW_STEPS[flow])
+
+
+def test_bench_synthetic_refuses_an_unknown_flow(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "synthetic", "--sizes", "10", "--flow-list", "full,nightly"]) != 0
+    assert "unknown flow(s) nightly" in capsys.readouterr().err

@@ -445,12 +445,15 @@ def ensure_profile_limit(profile: str) -> str:
 
 def ensure_profile_limits(profiles: list[str]) -> None:
     """Create the Prefect concurrency limits missing among ``profiles``' (one read of
-    the existing limits, page by page, then one create per new profile): a chunk's
+    the existing limits, page by page, then one request per new profile): a chunk's
     slots are then taken in one request, which would silently leave out a missing
     limit."""
     from prefect.client.orchestration import get_client
 
-    wanted = {f"{PROFILE_LIMIT_PREFIX}{p}": p for p in profiles}
+    from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
+    from prefect.exceptions import ObjectAlreadyExists
+
+    wanted = {f"{PROFILE_LIMIT_PREFIX}{p}" for p in profiles}
     existing: set[str] = set()
     with get_client(sync_client=True) as client:
         while True:
@@ -458,8 +461,12 @@ def ensure_profile_limits(profiles: list[str]) -> None:
             existing.update(limit.name for limit in page)
             if len(page) < LIMITS_PAGE:
                 break
-    for name in sorted(set(wanted) - existing):
-        ensure_profile_limit(wanted[name])
+        for name in sorted(wanted - existing):
+            try:
+                client.create_global_concurrency_limit(
+                    GlobalConcurrencyLimitCreate(name=name, limit=1))
+            except ObjectAlreadyExists:
+                pass  # another run made it since our read: same limit
 
 
 def _prefect_slot(profile: str, slots: ExitStack, skip: bool, deadline: float) -> bool:

@@ -184,6 +184,9 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--as-of", help="the 'now' of the run, ISO-8601 (default: now)")
     p.add_argument("--dry-run", action="store_true", help="report what would change; write nothing")
     p.add_argument("--preset", help="configuration preset (default: REVERIE_PRESET or 'default')")
+    p.add_argument("--not-done", action="store_true",
+                   help="only the selected profiles this flow has not finished for --as-of "
+                        "(re-run after some profiles failed)")
     p.add_argument("--json", action="store_true")
 
 
@@ -247,7 +250,15 @@ def _run_flow(name: str, args: argparse.Namespace, **extra: Any) -> int:
 
     config: ConsolidationConfig | None = preset(args.preset) if args.preset else None
     as_of = parse_timestamp(args.as_of) if args.as_of else None
-    report = run_flow(name, _selected(args), as_of, args.dry_run, config, **extra)
+    selected = _selected(args)
+    if args.not_done:
+        if as_of is None:
+            raise ReverieError("--not-done needs --as-of: the run whose profiles to finish")
+        selected = _not_done(name, selected, as_of)
+        if not selected:
+            print(f"every selected profile has finished {name} as of {args.as_of}")
+            return EXIT_OK
+    report = run_flow(name, selected, as_of, args.dry_run, config, **extra)
     if args.json:
         _print_json(asdict(report))
         return EXIT_OK
@@ -262,6 +273,18 @@ def _run_flow(name: str, args: argparse.Namespace, **extra: Any) -> int:
     print(f"{report.flow} as of {report.as_of}: {verb} {report.changed()} things"
           + (" (dry run: nothing written)" if report.dry_run else ""))
     return EXIT_OK
+
+
+def _not_done(name: str, selected: str | list[str] | None, as_of: datetime) -> list[str]:
+    """The selected profiles with no finished run of flow ``name`` at ``as_of`` (a run
+    records a profile only when all its steps succeeded)."""
+    from flows.catalog import FLOWS
+    from models.timestamps import to_utc_naive
+
+    store = Store()
+    done = {r.profile_id for r in store.run_history(
+        flow=FLOWS[name].name, as_of=to_utc_naive(as_of), limit=None)}
+    return [p for p in store.resolve_profiles(selected) if p not in done]
 
 
 def run_flow(

@@ -69,5 +69,6 @@ class StepFailedError(ReverieError):
         first = failed[names[0]][0]
         super().__init__(
             f"{len(names)} profile(s) failed ({shown}); the others finished. "
-            f"First failure, {names[0]}: {first}"
+            f"First failure, {names[0]}: {first}. Re-run the flow for these alone "
+            f"(CLI: --not-done with the same --as-of)"
         )

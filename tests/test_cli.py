@@ -96,6 +96,33 @@ def test_consolidate_dry_run_and_real_run(
 
 
 @pytest.mark.usefixtures("prefect_api")
+def test_a_rerun_with_not_done_takes_only_the_profiles_that_failed(
+    sample_store: Store, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tasks import step as step_module
+
+    real = step_module.run_step
+
+    def fail_for_raj(name, fn, args):  # type: ignore[no-untyped-def]
+        if name == "decay_edges" and args.profile == "raj":
+            raise RuntimeError("injected")
+        return real(name, fn, args)
+
+    args = ["consolidate", "lightweight", "--all", "--as-of", "2025-07-01T00:00:00Z"]
+    with monkeypatch.context() as patch:
+        patch.setattr(step_module, "run_step", fail_for_raj)
+        assert main(args) == EXIT_ERROR
+    err = capsys.readouterr().err
+    assert "1 profile(s) failed (raj)" in err and "--not-done" in err
+    assert main([*args, "--not-done", "--json"]) == EXIT_OK
+    assert json.loads(capsys.readouterr().out)["profiles"] == ["raj"]
+    assert main([*args, "--not-done"]) == EXIT_OK
+    assert "every selected profile has finished" in capsys.readouterr().out
+    assert main(["consolidate", "lightweight", "--all", "--not-done"]) == EXIT_ERROR
+    assert "--not-done needs --as-of" in capsys.readouterr().err
+
+
+@pytest.mark.usefixtures("prefect_api")
 def test_demo_ingests_the_sample_and_reports(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

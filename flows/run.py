@@ -127,8 +127,8 @@ def working_store(plan: RunPlan) -> Iterator[str]:
 
 
 def task_runner() -> TaskRunner:  # type: ignore[type-arg]
-    """The task runner flows use (``REVERIE_TASK_RUNNER``): threads in the flow's process,
-    or Dask: the scheduler at ``REVERIE_DASK_ADDRESS``, else a local cluster of
+    """The task runner flows use (``REVERIE_TASK_RUNNER``): ``REVERIE_TASK_THREADS``
+    threads in the flow's process, or Dask: the scheduler at ``REVERIE_DASK_ADDRESS``, else a local cluster of
     ``REVERIE_DASK_WORKERS`` processes started for the run."""
     settings = get_settings()
     if settings.task_runner == "dask":
@@ -139,7 +139,7 @@ def task_runner() -> TaskRunner:  # type: ignore[type-arg]
         return DaskTaskRunner(
             cluster_kwargs={"n_workers": settings.dask_workers, "threads_per_worker": 1}
         )
-    return ThreadPoolTaskRunner()
+    return ThreadPoolTaskRunner(max_workers=settings.task_threads)
 
 
 def reverie_flow(name: str) -> Callable[[Callable[..., RunReport]], Flow[..., RunReport]]:

@@ -49,6 +49,10 @@ class Settings(BaseSettings):
     # run, more than a small profile's step: chunks make a run over 10,000 profiles cost
     # about its work. Chunks run side by side (threads or Dask workers).
     profiles_per_task: int = Field(50, ge=1, le=100_000)
+    # Threads a flow runs its task runs on (task_runner "threads"). Prefect's default is
+    # unbounded: a run over 10,000 profiles would start a thread per task run at once,
+    # most of them waiting for the step before theirs.
+    task_threads: int = Field(8, ge=1, le=1024)
 
     # Prefect events from the store (only sent when PREFECT_API_URL is set), and when.
     emit_events: bool = True

@@ -443,7 +443,7 @@ def prefect_server(folder: Path) -> Iterator[Path]:
         from prefect.logging.handlers import APILogHandler
 
         # What the flows logged and emitted is still queued: send it while the server lives.
-        APILogHandler.flush()
+        APILogHandler().flush()
         EventsWorker.drain_all(timeout=30, at_exit=False)
         stop([server])
         if previous is None:

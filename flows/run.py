@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
-from uuid import uuid4
+from uuid import UUID, uuid4
 
 from prefect import Flow, flow
 from prefect.futures import PrefectFuture
@@ -336,9 +336,11 @@ def holding(plan: RunPlan) -> Iterator[list[str]]:
     holder = plan.run_id or f"local-{uuid4()}"
     deadline = time.monotonic() + settings.busy_wait_seconds
     held: list[str] = []
+    prefect_leases: list[UUID] = []
     stop = threading.Event()
     heartbeat = threading.Thread(
-        target=_renew, args=(store, held, holder, settings.lease_seconds, stop), daemon=True
+        target=_renew, args=(store, held, prefect_leases, holder, settings.lease_seconds, stop),
+        daemon=True,
     )
     with ExitStack() as slots:
         try:
@@ -346,7 +348,7 @@ def holding(plan: RunPlan) -> Iterator[list[str]]:
             if api_configured():
                 ensure_profile_limits(plan.profiles)
             for chunk in chunked(sorted(plan.profiles), HOLD_CHUNK):
-                if _take_chunk(chunk, store, holder, slots, settings):
+                if _take_chunk(chunk, store, holder, slots, settings, plan.run_id, prefect_leases):
                     held.extend(chunk)
                     continue
                 for profile in chunk:
@@ -361,35 +363,82 @@ def holding(plan: RunPlan) -> Iterator[list[str]]:
 
 
 def _renew(
-    store: Store, held: list[str], holder: str, seconds: float, stop: threading.Event
+    store: Store, held: list[str], prefect_leases: list[UUID], holder: str, seconds: float,
+    stop: threading.Event,
 ) -> None:
-    """Keep renewing the run's leases while it lives: a killed run stops renewing, and
-    its profiles come free within ``seconds``."""
+    """Keep renewing the run's leases (the store's, and Prefect's for chunks) while it
+    lives: a killed run stops renewing, and its profiles come free within ``seconds``."""
     while not stop.wait(seconds / 3):
-        if held:
-            try:
+        try:
+            if held:
                 store.acquire_leases(list(held), holder, seconds)
-            except Exception as exc:  # noqa: BLE001 - a missed beat is retried
-                log.warning("could not renew the profile leases: %s", exc)
+            if prefect_leases:
+                from prefect.client.orchestration import get_client
+
+                with get_client(sync_client=True) as client:
+                    for lease in list(prefect_leases):
+                        client.renew_concurrency_lease(lease, seconds)
+        except Exception as exc:  # noqa: BLE001 - a missed beat is retried
+            log.warning("could not renew the profile leases: %s", exc)
+
+
+def _prefect_chunk_lease(
+    chunk: tuple[str, ...], run_id: str | None, seconds: float
+) -> UUID | None:
+    """Occupy the slots of a chunk's profiles in one request, without waiting; the
+    lease, or None if any is busy. Straight through the client, not Prefect's
+    ``concurrency()``: that emits an event per limit naming every other limit of the
+    request (a hundred profiles make ten thousand related resources), which loads the
+    server more than the runs do."""
+    import httpx
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.objects import ConcurrencyLeaseHolder
+
+    names = [f"{PROFILE_LIMIT_PREFIX}{p}" for p in chunk]
+    holder = ConcurrencyLeaseHolder(type="flow_run", id=UUID(run_id)) if run_id else None
+    with get_client(sync_client=True) as client:
+        try:
+            answer = client.increment_concurrency_slots_with_lease(
+                names, 1, "concurrency", seconds, holder=holder).json()
+        except httpx.HTTPStatusError as exc:
+            if exc.response.status_code == 423:  # some profile is busy
+                return None
+            raise
+        lease = UUID(answer["lease_id"])
+        if len(answer.get("limits", [])) < len(names):
+            # A limit is missing (made meanwhile by no one): the one-by-one path makes it.
+            client.release_concurrency_slots_with_lease(lease)
+            return None
+    return lease
+
+
+def _release_prefect_lease(lease: UUID, prefect_leases: list[UUID]) -> None:
+    from prefect.client.orchestration import get_client
+
+    prefect_leases.remove(lease)
+    try:
+        with get_client(sync_client=True) as client:
+            client.release_concurrency_slots_with_lease(lease)
+    except Exception as exc:  # noqa: BLE001 - the lease expires on its own
+        log.warning("could not release a chunk's Prefect slots (they free themselves "
+                    "when the lease expires): %s", exc)
 
 
 def _take_chunk(
-    chunk: tuple[str, ...], store: Store, holder: str, slots: ExitStack, settings: Settings
+    chunk: tuple[str, ...], store: Store, holder: str, slots: ExitStack, settings: Settings,
+    run_id: str | None, prefect_leases: list[UUID],
 ) -> bool:
     """Take a whole chunk of profiles at once, without waiting: one Prefect request for
     their slots (all or none) and one transaction for their leases. False, holding
     none of them, if any is busy: the caller then takes them one by one, in order, so
     a waiting run never holds a profile after the one it waits for (no deadlock)."""
-    from prefect.concurrency.asyncio import ConcurrencySlotAcquisitionError
-    from prefect.concurrency.sync import concurrency
-
     with ExitStack() as attempt:
         if api_configured():
-            names = [f"{PROFILE_LIMIT_PREFIX}{p}" for p in chunk]
-            try:
-                attempt.enter_context(concurrency(names, occupy=1, strict=True, max_retries=0))
-            except ConcurrencySlotAcquisitionError:
+            lease = _prefect_chunk_lease(chunk, run_id, settings.lease_seconds)
+            if lease is None:
                 return False
+            prefect_leases.append(lease)
+            attempt.callback(_release_prefect_lease, lease, prefect_leases)
         taken = store.acquire_leases(list(chunk), holder, settings.lease_seconds)
         if len(taken) < len(chunk):
             if taken:

@@ -115,3 +115,39 @@ def test_concurrent_first_runs_of_a_new_profile_never_fail_on_its_limit() -> Non
         with get_client(sync_client=True) as client:
             limit = client.read_global_concurrency_limit_by_name(f"reverie-profile-{profile}")
         assert limit.limit == 1
+
+
+@pytest.mark.usefixtures("prefect_api")
+def test_a_run_holds_its_profiles_prefect_slots_as_one_chunk_and_gives_them_back(
+    sample_store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from prefect.client.orchestration import get_client
+
+    profiles = sample_store.profiles()
+
+    def active() -> dict[str, int]:
+        with get_client(sync_client=True) as client:
+            return {p: client.read_global_concurrency_limit_by_name(
+                f"reverie-profile-{p}").active_slots for p in profiles}
+
+    seen: list[dict[str, int]] = []
+    original = blocks.plan_blocks
+
+    def watched(*args, **kwargs):  # type: ignore[no-untyped-def]
+        if not seen:
+            seen.append(active())
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(blocks, "plan_blocks", watched)
+    lightweight_consolidation(profile=None, as_of=AS_OF)
+    assert seen == [{p: 1 for p in profiles}]
+    assert active() == {p: 0 for p in profiles}
+    # While a profile is busy in Prefect, a run that skips busy profiles takes the rest.
+    monkeypatch.setenv("REVERIE_BUSY_PROFILE", "skip")
+    from prefect.concurrency.sync import concurrency
+
+    with concurrency("reverie-profile-maya", occupy=1, strict=True):
+        report = lightweight_consolidation(profile=None, as_of=AS_OF)
+    assert report.skipped_profiles == ["maya"]
+    assert report.profiles == [p for p in profiles if p != "maya"]
+    assert active() == {p: 0 for p in profiles}

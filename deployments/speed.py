@@ -417,6 +417,7 @@ def prefect_server(folder: Path) -> Iterator[Path]:
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
     from deployments.serve import start_server, stop
+    from flows.temporary_server import bound_to_this_process
 
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -426,7 +427,8 @@ def prefect_server(folder: Path) -> Iterator[Path]:
     previous_level = os.environ.get("PREFECT_SERVER_LOGGING_LEVEL")
     os.environ["PREFECT_SERVER_LOGGING_LEVEL"] = "INFO"
     try:
-        server = start_server(port, folder / "prefect-home", log)
+        server = bound_to_this_process(
+            lambda: start_server(port, folder / "prefect-home", log))
     finally:
         if previous_level is None:
             os.environ.pop("PREFECT_SERVER_LOGGING_LEVEL", None)

@@ -22,10 +22,11 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from models.events import api_configured
 
+T = TypeVar("T")
 _PR_SET_PDEATHSIG = 1
 # SIGKILL: uvicorn's graceful shutdown on SIGTERM waits for open connections and
 # Prefect's services, and took over 20 s on a loaded machine. Its database is SQLite
@@ -52,6 +53,16 @@ def keep_with_this_process() -> None:
         if server.running:
             return
         _bind_children_to(os.getpid(), lambda: server.start())
+
+
+def bound_to_this_process(start: Callable[[], T]) -> T:
+    """``start()``, with every process it spawns killed when this process dies (so a
+    killed benchmark leaves no server behind)."""
+    if not sys.platform.startswith("linux"):
+        return start()
+    started: list[T] = []
+    _bind_children_to(os.getpid(), lambda: started.append(start()))
+    return started[0]
 
 
 def _bind_children_to(parent: int, start: Callable[[], Any]) -> None:

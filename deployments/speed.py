@@ -401,11 +401,24 @@ def task_runs(run_id: str | None, settle_seconds: float = 60.0) -> int | None:
                 count += len(page)
                 if len(page) < 200:
                     break
-            if count == seen:
+            if count == seen and count > 0:
                 return count
             seen = count
             time.sleep(1.0)
     return seen
+
+
+@contextmanager
+def _environment(name: str, value: str) -> Iterator[None]:
+    previous = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = previous
 
 
 @contextmanager
@@ -424,34 +437,23 @@ def prefect_server(folder: Path) -> Iterator[Path]:
         port = probe.getsockname()[1]
     log = folder / "prefect-server.log"
     # At INFO the server logs every request with its status: server_health counts 5xx.
-    previous_level = os.environ.get("PREFECT_SERVER_LOGGING_LEVEL")
-    os.environ["PREFECT_SERVER_LOGGING_LEVEL"] = "INFO"
-    try:
+    with _environment("PREFECT_SERVER_LOGGING_LEVEL", "INFO"):
         server = bound_to_this_process(
             lambda: start_server(port, folder / "prefect-home", log))
-    finally:
-        if previous_level is None:
-            os.environ.pop("PREFECT_SERVER_LOGGING_LEVEL", None)
-        else:
-            os.environ["PREFECT_SERVER_LOGGING_LEVEL"] = previous_level
     api = f"http://127.0.0.1:{port}/api"
-    previous = os.environ.get("PREFECT_API_URL")
-    os.environ["PREFECT_API_URL"] = api
-    try:
-        with temporary_settings({PREFECT_API_URL: api}):
-            yield log
-    finally:
-        from prefect.events.worker import EventsWorker
-        from prefect.logging.handlers import APILogHandler
+    from prefect.events.worker import EventsWorker
+    from prefect.logging.handlers import APILogHandler
 
-        # What the flows logged and emitted is still queued: send it while the server lives.
-        APILogHandler().flush()
-        EventsWorker.drain_all(timeout=30, at_exit=False)
+    try:
+        with _environment("PREFECT_API_URL", api), temporary_settings({PREFECT_API_URL: api}):
+            try:
+                yield log
+            finally:
+                # What the flows logged and emitted is still queued: send it to this server.
+                APILogHandler().flush()
+                EventsWorker.drain_all(timeout=30, at_exit=False)
+    finally:
         stop([server])
-        if previous is None:
-            os.environ.pop("PREFECT_API_URL", None)
-        else:
-            os.environ["PREFECT_API_URL"] = previous
 
 
 def server_health(log: Path) -> Result:
@@ -505,7 +507,10 @@ def bench_size(spec: SyntheticSpec, folder: Path, config: ConsolidationConfig,
     takes an hour: what is done survives an interruption)."""
     url = f"sqlite:///{folder / f'store-{spec.memories}.db'}"
     made, vectors = records(spec)
-    with measured("ingest (vectors supplied)", spec.memories, spec.profiles) as row:
+    # Events off: with --server every store would notify the server, which is the
+    # triggers' business, not what this measures.
+    with measured("ingest (vectors supplied)", spec.memories, spec.profiles) as row, \
+            _environment("REVERIE_EMIT_EVENTS", "false"):
         report = Store(url).ingest(made)
     row.notes.append(f"{report.stored} memories, {report.edges} edges")
     yield row

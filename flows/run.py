@@ -8,6 +8,7 @@ each other's effects exactly as in a real run, and the real store is never writt
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import shutil
 import tempfile
@@ -42,6 +43,7 @@ BUSY_POLL_SECONDS = 1.0
 PROFILE_LIMIT_PREFIX = "reverie-profile-"
 # Profiles a run tries to take in one go (one Prefect request, one transaction).
 HOLD_CHUNK = 100
+PREFECT_MIN_LEASE_SECONDS = 60.0
 LIMITS_PAGE = 200
 # How long a run without a configured API waits for Prefect's temporary server to record
 # its task runs before the process exits (see wait_for_run_history).
@@ -338,8 +340,11 @@ def holding(plan: RunPlan) -> Iterator[list[str]]:
     held: list[str] = []
     prefect_leases: list[UUID] = []
     stop = threading.Event()
+    # The heartbeat runs in this context: Prefect's settings (the API it talks to) live
+    # in a context variable, which a new thread would not see.
     heartbeat = threading.Thread(
-        target=_renew, args=(store, held, prefect_leases, holder, settings.lease_seconds, stop),
+        target=contextvars.copy_context().run,
+        args=(_renew, store, held, prefect_leases, holder, settings.lease_seconds, stop),
         daemon=True,
     )
     with ExitStack() as slots:
@@ -377,9 +382,14 @@ def _renew(
 
                 with get_client(sync_client=True) as client:
                     for lease in list(prefect_leases):
-                        client.renew_concurrency_lease(lease, seconds)
+                        client.renew_concurrency_lease(lease, _prefect_lease(seconds))
         except Exception as exc:  # noqa: BLE001 - a missed beat is retried
             log.warning("could not renew the profile leases: %s", exc)
+
+
+def _prefect_lease(seconds: float) -> float:
+    """Prefect refuses leases shorter than a minute."""
+    return max(seconds, PREFECT_MIN_LEASE_SECONDS)
 
 
 def _prefect_chunk_lease(
@@ -434,7 +444,7 @@ def _take_chunk(
     a waiting run never holds a profile after the one it waits for (no deadlock)."""
     with ExitStack() as attempt:
         if api_configured():
-            lease = _prefect_chunk_lease(chunk, run_id, settings.lease_seconds)
+            lease = _prefect_chunk_lease(chunk, run_id, _prefect_lease(settings.lease_seconds))
             if lease is None:
                 return False
             prefect_leases.append(lease)

@@ -151,3 +151,34 @@ def test_a_run_holds_its_profiles_prefect_slots_as_one_chunk_and_gives_them_back
     assert report.skipped_profiles == ["maya"]
     assert report.profiles == [p for p in profiles if p != "maya"]
     assert active() == {p: 0 for p in profiles}
+
+
+@pytest.mark.usefixtures("prefect_api")
+def test_a_long_run_renews_its_prefect_slots_against_its_own_api(
+    sample_store: Store, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The heartbeat thread must talk to the API the run uses (a context setting, which a
+    # plain new thread would not see: it tried to start a temporary server instead).
+    from prefect.client.orchestration import get_client
+
+    monkeypatch.setenv("REVERIE_LEASE_SECONDS", "1.5")
+    renewed: list[object] = []
+    real_renew = type(get_client(sync_client=True)).renew_concurrency_lease
+
+    def renew(self, lease_id, lease_duration):  # type: ignore[no-untyped-def]
+        renewed.append(self.api_url)
+        return real_renew(self, lease_id, lease_duration)
+
+    monkeypatch.setattr(type(get_client(sync_client=True)), "renew_concurrency_lease", renew)
+    original = blocks.plan_blocks
+
+    def slow(*args, **kwargs):  # type: ignore[no-untyped-def]
+        time.sleep(2.5)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(blocks, "plan_blocks", slow)
+    with get_client(sync_client=True) as client:
+        api = client.api_url
+    lightweight_consolidation(profile="maya", as_of=AS_OF)
+    assert renewed and set(renewed) == {api}
+    assert "could not renew" not in caplog.text

@@ -43,7 +43,7 @@ import numpy as np
 from deployments.synthetic import SyntheticSpec, records, sentence
 from models.config import ConsolidationConfig
 from models.db import dispose
-from models.settings import using_database
+from models.settings import environment, using_database
 from models.store import Store
 from tasks.similarity import chosen_rows
 from tasks.step import StepArgs, StepFunction, run_step
@@ -383,42 +383,20 @@ def task_runs(run_id: str | None, settle_seconds: float = 60.0) -> int | None:
     counted until the number stops growing)."""
     if run_id is None:
         return None
-    from uuid import UUID
-
     from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
 
-    from flows.run import wait_for_run_history
+    from flows.run import recorded_task_runs, wait_for_run_history
 
     wait_for_run_history(run_id)
-    of_run = FlowRunFilter(id=FlowRunFilterId(any_=[UUID(run_id)]))
     seen, deadline = -1, time.monotonic() + settle_seconds
     with get_client(sync_client=True) as client:
         while time.monotonic() < deadline:
-            count = 0
-            while True:
-                page = client.read_task_runs(flow_run_filter=of_run, limit=200, offset=count)
-                count += len(page)
-                if len(page) < 200:
-                    break
+            count = len(recorded_task_runs(client, run_id))
             if count == seen and count > 0:
                 return count
             seen = count
             time.sleep(1.0)
     return seen
-
-
-@contextmanager
-def _environment(name: str, value: str) -> Iterator[None]:
-    previous = os.environ.get(name)
-    os.environ[name] = value
-    try:
-        yield
-    finally:
-        if previous is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = previous
 
 
 @contextmanager
@@ -437,7 +415,7 @@ def prefect_server(folder: Path) -> Iterator[Path]:
         port = probe.getsockname()[1]
     log = folder / "prefect-server.log"
     # At INFO the server logs every request with its status: server_health counts 5xx.
-    with _environment("PREFECT_SERVER_LOGGING_LEVEL", "INFO"):
+    with environment("PREFECT_SERVER_LOGGING_LEVEL", "INFO"):
         server = bound_to_this_process(
             lambda: start_server(port, folder / "prefect-home", log))
     api = f"http://127.0.0.1:{port}/api"
@@ -445,7 +423,7 @@ def prefect_server(folder: Path) -> Iterator[Path]:
     from prefect.logging.handlers import APILogHandler
 
     try:
-        with _environment("PREFECT_API_URL", api), temporary_settings({PREFECT_API_URL: api}):
+        with environment("PREFECT_API_URL", api), temporary_settings({PREFECT_API_URL: api}):
             try:
                 yield log
             finally:
@@ -510,7 +488,7 @@ def bench_size(spec: SyntheticSpec, folder: Path, config: ConsolidationConfig,
     # Events off: with --server every store would notify the server, which is the
     # triggers' business, not what this measures.
     with measured("ingest (vectors supplied)", spec.memories, spec.profiles) as row, \
-            _environment("REVERIE_EMIT_EVENTS", "false"):
+            environment("REVERIE_EMIT_EVENTS", "false"):
         report = Store(url).ingest(made)
     row.notes.append(f"{report.stored} memories, {report.edges} edges")
     yield row

@@ -209,32 +209,37 @@ def wait_for_run_history(run_id: str | None, timeout: float = HISTORY_WAIT_SECON
     """
     if run_id is None or api_configured():
         return True
-    from uuid import UUID
-
     from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
     from prefect.events.worker import EventsWorker
 
     EventsWorker.drain_all(timeout=timeout, at_exit=False)
-    of_run = FlowRunFilter(id=FlowRunFilterId(any_=[UUID(run_id)]))
     deadline = time.monotonic() + timeout
     seen = -1
     with get_client(sync_client=True) as client:
         while time.monotonic() < deadline:
-            runs: list[Any] = []
-            while True:
-                page = client.read_task_runs(
-                    flow_run_filter=of_run, limit=HISTORY_PAGE, offset=len(runs)
-                )
-                runs += page
-                if len(page) < HISTORY_PAGE:
-                    break
+            runs = recorded_task_runs(client, run_id)
             if len(runs) == seen and all(r.state and r.state.is_final() for r in runs):
                 return True
             seen = len(runs)
             time.sleep(HISTORY_POLL_SECONDS)
     log.warning("run %s: Prefect had not recorded all task runs after %.0f s", run_id, timeout)
     return False
+
+
+def recorded_task_runs(client: Any, run_id: str) -> list[Any]:
+    """Every task run Prefect has recorded so far for flow run ``run_id``, page by page
+    (``client``: a sync Prefect client)."""
+    from uuid import UUID
+
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    of_run = FlowRunFilter(id=FlowRunFilterId(any_=[UUID(run_id)]))
+    runs: list[Any] = []
+    while True:
+        page = client.read_task_runs(flow_run_filter=of_run, limit=HISTORY_PAGE, offset=len(runs))
+        runs += page
+        if len(page) < HISTORY_PAGE:
+            return runs
 
 
 ProfileDag = Callable[[StepBatch], list[PrefectFuture[list[StepReport]]]]
@@ -300,7 +305,9 @@ def by_profile(batch: StepBatch, results: list[list[StepReport]]) -> list[StepRe
     return [reports[i] for i in range(len(batch.profiles)) for reports in results]
 
 
-def follow_progress(report: RunReport, futures: list[PrefectFuture[StepReport]]) -> None:
+def follow_progress(
+    report: RunReport, futures: list[PrefectFuture[list[StepReport]]]
+) -> None:
     """Keep a progress artifact (steps finished out of all) while a Prefect run goes on."""
     if report.run_id is None or not futures:
         return

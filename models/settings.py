@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
@@ -99,17 +99,22 @@ def _settings_for(environment: tuple[tuple[str, str], ...]) -> Settings:
 
 
 @contextmanager
-def using_database(url: str) -> Iterator[None]:
-    """Point Reverie (and so every flow run in this process) at another store for a while."""
-    previous = os.environ.get(DATABASE_URL_VARIABLE)
-    os.environ[DATABASE_URL_VARIABLE] = url
+def environment(name: str, value: str) -> Iterator[None]:
+    """Set an environment variable for a while, then put back what was there."""
+    previous = os.environ.get(name)
+    os.environ[name] = value
     try:
         yield
     finally:
         if previous is None:
-            os.environ.pop(DATABASE_URL_VARIABLE, None)
+            os.environ.pop(name, None)
         else:
-            os.environ[DATABASE_URL_VARIABLE] = previous
+            os.environ[name] = previous
+
+
+def using_database(url: str) -> AbstractContextManager[None]:
+    """Point Reverie (and so every flow run in this process) at another store for a while."""
+    return environment(DATABASE_URL_VARIABLE, url)
 
 
 def resolve_database_url(url: str) -> str:

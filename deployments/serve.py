@@ -1,8 +1,11 @@
 """``reverie serve``: the whole Prefect stack on this machine, for trying Reverie out.
 
-Starts a Prefect server on 127.0.0.1, creates the ``reverie`` process work pool,
-deploys every flow from ``prefect.yaml`` (schedules and event triggers included) and
-starts a worker, then waits until interrupted (Ctrl-C stops everything it started).
+Starts a Prefect server on 127.0.0.1, creates the ``reverie`` process work pool unless it
+exists (an existing pool keeps what the operator set: paused or not, its concurrency
+limit), deploys every flow from ``prefect.yaml`` (schedules and event triggers included)
+and starts a worker, then waits. Ctrl-C, SIGTERM or a hangup stops everything it
+started, the flow runs the worker spawned and their children included: each is asked
+to end (SIGTERM) and killed if it has not within ``STOP_SECONDS`` in all.
 Prefect keeps its own database under ``--home`` (default ``.reverie/prefect``), apart
 from the memory store: SQLite, or PostgreSQL when ``PREFECT_API_DATABASE_CONNECTION_URL``
 names one (from the environment: the URL holds a password), which a platform should use
@@ -18,16 +21,24 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
+
+import psutil
 
 from models.errors import ConfigError, ReverieError
 from models.settings import DATABASE_URL_VARIABLE, get_settings, resolve_database_url
 
 WORK_POOL = "reverie"
 PREFECT_DATABASE_VARIABLE = "PREFECT_API_DATABASE_CONNECTION_URL"
+LEASE_STORAGE_VARIABLE = "PREFECT_SERVER_CONCURRENCY_LEASE_STORAGE"
 READY = "Reverie is up"
+# From the first SIGTERM to the last SIGKILL. Flow runs have ignored SIGTERM (30 of
+# them, 4.1 GB, outlived a stopped `reverie serve`), so whatever is left is killed.
+STOP_SECONDS = 20.0
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 def project_root() -> Path:
@@ -60,6 +71,10 @@ def stack_environment(port: int, home: Path, prefect_database: str | None = None
     database = prefect_database or env.get(PREFECT_DATABASE_VARIABLE)
     if database:
         env[PREFECT_DATABASE_VARIABLE] = prefect_database_url(database)
+    # Prefect keeps concurrency-slot leases in server memory by default: a restarted
+    # server forgets them while the limit still counts their slots as taken, forever.
+    # On disk (under PREFECT_HOME) they survive, and the server frees expired ones.
+    env.setdefault(LEASE_STORAGE_VARIABLE, "prefect.server.concurrency.lease_storage.filesystem")
     env.update({
         "PREFECT_HOME": str(home),
         "PREFECT_API_URL": f"http://127.0.0.1:{port}/api",
@@ -99,9 +114,11 @@ def start_server(
     """A Prefect server on 127.0.0.1:``port``, answering when this returns."""
     home.mkdir(parents=True, exist_ok=True)
     env = stack_environment(port, home, prefect_database)
+    # A session of its own: a terminal's Ctrl-C reaches only us, and we stop the
+    # worker (whose flow runs report to the server) before the server.
     server = subprocess.Popen(
         _prefect("server", "start", "--host", "127.0.0.1", "--port", str(port)),
-        env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT,
+        env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT, start_new_session=True,
     )
     try:
         wait_healthy(port)
@@ -111,12 +128,25 @@ def start_server(
     return server
 
 
+def work_pool_exists(port: int) -> bool:
+    url = f"http://127.0.0.1:{port}/api/work_pools/{WORK_POOL}"
+    try:
+        with urllib.request.urlopen(url, timeout=30):
+            return True
+    except urllib.error.HTTPError as exc:
+        if exc.code == 404:
+            return False
+        raise ReverieError(f"reading work pool {WORK_POOL!r}: HTTP {exc.code} from {url}") from exc
+    except OSError as exc:
+        raise ReverieError(f"reading work pool {WORK_POOL!r} from {url}: {exc}") from exc
+
+
 def start_stack(
     port: int, home: Path, log: Path, prefect_file: Path | None = None,
     prefect_database: str | None = None,
 ) -> list[subprocess.Popen[bytes]]:
-    """Server, work pool, deployments (from ``prefect_file``, default the project's
-    ``prefect.yaml``) and worker; returns the processes started."""
+    """Server, work pool (unless it exists), deployments (from ``prefect_file``, default
+    the project's ``prefect.yaml``) and worker; returns the processes started."""
     root = project_root()
     env = stack_environment(port, home, prefect_database)
     # prefect.yaml's pull step reads $PWD: the checkout the worker runs flows from.
@@ -124,10 +154,13 @@ def start_stack(
     out = log.open("ab")
     processes = [start_server(port, home, log, prefect_database)]
     try:
-        subprocess.run(
-            _prefect("work-pool", "create", WORK_POOL, "--type", "process", "--overwrite"),
-            env=env, cwd=root, stdout=out, stderr=subprocess.STDOUT, check=True,
-        )
+        # Never --overwrite: it would un-pause a pool the operator paused and reset its
+        # concurrency limit.
+        if not work_pool_exists(port):
+            subprocess.run(
+                _prefect("work-pool", "create", WORK_POOL, "--type", "process"),
+                env=env, cwd=root, stdout=out, stderr=subprocess.STDOUT, check=True,
+            )
         deploy = ["--prefect-file", str(prefect_file)] if prefect_file else []
         subprocess.run(
             _prefect("--no-prompt", "deploy", "--all", *deploy),
@@ -135,7 +168,7 @@ def start_stack(
         )
         processes.append(subprocess.Popen(
             _prefect("worker", "start", "--pool", WORK_POOL),
-            env=env, cwd=root, stdout=out, stderr=subprocess.STDOUT,
+            env=env, cwd=root, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
         ))
     except BaseException:
         stop(processes)
@@ -143,22 +176,87 @@ def start_stack(
     return processes
 
 
-def stop(processes: Sequence[subprocess.Popen[bytes]]) -> None:
+def stop(processes: Sequence[subprocess.Popen[bytes]], timeout: float = STOP_SECONDS) -> None:
+    """End ``processes`` and every process they spawned, within about ``timeout`` seconds.
+
+    The last started goes first: the worker's flow runs can still report how they ended
+    to the server. Each tree gets an equal share of ``timeout`` to end on SIGTERM; what
+    is left then is killed."""
+    share = timeout / max(len(processes), 1)
     for process in reversed(processes):
-        if process.poll() is None:
-            process.terminate()
-    for process in reversed(processes):
+        _end_tree(process, share)
+
+
+def _end_tree(root: subprocess.Popen[bytes], grace: float) -> None:
+    if root.poll() is not None:
+        return  # ended and reaped: its pid may be another process's by now
+    # Taken before the root is signalled: once it dies, its children belong to init and
+    # can no longer be found from it. Flow runs may sit in sessions of their own, so
+    # signalling the root's process group would miss them.
+    tree = _with_descendants([psutil.Process(root.pid)])  # unreaped, so still there
+    _send(tree, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while True:
+        root.poll()  # reaps our own child, which would otherwise linger as a zombie
+        # A process still alive may have started another since the last look.
+        alive = [p for p in _with_descendants(p for p in tree if _alive(p)) if _alive(p)]
+        _send([p for p in alive if p not in tree], signal.SIGTERM)
+        tree.update(alive)
+        if not alive or time.monotonic() >= deadline:
+            break
+        time.sleep(0.2)
+    _send(alive, signal.SIGKILL)
+    try:
+        root.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        pass  # SIGKILL cannot be refused: only an uninterruptible sleep holds it here
+
+
+def _with_descendants(processes: Iterable[psutil.Process]) -> set[psutil.Process]:
+    tree = set()
+    for process in processes:
+        tree.add(process)
         try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
+            tree.update(process.children(recursive=True))
+        except psutil.Error:
+            pass
+    return tree
+
+
+def _alive(process: psutil.Process) -> bool:
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _send(processes: Iterable[psutil.Process], signum: int) -> None:
+    for process in processes:
+        try:
+            process.send_signal(signum)  # psutil checks the pid was not reused
+        except psutil.Error:
+            pass
 
 
 def _interrupt(signum: int, frame: object) -> None:
+    # Stopping is under way and bounded: a second Ctrl-C must not abandon it half-done.
+    for stop_signal in STOP_SIGNALS:
+        signal.signal(stop_signal, signal.SIG_IGN)
     raise KeyboardInterrupt
 
 
-def serve(port: int = 4200, home: Path | None = None, prefect_database: str | None = None) -> int:
+def _stop_on_signals() -> None:
+    # Installed explicitly: a shell starts a background job with SIGINT ignored. A
+    # service manager stops us with SIGTERM; closing the terminal sends SIGHUP, which no
+    # longer reaches the server and worker in their own sessions.
+    for stop_signal in STOP_SIGNALS:
+        signal.signal(stop_signal, _interrupt)
+
+
+def serve(
+    port: int = 4200, home: Path | None = None, prefect_database: str | None = None,
+    prefect_file: Path | None = None,
+) -> int:
     home = (home or Path(".reverie") / "prefect").resolve()
     log = home / "stack.log"
     home.mkdir(parents=True, exist_ok=True)
@@ -167,18 +265,19 @@ def serve(port: int = 4200, home: Path | None = None, prefect_database: str | No
         else "SQLite"
     print(f"starting Prefect on http://127.0.0.1:{port}, its database on {where} "
           f"(log: {log}) ...", flush=True)
-    # A service manager stops us with SIGTERM: stop what we started, as on Ctrl-C.
-    signal.signal(signal.SIGTERM, _interrupt)
-    processes = start_stack(port, home, log, prefect_database=prefect_database)
-    print(
-        f"{READY}: http://127.0.0.1:{port}\n"
-        f"  Deployments: every flow and its schedule; click one, then 'Run' to start it.\n"
-        f"  Runs: each run, its task graph, logs, and the Artifacts tab (summary, changes).\n"
-        f"  In another shell: export PREFECT_API_URL=http://127.0.0.1:{port}/api\n"
-        f"  Ctrl-C stops the server and the worker.",
-        flush=True,
-    )
+    _stop_on_signals()
+    processes: list[subprocess.Popen[bytes]] = []
     try:
+        # Interrupted while starting, start_stack stops what it had started.
+        processes = start_stack(port, home, log, prefect_file, prefect_database)
+        print(
+            f"{READY}: http://127.0.0.1:{port}\n"
+            f"  Deployments: every flow and its schedule; click one, then 'Run' to start it.\n"
+            f"  Runs: each run, its task graph, logs, and the Artifacts tab (summary, changes).\n"
+            f"  In another shell: export PREFECT_API_URL=http://127.0.0.1:{port}/api\n"
+            f"  Ctrl-C stops the server, the worker and its flow runs.",
+            flush=True,
+        )
         while all(p.poll() is None for p in processes):
             time.sleep(1)
         raise ReverieError(f"a Prefect process stopped; see {log}")

@@ -1,27 +1,46 @@
-"""`reverie serve`'s Prefect server: its own database on SQLite or on PostgreSQL."""
+"""`reverie serve`'s Prefect server: its own database on SQLite or on PostgreSQL; what a
+signal to `reverie serve` ends (everything it started, flow runs included, within a bound);
+and the work pool an operator paused staying paused across restarts."""
 
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from pathlib import Path
+from typing import Any
 
+import psutil
 import pytest
+import yaml
 from sqlalchemy import create_engine, text
 
 from deployments.serve import (
+    LEASE_STORAGE_VARIABLE,
     PREFECT_DATABASE_VARIABLE,
+    READY,
+    STOP_SECONDS,
+    WORK_POOL,
     prefect_database_url,
     project_root,
+    stack_environment,
     start_server,
+    start_stack,
     stop,
 )
 from models.errors import ConfigError
 from models.store import Store
 
 from conftest import TEST_POSTGRES, _create_postgres_database, _drop_postgres_database
+from stubborn_flow import CHILD_MARKER
+
+# Past the stop's own bound: Python's start-up and the last SIGKILLs landing.
+STOP_SLACK_SECONDS = 10
 
 
 @pytest.mark.parametrize(
@@ -75,3 +94,157 @@ def test_prefects_own_database_on_postgresql_holds_the_runs(
         _drop_postgres_database(prefect_db)
     assert any(n.startswith("decay | maya |") for n in names)
     assert "database is locked" not in (tmp_path / "server.log").read_text()
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _wait_for(check: Callable[[], Any], timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.5)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def _stubborn_prefect_file(folder: Path) -> Path:
+    """A prefect.yaml deploying tests/stubborn_flow.py alone: quick to deploy."""
+    spec = yaml.safe_load((project_root() / "prefect.yaml").read_text())
+    spec["deployments"] = [{
+        "name": "stubborn",
+        "entrypoint": "tests/stubborn_flow.py:stubborn",
+        "work_pool": {"name": WORK_POOL, "work_queue_name": "default"},
+    }]
+    spec.pop("definitions", None)
+    path = folder / "prefect.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+@pytest.fixture
+def stack_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("REVERIE_DATABASE_URL", f"sqlite:///{tmp_path / 'store.db'}")
+    monkeypatch.setenv("PREFECT_WORKER_QUERY_SECONDS", "2")  # the tests wait on the worker
+
+
+def test_the_stack_keeps_concurrency_leases_on_disk_unless_told_otherwise(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(LEASE_STORAGE_VARIABLE, raising=False)
+    assert stack_environment(4200, tmp_path)[LEASE_STORAGE_VARIABLE].endswith(".filesystem")
+    monkeypatch.setenv(LEASE_STORAGE_VARIABLE, "my.lease.storage")
+    assert stack_environment(4200, tmp_path)[LEASE_STORAGE_VARIABLE] == "my.lease.storage"
+
+
+@contextmanager
+def _api(port: int) -> Iterator[Any]:
+    """A Prefect client of the stack on ``port``."""
+    from prefect.client.orchestration import get_client
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    with temporary_settings({PREFECT_API_URL: f"http://127.0.0.1:{port}/api"}):
+        with get_client(sync_client=True) as client:
+            yield client
+
+
+def _ignores_sigterm(process: psutil.Process) -> bool:
+    status = Path(f"/proc/{process.pid}/status").read_text()
+    ignored = int(next(line for line in status.splitlines() if line.startswith("SigIgn:"))
+                  .split()[1], 16)
+    return bool(ignored & (1 << (signal.SIGTERM - 1)))
+
+
+def _gone(process: psutil.Process) -> bool:
+    try:
+        # A zombie has ended; only its parent (or init) has yet to collect its status.
+        return not process.is_running() or process.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("signum", "stubborn"),
+    [(signal.SIGTERM, True), (signal.SIGINT, False)],
+    ids=["sigterm-to-a-run-ignoring-it", "sigint-while-backgrounded"],
+)
+def test_a_signal_to_serve_ends_everything_it_started_within_the_bound(
+    tmp_path: Path, stack_env: None, signum: int, stubborn: bool
+) -> None:
+    from prefect.deployments import run_deployment
+
+    port = _free_port()
+    log = tmp_path / "serve.out"
+    # As a shell starts a background job: with SIGINT ignored, which serve must undo.
+    serve = subprocess.Popen(
+        ["sh", "-c", 'trap "" INT; exec "$@"', "sh", sys.executable, "-c",
+         "import sys; from pathlib import Path; from deployments.serve import serve; "
+         "sys.exit(serve(int(sys.argv[1]), Path(sys.argv[2]), prefect_file=Path(sys.argv[3])))",
+         str(port), str(tmp_path / "home"), str(_stubborn_prefect_file(tmp_path))],
+        cwd=project_root(), stdout=log.open("wb"), stderr=subprocess.STDOUT,
+    )
+    tree: list[psutil.Process] = []
+    try:
+        _wait_for(lambda: serve.poll() is not None or READY in log.read_text(), 180,
+                  "serve to be up")
+        assert serve.poll() is None, log.read_text()[-3000:]
+        with _api(port) as client:
+            run = run_deployment("stubborn/stubborn", timeout=0, parameters={"stubborn": stubborn})
+
+            def running_with_child() -> psutil.Process | None:
+                state = client.read_flow_run(run.id).state_type
+                assert state.value in ("SCHEDULED", "PENDING", "RUNNING"), state
+                children = psutil.Process(serve.pid).children(recursive=True)
+                return state.value == "RUNNING" and next(
+                    (p for p in children if CHILD_MARKER in p.cmdline()), None)
+
+            child = _wait_for(running_with_child, 120, "the flow run and its child")
+        flow_run = child.parent()
+        tree = psutil.Process(serve.pid).children(recursive=True)
+        commands = [" ".join(p.cmdline()) for p in tree]
+        assert any("server start" in c for c in commands), commands
+        assert any("worker start" in c for c in commands), commands
+        assert flow_run in tree and child in tree
+        assert _ignores_sigterm(flow_run) is _ignores_sigterm(child) is stubborn
+
+        signalled = time.monotonic()
+        serve.send_signal(signum)
+        assert serve.wait(timeout=STOP_SECONDS + STOP_SLACK_SECONDS) == 0
+        _wait_for(lambda: all(_gone(p) for p in tree), 2, "the killed processes to end")
+        assert time.monotonic() - signalled < STOP_SECONDS + STOP_SLACK_SECONDS
+    finally:
+        stop([serve])
+        for process in tree:
+            with suppress(psutil.Error):
+                process.kill()
+
+
+@pytest.mark.slow
+def test_a_restart_keeps_the_pool_paused_with_its_concurrency_limit(
+    tmp_path: Path, stack_env: None
+) -> None:
+    from prefect.client.schemas.actions import WorkPoolUpdate
+
+    home, log, prefect_file = tmp_path / "home", tmp_path / "stack.log", _stubborn_prefect_file(
+        tmp_path)
+    port = _free_port()
+    processes = start_stack(port, home, log, prefect_file)
+    try:
+        with _api(port) as client:
+            assert client.read_work_pool(WORK_POOL).type == "process"
+            client.update_work_pool(WORK_POOL, WorkPoolUpdate(is_paused=True, concurrency_limit=3))
+    finally:
+        stop(processes)
+    port = _free_port()
+    processes = start_stack(port, home, log, prefect_file)
+    try:
+        with _api(port) as client:
+            pool = client.read_work_pool(WORK_POOL)
+    finally:
+        stop(processes)
+    assert (pool.is_paused, pool.concurrency_limit) == (True, 3)

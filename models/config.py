@@ -1,9 +1,12 @@
 """The knobs of every consolidation step, typed and bounded, plus named presets.
 
-Defaults are the seeds' defaults (SuperLocalMemory's consolidation config) unless a
-comment says otherwise. A flow takes a ``ConsolidationConfig``; ``preset(name)``
-gives a ready one. Presets are complete configs, not patches, so a run's artifact
-can print exactly what it ran with.
+Defaults are the seeds' defaults (SuperLocalMemory, cognitive-memory, linksee-memory,
+AutoMem; each section names its seed) unless a field's description or a comment says
+otherwise. Every field carries a ``description`` and every section a docstring: pydantic
+puts them in the JSON schema, which is the help text of the ``config`` parameter in
+Prefect's run form. A flow takes a ``ConsolidationConfig``; ``preset(name)`` gives a
+ready one. Presets are complete configs, not patches, so a run's artifact can print
+exactly what it ran with.
 """
 
 from __future__ import annotations
@@ -20,85 +23,182 @@ class _Section(BaseModel):
 
 
 class DedupConfig(_Section):
-    """Near-duplicate merging (SLM step 1)."""
+    """Near-duplicate merging (SuperLocalMemory step 1): each group of near-duplicates
+    becomes one summary memory; the originals move to the cold tier, nothing is deleted."""
 
-    # SLM `compression_similarity`: cosine at or above which two memories are duplicates.
-    similarity: float = Field(0.85, ge=0.0, le=1.0)
-    # SLM merges only groups of three or more; a pair stays as it is.
-    min_group_size: int = Field(3, ge=2, le=1000)
+    similarity: float = Field(0.85, ge=0.0, le=1.0, description=(
+        "Cosine similarity (0-1) at or above which a memory is a duplicate of a group's "
+        "representative (compared to the representative only, so groups never chain). "
+        "Higher is stricter: fewer merges. SuperLocalMemory's compression_similarity."
+    ))
+    min_group_size: int = Field(3, ge=2, le=1000, description=(
+        "Fewest near-duplicates (representative included) merged into one summary; "
+        "smaller groups are left as they are. SuperLocalMemory merges groups of three or "
+        "more, so a pair stays. Higher is stricter."
+    ))
 
 
 class BlocksConfig(_Section):
-    """Core Memory block compilation (SLM step 2)."""
+    """Core Memory block compilation (SuperLocalMemory step 2): the five always-in-context
+    blocks, each and all together held to a character budget."""
 
-    block_char_limit: int = Field(500, ge=20, le=20_000)
-    core_memory_char_limit: int = Field(2000, ge=20, le=100_000)
-    # Mode A takes the top five facts for the ranked blocks.
-    facts_per_block: int = Field(5, ge=1, le=100)
-    # active_decisions: decisions referenced at least this often.
-    decision_min_access: int = Field(3, ge=0)
-    # learned_preferences: opinions/preferences trusted at least this much.
-    preference_min_confidence: float = Field(0.7, ge=0.0, le=1.0)
+    block_char_limit: int = Field(500, ge=20, le=20_000, description=(
+        "Maximum length of each Core Memory block, in characters; a block is cut at a "
+        "fact boundary. SuperLocalMemory's block_char_limit."
+    ))
+    core_memory_char_limit: int = Field(2000, ge=20, le=100_000, description=(
+        "Maximum length of all five blocks together, in characters; the longest block "
+        "drops facts until the total fits. SuperLocalMemory's core_memory_char_limit."
+    ))
+    facts_per_block: int = Field(5, ge=1, le=100, description=(
+        "How many memories feed each ranked block (user_profile, project_context, "
+        "behavioral_patterns); SuperLocalMemory's Mode A takes the top five. "
+        "active_decisions and learned_preferences take every memory that qualifies."
+    ))
+    decision_min_access: int = Field(3, ge=0, description=(
+        "active_decisions block: a decision is included once it has been accessed at "
+        "least this many times; 0 includes every decision."
+    ))
+    preference_min_confidence: float = Field(0.7, ge=0.0, le=1.0, description=(
+        "learned_preferences block: opinions and preferences are included when their "
+        "confidence (trust, 0-1) is at least this. Higher is stricter."
+    ))
 
 
 class PromotionConfig(_Section):
-    """Lifecycle promotion (SLM step 3)."""
+    """Lifecycle promotion (SuperLocalMemory step 3): memories used often, trusted and
+    valid at as_of are promoted; a promoted one that no longer qualifies returns to
+    active."""
 
-    min_access: int = Field(3, ge=0)  # SLM promotion_min_access
-    min_trust: float = Field(0.5, ge=0.0, le=1.0)  # SLM promotion_min_trust
+    min_access: int = Field(3, ge=0, description=(
+        "Access count a memory needs to be promoted. Higher is stricter. "
+        "SuperLocalMemory's promotion_min_access."
+    ))
+    min_trust: float = Field(0.5, ge=0.0, le=1.0, description=(
+        "Confidence (trust, 0-1) a memory needs to be promoted. Higher is stricter. "
+        "SuperLocalMemory's promotion_min_trust."
+    ))
 
 
 class EdgeDecayConfig(_Section):
-    """Association-edge decay (SLM step 4)."""
+    """Association-edge decay (SuperLocalMemory step 4): idle association edges lose
+    weight and the weakest are pruned. Weights are recomputed from each edge's base
+    weight, so runs never compound; provenance edges never decay."""
 
-    inactive_days: float = Field(30.0, ge=0.0)  # SLM decay_days_threshold
-    rate_per_day: float = Field(0.01, ge=0.0, le=1.0)
-    prune_below: float = Field(0.05, ge=0.0, le=1.0)
+    inactive_days: float = Field(30.0, ge=0.0, description=(
+        "Days since an association edge was last strengthened before it decays; past "
+        "that, its weight is base_weight * exp(-rate_per_day * idle days), counting all "
+        "idle days. SuperLocalMemory's decay_days_threshold."
+    ))
+    rate_per_day: float = Field(0.01, ge=0.0, le=1.0, description=(
+        "Exponential decay rate of an idle edge's weight, per day (0.01 is about 1% a "
+        "day). Higher fades edges faster; 0 keeps their base weight."
+    ))
+    prune_below: float = Field(0.05, ge=0.0, le=1.0, description=(
+        "An idle association edge whose decayed weight is strictly below this is "
+        "deleted. Higher prunes more; 0 prunes nothing."
+    ))
 
 
 class GraphConfig(_Section):
-    """PageRank and communities over the memory graph (SLM step 5)."""
+    """PageRank and communities over the memory graph (SuperLocalMemory step 5)."""
 
-    damping: float = Field(0.85, gt=0.0, lt=1.0)
-    # Seeds the community search so the same graph always gets the same communities.
-    community_seed: int = Field(0, ge=0)
+    damping: float = Field(0.85, gt=0.0, lt=1.0, description=(
+        "PageRank damping factor, strictly between 0 and 1: the probability of "
+        "following an edge rather than jumping to a random memory. 0.85 is the usual "
+        "value."
+    ))
+    community_seed: int = Field(0, ge=0, description=(
+        "Random seed of the Leiden community search (graph importance, and the cluster "
+        "flow's 'leiden' method), so the same graph always gets the same communities. "
+        "Any value works; changing it may regroup communities."
+    ))
 
 
 class LinkConfig(_Section):
-    """Linking new summaries into the graph (SLM step 6)."""
+    """Linking new summaries into the graph (SuperLocalMemory step 6): each new summary
+    gets association edges, weighted by similarity, to its nearest hot memories."""
 
-    similarity: float = Field(0.7, ge=0.0, le=1.0)
-    max_links: int = Field(10, ge=0, le=1000)
+    similarity: float = Field(0.7, ge=0.0, le=1.0, description=(
+        "Cosine similarity (0-1), inclusive, a hot memory needs to a new summary to be "
+        "linked to it. Higher is stricter: fewer links."
+    ))
+    max_links: int = Field(10, ge=0, le=1000, description=(
+        "Most association edges a new summary gets, to its nearest memories above the "
+        "similarity; 0 adds none."
+    ))
 
 
 class CompressConfig(_Section):
-    """Compression of fading memories (cognitive-memory's consolidation)."""
+    """Compression of fading memories (cognitive-memory's consolidation): groups of
+    similar low-relevance memories of one kind become a summary; the originals move to
+    the cold tier, superseded by it, and can be restored."""
 
-    # Candidates score strictly below this relevance (cognitive-memory's retention).
-    max_relevance: float = Field(0.20, ge=0.0, le=1.0)
-    similarity: float = Field(0.70, ge=0.0, le=1.0)  # inclusive, to the group's seed
-    group_size: int = Field(5, ge=2, le=1000)
-    # cognitive-memory links a summary to each original at this weight.
-    link_weight: float = Field(0.8, gt=0.0, le=1.0)
+    max_relevance: float = Field(0.20, ge=0.0, le=1.0, description=(
+        "A hot, active, unprotected memory is a candidate when its relevance (0-1, "
+        "scored by the decay flow) is strictly below this. Higher compresses earlier; "
+        "0 compresses nothing. cognitive-memory's consolidation_retention_threshold."
+    ))
+    similarity: float = Field(0.70, ge=0.0, le=1.0, description=(
+        "Cosine similarity (0-1), inclusive, a candidate needs to its group's seed "
+        "(seeds are taken oldest first) to join the group. Higher is stricter. "
+        "cognitive-memory's consolidation_similarity_threshold."
+    ))
+    group_size: int = Field(5, ge=2, le=1000, description=(
+        "Number of memories per summary; a group that cannot reach it is not "
+        "compressed. Higher is stricter. cognitive-memory's consolidation_group_size."
+    ))
+    link_weight: float = Field(0.8, gt=0.0, le=1.0, description=(
+        "Weight (0-1, above 0) of the provenance edge from a summary to each original; "
+        "cognitive-memory links them at 0.8."
+    ))
 
 
 class ColdConfig(_Section):
-    """Consolidation of cold notes by (entity, layer) (linksee's ``consolidate``)."""
+    """Consolidation of cold notes by (entity, layer) (linksee's ``consolidate``): each
+    group of old, rarely used notes becomes one protected learning memory; the
+    originals move to the cold tier. Stalled detection follows it."""
 
-    layers: tuple[str, ...] = ("context", "emotion", "implementation")
-    # 0 consolidates at once (useful right after a bulk import).
-    min_age_days: float = Field(7.0, ge=0.0)
-    max_heat: float = Field(30.0, ge=0.0, le=100.0)  # strictly below: cold
-    min_group_size: int = Field(2, ge=2, le=10_000)
-    exemplars: int = Field(3, ge=1, le=20)
-    exemplar_chars: int = Field(200, ge=20, le=5000)
-    # A learning memory is at least this important (linksee: slightly above its sources).
-    min_importance: float = Field(0.55, ge=0.0, le=1.0)
-    # in_progress memories untouched this long become stalled.
-    stalled_after_days: float = Field(30.0, ge=0.0)
-    # "all" memories, or only those of one session.
-    scope: Literal["all", "session"] = "all"
-    session_id: str | None = None
+    layers: tuple[str, ...] = Field(("context", "emotion", "implementation"), description=(
+        "Memory layers whose notes may be consolidated (linksee's context, emotion and "
+        "implementation). Notes of other layers, or without an entity, never are."
+    ))
+    min_age_days: float = Field(7.0, ge=0.0, description=(
+        "Days since creation a note needs before it can be consolidated; 0 consolidates "
+        "at once (useful right after a bulk import). linksee's min_age_days."
+    ))
+    max_heat: float = Field(30.0, ge=0.0, le=100.0, description=(
+        "A note is cold, and a candidate, when its linksee heat index (0 frozen to 100 "
+        "hot, from its accesses, their recency and its importance) is strictly below "
+        "this. Higher takes warmer notes too."
+    ))
+    min_group_size: int = Field(2, ge=2, le=10_000, description=(
+        "Fewest cold notes of one (entity, layer) consolidated into a learning memory; "
+        "smaller groups are left alone. Higher is stricter."
+    ))
+    exemplars: int = Field(3, ge=1, le=20, description=(
+        "How many notes of a group, most important first, the learning memory quotes."
+    ))
+    exemplar_chars: int = Field(200, ge=20, le=5000, description=(
+        "Longest quote of each exemplar, in characters; longer notes are cut with an "
+        "ellipsis."
+    ))
+    min_importance: float = Field(0.55, ge=0.0, le=1.0, description=(
+        "Least importance (0-1) of a learning memory: it gets the mean importance of its "
+        "notes, or this if higher (linksee: slightly above its sources)."
+    ))
+    stalled_after_days: float = Field(30.0, ge=0.0, description=(
+        "Days untouched (since the last access, or creation) after which an in_progress "
+        "memory is marked stalled."
+    ))
+    scope: Literal["all", "session"] = Field("all", description=(
+        "'all': every note of the profile; 'session': only the notes of session_id "
+        "(consolidation and stalled detection alike)."
+    ))
+    session_id: str | None = Field(None, description=(
+        "The session whose notes are processed when scope is 'session' (required then); "
+        "unused with 'all'."
+    ))
 
     @model_validator(mode="after")
     def _session_needs_an_id(self) -> ColdConfig:
@@ -108,88 +208,198 @@ class ColdConfig(_Section):
 
 
 class DecayConfig(_Section):
-    """Relevance decay (AutoMem's daily task)."""
+    """Relevance decay (AutoMem's daily task): every live hot memory's relevance (0-1)
+    is recomputed at as_of from its age, last access, edges, importance and confidence.
+    Compression, clustering, creative discovery and forgetting read it."""
 
-    base_rate_per_day: float = Field(0.01, ge=0.0, le=1.0)  # AutoMem base_decay_rate
-    access_rate_per_day: float = Field(0.05, ge=0.0, le=1.0)
-    # An access this recent counts in full (factor 1.0).
-    recent_access_hours: float = Field(24.0, ge=0.0)
-    relationship_weight: float = Field(0.3, ge=0.0, le=10.0)  # relationship_preservation
-    # Memories whose importance is not known score as if it were this.
-    default_importance: float = Field(0.5, ge=0.0, le=1.0)
-    default_confidence: float = Field(0.5, ge=0.0, le=1.0)
-    # Optional: decay only memories at least this important (AutoMem's
-    # CONSOLIDATION_DECAY_IMPORTANCE_THRESHOLD); None decays all.
-    importance_threshold: float | None = Field(None, ge=0.0, le=1.0)
+    base_rate_per_day: float = Field(0.01, ge=0.0, le=1.0, description=(
+        "Exponential decay rate of relevance per day of age: factor exp(-rate * "
+        "age_days). Higher fades memories faster; 0 ignores age. AutoMem's "
+        "base_decay_rate."
+    ))
+    access_rate_per_day: float = Field(0.05, ge=0.0, le=1.0, description=(
+        "Exponential decay rate per day since the last access, for memories not accessed "
+        "within recent_access_hours: factor exp(-rate * days). Higher penalises idle "
+        "memories more; 0 ignores access."
+    ))
+    recent_access_hours: float = Field(24.0, ge=0.0, description=(
+        "A memory accessed within this many hours of as_of counts in full (access "
+        "factor 1.0)."
+    ))
+    relationship_weight: float = Field(0.3, ge=0.0, le=10.0, description=(
+        "How much a memory's edges raise its relevance: factor 1 + weight * ln(1 + "
+        "edges); 0 ignores edges. AutoMem's relationship_preservation."
+    ))
+    default_importance: float = Field(0.5, ge=0.0, le=1.0, description=(
+        "Importance (0-1) assumed for a memory whose importance is not known, in the "
+        "score and in importance_threshold."
+    ))
+    default_confidence: float = Field(0.5, ge=0.0, le=1.0, description=(
+        "Confidence (0-1) assumed for a memory whose confidence is not known."
+    ))
+    importance_threshold: float | None = Field(None, ge=0.0, le=1.0, description=(
+        "If set, only memories at least this important (0-1) are decayed; the others keep "
+        "the relevance they had. Empty (None) decays all. AutoMem's "
+        "CONSOLIDATION_DECAY_IMPORTANCE_THRESHOLD."
+    ))
 
 
 class CreativeConfig(_Section):
-    """Creative association discovery (AutoMem's weekly task)."""
+    """Creative association discovery (AutoMem's weekly task): every unlinked pair of a
+    reproducible sample of relevant memories is tested against four rules in order; the
+    first that matches adds a typed edge. Similarities here are cosine, -1 to 1."""
 
-    sample_size: int = Field(20, ge=2, le=10_000)
-    min_relevance: float = Field(0.3, ge=0.0, le=1.0)  # strictly above
-    contradiction_below: float = Field(0.3, ge=-1.0, le=1.0)
-    explains_above: float = Field(0.5, ge=-1.0, le=1.0)
-    shared_theme_above: float = Field(0.7, ge=-1.0, le=1.0)
-    parallel_below: float = Field(0.4, ge=-1.0, le=1.0)
-    parallel_within_days: float = Field(7.0, ge=0.0)
+    sample_size: int = Field(20, ge=2, le=10_000, description=(
+        "How many relevant memories are sampled (the same profile and as_of draw the same "
+        "sample); every pair is tested, so work grows with its square."
+    ))
+    min_relevance: float = Field(0.3, ge=0.0, le=1.0, description=(
+        "Only memories with relevance (0-1) strictly above this are sampled."
+    ))
+    contradiction_below: float = Field(0.3, ge=-1.0, le=1.0, description=(
+        "Rule 1: two decisions with similarity strictly below this get a 'contradicts' "
+        "edge (confidence 0.6). Lower is stricter."
+    ))
+    explains_above: float = Field(0.5, ge=-1.0, le=1.0, description=(
+        "Rule 2: an insight and a pattern with similarity strictly above this get a "
+        "'discovered/explains' edge from the insight (confidence 0.7). Higher is stricter."
+    ))
+    shared_theme_above: float = Field(0.7, ge=-1.0, le=1.0, description=(
+        "Rule 3: memories of different kinds with similarity strictly above this get a "
+        "'discovered/shares_theme' edge (confidence = the similarity). Higher is stricter."
+    ))
+    parallel_below: float = Field(0.4, ge=-1.0, le=1.0, description=(
+        "Rule 4: memories created within parallel_within_days of each other with "
+        "similarity strictly below this get a 'discovered/parallel_context' edge "
+        "(confidence 0.5). Lower is stricter."
+    ))
+    parallel_within_days: float = Field(7.0, ge=0.0, description=(
+        "Rule 4: most days between two memories' creation for them to count as parallel "
+        "context. Lower is stricter."
+    ))
 
 
 class ClusterConfig(_Section):
-    """Clustering into meta-memories (AutoMem's monthly task)."""
+    """Clustering into meta-memories (AutoMem's monthly task): each group of similar
+    relevant memories gets one meta-memory with 'summarizes' edges to its members, which
+    stay as they are. A re-run updates meta-memories rather than adding more."""
 
-    similarity: float = Field(0.75, ge=0.0, le=1.0)  # inclusive
-    min_cluster_size: int = Field(5, ge=2, le=100_000)
-    min_relevance: float = Field(0.3, ge=0.0, le=1.0)  # strictly above
-    # "components": AutoMem's single linkage (chains join); "leiden": communities on
-    # the same graph, which splits long chains.
-    method: Literal["components", "leiden"] = "components"
-    # A new cluster sharing at least this share of an earlier meta-memory's members
-    # updates that meta-memory instead of adding another.
-    reuse_overlap: float = Field(0.5, gt=0.0, le=1.0)
-    exemplars: int = Field(3, ge=1, le=20)
+    similarity: float = Field(0.75, ge=0.0, le=1.0, description=(
+        "Cosine similarity (0-1), inclusive, at which two memories are joined in the "
+        "similarity graph. Higher is stricter. AutoMem's similarity_threshold."
+    ))
+    min_cluster_size: int = Field(5, ge=2, le=100_000, description=(
+        "Fewest memories a cluster needs to get a meta-memory. AutoMem's "
+        "min_cluster_size."
+    ))
+    min_relevance: float = Field(0.3, ge=0.0, le=1.0, description=(
+        "Only memories with relevance (0-1) strictly above this are clustered."
+    ))
+    method: Literal["components", "leiden"] = Field("components", description=(
+        "'components': AutoMem's single linkage, chains of similar memories join into one "
+        "cluster; 'leiden': Leiden communities on the same graph (seeded by "
+        "graph.community_seed), which splits long chains."
+    ))
+    reuse_overlap: float = Field(0.5, gt=0.0, le=1.0, description=(
+        "Share (above 0, up to 1) of an earlier meta-memory's members a new cluster must "
+        "hold to update that meta-memory instead of adding another."
+    ))
+    exemplars: int = Field(3, ge=1, le=20, description=(
+        "How many members, most important first, a meta-memory worded by the rules "
+        "quotes (120 characters each at most)."
+    ))
 
 
 class ForgetConfig(_Section):
-    """Controlled forgetting (AutoMem's task, off by default)."""
+    """Controlled forgetting (AutoMem's task), off by default: both thresholds are 0.0.
+    Protection (the flag, protected kinds, importance, grace period) is a hard filter
+    checked first."""
 
-    archive_threshold: float = Field(0.0, ge=0.0, le=1.0)  # 0.0 = never archive
-    delete_threshold: float = Field(0.0, ge=0.0, le=1.0)  # 0.0 = never delete
-    grace_period_days: float = Field(90.0, ge=0.0)
-    protected_importance: float = Field(0.7, ge=0.0, le=1.0)  # at or above: kept
-    protected_kinds: tuple[str, ...] = ("decision", "insight")
+    archive_threshold: float = Field(0.0, ge=0.0, le=1.0, description=(
+        "Archive (move to the cold tier, kept) live hot memories whose relevance is "
+        "strictly below this; 0.0 archives nothing. AutoMem's archive_threshold."
+    ))
+    delete_threshold: float = Field(0.0, ge=0.0, le=1.0, description=(
+        "Delete (leaving a tombstone) live hot memories whose relevance is strictly below "
+        "this; 0.0 deletes nothing. AutoMem's delete_threshold."
+    ))
+    grace_period_days: float = Field(90.0, ge=0.0, description=(
+        "Memories younger than this many days at as_of are never archived or deleted. "
+        "AutoMem's CONSOLIDATION_GRACE_PERIOD_DAYS."
+    ))
+    protected_importance: float = Field(0.7, ge=0.0, le=1.0, description=(
+        "Memories with importance (0-1) at or above this are never archived or deleted. "
+        "Lower protects more."
+    ))
+    protected_kinds: tuple[str, ...] = Field(("decision", "insight"), description=(
+        "Memory kinds never archived or deleted. AutoMem's "
+        "CONSOLIDATION_PROTECTED_TYPES."
+    ))
 
 
 class ConsolidationConfig(_Section):
-    """Everything Reverie's flows read; bounded, immutable."""
+    """Every knob of every consolidation step, one section per step; bounded and
+    immutable. A field left out keeps its default."""
 
-    dedup: DedupConfig = DedupConfig()
-    blocks: BlocksConfig = BlocksConfig()
-    promotion: PromotionConfig = PromotionConfig()
-    edge_decay: EdgeDecayConfig = EdgeDecayConfig()
-    graph: GraphConfig = GraphConfig()
-    linking: LinkConfig = LinkConfig()
-    compress: CompressConfig = CompressConfig()
-    cold: ColdConfig = ColdConfig()
-    decay: DecayConfig = DecayConfig()
-    creative: CreativeConfig = CreativeConfig()
-    cluster: ClusterConfig = ClusterConfig()
-    forget: ForgetConfig = ForgetConfig()
-    # "rules" is Mode A (deterministic, no model); "llm" asks the OpenAI-compatible
-    # server configured by REVERIE_LLM_BASE_URL; "auto" is "llm" when that is set.
-    summarizer: str = Field("auto", min_length=1)
+    dedup: DedupConfig = Field(DedupConfig(), description=(
+        "Near-duplicate merging (full-consolidation, step 1)."
+    ))
+    blocks: BlocksConfig = Field(BlocksConfig(), description=(
+        "Core Memory blocks (full- and lightweight-consolidation; forget recompiles them)."
+    ))
+    promotion: PromotionConfig = Field(PromotionConfig(), description=(
+        "Lifecycle promotion (full-consolidation)."
+    ))
+    edge_decay: EdgeDecayConfig = Field(EdgeDecayConfig(), description=(
+        "Association-edge decay and pruning (full- and lightweight-consolidation)."
+    ))
+    graph: GraphConfig = Field(GraphConfig(), description=(
+        "PageRank and communities (full-consolidation; the seed also serves cluster)."
+    ))
+    linking: LinkConfig = Field(LinkConfig(), description=(
+        "Linking new summaries into the graph (full-consolidation)."
+    ))
+    compress: CompressConfig = Field(CompressConfig(), description=(
+        "Compression of fading memories into summaries (full-consolidation, compress)."
+    ))
+    cold: ColdConfig = Field(ColdConfig(), description=(
+        "Consolidation of cold notes and stalled detection (consolidate-cold)."
+    ))
+    decay: DecayConfig = Field(DecayConfig(), description=(
+        "Relevance decay (the daily decay flow)."
+    ))
+    creative: CreativeConfig = Field(CreativeConfig(), description=(
+        "Creative association discovery (the weekly creative flow)."
+    ))
+    cluster: ClusterConfig = Field(ClusterConfig(), description=(
+        "Clustering into meta-memories (the monthly cluster flow)."
+    ))
+    forget: ForgetConfig = Field(ForgetConfig(), description=(
+        "Controlled forgetting (the forget flow and consolidate-cold's forget sweep)."
+    ))
+    # A str, not a Literal: tasks.summarize.register() can add summarizers by name, and
+    # an unknown name fails clearly when a step asks for it.
+    summarizer: str = Field("auto", min_length=1, description=(
+        "Who words summaries, merged memories, meta-memories and the prose Core Memory "
+        "blocks: 'rules' (deterministic, no model), 'llm' (the OpenAI-compatible server "
+        "at REVERIE_LLM_BASE_URL, falling back to the rules on any failure), or 'auto' "
+        "(default: 'llm' when that variable is set, else 'rules')."
+    ))
 
 
+# The seeds' defaults, every field as declared above.
 DEFAULT = ConsolidationConfig()
 
-# Merges only very close duplicates and keeps idle associations longer.
+# Merges only very close duplicates (cosine 0.92, groups of 4), keeps idle associations
+# twice as long (60 days) and links new summaries only to close memories (0.8).
 CONSERVATIVE = ConsolidationConfig(
     dedup=DedupConfig(similarity=0.92, min_group_size=4),
     edge_decay=EdgeDecayConfig(inactive_days=60.0),
     linking=LinkConfig(similarity=0.8),
 )
 
-# For stores that grow fast: looser duplicates, quicker pruning.
+# For stores that grow fast: looser duplicates (cosine 0.80), idle associations decay
+# after 14 days and are pruned below 0.1, new summaries link more widely (0.65).
 AGGRESSIVE = ConsolidationConfig(
     dedup=DedupConfig(similarity=0.80, min_group_size=3),
     edge_decay=EdgeDecayConfig(inactive_days=14.0, prune_below=0.1),
@@ -200,6 +410,7 @@ AGGRESSIVE = ConsolidationConfig(
 # (kept, found by deep recall); nothing is deleted.
 ARCHIVE_FADED = DEFAULT.model_copy(update={"forget": ForgetConfig(archive_threshold=0.05)})
 
+# The names preset() and REVERIE_PRESET accept.
 PRESETS: dict[str, ConsolidationConfig] = {
     "default": DEFAULT,
     "conservative": CONSERVATIVE,

@@ -37,7 +37,7 @@ from sqlalchemy import (
 from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, StatementError
 from sqlmodel import Session
 
-from models import events, ids, tables
+from models import events, ids, outbox, tables
 from models.db import reading, writing
 from models.embeddings import DIMENSION, MODEL_NAME, from_blobs, get_embedder, to_blob
 from models.errors import AmbiguousIdError, NotFoundError, RecordError, StoreError
@@ -156,6 +156,7 @@ class Store:
     def __init__(self, url: str | None = None, settings: Settings | None = None) -> None:
         self.settings = settings or get_settings()
         self.url = resolve_database_url(url or self.settings.database_url)
+        self._queued_events = False
 
     # --- profiles ---------------------------------------------------------------------
 
@@ -204,6 +205,7 @@ class Store:
     ) -> IngestReport:
         at = at or utcnow()
         report = IngestReport()
+        self._queued_events = False  # set by a commit that queued events
         chunk: list[MemoryIn] = []
         edges: list[EdgeIn] = []
         for where, obj in items:
@@ -228,6 +230,10 @@ class Store:
             self._write_memories(chunk, at, report, progress)
         if edges:
             self._write_edges(edges, at, report)
+        if self._queued_events:
+            # One send per ingest, after its last commit: a large ingest writes many
+            # chunks, and an API that is down would cost each of them a deadline.
+            outbox.deliver(self.url)
         return report
 
     def _write_memories(
@@ -351,8 +357,9 @@ class Store:
         report: IngestReport,
     ) -> None:
         """Insert ``new_rows`` and apply ``changed`` in one transaction; the report and
-        the store events see them only once that transaction has committed."""
+        the store's events are queued in that transaction and sent once it has committed."""
         updated = unchanged = 0
+        keep_events = events.wanted()
         with writing(self.url) as s:
             self._ensure_profiles(s, {r["profile_id"] for r in new_rows} | {
                 rows[mid]["profile"] for mid, _ in changed
@@ -390,15 +397,16 @@ class Store:
                     update(Profile).where(Profile.id == name)
                     .values(store_count=Profile.store_count + n)
                 )
+            every = self.settings.store_trigger_every
+            queued = keep_events and outbox.add(s, [
+                e for name, n in sorted(counts.items())
+                for e in events.stored_events(name, before[name], before[name] + n, at, every)
+            ])
         report.updated += updated
         report.unchanged += unchanged
         report.stored += len(new_rows)
         report.stored_ids.extend(r["id"] for r in new_rows)
-        every = self.settings.store_trigger_every
-        events.emit([
-            e for name, n in sorted(counts.items())
-            for e in events.stored_events(name, before[name], before[name] + n, at, every)
-        ])
+        self._queued_events = self._queued_events or bool(queued)
 
     def _embeddings_for(
         self, rows: dict[str, dict[str, Any]], existing: dict[str, Any], progress: bool
@@ -524,6 +532,21 @@ class Store:
             if tomb is not None:
                 return tomb
         raise NotFoundError(f"no memory with id {ident!r}")
+
+    def external_ids(self, ids_: Sequence[str]) -> dict[str, str]:
+        """The id the user gave each of ``ids_`` (Reverie ids) that has one, deleted
+        memories included (their tombstones keep it): what reports show beside ours."""
+        wanted = sorted(set(ids_))
+        found: dict[str, str] = {}
+        with reading(self.url) as s:
+            for start in range(0, len(wanted), 500):
+                batch = wanted[start:start + 500]
+                for table, key in ((Memory, Memory.id), (Tombstone, Tombstone.memory_id)):
+                    found.update(s.execute(
+                        select(key, table.external_id)
+                        .where(key.in_(batch)).where(table.external_id.is_not(None))
+                    ).all())
+        return found
 
     def memories(
         self, profile: str, tiers: Sequence[str] = (HOT,), ids_: Sequence[str] | None = None
@@ -755,13 +778,18 @@ class Store:
         """Count a finished session of the profile and tell Prefect (full consolidation
         follows, through the deployment triggers); returns the profile's session count."""
         self.resolve_profiles(profile)
+        at = at or utcnow()
+        keep_events = events.wanted()
         with writing(self.url) as s:
             row = s.get(Profile, profile)
             row.session_count += 1  # type: ignore[union-attr]
             count = row.session_count  # type: ignore[union-attr]
-        events.emit(events.session_events(
-            profile, session_id, count, at or utcnow(), self.settings.session_trigger_every
-        ))
+            if keep_events:
+                outbox.add(s, events.session_events(
+                    profile, session_id, count, at, self.settings.session_trigger_every
+                ))
+        if keep_events:
+            outbox.deliver(self.url)
         return count
 
     # --- access tracking ---------------------------------------------------------------

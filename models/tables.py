@@ -203,3 +203,26 @@ class Lease(SQLModel, table=True):
     holder: str
     acquired_at: NaiveDatetime
     expires_at: NaiveDatetime
+
+
+class OutboxEvent(SQLModel, table=True):
+    """A Prefect event written with the change that caused it, until the API has it.
+
+    Operational state, not memory state: not part of a profile's export. Rows exist only
+    while an event waits to be sent; ``seq`` is the order they are sent in. A sender
+    claims rows for a while (``claimed_by`` until ``claimed_until``) so that two
+    processes never send the same event; a sender that died loses its claim.
+    """
+
+    __tablename__ = "event_outbox"
+    __table_args__ = (UniqueConstraint("key", name="uq_event_outbox_key"),)
+
+    seq: int | None = Field(default=None, primary_key=True)
+    profile_id: str = Field(max_length=128)
+    name: str
+    key: str  # the event's id derives from it: the same event is queued once
+    payload: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON))
+    occurred_at: NaiveDatetime
+    created_at: NaiveDatetime
+    claimed_by: str | None = None
+    claimed_until: NaiveDatetime | None = None

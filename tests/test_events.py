@@ -1,15 +1,22 @@
-"""Which events the store emits, and that storing never depends on the Prefect API."""
+"""Which events the store emits, that storing never depends on the Prefect API, and that
+no event is lost while the API is down (the outbox)."""
 
 from __future__ import annotations
 
+import json
+import logging
 import time
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import pytest
+from sqlalchemy import select
 
-from models import events
+from models import events, outbox
+from models.db import reading, writing
 from models.events import crossings, session_events, stored_events
 from models.store import Store
+from models.tables import OutboxEvent
+from models.timestamps import utcnow
 
 from factories import record
 
@@ -56,3 +63,197 @@ def test_storing_does_not_fail_or_wait_when_the_api_is_down(
     assert report.stored == 60 and not report.errors
     assert store.end_session("ana", "s1") == 1
     assert time.monotonic() - started < 2 * events.SEND_DEADLINE_SECONDS
+
+
+# --- the outbox: events kept in the store until the API has them --------------------------
+
+DOWN = "http://127.0.0.1:9/api"  # no one there
+
+
+def pending_keys(store: Store) -> list[str]:
+    with reading(store.url) as s:
+        return list(s.execute(select(OutboxEvent.key).order_by(OutboxEvent.seq)).scalars())
+
+
+class FakeApi:
+    """The configured Prefect API, seen from our lowest-level send: it records each
+    batch of event keys offered, and takes it when ``answer`` is None."""
+
+    def __init__(self) -> None:
+        self.answer: BaseException | None = ConnectionRefusedError("refused")
+        self.offered: list[list[str]] = []
+        self.delivered: list[list[str]] = []
+
+    def send(self, batch: list[events.ProfileEvent], url: str) -> BaseException | None:
+        assert url == DOWN
+        self.offered.append([e.key for e in batch])
+        if self.answer is None:
+            self.delivered.append([e.key for e in batch])
+        return self.answer
+
+
+@pytest.fixture
+def api(monkeypatch: pytest.MonkeyPatch) -> FakeApi:
+    fake = FakeApi()
+    monkeypatch.setattr(events, "api_url", lambda: DOWN)
+    monkeypatch.setattr(events, "_send", fake.send)
+    return fake
+
+
+def test_events_are_written_in_the_transaction_of_the_ingest(
+    store: Store, api: FakeApi, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_add = outbox.add
+
+    def add_then_fail(s, queued):  # type: ignore[no-untyped-def]
+        real_add(s, queued)
+        raise RuntimeError("the ingest fails after queueing its events")
+
+    monkeypatch.setattr(outbox, "add", add_then_fail)
+    with pytest.raises(RuntimeError):
+        store.ingest([record(f"fact {i}") for i in range(60)], profile="ana")
+    assert store.profiles() == [] and pending_keys(store) == []  # rolled back together
+    monkeypatch.setattr(outbox, "add", real_add)
+    # A process that dies right after its commit, before sending: the events are kept.
+    monkeypatch.setattr(outbox, "deliver", lambda url: None)
+    store.ingest([record(f"fact {i}") for i in range(60)], profile="ana")
+    assert pending_keys(store) == ["ana:stored:60", "ana:store-threshold:1"]
+    assert api.offered == []  # nothing was tried
+
+
+def test_events_wait_while_the_api_is_down_and_go_in_order_once_it_answers(
+    store: Store, api: FakeApi, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="models.outbox"):
+        assert store.ingest([record(f"fact {i}") for i in range(60)], profile="ana").stored == 60
+    assert [r.getMessage() for r in caplog.records] == [
+        f"could not send 2 event(s) to the Prefect API at {DOWN} (refused); 2 wait in the "
+        "store for the next ingest or `reverie events flush`"]
+    assert "fact" not in caplog.text
+    assert store.end_session("ana", "s1") == 1
+    assert pending_keys(store) == ["ana:stored:60", "ana:store-threshold:1", "ana:session:1"]
+    assert outbox.waiting(store.url)[0].events == 3
+    api.answer = None
+    store.ingest([record(f"more {i}") for i in range(10)], profile="ana")
+    assert api.delivered == [
+        ["ana:stored:60", "ana:store-threshold:1", "ana:session:1", "ana:stored:70"]]
+    assert pending_keys(store) == [] and outbox.waiting(store.url) == []
+    # Delivered events are gone: a flush has nothing to send, the next ingest its own.
+    assert outbox.flush(store.url) == outbox.FlushResult(outbox.Outcome.DELIVERED, 0, 0)
+    store.ingest([record("one more")], profile="ana")
+    assert api.delivered[-1] == ["ana:stored:71"]
+    assert len(api.delivered) == 2
+
+
+def test_the_real_send_to_a_dead_api_keeps_the_events_with_one_warning(
+    store: Store, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(events, "api_url", lambda: DOWN)
+    started = time.monotonic()
+    with caplog.at_level(logging.WARNING):
+        store.ingest([record(f"fact {i}") for i in range(50)], profile="ana")
+    assert time.monotonic() - started < 2 * events.SEND_DEADLINE_SECONDS
+    assert [r.name for r in caplog.records if r.levelno >= logging.WARNING] == ["models.outbox"]
+    result = outbox.flush(store.url)
+    assert result.outcome is outbox.Outcome.UNREACHABLE and result.sent == 0
+    assert result.pending == 2 and result.error
+
+
+def test_nothing_is_queued_without_an_api_or_with_events_off(
+    store: Store, api: FakeApi, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(events, "api_url", lambda: None)
+    store.ingest([record(f"fact {i}") for i in range(60)], profile="ana")
+    store.end_session("ana")
+    monkeypatch.setattr(events, "api_url", lambda: DOWN)
+    monkeypatch.setenv("REVERIE_EMIT_EVENTS", "false")
+    store.ingest([record(f"other {i}") for i in range(60)], profile="ana")
+    assert pending_keys(store) == [] and api.offered == []
+
+
+def test_a_second_sender_leaves_the_events_to_the_first_which_sends_them_all(
+    store: Store, api: FakeApi, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(outbox, "deliver", lambda url: None)  # queue only
+    store.ingest([record(f"fact {i}") for i in range(50)], profile="ana")
+    api.answer = None
+    real_send = events._send
+    during: list[outbox.FlushResult] = []
+
+    def slow_send(batch, url):  # type: ignore[no-untyped-def]
+        if not during:  # while the first send is under way, another process ingests
+            store.end_session("ana", "s1")  # queues one more event
+            during.append(outbox.flush(store.url))
+        return real_send(batch, url)
+
+    monkeypatch.setattr(events, "_send", slow_send)
+    result = outbox.flush(store.url)
+    assert during[0].outcome is outbox.Outcome.BUSY and during[0].sent == 0
+    assert result == outbox.FlushResult(outbox.Outcome.DELIVERED, 3, 0)
+    assert api.delivered == [
+        ["ana:stored:50", "ana:store-threshold:1"], ["ana:session:1"]]
+
+
+def test_a_dead_senders_claim_lapses_and_its_events_are_sent(
+    store: Store, api: FakeApi, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(outbox, "deliver", lambda url: None)
+    store.ingest([record("fact")], profile="ana")
+    api.answer = None
+    with writing(store.url) as s:  # claimed by a process that then died
+        outbox.claim(s, "dead", utcnow() - timedelta(seconds=outbox.CLAIM_SECONDS / 2))
+    assert outbox.flush(store.url).outcome is outbox.Outcome.BUSY
+    with writing(store.url) as s:
+        outbox.settle(s, "nobody", delivered=False)  # not its claim: nothing changes
+        outbox.claim(s, "dead", utcnow() - timedelta(seconds=2 * outbox.CLAIM_SECONDS))
+    assert outbox.flush(store.url) == outbox.FlushResult(outbox.Outcome.DELIVERED, 1, 0)
+    assert api.delivered == [["ana:stored:1"]]
+
+
+def test_the_events_command_lists_and_flushes(
+    store: Store, api: FakeApi, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from deployments.cli import EXIT_ERROR, EXIT_OK, main
+
+    assert main(["events"]) == EXIT_OK and "no events waiting" in capsys.readouterr().out
+    store.ingest([record(f"fact {i}") for i in range(50)], profile="ana")
+    assert main(["events"]) == EXIT_OK
+    assert capsys.readouterr().out.startswith("ana: 2 event(s) waiting, the oldest from ")
+    assert main(["events", "flush", "--timeout", "1"]) == EXIT_ERROR
+    out, err = capsys.readouterr()
+    assert out == "sent 0, waiting 2\n"
+    assert "2 event(s) not sent: the Prefect API did not take them (refused)" in err
+    api.answer = None
+    assert main(["events", "flush", "--json"]) == EXIT_OK
+    assert json.loads(capsys.readouterr().out) == {
+        "outcome": "delivered", "sent": 2, "pending": 0, "error": None}
+
+
+def test_senders_at_the_same_time_send_each_event_once(
+    store: Store, api: FakeApi, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+
+    monkeypatch.setattr(outbox, "deliver", lambda url: None)
+    for n in range(1, 6):
+        store.ingest([record(f"fact {n}")], profile="ana")
+        store.end_session("ana", f"s{n}")
+    api.answer = None
+    order = pending_keys(store)
+    fake_send = api.send
+
+    def slow_send(batch, url):  # type: ignore[no-untyped-def]
+        time.sleep(0.2)  # the others try meanwhile
+        return fake_send(batch, url)
+
+    monkeypatch.setattr(events, "_send", slow_send)
+    results: list[outbox.FlushResult] = []
+    senders = [threading.Thread(target=lambda: results.append(outbox.flush(store.url)))
+               for _ in range(4)]
+    for t in senders:
+        t.start()
+    for t in senders:
+        t.join()
+    sent = [key for batch in api.delivered for key in batch]
+    assert sent == order and len(set(sent)) == 11  # 5 stored, 5 ended, 1 threshold
+    assert sum(r.sent for r in results) == 11 and pending_keys(store) == []

@@ -13,13 +13,15 @@ from alembic.migration import MigrationContext
 from sqlalchemy import create_engine, inspect, text
 from sqlmodel import SQLModel
 
-from models.db import MIGRATIONS, dispose, engine_for
+from models import outbox
+from models.db import MIGRATIONS, dispose, engine_for, reading, writing
 from models.embeddings import DIMENSION, to_blob
 from models.settings import resolve_database_url
 from models.store import Store
+from models.events import session_events
 from models.tables import RunRecord
 
-HEAD = "0003"
+HEAD = "0004"
 
 
 def alembic(url: str, target: str) -> None:
@@ -116,3 +118,30 @@ def test_vectors_move_out_of_the_memory_rows_and_back(new_store: Callable[[str],
         rows = dict(conn.execute(text("SELECT id, embedding FROM memory")).all())
     engine.dispose()
     assert rows["m-2"] is None and np.array_equal(np.frombuffer(rows["m-1"], np.float32), vector)
+
+
+def test_a_store_on_0003_gets_the_event_outbox_and_loses_it_downgraded(
+    new_store: Callable[[str], Store],
+) -> None:
+    url = new_store("outbox").url
+    alembic(url, "0003")
+    engine = create_engine(resolve_database_url(url))
+    with engine.begin() as conn:
+        assert "event_outbox" not in inspect(conn).get_table_names()
+    engine.dispose()
+    Store(url)  # opening the store migrates it
+    assert revision(url) == HEAD and differences(url) == []
+    with writing(url) as s:
+        outbox.add(s, session_events("old", "s1", 5, datetime(2025, 7, 1), 5))
+        outbox.add(s, session_events("old", "s1", 5, datetime(2025, 7, 1), 5))  # kept once
+    with reading(url) as s:
+        assert [(p.profile, p.events) for p in outbox.pending(s)] == [("old", 2)]
+    dispose(url)
+    engine = create_engine(resolve_database_url(url))
+    with engine.begin() as conn:
+        config = Config()
+        config.set_main_option("script_location", str(MIGRATIONS))
+        config.attributes["connection"] = conn
+        command.downgrade(config, "0003")
+        assert "event_outbox" not in inspect(conn).get_table_names()
+    engine.dispose()

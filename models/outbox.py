@@ -1,0 +1,207 @@
+"""The event outbox: Prefect events kept in the store until the Prefect API has them.
+
+The repository functions take the caller's session, so that an event is written in the
+transaction of the change that caused it: an ingest that rolls back leaves no event,
+and a process that dies after its commit loses none. The store queues events only when
+a Prefect API is configured (``models.events.wanted``): without one nobody would send
+them, and a local-only store's outbox would only grow.
+
+``flush`` sends what is pending, oldest first, and deletes what the API confirmed.
+It claims the rows it sends in a short transaction first (the writer lock serialises
+claims on SQLite, an advisory lock on PostgreSQL), so two processes never send the same
+event, and while one process holds a claim the others leave every row alone: sending
+later events around an earlier one in flight would reorder them. The holder looks
+again before it stops, and so takes what others queued meanwhile. Prefect does not
+make resending harmless: it stores an event id once, but its triggers remember the ids
+they saw only in memory, for 30 minutes.
+
+A sender that dies between its send and its delete, or whose send outlived the deadline
+and arrived after all, leaves events that are sent again once its claim lapses
+(CLAIM_SECONDS): at least once, with the same ids, which Prefect's triggers ignore
+within those 30 minutes.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from enum import StrEnum
+
+from sqlalchemy import delete, func, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlmodel import Session
+
+from models import events
+from models.db import reading, writing
+from models.events import ProfileEvent
+from models.tables import OutboxEvent
+from models.timestamps import utcnow
+
+log = logging.getLogger(__name__)
+
+_O = OutboxEvent.__table__  # type: ignore[attr-defined]
+# Events one send takes: a backlog goes out in a few sends, each well within its deadline.
+BATCH = 500
+# How long a claim holds: far beyond a send's deadline, so that only a sender that died
+# (or is stuck on the store) loses its rows to another.
+CLAIM_SECONDS = 60.0
+# PostgreSQL advisory lock serialising claims ("reverie" in ASCII, then 1).
+_CLAIM_LOCK = 0x7265766572696501
+
+
+class Outcome(StrEnum):
+    DELIVERED = "delivered"  # nothing is pending any more
+    UNREACHABLE = "unreachable"  # the API did not take the events: they stay for later
+    BUSY = "busy"  # another process is sending; it takes what is pending before it stops
+    INCOMPLETE = "incomplete"  # sends went through, but time ran out with events left
+    NO_API = "no-api"  # no Prefect API is configured to send them to
+
+
+@dataclass(frozen=True, slots=True)
+class FlushResult:
+    outcome: Outcome
+    sent: int
+    pending: int  # events left in the outbox afterwards (others may be adding)
+    error: str | None = None  # why the API did not take them (no event content)
+
+
+@dataclass(frozen=True, slots=True)
+class Pending:
+    profile: str
+    events: int
+    oldest: datetime  # when the oldest of them happened
+
+
+# --- the repository ----------------------------------------------------------------------
+
+
+def add(s: Session, queued: Sequence[ProfileEvent]) -> int:
+    """Queue events in the caller's transaction; an event already queued (same key) is
+    left as it is. Returns how many were given."""
+    if not queued:
+        return 0
+    now = utcnow()
+    rows = [
+        {"profile_id": e.profile, "name": str(e.name), "key": e.key, "payload": e.payload,
+         "occurred_at": e.at, "created_at": now}
+        for e in queued
+    ]
+    dialect = postgresql if s.get_bind().dialect.name == "postgresql" else sqlite
+    s.execute(dialect.insert(_O).on_conflict_do_nothing(index_elements=["key"]), rows)
+    return len(queued)
+
+
+def claim(
+    s: Session, holder: str, now: datetime, limit: int = BATCH
+) -> list[ProfileEvent] | None:
+    """Claim the oldest pending events for ``holder``, in order; None while another
+    holder's claim is live (its events go first, and it takes the rest after them)."""
+    if s.get_bind().dialect.name == "postgresql":
+        s.execute(select(func.pg_advisory_xact_lock(_CLAIM_LOCK)))
+    busy = s.execute(
+        select(_O.c.seq).where(_O.c.claimed_until > now).where(_O.c.claimed_by != holder)
+        .limit(1)
+    ).first()
+    if busy is not None:
+        return None
+    rows = s.execute(
+        select(_O.c.seq, _O.c.name, _O.c.profile_id, _O.c.key, _O.c.payload, _O.c.occurred_at)
+        .order_by(_O.c.seq).limit(limit)
+    ).all()
+    if rows:
+        s.execute(
+            update(_O).where(_O.c.seq.in_([r.seq for r in rows]))
+            .values(claimed_by=holder, claimed_until=now + timedelta(seconds=CLAIM_SECONDS))
+        )
+    return [ProfileEvent(r.name, r.profile_id, r.key, r.payload or {}, r.occurred_at)
+            for r in rows]
+
+
+def settle(s: Session, holder: str, delivered: bool) -> None:
+    """Delete the holder's claimed events once the API has them, or give them back.
+    Rows whose claim lapsed and went to another holder are that holder's now."""
+    mine = _O.c.claimed_by == holder
+    if delivered:
+        s.execute(delete(_O).where(mine))
+    else:
+        s.execute(update(_O).where(mine).values(claimed_by=None, claimed_until=None))
+
+
+def count(s: Session) -> int:
+    return s.execute(select(func.count()).select_from(_O)).scalar_one()
+
+
+def pending(s: Session) -> list[Pending]:
+    """How many events wait, per profile (counts only: payloads stay in the store)."""
+    rows = s.execute(
+        select(_O.c.profile_id, func.count(), func.min(_O.c.occurred_at))
+        .group_by(_O.c.profile_id).order_by(_O.c.profile_id)
+    ).all()
+    return [Pending(profile, n, oldest) for profile, n, oldest in rows]
+
+
+# --- sending -----------------------------------------------------------------------------
+
+
+def flush(
+    store_url: str, budget: float = events.SEND_DEADLINE_SECONDS, api: str | None = None
+) -> FlushResult:
+    """Send the store's pending events to the Prefect API (``api``, default the
+    configured one), oldest first, for at most about ``budget`` seconds plus one send's
+    deadline. Stops at the first send the API does not confirm, with one warning; never
+    raises for the API (the store's own errors do raise)."""
+    url = api or events.api_url()
+    with reading(store_url) as s:
+        left = count(s)
+    if not left:
+        return FlushResult(Outcome.DELIVERED, 0, 0)
+    if not url:
+        return FlushResult(Outcome.NO_API, 0, left, "no Prefect API is configured")
+    holder = uuid.uuid4().hex
+    sent = 0
+    stop_at = time.monotonic() + budget
+    while True:
+        with writing(store_url) as s:
+            batch = claim(s, holder, utcnow())
+        if batch is None:
+            return FlushResult(Outcome.BUSY, sent, _count(store_url))
+        if not batch:
+            return FlushResult(Outcome.DELIVERED, sent, 0)
+        error = events.send(batch, url)
+        with writing(store_url) as s:
+            settle(s, holder, delivered=error is None)
+        if error is not None:
+            reason = str(error) or type(error).__name__
+            left = _count(store_url)
+            log.warning("could not send %d event(s) to the Prefect API at %s (%s); %d wait "
+                        "in the store for the next ingest or `reverie events flush`",
+                        len(batch), url, reason, left)
+            return FlushResult(Outcome.UNREACHABLE, sent, left, reason)
+        sent += len(batch)
+        if time.monotonic() >= stop_at:
+            left = _count(store_url)
+            return FlushResult(Outcome.DELIVERED if not left else Outcome.INCOMPLETE, sent, left)
+
+
+def deliver(store_url: str) -> None:
+    """After a commit that queued events: one flush, whose failure (the API's or the
+    store's) is a warning, since what was stored is stored."""
+    try:
+        flush(store_url)
+    except Exception as exc:  # noqa: BLE001 - the events wait for the next flush
+        log.warning("could not flush the event outbox (%s); the events wait in the store",
+                    type(exc).__name__)
+
+
+def waiting(store_url: str) -> list[Pending]:
+    with reading(store_url) as s:
+        return pending(s)
+
+
+def _count(store_url: str) -> int:
+    with reading(store_url) as s:
+        return count(s)

@@ -15,6 +15,12 @@ deleted, so that no original points at a summary that is gone. Deletion removes 
 row, its edges and its vector and leaves a tombstone (id, content hash, score,
 reason, run). Nothing else is ever deleted by Reverie.
 
+A run may be told which memories it may delete (those an operator approved, see
+flows/forget.py): a memory selected for deletion but not among them is archived if it
+is also below ``archive_threshold``, else kept, and the report says why. Every
+deletion, done or planned, is listed in the report's ``deletions`` table (Reverie's id
+beside the caller's external id), which is what an approval is asked for.
+
 Core Memory blocks quote their source memories. When a forgotten memory feeds a block,
 the blocks are compiled again without it and written in the forget's own transaction:
 a deleted memory's text never outlives it in a block, not even until the next run.
@@ -22,23 +28,36 @@ a deleted memory's text never outlives it in a block, not even until the next ru
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime
-from typing import NamedTuple
+from enum import StrEnum
+from typing import Any, NamedTuple
+
+from prefect import Task
 
 from models.config import ConsolidationConfig, ForgetConfig
 from models.records import BlockPlan, MemoryView
 from models.store import Store
 from tasks.blocks import plan_blocks
-from tasks.step import Change, StepArgs, StepReport, preview, step_task
+from tasks.step import Change, StepArgs, StepBatch, StepReport, preview, step_task
 from tasks.summarize import summarizer_for
 
-ARCHIVE, DELETE, PROTECTED = "archive", "delete", "protected"
+
+class Action(StrEnum):
+    ARCHIVE = "archive"
+    DELETE = "delete"
+    PROTECTED = "protected"
+    # Selected for deletion, not approved for it, and not low enough to archive: kept.
+    NOT_APPROVED = "not approved"
+
+
+ARCHIVE, DELETE, PROTECTED, NOT_APPROVED = (
+    Action.ARCHIVE, Action.DELETE, Action.PROTECTED, Action.NOT_APPROVED)
 
 
 class Decision(NamedTuple):
     memory: MemoryView
-    action: str
+    action: Action
     reason: str
 
 
@@ -61,8 +80,11 @@ def plan_forget(
     standing_for_originals: set[str],
     as_of: datetime,
     config: ForgetConfig,
+    deletable: Collection[str] | None = None,
 ) -> list[Decision]:
-    """What to archive, delete, or keep although its score is low (and why)."""
+    """What to archive, delete, or keep although its score is low (and why).
+    ``deletable``: the only memories that may be deleted (None: any the thresholds
+    select)."""
     out: list[Decision] = []
     for m in memories:
         if not m.is_live or m.relevance is None:
@@ -80,6 +102,14 @@ def plan_forget(
         elif action == DELETE and m.id in standing_for_originals:
             keep_row = "; archived, not deleted: it stands for originals"
             out.append(Decision(m, ARCHIVE, reason + keep_row))
+        elif action == DELETE and deletable is not None and m.id not in deletable:
+            # Selected since the approval was asked (a newer score, a new profile):
+            # no one approved deleting it, so it gets what archiving alone would do.
+            unapproved = "; its deletion was not approved"
+            if m.relevance < config.archive_threshold:
+                out.append(Decision(m, ARCHIVE, reason + unapproved + ", archived"))
+            else:
+                out.append(Decision(m, NOT_APPROVED, reason + unapproved + ", kept"))
         else:
             out.append(Decision(m, action, reason))
     return out
@@ -100,11 +130,15 @@ def blocks_without(
     return plan_blocks(remaining, as_of, config.blocks, summarizer_for(config.summarizer))
 
 
-def forget(store: Store, args: StepArgs) -> StepReport:
-    """Archive or delete the profile's least relevant unprotected memories, if enabled."""
+def forget(
+    store: Store, args: StepArgs, deletable: Collection[str] | None = None
+) -> StepReport:
+    """Archive or delete the profile's least relevant unprotected memories, if enabled
+    (deleting only ``deletable`` when given)."""
     config = args.config.forget
     memories = store.memories(args.profile)
-    decisions = plan_forget(memories, store.superseding_ids(args.profile), args.as_of, config)
+    decisions = plan_forget(
+        memories, store.superseding_ids(args.profile), args.as_of, config, deletable)
     archive = [d.memory.id for d in decisions if d.action == ARCHIVE]
     doomed = [(d.memory.id, float(d.memory.relevance or 0.0), d.reason)
               for d in decisions if d.action == DELETE]
@@ -121,10 +155,14 @@ def forget(store: Store, args: StepArgs) -> StepReport:
         report.notes.append("forgetting is off: both thresholds are 0.0")
     elif not any(m.relevance is not None for m in memories):
         report.notes.append("no memory has a relevance score yet: run decay first")
+    unapproved = sum(d.action == NOT_APPROVED for d in decisions)
+    if unapproved:
+        report.notes.append(f"{unapproved} memories below the delete threshold kept: "
+                            "their deletion was not approved")
     for d in decisions:
-        if d.action == PROTECTED:
-            report.skipped += 1
-            kept = Change(PROTECTED, d.memory.id, d.reason, preview(d.memory.content))
+        if d.action in (PROTECTED, NOT_APPROVED):
+            report.skipped += int(d.action == PROTECTED)
+            kept = Change(d.action.value, d.memory.id, d.reason, preview(d.memory.content))
             report.record(kept, counts=False)
         else:
             verb = "archived" if d.action == ARCHIVE else "deleted"
@@ -135,7 +173,36 @@ def forget(store: Store, args: StepArgs) -> StepReport:
         "archived": len(archive), "deleted": len(doomed), "protected": report.skipped,
         "blocks_recompiled": len(rewritten),
     }
+    if doomed:
+        report.tables["deletions"] = [
+            deletion_row(args.profile, d) for d in decisions if d.action == DELETE]
     return report
 
 
+def deletion_row(profile: str, decision: Decision) -> dict[str, Any]:
+    """One deletion as the ``deletions`` table lists it (content as a preview only)."""
+    m = decision.memory
+    return {
+        "profile": profile, "id": m.id, "external_id": m.external_id or "",
+        "kind": m.kind, "relevance": round(float(m.relevance or 0.0), 4),
+        "content": preview(m.content) or "",
+    }
+
+
 forget_task = step_task("forget", forget)
+
+
+def forget_task_deleting(
+    deletable: frozenset[str] | None,
+) -> Task[[StepBatch, Sequence[list[StepReport]]], list[StepReport]]:
+    """The forget task, deleting only the memories in ``deletable`` (an approved list of
+    ids); None: the plain task, deleting whatever the thresholds select."""
+    if deletable is None:
+        return forget_task
+
+    def forget_approved(store: Store, args: StepArgs) -> StepReport:
+        """Archive or delete the profile's least relevant unprotected memories, deleting
+        only those whose deletion was approved."""
+        return forget(store, args, deletable)
+
+    return step_task("forget", forget_approved)

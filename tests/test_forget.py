@@ -1,7 +1,7 @@
 from datetime import timedelta
 
-from models.config import ForgetConfig
-from tasks.forget import ARCHIVE, DELETE, PROTECTED, plan_forget
+from models.config import ConsolidationConfig, ForgetConfig
+from tasks.forget import ARCHIVE, DELETE, NOT_APPROVED, PROTECTED, plan_forget
 
 from factories import AS_OF, view
 
@@ -9,8 +9,9 @@ ON = ForgetConfig(archive_threshold=0.2, delete_threshold=0.1)
 OLD = AS_OF - timedelta(days=200)
 
 
-def decide(*memories, config=ON, standing=frozenset()):
-    return {d.memory.id: (d.action, d.reason) for d in plan_forget(memories, set(standing), AS_OF, config)}
+def decide(*memories, config=ON, standing=frozenset(), deletable=None):
+    return {d.memory.id: (d.action, d.reason)
+            for d in plan_forget(memories, set(standing), AS_OF, config, deletable)}
 
 
 def test_off_by_default() -> None:
@@ -49,6 +50,19 @@ def test_protected_kinds_and_flag() -> None:
 def test_a_summary_standing_for_originals_is_archived_not_deleted() -> None:
     out = decide(view("s", relevance=0.0, created_at=OLD), standing={"s"})
     assert out["s"][0] == ARCHIVE and "stands for originals" in out["s"][1]
+
+
+def test_only_approved_deletions_happen_the_others_are_archived_or_kept() -> None:
+    approved = view("ok", relevance=0.05, created_at=OLD)
+    later = view("new", relevance=0.05, created_at=OLD)  # selected since the approval
+    delete_only = ForgetConfig(delete_threshold=0.1)
+    out = decide(approved, later, deletable={"ok"}, config=delete_only)
+    assert out["ok"][0] == DELETE
+    assert out["new"] == (NOT_APPROVED, "relevance 0.0500 < 0.1; its deletion was not "
+                          "approved, kept")
+    # Below the archive threshold too: archived, as a run without deletion would.
+    assert decide(later, deletable=set())["new"][0] == ARCHIVE
+    assert decide(later, deletable=None)["new"][0] == DELETE
 
 
 def test_unscored_cold_and_superseded_memories_are_not_considered() -> None:
@@ -91,14 +105,15 @@ def faded(store: Store) -> Store:
 
 @pytest.mark.usefixtures("prefect_api")
 def test_deleting_removes_the_text_from_core_memory_in_the_same_run(faded: Store) -> None:
-    report = forget(profile="mia", as_of=AS_OF, delete_threshold=1.0)
+    report = forget(profile="mia", as_of=AS_OF, delete_threshold=1.0, auto_approve_deletion=True)
     (step,) = report.steps
     assert step.facts["deleted"] == 2 and step.facts["blocks_recompiled"] >= 1
     assert any(c.action == "recompiled" and c.target == "user_profile" for c in step.changes)
     text = " ".join(b.content for b in faded.blocks("mia"))
     assert "4417" not in text and "Tromsø" not in text and "violinist" in text
     # A second run of the same date forgets nothing more and rewrites nothing.
-    assert forget(profile="mia", as_of=AS_OF, delete_threshold=1.0).changed() == 0
+    assert forget(profile="mia", as_of=AS_OF, delete_threshold=1.0,
+                  auto_approve_deletion=True).changed() == 0
 
 
 @pytest.mark.usefixtures("prefect_api")
@@ -134,3 +149,176 @@ def test_thresholds_override_the_config_only_where_given() -> None:
     assert (both.forget.archive_threshold, both.forget.delete_threshold) == (0.05, 0.01)
     with pytest.raises(ConfigError, match="archive_threshold"):
         with_forget_thresholds(base, -0.1, None)
+
+
+# --- approval of deletions (the pause itself: tests/test_forget_approval.py) -----------
+
+from prefect.exceptions import FlowPauseTimeout  # noqa: E402
+from sqlalchemy import create_engine, text  # noqa: E402
+
+from flows.forget import APPROVAL_ARTIFACT, DeletionApproval, forget_with_approval  # noqa: E402
+from models.errors import ReverieError  # noqa: E402
+from models.export import export_jsonl  # noqa: E402
+from models.tables import Tombstone  # noqa: E402
+from prefect_reads import run_artifacts  # noqa: E402
+
+
+class Pauses:
+    """Stands in for Prefect's pause_flow_run: counts the pauses and answers them."""
+
+    def __init__(self, answer: DeletionApproval | None = None, during=None) -> None:
+        self.answer, self.during, self.asked = answer, during, []
+
+    def __call__(self, wait_for_input, timeout, poll_interval):
+        self.asked.append((wait_for_input, timeout))
+        if self.during:
+            self.during()
+        if self.answer is None:
+            raise FlowPauseTimeout("Flow run was paused and never resumed.")
+        return self.answer
+
+
+@pytest.fixture
+def pauses(monkeypatch: pytest.MonkeyPatch):
+    def install(answer: DeletionApproval | None = None, during=None) -> Pauses:
+        fake = Pauses(answer, during)
+        monkeypatch.setattr("prefect.flow_runs.pause_flow_run", fake)
+        return fake
+
+    return install
+
+
+def approval_text(run_id: str | None) -> str:
+    """The last version of the run's approval artifact."""
+    versions = [a for a in run_artifacts(run_id) if a.key == APPROVAL_ARTIFACT]
+    return max(versions, key=lambda a: a.created).data
+
+
+def hot_ids(store: Store) -> set[str]:
+    return {m.external_id for m in store.memories("mia") if m.tier == "hot"}
+
+
+@pytest.mark.usefixtures("prefect_api")
+def test_archive_only_and_nothing_to_delete_never_pause(faded: Store, pauses) -> None:
+    never = pauses()
+    # Deletion is configured, but every candidate is protected: nothing to approve.
+    guarded = ConsolidationConfig(forget=ForgetConfig(
+        delete_threshold=1.0, protected_kinds=("semantic",)))
+    assert forget(profile="mia", as_of=AS_OF, config=guarded).changed() == 0
+    forget(profile="mia", as_of=AS_OF, archive_threshold=1.0)
+    assert never.asked == [] and faded.counts("mia")["cold"] == 2
+
+
+@pytest.mark.usefixtures("prefect_api")
+def test_auto_approve_and_dry_runs_never_pause(faded: Store, pauses) -> None:
+    never = pauses()
+    dry = forget(profile="mia", as_of=AS_OF, delete_threshold=1.0, dry_run=True)
+    assert dry.steps[0].facts["deleted"] == 2 and hot_ids(faded) == {"old-1", "old-2", "keep"}
+    forget(profile="mia", as_of=AS_OF, delete_threshold=1.0, auto_approve_deletion=True)
+    assert never.asked == [] and hot_ids(faded) == {"keep"}
+
+
+@pytest.mark.usefixtures("prefect_api")
+def test_an_approved_run_deletes_what_it_listed(faded: Store, pauses) -> None:
+    asked = pauses(DeletionApproval(approve=True, reason="checked"))
+    report = forget(profile="mia", as_of=AS_OF, delete_threshold=1.0,
+                    approval_timeout_seconds=60)
+    ((form, timeout),) = asked.asked
+    assert timeout == 60 and "2 memories in 1 profile(s) would be deleted" in form._description
+    assert report.steps[0].facts["deleted"] == 2 and hot_ids(faded) == {"keep"}
+    text = approval_text(report.run_id)
+    assert "**Approval:** approved" in text and "(checked)" in text
+    assert "| mia | 2 | 0 | 1 |" in text
+    for external, content in FACTS[:2]:
+        assert f"| {external} | semantic |" in text and content in text
+
+
+@pytest.mark.usefixtures("prefect_api")
+def test_content_in_the_approval_artifact_obeys_the_preview_limit(
+    faded: Store, pauses, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("REVERIE_ARTIFACT_CONTENT_CHARS", "0")
+    pauses(DeletionApproval(approve=True))
+    report = forget(profile="mia", as_of=AS_OF, delete_threshold=1.0)
+    text = approval_text(report.run_id)
+    assert "| old-1 |" in text and "4417" not in text and "Tromsø" not in text
+
+
+@pytest.mark.usefixtures("prefect_api")
+def test_a_memory_selected_after_the_approval_was_asked_is_not_deleted(
+    faded: Store, pauses
+) -> None:
+    def keep_loses_its_protection() -> None:
+        engine = create_engine(faded.url)  # as a re-import lowering its importance would
+        with engine.begin() as conn:
+            conn.execute(text("UPDATE memory SET importance = 0.3 WHERE external_id = 'keep'"))
+        engine.dispose()
+
+    pauses(DeletionApproval(approve=True), during=keep_loses_its_protection)
+    report = forget(profile="mia", as_of=AS_OF, delete_threshold=1.0)
+    (step,) = report.steps
+    assert step.facts["deleted"] == 2 and hot_ids(faded) == {"keep"}
+    assert any(c.action == "not approved" and "not approved, kept" in c.detail
+               for c in step.changes)
+
+
+@pytest.mark.usefixtures("prefect_api")
+def test_a_rejected_run_deletes_nothing_and_still_archives(faded: Store, pauses) -> None:
+    pauses(DeletionApproval(approve=False, reason="too many"))
+    report = forget(profile="mia", as_of=AS_OF, delete_threshold=1.0, archive_threshold=1.0)
+    assert report.steps[0].facts["deleted"] == 0 and faded.counts("mia")["cold"] == 2
+    assert not any(isinstance(faded.get(mid, profile="mia"), Tombstone) for mid, _ in FACTS)
+    text = approval_text(report.run_id)
+    assert "**Approval:** rejected" in text and "(too many)" in text
+
+
+@pytest.mark.usefixtures("prefect_api")
+def test_no_answer_in_time_writes_nothing(faded: Store, pauses) -> None:
+    pauses(None)
+    before = export_jsonl(faded.url, "mia")
+    with pytest.raises(ReverieError, match="no approval within 5 s"):
+        forget(profile="mia", as_of=AS_OF, delete_threshold=1.0, archive_threshold=1.0,
+               approval_timeout_seconds=5)
+    assert export_jsonl(faded.url, "mia") == before
+
+
+def test_without_a_prefect_api_a_deleting_run_refuses_instead_of_waiting(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("flows.forget.api_configured", lambda: False)
+    config = with_forget_thresholds(preset("default"), None, 0.5)
+    with pytest.raises(ConfigError, match="auto_approve_deletion=True"):
+        forget_with_approval("mia", AS_OF, config, 60)
+
+
+def test_the_cli_refuses_to_delete_without_an_api_or_approval(
+    faded: Store, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("models.events.api_configured", lambda: False)
+    before = export_jsonl(faded.url, "mia")
+    args = ["run", "forget", "--profile", "mia", "--as-of", AS_OF.isoformat()]
+    assert main([*args, "--delete-below", "0.5"]) == EXIT_ERROR
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--approve-deletion" in err and "PREFECT_API_URL" in err
+    assert main(["run", "decay", "--profile", "mia", "--approve-deletion"]) == EXIT_ERROR
+    assert "applies to `run forget` only" in capsys.readouterr().err
+    assert main(["approve", "0d7c1f8e-8a55-4b8e-9a43-2b1e6f1b9d21"]) == EXIT_ERROR
+    assert "PREFECT_API_URL" in capsys.readouterr().err
+    assert export_jsonl(faded.url, "mia") == before
+
+
+@pytest.mark.usefixtures("prefect_api")
+def test_the_cli_with_an_api_pauses_unless_told_to_approve(
+    faded: Store, capsys: pytest.CaptureFixture[str], pauses
+) -> None:
+    asked = pauses(DeletionApproval(approve=False))
+    args = ["run", "forget", "--profile", "mia", "--as-of", AS_OF.isoformat(),
+            "--delete-below", "1"]
+    assert main(args) == EXIT_OK
+    assert len(asked.asked) == 1 and "reverie approve <run id>" in capsys.readouterr().err
+    assert hot_ids(faded) == {"old-1", "old-2", "keep"}
+    assert main([*args, "--approve-deletion"]) == EXIT_OK
+    assert len(asked.asked) == 1 and hot_ids(faded) == {"keep"}
+    assert main(["approve", "not-a-run"]) == EXIT_ERROR
+    assert main(["approve", "0d7c1f8e-8a55-4b8e-9a43-2b1e6f1b9d21"]) == EXIT_ERROR
+    assert "no flow run" in capsys.readouterr().err

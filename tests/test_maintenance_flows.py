@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from datetime import timedelta
 
 import pytest
@@ -24,6 +25,11 @@ from prefect_reads import run_artifacts
 pytestmark = pytest.mark.usefixtures("prefect_api")
 
 FORGETTING = ConsolidationConfig(forget=ForgetConfig(archive_threshold=0.2, delete_threshold=0.1))
+
+
+def approved(flow_fn) -> dict:
+    """Deletion approved up front: a forget that deletes otherwise pauses for approval."""
+    return {"auto_approve_deletion": True} if flow_fn is forget else {}
 
 
 def iso(delta: timedelta) -> str:
@@ -107,7 +113,7 @@ def test_dry_run_writes_nothing_and_predicts_the_real_run(maintained: Store, flo
     before, history = export(maintained), maintained.run_history()
     dry = flow_fn(profile="m", as_of=AS_OF, dry_run=True, config=config)
     assert export(maintained) == before and maintained.run_history() == history
-    real = flow_fn(profile="m", as_of=AS_OF, config=config)
+    real = flow_fn(profile="m", as_of=AS_OF, config=config, **approved(flow_fn))
     assert dry.comparable() == real.comparable() and real.changed() > 0
     assert export(maintained) != before
 
@@ -115,9 +121,9 @@ def test_dry_run_writes_nothing_and_predicts_the_real_run(maintained: Store, flo
 @pytest.mark.parametrize(("flow_fn", "config"), FLOWS, ids=lambda f: getattr(f, "name", ""))
 def test_a_second_run_with_the_same_as_of_changes_nothing(scored: Store, flow_fn, config) -> None:
     maintained = scored
-    flow_fn(profile="m", as_of=AS_OF, config=config)
+    flow_fn(profile="m", as_of=AS_OF, config=config, **approved(flow_fn))
     once = export(maintained)
-    again = flow_fn(profile="m", as_of=AS_OF, config=config)
+    again = flow_fn(profile="m", as_of=AS_OF, config=config, **approved(flow_fn))
     assert export(maintained) == once and again.changed() == 0
 
 
@@ -129,6 +135,29 @@ def test_decay_scores_every_live_memory_and_publishes_the_distribution(maintaine
     table = json.loads(artifacts["decay-distribution"].data)
     assert [r["band"] for r in table] == ["high", "medium", "low", "archive"]
     assert sum(r["memories"] for r in table) == report.steps[0].examined == 17
+
+
+def test_artifacts_name_the_users_ids_and_each_profile_has_its_own_key(
+    maintained: Store,
+) -> None:
+    report = decay(profile="m", as_of=AS_OF)
+    artifacts = {a.key: a for a in run_artifacts(report.run_id)}
+    ours_to_theirs = {m["id"]: m["external_id"] for m in rows(maintained, "memory")}
+    table = json.loads(artifacts["decay-changes"].data)
+    assert table and all(r["id"] == ours_to_theirs[r["target"]] for r in table)
+    assert {r["id"] for r in table} >= {"topic-0", "old-0"}
+    own = artifacts["decay-profile-m"].data
+    assert own.startswith("# Decay: m") and "(id `old-0`)" in own
+
+
+def test_profile_keys_are_prefects_spelling_and_never_shared() -> None:
+    from flows.artifacts import profile_key
+    from flows.run import RunReport
+
+    report = RunReport("full-consolidation", [], "2025-07-01", False, None)
+    assert profile_key(report, "maya") == "full-consolidation-profile-maya"
+    keys = {profile_key(report, p) for p in ("Bob", "bob", "bob.k", "bob-k", "b@b")}
+    assert len(keys) == 5 and all(re.fullmatch(r"[a-z0-9-]+", k) for k in keys)
 
 
 def test_creative_links_the_rule_matches(scored: Store) -> None:
@@ -165,7 +194,7 @@ def test_forget_deletes_archives_and_protects(scored: Store) -> None:
     maintained = scored
     ingested = {m["id"] for m in rows(maintained, "memory")}
     old0 = maintained.get("old-0", profile="m").id
-    report = forget(profile="m", as_of=AS_OF, config=FORGETTING)
+    report = forget(profile="m", as_of=AS_OF, config=FORGETTING, auto_approve_deletion=True)
     (step,) = report.steps
     assert step.facts == {"archived": 0, "deleted": 3, "protected": 4, "blocks_recompiled": 0}
     memories = by_external(maintained)
@@ -199,7 +228,7 @@ def test_maintenance_never_touches_another_profile(scored: Store) -> None:
     maintained = scored
     other = export(maintained, "other")
     for flow_fn, config in FLOWS:
-        flow_fn(profile="m", as_of=AS_OF, config=config)
+        flow_fn(profile="m", as_of=AS_OF, config=config, **approved(flow_fn))
     assert export(maintained, "other") == other
 
 

@@ -169,7 +169,10 @@ def test_stalled_work_is_marked(store: Store) -> None:
 
 def test_the_forget_sweep_follows_the_configured_thresholds(fading_store: Store) -> None:
     config = ConsolidationConfig(forget=ForgetConfig(delete_threshold=0.05))
+    # Unapproved, the sweep deletes nothing: deletion needs approval.
     report = consolidate_cold(profile="p", as_of=AS_OF, config=config)
+    assert report.steps[1].step == "forget" and report.steps[1].facts.get("deleted", 0) == 0
+    report = consolidate_cold(profile="p", as_of=AS_OF, config=config, auto_approve_deletion=True)
     assert report.steps[1].step == "forget" and report.steps[1].facts["deleted"] > 0
 
 

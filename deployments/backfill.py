@@ -119,7 +119,7 @@ def _through_replays(
     from prefect.deployments import run_deployment
 
     from flows.catalog import FLOWS
-    from flows.replay import done_dates
+    from flows.replay import done_dates, replay_title
 
     report = BackfillReport(flow, REPLAY_DEPLOYMENT)
     busy = _live_replays(flow)
@@ -133,10 +133,11 @@ def _through_replays(
         if profile in busy:
             report.running.append(profile)
             continue
+        dates = [w.isoformat() for w in todo]
         run = run_deployment(
             REPLAY_DEPLOYMENT,
-            parameters={"flow": flow, "profile": profile,
-                        "dates": [w.isoformat() for w in todo]},
+            parameters={"flow": flow, "profile": profile, "dates": dates},
+            flow_run_name=replay_title(flow, profile, dates),
             timeout=0, tags=[BACKFILL_TAG], as_subflow=False,
         )
         report.runs.append(str(run.id))

@@ -69,6 +69,16 @@ def _parser() -> argparse.ArgumentParser:
                    help="forget, cold: archive memories whose relevance is below this")
     p.add_argument("--delete-below", type=float, metavar="RELEVANCE",
                    help="forget, cold: delete (leaving a tombstone) below this")
+    p.add_argument("--approve-deletion", action="store_true",
+                   help="forget: delete without pausing for approval (required when "
+                        "deletion is configured and no PREFECT_API_URL is set); cold: "
+                        "let the sweep delete (unapproved, it archives only)")
+
+    p = command("approve", _approve, "Answer a forget run paused for deletion approval.")
+    p.add_argument("run_id", help="the paused flow run's id")
+    p.add_argument("--reject", action="store_true",
+                   help="delete none (the run still archives as configured)")
+    p.add_argument("--reason", default="", help="why, kept in the run's log and artifact")
 
     p = command("backfill", _backfill, "Run a flow once per date over a range (resumable).")
     p.add_argument("flow", help="full, lightweight, decay, creative, cluster, forget, cold")
@@ -88,6 +98,19 @@ def _parser() -> argparse.ArgumentParser:
     p = command("session-end", _session_end, "Record the end of a profile's session.")
     p.add_argument("--profile", required=True)
     p.add_argument("--session", help="the session's id")
+
+    p = command("events", _events, "Prefect events waiting in the store, per profile "
+                "(`reverie events flush` sends them).")
+    p.add_argument("--json", action="store_true")
+    events_sub = p.add_subparsers(dest="events_command")
+    f = events_sub.add_parser(
+        "flush", help="send the waiting events to the Prefect API now",
+        description="Send the waiting events to the Prefect API ($PREFECT_API_URL), oldest "
+                    "first. Exit code 0 once none is left.")
+    f.add_argument("--timeout", type=float, default=30.0,
+                   help="seconds to keep sending, and to wait for another sender (default 30)")
+    f.add_argument("--json", action="store_true")
+    f.set_defaults(handler=_events_flush)
 
     p = command("undo", _undo, "Undo a consolidation: its originals return, its summary goes.")
     p.add_argument("id", help="a consolidation id (c-...) or the id of the summary it made")
@@ -158,6 +181,12 @@ def _parser() -> argparse.ArgumentParser:
                         "(its database: $PREFECT_API_DATABASE_CONNECTION_URL, else SQLite)")
     b.add_argument("--json", type=Path, dest="json_out", help="write the results as JSON")
     b.add_argument("--markdown", type=Path, help="write the results table as markdown")
+
+    p = command("alerts", _alerts, "Announce failed and crashed Reverie runs through a "
+                "Prefect notification block (the reverie-run-failed automation).")
+    p.add_argument("--block", metavar="TYPE/NAME",
+                   help="the block, e.g. slack-webhook/ops (default $REVERIE_ALERT_BLOCK)")
+    p.add_argument("--off", action="store_true", help="pause the automation")
 
     p = command("serve", _serve, "Run a Prefect server, deploy every flow and start a worker "
                 "(Prefect's database: $PREFECT_API_DATABASE_CONNECTION_URL, else SQLite).")
@@ -242,7 +271,40 @@ def _run(args: argparse.Namespace) -> int:
     elif any(v is not None for v in thresholds.values()):
         raise ReverieError("--archive-below and --delete-below apply to `run forget` and "
                            "`run cold` only")
+    if args.task == "forget":
+        extra["auto_approve_deletion"] = _deletion_approved(args)
+    elif args.task == "cold":
+        # The cold sweep never pauses: unapproved, it archives only (and says so).
+        extra["auto_approve_deletion"] = bool(args.approve_deletion)
+    elif args.approve_deletion:
+        raise ReverieError("--approve-deletion applies to `run forget` and `run cold` only")
     return _run_flow(args.task, args, **extra)
+
+
+def _deletion_approved(args: argparse.Namespace) -> bool:
+    """Whether `run forget` deletes without pausing for approval. A run that would delete
+    with no Prefect API configured is refused before it starts: it would pause on a
+    temporary server no one can answer, and hang until its approval times out."""
+    from models.config import preset, with_forget_thresholds
+    from models.events import api_configured
+    from models.settings import get_settings
+
+    if args.approve_deletion or args.dry_run:
+        return bool(args.approve_deletion)
+    base = preset(args.preset) if args.preset else get_settings().consolidation_config()
+    delete = with_forget_thresholds(
+        base, args.archive_below, args.delete_below).forget.delete_threshold
+    if delete == 0.0:
+        return False
+    if not api_configured():
+        raise ReverieError(
+            f"forget would delete memories below relevance {delete:g}, which "
+            "needs approval, and no Prefect API is configured to ask it through: add "
+            "--approve-deletion, or set PREFECT_API_URL to pause the run for approval")
+    print(f"forget: deleting below {delete:g} waits for approval: the run "
+          "pauses and logs its id; answer in the Prefect UI (Resume) or with "
+          "`reverie approve <run id>` (--reject deletes none)", file=sys.stderr)
+    return False
 
 
 def _run_flow(name: str, args: argparse.Namespace, **extra: Any) -> int:
@@ -306,6 +368,36 @@ def run_flow(
     return report
 
 
+def _approve(args: argparse.Namespace) -> int:
+    from uuid import UUID
+
+    from prefect.exceptions import FlowPauseTimeout, NotPausedError, ObjectNotFound
+    from prefect.flow_runs import resume_flow_run
+
+    from models.events import api_configured
+
+    if not api_configured():
+        raise ReverieError("no Prefect API is configured: set PREFECT_API_URL to the server "
+                           "the run is paused on")
+    try:
+        run_id = UUID(args.run_id)
+    except ValueError:
+        raise ReverieError(f"not a flow run id: {args.run_id!r}") from None
+    try:
+        resume_flow_run(run_id, run_input={"approve": not args.reject, "reason": args.reason})
+    except ObjectNotFound:
+        raise ReverieError(f"no flow run {run_id}") from None
+    except NotPausedError:
+        raise ReverieError(f"flow run {run_id} is not paused") from None
+    except FlowPauseTimeout:
+        raise ReverieError(f"flow run {run_id} waited too long and can no longer resume") \
+            from None
+    except RuntimeError as exc:  # Prefect refused the answer (e.g. it fits no form)
+        raise ReverieError(f"flow run {run_id}: {exc}") from None
+    print(f"{run_id}: deletion {'rejected' if args.reject else 'approved'}")
+    return EXIT_OK
+
+
 def _backfill(args: argparse.Namespace) -> int:
     from deployments.backfill import backfill, parse_every
 
@@ -349,6 +441,70 @@ def _session_end(args: argparse.Namespace) -> int:
     count = Store().end_session(args.profile, args.session)
     print(f"{args.profile}: session {count} ended")
     return EXIT_OK
+
+
+def _alerts(args: argparse.Namespace) -> int:
+    from deployments.alerts import ensure_failure_alerts
+    from models.events import api_configured
+
+    if not api_configured():
+        raise ReverieError("alerts live in a Prefect server: set PREFECT_API_URL")
+    state = ensure_failure_alerts("" if args.off else args.block)
+    if state.enabled:
+        print(f"failed and crashed Reverie runs are announced through {state.block}")
+    else:
+        print("alerts are off" + (" (automation paused)" if state.automation_id else "")
+              + "; --block TYPE/NAME or REVERIE_ALERT_BLOCK turns them on")
+    return 0
+
+
+def _events(args: argparse.Namespace) -> int:
+    from models.outbox import waiting
+
+    pending = waiting(Store().url)
+    if args.json:
+        _print_json([asdict(p) for p in pending])
+    elif not pending:
+        print("no events waiting")
+    else:
+        for p in pending:
+            print(f"{p.profile}: {p.events} event(s) waiting, "
+                  f"the oldest from {p.oldest:%Y-%m-%d %H:%M:%S} UTC")
+    return EXIT_OK
+
+
+def _events_flush(args: argparse.Namespace) -> int:
+    import time
+
+    from models.outbox import Outcome, flush
+
+    url = Store().url
+    give_up = time.monotonic() + args.timeout
+    sent = 0
+    while True:
+        result = flush(url, budget=max(0.0, give_up - time.monotonic()))
+        sent += result.sent
+        # Another process is sending: it takes everything before it stops; wait for it.
+        if result.outcome is not Outcome.BUSY or time.monotonic() >= give_up:
+            break
+        time.sleep(0.5)
+    if args.json:
+        _print_json({"outcome": result.outcome.value, "sent": sent,
+                     "pending": result.pending, "error": result.error})
+    else:
+        print(f"sent {sent}, waiting {result.pending}")
+    if result.pending == 0:
+        return EXIT_OK
+    reasons = {
+        Outcome.UNREACHABLE: f"the Prefect API did not take them ({result.error}); "
+                             "they stay in the store: flush again once it answers",
+        Outcome.NO_API: "no Prefect API is configured: set PREFECT_API_URL",
+        Outcome.BUSY: "another process is still sending them",
+        Outcome.INCOMPLETE: "time ran out: flush again to send the rest",
+    }
+    print(f"reverie: {result.pending} event(s) not sent: {reasons.get(result.outcome, '')}",
+          file=sys.stderr)
+    return EXIT_ERROR
 
 
 def _undo(args: argparse.Namespace) -> int:

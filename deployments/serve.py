@@ -38,6 +38,8 @@ READY = "Reverie is up"
 # From the first SIGTERM to the last SIGKILL. Flow runs have ignored SIGTERM (30 of
 # them, 4.1 GB, outlived a stopped `reverie serve`), so whatever is left is killed.
 STOP_SECONDS = 20.0
+# How often serve sends events the store kept while the API was away.
+EVENT_FLUSH_SECONDS = 15.0
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
@@ -253,6 +255,45 @@ def _stop_on_signals() -> None:
         signal.signal(stop_signal, _interrupt)
 
 
+class EventFlusher:
+    """Sends the store's waiting events every ``EVENT_FLUSH_SECONDS``: an ingest made
+    while the API was down queued them, and without this they would wait for the next
+    ingest of any profile."""
+
+    def __init__(self, store_url: str, api: str) -> None:
+        self.store_url, self.api, self.due = store_url, api, 0.0
+
+    def maybe_flush(self) -> None:
+        if time.monotonic() < self.due:
+            return
+        self.due = time.monotonic() + EVENT_FLUSH_SECONDS
+        from models.outbox import flush
+
+        try:
+            flush(self.store_url, api=self.api)
+        except Exception as exc:  # noqa: BLE001 - tried again next time
+            print(f"could not flush the store's events ({type(exc).__name__}); "
+                  "trying again shortly", file=sys.stderr, flush=True)
+
+
+def failure_alerts(port: int) -> str:
+    """Bring the failed-run automation in line with ``REVERIE_ALERT_BLOCK``; what to
+    tell the operator about it. A wrong block name is reported, not fatal: the stack
+    is still worth having."""
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from deployments.alerts import ensure_failure_alerts
+
+    try:
+        with temporary_settings({PREFECT_API_URL: f"http://127.0.0.1:{port}/api"}):
+            state = ensure_failure_alerts()
+    except ReverieError as exc:
+        return f"off: {exc}"
+    if state.enabled:
+        return f"failed and crashed runs are announced through the block {state.block}"
+    return "off (REVERIE_ALERT_BLOCK names a Prefect notification block to turn them on)"
+
+
 def serve(
     port: int = 4200, home: Path | None = None, prefect_database: str | None = None,
     prefect_file: Path | None = None,
@@ -270,15 +311,20 @@ def serve(
     try:
         # Interrupted while starting, start_stack stops what it had started.
         processes = start_stack(port, home, log, prefect_file, prefect_database)
+        alerts = failure_alerts(port)
         print(
             f"{READY}: http://127.0.0.1:{port}\n"
+            f"  Alerts: {alerts}\n"
             f"  Deployments: every flow and its schedule; click one, then 'Run' to start it.\n"
             f"  Runs: each run, its task graph, logs, and the Artifacts tab (summary, changes).\n"
             f"  In another shell: export PREFECT_API_URL=http://127.0.0.1:{port}/api\n"
             f"  Ctrl-C stops the server, the worker and its flow runs.",
             flush=True,
         )
+        events = EventFlusher(resolve_database_url(get_settings().database_url),
+                              f"http://127.0.0.1:{port}/api")
         while all(p.poll() is None for p in processes):
+            events.maybe_flush()
             time.sleep(1)
         raise ReverieError(f"a Prefect process stopped; see {log}")
     except KeyboardInterrupt:

@@ -1,32 +1,71 @@
-"""Turn a run's report into Prefect artifacts: a markdown summary and a table of changes.
+"""Turn a run's report into Prefect artifacts: a markdown summary, a table of changes,
+and a report per profile.
 
-Artifacts are keyed by flow (and dry run), so the Prefect UI shows each flow's
-history of reports. Memory content appears only as the steps' previews, which obey
-``REVERIE_ARTIFACT_CONTENT_CHARS`` (0 hides it).
+The summary and the table are keyed by flow (and dry run), so the Prefect UI shows
+each flow's history of reports; each profile's report is keyed by flow and profile
+(``decay-profile-maya``), so one profile's history is one key. Changes name memories
+by the id the user gave them beside Reverie's own. Memory content appears only as the
+steps' previews, which obey ``REVERIE_ARTIFACT_CONTENT_CHARS`` (0 hides it).
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import re
+from collections.abc import Mapping
 
 from flows.run import RunReport
+from tasks.step import Change, StepReport
 
 # Prefect's artifact table is for reading, not for bulk data.
 MAX_TABLE_ROWS = 500
 # A run over thousands of profiles summarises: it names this many, and details this many.
 MAX_NAMED_PROFILES = 20
 MAX_LISTED_PROFILES = 100
+# Profiles that get a report of their own in one run (each is an API call): those
+# with changes, notes or failures first come first, by name.
+MAX_PROFILE_ARTIFACTS = 100
+# Changes listed in markdown, per step of a profile.
+MAX_LISTED_CHANGES = 20
 
 log = logging.getLogger(__name__)
 
 
 def artifact_key(report: RunReport, suffix: str = "") -> str:
     key = report.flow + ("-dry-run" if report.dry_run else "") + (f"-{suffix}" if suffix else "")
-    return re.sub(r"[^a-z0-9-]+", "-", key.lower()).strip("-")
+    return _slug(key)
 
 
-def markdown(report: RunReport) -> str:
+def profile_key(report: RunReport, profile: str) -> str:
+    """The key of a profile's own report. Prefect keys allow only a-z, 0-9 and dashes:
+    a name that loses characters to that gets a short digest of itself, so ``Bob``
+    and ``bob`` never share a key."""
+    slug = _slug(profile)
+    if slug != profile:
+        slug += "-" + hashlib.sha1(profile.encode()).hexdigest()[:6]
+    return artifact_key(report, f"profile-{slug}")
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")
+
+
+def user_ids(target: str, external: Mapping[str, str]) -> str:
+    """The user's ids for a change's target (a memory, or an edge ``a -> b``); empty
+    when none of it has one (summaries Reverie wrote, blocks)."""
+    parts = [p.strip() for p in target.split("->")]
+    named = [external.get(p, "") for p in parts]
+    return " -> ".join(named) if any(named) else ""
+
+
+def _change_line(c: Change, external: Mapping[str, str]) -> str:
+    theirs = user_ids(c.target, external)
+    return f"- **{c.action}** `{c.target}`" + (f" (id `{theirs}`)" if theirs else "") + \
+        f" {c.detail}"
+
+
+def markdown(report: RunReport, external: Mapping[str, str] | None = None) -> str:
     title = report.flow.replace("-", " ").capitalize()
     if report.dry_run:
         title += " (dry run: nothing written)"
@@ -41,6 +80,14 @@ def markdown(report: RunReport) -> str:
             [f"**Skipped (another run was consolidating them):** "
              f"{_names(report.skipped_profiles)}  "]
             if report.skipped_profiles else []
+        ),
+        *(
+            [f"**Waited for busy profiles:** " + ", ".join(
+                f"{p} {s:.1f} s" for p, s in sorted(report.waited.items())[:MAX_NAMED_PROFILES])
+             + (f" and {len(report.waited) - MAX_NAMED_PROFILES} more"
+                if len(report.waited) > MAX_NAMED_PROFILES else "")
+             + f" ({sum(report.waited.values()):.1f} s in all)  "]
+            if report.waited else []
         ),
     ]
     if failed:
@@ -80,12 +127,48 @@ def markdown(report: RunReport) -> str:
     sections = [s for s in report.steps if s.changes or s.notes][:MAX_LISTED_PROFILES]
     for s in sections:
         lines += ["", f"## {s.profile}: {s.step}", ""]
-        lines += [f"- note: {n}" for n in s.notes]
-        for c in s.changes[:20]:
-            lines.append(f"- **{c.action}** `{c.target}` {c.detail}")
-        if len(s.changes) > 20:
-            lines.append(f"- ... and {len(s.changes) - 20} more (see the table artifact)")
+        lines += _step_details(s, external or {})
     return "\n".join(lines) + "\n"
+
+
+def _step_details(s: StepReport, external: Mapping[str, str]) -> list[str]:
+    lines = [f"- note: {n}" for n in s.notes]
+    lines += [_change_line(c, external) for c in s.changes[:MAX_LISTED_CHANGES]]
+    if len(s.changes) > MAX_LISTED_CHANGES:
+        lines.append(f"- ... and {len(s.changes) - MAX_LISTED_CHANGES} more "
+                     "(see the table artifact)")
+    return lines
+
+
+def profile_markdown(
+    report: RunReport, profile: str, external: Mapping[str, str] | None = None
+) -> str:
+    """One profile's part of the run: its steps, what each changed and why."""
+    steps = [s for s in report.steps if s.profile == profile]
+    title = f"{report.flow.replace('-', ' ').capitalize()}: {profile}"
+    lines = [
+        f"# {title}" + (" (dry run: nothing written)" if report.dry_run else ""),
+        "",
+        f"**As of:** {report.as_of} UTC  ",
+        f"**Changes:** {sum(s.changed for s in steps)}  ",
+        *([f"**Waited for another run:** {report.waited[profile]:.1f} s  "]
+          if profile in report.waited else []),
+        "",
+        "| step | examined | changed | skipped | seconds | error |",
+        "|---|---:|---:|---:|---:|---|",
+    ]
+    lines += [f"| {s.step} | {s.examined} | {s.changed} | {s.skipped} | {s.seconds:.3f} "
+              f"| {s.error or ''} |" for s in steps]
+    for s in steps:
+        details = _step_details(s, external or {})
+        if details:
+            lines += ["", f"## {s.step}", "", *details]
+    return "\n".join(lines) + "\n"
+
+
+def profiles_with_news(report: RunReport) -> list[str]:
+    """Profiles whose run has something to read: a change, a note or a failure."""
+    return sorted({s.profile for s in report.steps if s.changed or s.notes or s.error})
 
 
 def _names(profiles: list[str]) -> str:
@@ -94,12 +177,13 @@ def _names(profiles: list[str]) -> str:
     return f"{len(profiles)} ({', '.join(profiles[:3])}, ..., {profiles[-1]})"
 
 
-def table(report: RunReport) -> list[dict[str, str]]:
+def table(report: RunReport, external: Mapping[str, str] | None = None) -> list[dict[str, str]]:
     rows = [
         {
             "profile": s.profile,
             "step": s.step,
             "action": c.action,
+            "id": user_ids(c.target, external or {}),
             "target": c.target,
             "detail": c.detail,
             "content": c.preview if c.preview is not None else "",
@@ -110,17 +194,31 @@ def table(report: RunReport) -> list[dict[str, str]]:
     return rows[:MAX_TABLE_ROWS]
 
 
-def publish(report: RunReport) -> None:
-    """Create the run's artifacts when running inside a Prefect flow run."""
+def listed_targets(report: RunReport) -> list[str]:
+    """Every memory id the artifacts may name (edges ``a -> b`` give both)."""
+    return sorted({part.strip() for s in report.steps for c in s.changes
+                   for part in c.target.split("->")})
+
+
+def publish(report: RunReport, external: Mapping[str, str] | None = None) -> None:
+    """Create the run's artifacts when running inside a Prefect flow run. ``external``:
+    the user's id of each Reverie id it has one for."""
     if report.run_id is None:
         return
     from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
+    external = external or {}
     create_markdown_artifact(
-        markdown(report), key=artifact_key(report), description=f"{report.flow} summary"
+        markdown(report, external), key=artifact_key(report),
+        description=f"{report.flow} summary",
     )
-    rows = table(report) or [
-        {"profile": _names(report.profiles), "step": "", "action": "none",
+    for profile in profiles_with_news(report)[:MAX_PROFILE_ARTIFACTS]:
+        create_markdown_artifact(
+            profile_markdown(report, profile, external), key=profile_key(report, profile),
+            description=f"{report.flow} for {profile}",
+        )
+    rows = table(report, external) or [
+        {"profile": _names(report.profiles), "step": "", "action": "none", "id": "",
          "target": "", "detail": "nothing to change", "content": ""}
     ]
     create_table_artifact(

@@ -10,12 +10,11 @@ for why it does not rescore itself).
 
 from __future__ import annotations
 
-from datetime import datetime
 
 from prefect.futures import PrefectFuture
 
-from flows.run import ProfileSelector, RunReport, reverie_flow, run_for_profiles
-from models.config import ConsolidationConfig
+from flows.parameters import AsOf, Config, DryRun, Profile
+from flows.run import RunReport, reverie_flow, run_for_profiles
 from tasks.cluster import cluster_task
 from tasks.step import StepBatch, StepReport
 
@@ -24,10 +23,10 @@ FLOW_NAME = "cluster"
 
 @reverie_flow(FLOW_NAME)
 def cluster(
-    profile: ProfileSelector = None,
-    as_of: datetime | None = None,
-    dry_run: bool = False,
-    config: ConsolidationConfig | None = None,
+    profile: Profile = None,
+    as_of: AsOf = None,
+    dry_run: DryRun = False,
+    config: Config = None,
 ) -> RunReport:
     """Group similar relevant memories and keep one meta-memory per group."""
     return run_for_profiles(FLOW_NAME, profile, as_of, dry_run, config, cluster_profiles)

@@ -9,12 +9,11 @@ Acts on the relevance the decay flow last stored.
 
 from __future__ import annotations
 
-from datetime import datetime
 
 from prefect.futures import PrefectFuture
 
-from flows.run import ProfileSelector, RunReport, reverie_flow, run_for_profiles
-from models.config import ConsolidationConfig
+from flows.parameters import AsOf, Config, DryRun, Profile
+from flows.run import RunReport, reverie_flow, run_for_profiles
 from tasks.compress import compress_fading_task
 from tasks.step import StepBatch, StepReport
 
@@ -23,10 +22,10 @@ FLOW_NAME = "compress"
 
 @reverie_flow(FLOW_NAME)
 def compress(
-    profile: ProfileSelector = None,
-    as_of: datetime | None = None,
-    dry_run: bool = False,
-    config: ConsolidationConfig | None = None,
+    profile: Profile = None,
+    as_of: AsOf = None,
+    dry_run: DryRun = False,
+    config: Config = None,
 ) -> RunReport:
     """Replace groups of similar fading memories by summaries; originals go cold."""
     return run_for_profiles(FLOW_NAME, profile, as_of, dry_run, config, compress_profiles)

@@ -13,19 +13,15 @@ thresholds, so it forgets nothing unless the operator turned forgetting on.
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Literal
+from typing import Annotated, Literal
 
 from prefect.futures import PrefectFuture
+from pydantic import Field
 
-from flows.run import ProfileSelector, RunReport, reverie_flow, run_for_profiles
-from models.config import (
-    ArchiveThreshold,
-    ColdConfig,
-    ConsolidationConfig,
-    DeleteThreshold,
-    with_forget_thresholds,
-)
+from flows.parameters import ArchiveBelow, AsOf, Config, DeleteBelow, DryRun, Profile
+from flows.forget import AutoApprove
+from flows.run import RunReport, run_logger, reverie_flow, run_for_profiles
+from models.config import ColdConfig, with_forget_thresholds
 from models.errors import ConfigError
 from models.settings import get_settings
 from tasks.cold import consolidate_cold_task, mark_stalled_task
@@ -37,21 +33,37 @@ FLOW_NAME = "consolidate-cold"
 
 @reverie_flow(FLOW_NAME)
 def consolidate_cold(
-    profile: ProfileSelector = None,
-    as_of: datetime | None = None,
-    dry_run: bool = False,
-    config: ConsolidationConfig | None = None,
-    scope: Literal["all", "session"] = "all",
-    session_id: str | None = None,
-    min_age_days: float | None = None,
-    archive_threshold: ArchiveThreshold | None = None,
-    delete_threshold: DeleteThreshold | None = None,
+    profile: Profile = None,
+    as_of: AsOf = None,
+    dry_run: DryRun = False,
+    config: Config = None,
+    scope: Annotated[Literal["all", "session"], Field(description=(
+        "all: every cold memory of the profile; session: only those of session_id."
+    ))] = "all",
+    session_id: Annotated[str | None, Field(max_length=256, description=(
+        "With scope=session: the session whose memories are consolidated."
+    ))] = None,
+    min_age_days: Annotated[float | None, Field(ge=0.0, description=(
+        "Only memories at least this many days old. Empty: config.cold.min_age_days (7); "
+        "0 takes memories of any age."
+    ))] = None,
+    archive_threshold: ArchiveBelow = None,
+    delete_threshold: DeleteBelow = None,
+    auto_approve_deletion: AutoApprove = False,
 ) -> RunReport:
     """Fold each entity's cold context, emotion and implementation notes into one
     protected learning memory; then sweep and mark stalled work."""
     base = with_forget_thresholds(
         config or get_settings().consolidation_config(), archive_threshold, delete_threshold
     )
+    if base.forget.delete_threshold > 0.0 and not auto_approve_deletion and not dry_run:
+        # Deletion is approved: this flow runs at session ends, with no one to ask, so
+        # its sweep archives only; the forget flow asks before it deletes.
+        run_logger().warning(
+            "consolidate-cold: the sweep deletes nothing (delete_threshold %g needs "
+            "approval: run the forget flow, or set auto_approve_deletion); archiving "
+            "goes ahead", base.forget.delete_threshold)
+        base = with_forget_thresholds(base, None, 0.0)
     cold = base.cold.model_dump() | {"scope": scope, "session_id": session_id}
     if min_age_days is not None:
         cold["min_age_days"] = min_age_days

@@ -12,12 +12,11 @@ before it (``prefect.yaml`` does).
 
 from __future__ import annotations
 
-from datetime import datetime
 
 from prefect.futures import PrefectFuture
 
-from flows.run import ProfileSelector, RunReport, reverie_flow, run_for_profiles
-from models.config import ConsolidationConfig
+from flows.parameters import AsOf, Config, DryRun, Profile
+from flows.run import RunReport, reverie_flow, run_for_profiles
 from tasks.creative import creative_task
 from tasks.step import StepBatch, StepReport
 
@@ -26,10 +25,10 @@ FLOW_NAME = "creative"
 
 @reverie_flow(FLOW_NAME)
 def creative(
-    profile: ProfileSelector = None,
-    as_of: datetime | None = None,
-    dry_run: bool = False,
-    config: ConsolidationConfig | None = None,
+    profile: Profile = None,
+    as_of: AsOf = None,
+    dry_run: DryRun = False,
+    config: Config = None,
 ) -> RunReport:
     """Discover contradictions, explanations, shared themes and parallel contexts."""
     return run_for_profiles(FLOW_NAME, profile, as_of, dry_run, config, associate_profiles)

@@ -9,12 +9,11 @@ The relevance distribution (high / medium / low / archive) is published as a tab
 
 from __future__ import annotations
 
-from datetime import datetime
 
 from prefect.futures import PrefectFuture
 
-from flows.run import ProfileSelector, RunReport, reverie_flow, run_for_profiles
-from models.config import ConsolidationConfig
+from flows.parameters import AsOf, Config, DryRun, Profile
+from flows.run import RunReport, reverie_flow, run_for_profiles
 from tasks.decay import decay_task
 from tasks.step import StepBatch, StepReport
 
@@ -23,10 +22,10 @@ FLOW_NAME = "decay"
 
 @reverie_flow(FLOW_NAME)
 def decay(
-    profile: ProfileSelector = None,
-    as_of: datetime | None = None,
-    dry_run: bool = False,
-    config: ConsolidationConfig | None = None,
+    profile: Profile = None,
+    as_of: AsOf = None,
+    dry_run: DryRun = False,
+    config: Config = None,
 ) -> RunReport:
     """Score every live hot memory's relevance from its age, use, links, importance
     and confidence."""

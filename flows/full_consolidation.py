@@ -19,12 +19,11 @@ to the graph. Chunks run side by side.
 
 from __future__ import annotations
 
-from datetime import datetime
 
 from prefect.futures import PrefectFuture
 
-from flows.run import ProfileSelector, RunReport, reverie_flow, run_for_profiles
-from models.config import ConsolidationConfig
+from flows.parameters import AsOf, Config, DryRun, Profile
+from flows.run import RunReport, reverie_flow, run_for_profiles
 from tasks.blocks import compile_blocks_task
 from tasks.compress import compress_fading_task
 from tasks.dedup import dedup_new_summaries_task, dedup_task
@@ -39,10 +38,10 @@ FLOW_NAME = "full-consolidation"
 
 @reverie_flow(FLOW_NAME)
 def full_consolidation(
-    profile: ProfileSelector = None,
-    as_of: datetime | None = None,
-    dry_run: bool = False,
-    config: ConsolidationConfig | None = None,
+    profile: Profile = None,
+    as_of: AsOf = None,
+    dry_run: DryRun = False,
+    config: Config = None,
 ) -> RunReport:
     """Merge near-duplicates, recompile Core Memory, promote, decay edges, link new
     summaries and rescore the graph, for one profile, several, or all (``None``)."""

@@ -11,12 +11,11 @@ every 50 stores of a profile and whenever a session goes idle.
 
 from __future__ import annotations
 
-from datetime import datetime
 
 from prefect.futures import PrefectFuture
 
-from flows.run import ProfileSelector, RunReport, reverie_flow, run_for_profiles
-from models.config import ConsolidationConfig
+from flows.parameters import AsOf, Config, DryRun, Profile
+from flows.run import RunReport, reverie_flow, run_for_profiles
 from tasks.blocks import compile_blocks_task
 from tasks.edge_decay import decay_edges_task
 from tasks.step import StepBatch, StepReport
@@ -26,10 +25,10 @@ FLOW_NAME = "lightweight-consolidation"
 
 @reverie_flow(FLOW_NAME)
 def lightweight_consolidation(
-    profile: ProfileSelector = None,
-    as_of: datetime | None = None,
-    dry_run: bool = False,
-    config: ConsolidationConfig | None = None,
+    profile: Profile = None,
+    as_of: AsOf = None,
+    dry_run: DryRun = False,
+    config: Config = None,
 ) -> RunReport:
     """Recompile the Core Memory blocks and decay idle association edges."""
     return run_for_profiles(FLOW_NAME, profile, as_of, dry_run, config, refresh_profiles)

@@ -27,6 +27,7 @@ from typing import Annotated
 from prefect import flow
 from pydantic import Field
 
+from flows.parameters import documented
 from models.errors import ConfigError
 from models.store import Store
 from models.timestamps import to_utc_naive
@@ -52,16 +53,23 @@ def done_dates(store: Store, flow_name: str, profile: str) -> set[datetime]:
     return {r.as_of for r in store.run_history(profile=profile, flow=flow_name, limit=None)}
 
 
+def replay_title(flow: object, profile: object, dates: list[object]) -> str:
+    """A replay run's name: the one ``reverie backfill`` gives it when creating it, and
+    the one the run gives itself when started any other way."""
+    shown = sorted(str(d).replace("T", " ")[:19] for d in dates)
+    span = f"{shown[0]} .. {shown[-1]}" if shown else "no dates"
+    return f"replay {flow} | {profile} | {span} ({len(shown)})"
+
+
 def replay_name() -> str:
     from prefect.runtime import flow_run
 
     params = flow_run.parameters
-    dates = sorted(str(d)[:19] for d in params.get("dates") or [])
-    span = f"{dates[0]} .. {dates[-1]}" if dates else "no dates"
-    return f"replay {params.get('flow')} | {params.get('profile')} | {span} ({len(dates)})"
+    return replay_title(params.get("flow"), params.get("profile"), params.get("dates") or [])
 
 
 @flow(name=FLOW_NAME, flow_run_name=replay_name, log_prints=False)
+@documented
 def replay(
     flow: Annotated[str, Field(description="The flow to replay: its short name "
                                "(full, lightweight, decay, creative, cluster, forget, cold).")],

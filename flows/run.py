@@ -8,14 +8,14 @@ each other's effects exactly as in a real run, and the real store is never writt
 
 from __future__ import annotations
 
-import contextvars
 import logging
+import queue
 import shutil
 import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -26,25 +26,34 @@ from prefect import Flow, flow
 from prefect.futures import PrefectFuture
 from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
 
+from flows.parameters import documented
+from flows.profile_holds import ProfileHolds
 from models.config import ConsolidationConfig
 from models.db import copy_profiles, dispose
-from models.errors import StepFailedError, StoreError
+from models.errors import StepFailedError
 from models.events import api_configured
-from models.settings import Settings, get_settings
+from models.settings import get_settings
 from models.store import Store
 from models.tables import RunRecord
 from models.timestamps import iso, to_utc_naive, utcnow
-from tasks.step import StepBatch, StepReport
+from models.transient import retrying
+from tasks.step import (
+    STEP_RETRIES,
+    STEP_RETRY_CAP_SECONDS,
+    STEP_RETRY_FIRST_SECONDS,
+    StepBatch,
+    StepReport,
+)
 
 log = logging.getLogger(__name__)
 
 ProfileSelector = str | list[str] | None
 BUSY_POLL_SECONDS = 1.0
-PROFILE_LIMIT_PREFIX = "reverie-profile-"
-# Profiles a run tries to take in one go (one Prefect request, one transaction).
-HOLD_CHUNK = 100
-PREFECT_MIN_LEASE_SECONDS = 60.0
-LIMITS_PAGE = 200
+# A run whose store does not answer at its start tries again after ~2, 4, 8, 16, 30,
+# 30 s (jittered): about a minute and a half for a database to come back.
+RUN_START_RETRIES = 6
+RUN_START_FIRST_SECONDS = 2.0
+RUN_START_CAP_SECONDS = 30.0
 # How long a run without a configured API waits for Prefect's temporary server to record
 # its task runs before the process exits (see wait_for_run_history).
 HISTORY_WAIT_SECONDS = 15.0
@@ -73,6 +82,8 @@ class RunReport:
     steps: list[StepReport] = field(default_factory=list)
     # Profiles another run was consolidating, skipped (REVERIE_BUSY_PROFILE=skip).
     skipped_profiles: list[str] = field(default_factory=list)
+    # Profiles another run was consolidating, and how long this run waited for each.
+    waited: dict[str, float] = field(default_factory=dict)
 
     def comparable(self) -> list[dict[str, Any]]:
         """The steps' reports without timings: what a dry run promises the real run does."""
@@ -100,10 +111,22 @@ def prepare_run(
     """Resolve a flow's parameters. ``as_of`` defaults to the run's scheduled start, so a
     scheduled or backfilled run replays its own date."""
     settings = get_settings()
-    store = Store(settings=settings)
+
+    def open_store() -> tuple[Store, list[str]]:
+        store = Store(settings=settings)
+        return store, store.resolve_profiles(profile)
+
+    # A store that is down or restarting when the run starts is waited for here, with
+    # backoff, instead of failing the run before any task: the run's own retry.
+    store, profiles = retrying(
+        open_store, RUN_START_RETRIES, RUN_START_FIRST_SECONDS, RUN_START_CAP_SECONDS,
+        on_retry=lambda n, exc, wait: run_logger().warning(
+            "the store is not answering (%s); trying again in %.0f s (%d of %d)",
+            type(exc).__name__, wait, n, RUN_START_RETRIES),
+    )
     return RunPlan(
         flow=flow,
-        profiles=store.resolve_profiles(profile),
+        profiles=profiles,
         as_of=to_utc_naive(as_of) if as_of is not None else _scheduled_start(),
         dry_run=dry_run,
         config=config or settings.consolidation_config(),
@@ -146,10 +169,15 @@ def task_runner() -> TaskRunner:  # type: ignore[type-arg]
 
 def reverie_flow(name: str) -> Callable[[Callable[..., RunReport]], Flow[..., RunReport]]:
     """Declare a Reverie flow: runs named by ``run_name``, prints not captured (they
-    could carry memory content), tasks on the configured ``task_runner``."""
-    return flow(
-        name=name, flow_run_name=run_name(name), log_prints=False, task_runner=task_runner()
-    )
+    could carry memory content), tasks on the configured ``task_runner``, parameters
+    described in Prefect's form (``documented``)."""
+    def declare(fn: Callable[..., RunReport]) -> Flow[..., RunReport]:
+        return flow(
+            name=name, flow_run_name=run_name(name), log_prints=False,
+            task_runner=task_runner(),
+        )(documented(fn))
+
+    return declare
 
 
 def run_name(flow: str) -> Callable[[], str]:
@@ -253,35 +281,40 @@ def run_for_profiles(
     config: ConsolidationConfig | None,
     dag: ProfileDag,
 ) -> RunReport:
-    """Resolve a flow's parameters, submit ``dag`` for every chunk of the selected
-    profiles (chunks run side by side), collect the steps' reports and publish them as
+    """Resolve a flow's parameters, run ``dag`` for the selected profiles chunk by
+    chunk (chunks run side by side), collect the steps' reports and publish them as
     artifacts. Profiles whose steps all succeeded are recorded as done; if any failed,
     the run fails at the end, naming them, after the others have finished."""
     from flows.artifacts import publish
 
     plan = prepare_run(flow, profile, as_of, dry_run, config)
     report = RunReport(plan.flow, plan.profiles, iso(plan.as_of) or "", plan.dry_run, plan.run_id)
-    with holding(plan) as profiles, working_store(plan) as url:
+    with working_store(plan) as url:
         started = utcnow()
-        report.profiles = profiles
-        report.skipped_profiles = sorted(set(plan.profiles) - set(profiles))
-        batches = [
-            StepBatch(url, chunk, plan.as_of, plan.config, plan.run_id)
-            for chunk in chunked(profiles, get_settings().profiles_per_task)
-        ]
-        dags = [dag(batch) for batch in batches]
-        follow_progress(report, [future for futures in dags for future in futures])
-        report.steps = [
-            step for batch, futures in zip(batches, dags)
-            for step in by_profile(batch, [f.result() for f in futures])
-        ]
+        ChunkScheduler(plan, url, dag, report).run()
         if not plan.dry_run:
-            Store(plan.store_url).record_runs(history(report, plan.as_of, started, utcnow()))
-    publish(report)
+            rows = history(report, plan.as_of, started, utcnow())
+            retrying(lambda: Store(plan.store_url).record_runs(rows), STEP_RETRIES,
+                     STEP_RETRY_FIRST_SECONDS, STEP_RETRY_CAP_SECONDS)
+    publish(report, _user_ids(plan.store_url, report))
     failed = report.failed()
     if failed:
         raise StepFailedError(failed)
     return report
+
+
+def _user_ids(store_url: str, report: RunReport) -> dict[str, str]:
+    """The ids users gave the memories the run's artifacts name (read from the real
+    store: a dry run's scratch copy is gone by now, and holds the same ids)."""
+    from flows.artifacts import listed_targets
+
+    if report.run_id is None:
+        return {}
+    try:
+        return Store(store_url).external_ids(listed_targets(report))
+    except Exception as exc:  # noqa: BLE001 - artifacts then show Reverie's ids alone
+        log.warning("could not read the users' ids for the artifacts: %s", type(exc).__name__)
+        return {}
 
 
 def chunked(profiles: list[str], size: int) -> list[tuple[str, ...]]:
@@ -305,254 +338,192 @@ def by_profile(batch: StepBatch, results: list[list[StepReport]]) -> list[StepRe
     return [reports[i] for i in range(len(batch.profiles)) for reports in results]
 
 
-def follow_progress(
-    report: RunReport, futures: list[PrefectFuture[list[StepReport]]]
-) -> None:
-    """Keep a progress artifact (steps finished out of all) while a Prefect run goes on."""
-    if report.run_id is None or not futures:
-        return
-    from prefect.artifacts import create_progress_artifact, update_progress_artifact
-    from prefect.futures import as_completed
+class ChunkScheduler:
+    """Runs a flow's DAG over its profiles, holding each profile only while its chunk
+    is being worked on.
 
-    from flows.artifacts import artifact_key
+    Every chunk is taken without waiting (``ProfileHolds.take``) and submitted at once
+    with the profiles that were free; its profiles are given back as soon as its steps
+    are done. Busy profiles wait on their own, polled every ``BUSY_POLL_SECONDS``, and
+    run as chunks of their own when they come free, so one busy profile holds up no
+    other (and a run never waits while holding a profile it is not working on, so two
+    runs cannot deadlock). A busy profile is skipped instead when
+    ``REVERIE_BUSY_PROFILE=skip``; a profile still busy after
+    ``REVERIE_BUSY_WAIT_SECONDS`` fails for this run (the rest finish). Who holds a
+    busy profile, and for how long it was waited for, goes to the log, the progress
+    artifact and the summary. A dry run holds nothing: it works on a scratch copy.
+    """
 
-    artifact_id = create_progress_artifact(
-        0.0, key=artifact_key(report, "progress"),
-        description=f"{report.flow}: task runs finished for {len(report.profiles)} profile(s)",
-    )
-    shown = 0.0
-    for done, _ in enumerate(as_completed(futures), start=1):
-        progress = round(100.0 * done / len(futures), 1)
-        # At most ~100 updates, however many task runs: each is an API call.
-        if progress - shown >= 1.0 or done == len(futures):
-            update_progress_artifact(artifact_id, progress)
-            shown = progress
+    def __init__(self, plan: RunPlan, url: str, dag: ProfileDag, report: RunReport) -> None:
+        self.plan, self.url, self.dag, self.report = plan, url, dag, report
+        self.settings = get_settings()
+        self.done: queue.Queue[tuple[StepBatch, list[PrefectFuture[list[StepReport]]]]] = (
+            queue.Queue())
+        self.in_flight = 0
+        self.results: list[StepReport] = []
+        self.waiting: dict[str, float] = {}  # busy profile -> when first found busy
+        self.holders: dict[str, str] = {}
+        self.progress = Progress(report)
 
+    def run(self) -> None:
+        profiles = sorted(self.plan.profiles)
+        if self.plan.dry_run:
+            for chunk in chunked(profiles, self.settings.profiles_per_task):
+                self._submit(chunk)
+            self._collect(lambda: None)
+            return
+        store = Store(self.plan.store_url)
+        holder = self.plan.run_id or f"local-{uuid4()}"
+        with ProfileHolds(store, holder, self.plan.run_id,
+                          self.settings.lease_seconds) as self.holds:
+            self.holds.prepare(profiles)
+            for chunk in chunked(profiles, self.settings.profiles_per_task):
+                taken = self.holds.take(chunk)
+                self._submit(tuple(taken))
+                self._busy([p for p in chunk if p not in set(taken)])
+            self._collect(self._take_waiting)
+        self.report.profiles = sorted(set(profiles) - set(self.report.skipped_profiles))
 
-@contextmanager
-def holding(plan: RunPlan) -> Iterator[list[str]]:
-    """Hold the run's profiles, so that no other run consolidates them meanwhile; yields
-    the profiles held. Two guards: a Prefect global concurrency limit per profile
-    (``reverie-profile-<name>``, limit 1) when a Prefect API is configured, and a lease
-    in the store for runs outside Prefect. Profiles are taken one by one in name order
-    (ordered locking cannot deadlock). A busy profile is waited for, or skipped, as
-    ``REVERIE_BUSY_PROFILE`` says. A dry run writes nothing and holds nothing."""
-    if plan.dry_run:
-        yield plan.profiles
-        return
-    settings = get_settings()
-    store = Store(plan.store_url)
-    holder = plan.run_id or f"local-{uuid4()}"
-    deadline = time.monotonic() + settings.busy_wait_seconds
-    held: list[str] = []
-    prefect_leases: list[UUID] = []
-    stop = threading.Event()
-    # The heartbeat runs in this context: Prefect's settings (the API it talks to) live
-    # in a context variable, which a new thread would not see.
-    heartbeat = threading.Thread(
-        target=contextvars.copy_context().run,
-        args=(_renew, store, held, prefect_leases, holder, settings.lease_seconds, stop),
-        daemon=True,
-    )
-    with ExitStack() as slots:
-        try:
-            heartbeat.start()
-            if api_configured():
-                ensure_profile_limits(plan.profiles)
-            for chunk in chunked(sorted(plan.profiles), HOLD_CHUNK):
-                if _take_chunk(chunk, store, holder, slots, settings, plan.run_id, prefect_leases):
-                    held.extend(chunk)
-                    continue
-                for profile in chunk:
-                    if _take(profile, store, holder, slots, settings, deadline):
-                        held.append(profile)
-            yield held
-        finally:
-            stop.set()
-            heartbeat.join()
-            if held:
-                store.release_leases(held, holder)
+    def _submit(self, profiles: tuple[str, ...]) -> None:
+        for chunk in chunked(list(profiles), self.settings.profiles_per_task):
+            batch = StepBatch(self.url, chunk, self.plan.as_of, self.plan.config, self.plan.run_id)
+            futures = self.dag(batch)
+            self.in_flight += 1
+            _when_all_done(futures, lambda b=batch, f=futures: self.done.put((b, f)))
 
-
-def _renew(
-    store: Store, held: list[str], prefect_leases: list[UUID], holder: str, seconds: float,
-    stop: threading.Event,
-) -> None:
-    """Keep renewing the run's leases (the store's, and Prefect's for chunks) while it
-    lives: a killed run stops renewing, and its profiles come free within ``seconds``."""
-    while not stop.wait(seconds / 3):
-        try:
-            if held:
-                store.acquire_leases(list(held), holder, seconds)
-            if prefect_leases:
-                from prefect.client.orchestration import get_client
-
-                with get_client(sync_client=True) as client:
-                    for lease in list(prefect_leases):
-                        client.renew_concurrency_lease(lease, _prefect_lease(seconds))
-        except Exception as exc:  # noqa: BLE001 - a missed beat is retried
-            log.warning("could not renew the profile leases: %s", exc)
-
-
-def _prefect_lease(seconds: float) -> float:
-    """Prefect refuses leases shorter than a minute."""
-    return max(seconds, PREFECT_MIN_LEASE_SECONDS)
-
-
-def _prefect_chunk_lease(
-    chunk: tuple[str, ...], run_id: str | None, seconds: float
-) -> UUID | None:
-    """Occupy the slots of a chunk's profiles in one request, without waiting; the
-    lease, or None if any is busy. Straight through the client, not Prefect's
-    ``concurrency()``: that emits an event per limit naming every other limit of the
-    request (a hundred profiles make ten thousand related resources), which loads the
-    server more than the runs do."""
-    import httpx
-    from prefect.client.orchestration import get_client
-    from prefect.client.schemas.objects import ConcurrencyLeaseHolder
-
-    names = [f"{PROFILE_LIMIT_PREFIX}{p}" for p in chunk]
-    holder = ConcurrencyLeaseHolder(type="flow_run", id=UUID(run_id)) if run_id else None
-    with get_client(sync_client=True) as client:
-        try:
-            answer = client.increment_concurrency_slots_with_lease(
-                names, 1, "concurrency", seconds, holder=holder).json()
-        except httpx.HTTPStatusError as exc:
-            if exc.response.status_code == 423:  # some profile is busy
-                return None
-            raise
-        lease = UUID(answer["lease_id"])
-        if len(answer.get("limits", [])) < len(names):
-            # A limit is missing (made meanwhile by no one): the one-by-one path makes it.
-            client.release_concurrency_slots_with_lease(lease)
-            return None
-    return lease
-
-
-def _release_prefect_lease(lease: UUID, prefect_leases: list[UUID]) -> None:
-    from prefect.client.orchestration import get_client
-
-    prefect_leases.remove(lease)
-    try:
-        with get_client(sync_client=True) as client:
-            client.release_concurrency_slots_with_lease(lease)
-    except Exception as exc:  # noqa: BLE001 - the lease expires on its own
-        log.warning("could not release a chunk's Prefect slots (they free themselves "
-                    "when the lease expires): %s", exc)
-
-
-def _take_chunk(
-    chunk: tuple[str, ...], store: Store, holder: str, slots: ExitStack, settings: Settings,
-    run_id: str | None, prefect_leases: list[UUID],
-) -> bool:
-    """Take a whole chunk of profiles at once, without waiting: one Prefect request for
-    their slots (all or none) and one transaction for their leases. False, holding
-    none of them, if any is busy: the caller then takes them one by one, in order, so
-    a waiting run never holds a profile after the one it waits for (no deadlock)."""
-    with ExitStack() as attempt:
-        if api_configured():
-            lease = _prefect_chunk_lease(chunk, run_id, _prefect_lease(settings.lease_seconds))
-            if lease is None:
-                return False
-            prefect_leases.append(lease)
-            attempt.callback(_release_prefect_lease, lease, prefect_leases)
-        taken = store.acquire_leases(list(chunk), holder, settings.lease_seconds)
-        if len(taken) < len(chunk):
-            if taken:
-                store.release_leases(taken, holder)
-            return False
-        slots.enter_context(attempt.pop_all())
-    return True
-
-
-def _take(
-    profile: str,
-    store: Store,
-    holder: str,
-    slots: ExitStack,
-    settings: Settings,
-    deadline: float,
-) -> bool:
-    """Take one profile through both guards; False if busy and busy profiles are skipped.
-    A profile not taken keeps nothing: its Prefect slot, if occupied, is given back."""
-    skip = settings.busy_profile == "skip"
-    with ExitStack() as attempt:
-        if api_configured() and not _prefect_slot(profile, attempt, skip, deadline):
-            return False
-        while not store.acquire_leases([profile], holder, settings.lease_seconds):
-            if skip:
-                return False
-            if time.monotonic() >= deadline:
-                owner = store.lease_holders().get(profile, "another run")
-                raise StoreError(
-                    f"profile {profile!r} is busy ({owner}) for more than "
-                    f"{settings.busy_wait_seconds:g} s (REVERIE_BUSY_WAIT_SECONDS)"
-                )
-            time.sleep(BUSY_POLL_SECONDS)
-        slots.enter_context(attempt.pop_all())
-    return True
-
-
-def ensure_profile_limit(profile: str) -> str:
-    """Create the profile's Prefect concurrency limit (one slot) if it is missing; returns
-    its name. Prefect's upsert reads, then creates: concurrent first runs of a new
-    profile race between the two, and the losers' create is refused."""
-    from prefect.client.orchestration import get_client
-    from prefect.exceptions import ObjectAlreadyExists
-
-    name = f"{PROFILE_LIMIT_PREFIX}{profile}"
-    with get_client(sync_client=True) as client:
-        try:
-            client.upsert_global_concurrency_limit_by_name(name, limit=1)
-        except ObjectAlreadyExists:
-            pass  # another run made it between our read and our create: same limit
-    return name
-
-
-def ensure_profile_limits(profiles: list[str]) -> None:
-    """Create the Prefect concurrency limits missing among ``profiles``' (one read of
-    the existing limits, page by page, then one request per new profile): a chunk's
-    slots are then taken in one request, which would silently leave out a missing
-    limit."""
-    from prefect.client.orchestration import get_client
-
-    from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
-    from prefect.exceptions import ObjectAlreadyExists
-
-    wanted = {f"{PROFILE_LIMIT_PREFIX}{p}" for p in profiles}
-    existing: set[str] = set()
-    with get_client(sync_client=True) as client:
-        while True:
-            page = client.read_global_concurrency_limits(limit=LIMITS_PAGE, offset=len(existing))
-            existing.update(limit.name for limit in page)
-            if len(page) < LIMITS_PAGE:
-                break
-        for name in sorted(wanted - existing):
+    def _collect(self, poll: Callable[[], None]) -> None:
+        """Gather finished chunks (giving their profiles back) until nothing is running
+        or waiting; ``poll`` looks for waiting profiles that came free."""
+        while self.in_flight or self.waiting:
             try:
-                client.create_global_concurrency_limit(
-                    GlobalConcurrencyLimitCreate(name=name, limit=1))
-            except ObjectAlreadyExists:
-                pass  # another run made it since our read: same limit
+                batch, futures = self.done.get(
+                    timeout=BUSY_POLL_SECONDS if self.waiting else None)
+            except queue.Empty:
+                poll()
+                continue
+            self.in_flight -= 1
+            self.results += by_profile(batch, [f.result() for f in futures])
+            if not self.plan.dry_run:
+                self.holds.release(batch.profiles)
+            self.progress.update(len({s.profile for s in self.results}), self.holders)
+            if self.waiting:
+                poll()
+        self.report.steps = self._in_run_order()
+
+    def _busy(self, profiles: list[str]) -> None:
+        if not profiles:
+            return
+        if self.settings.busy_profile == "skip":
+            self.report.skipped_profiles += profiles
+            for profile in profiles:
+                run_logger().info("profile %s is busy (%s): skipped", profile,
+                                   self.holds.holder_of(profile))
+            return
+        now = time.monotonic()
+        for profile in profiles:
+            self.waiting[profile] = now
+            self.holders[profile] = self.holds.holder_of(profile)
+            run_logger().info("profile %s is busy, held by %s: waiting for it (at most "
+                               "%g s)", profile, self.holders[profile],
+                               self.settings.busy_wait_seconds)
+        self.progress.update(len({s.profile for s in self.results}), self.holders)
+
+    def _take_waiting(self) -> None:
+        taken = self.holds.take(sorted(self.waiting))
+        now = time.monotonic()
+        for profile in taken:
+            waited = round(now - self.waiting.pop(profile), 1)
+            self.report.waited[profile] = waited
+            run_logger().info("profile %s came free after %.1f s (held by %s)", profile,
+                               waited, self.holders.pop(profile))
+        self._submit(tuple(taken))
+        limit = self.settings.busy_wait_seconds
+        for profile, since in sorted(self.waiting.items()):
+            if now - since >= limit:
+                del self.waiting[profile]
+                holder = self.holders.pop(profile)
+                self.report.waited[profile] = round(now - since, 1)
+                error = (f"profile {profile!r} is busy ({holder}) for more than {limit:g} s "
+                         f"(REVERIE_BUSY_WAIT_SECONDS)")
+                run_logger().error("%s: not run", error)
+                self.results.append(StepReport(WAIT_STEP, profile, error=error))
+        if taken or not self.waiting:
+            self.progress.update(len({s.profile for s in self.results}), self.holders)
+
+    def _in_run_order(self) -> list[StepReport]:
+        """Reports by profile name, each profile's steps in DAG order: the same report
+        however the chunks happened to be taken."""
+        order = {p: i for i, p in enumerate(sorted(self.plan.profiles))}
+        return sorted(self.results, key=lambda s: order[s.profile])
 
 
-def _prefect_slot(profile: str, slots: ExitStack, skip: bool, deadline: float) -> bool:
-    """Occupy the profile's Prefect concurrency slot for the rest of the run."""
-    from prefect.concurrency.asyncio import (
-        AcquireConcurrencySlotTimeoutError,
-        ConcurrencySlotAcquisitionError,
-    )
-    from prefect.concurrency.sync import concurrency
+# The pseudo-step a profile that stayed busy fails in.
+WAIT_STEP = "wait"
 
-    name = ensure_profile_limit(profile)
-    wait = {"max_retries": 0} if skip else {
-        "timeout_seconds": max(deadline - time.monotonic(), 1.0)}
+
+def _when_all_done(futures: list[PrefectFuture[Any]], callback: Callable[[], None]) -> None:
+    remaining = [len(futures)]
+    lock = threading.Lock()
+
+    def one_done(_: object) -> None:
+        with lock:
+            remaining[0] -= 1
+            last = remaining[0] == 0
+        if last:
+            callback()
+
+    if not futures:
+        callback()
+    for future in futures:
+        future.add_done_callback(one_done)
+
+
+def run_logger() -> logging.Logger | logging.LoggerAdapter:  # type: ignore[type-arg]
     try:
-        slots.enter_context(concurrency(name, occupy=1, strict=True, **wait))
-    except (ConcurrencySlotAcquisitionError, AcquireConcurrencySlotTimeoutError) as exc:
-        if skip:
-            return False
-        raise StoreError(f"profile {profile!r} is busy in another Prefect run: {exc}") from None
-    return True
+        from prefect.logging import get_run_logger
+
+        return get_run_logger()
+    except Exception:  # outside a Prefect run
+        return log
+
+
+class Progress:
+    """A progress artifact (profiles finished out of all) while a Prefect run goes on;
+    its description names the profiles being waited for and who holds them."""
+
+    def __init__(self, report: RunReport) -> None:
+        self.report = report
+        self.artifact_id: UUID | None = None
+        self.shown: tuple[float, str] = (-1.0, "")
+        if report.run_id is None or not report.profiles:
+            return
+        from prefect.artifacts import create_progress_artifact
+
+        from flows.artifacts import artifact_key
+
+        self.artifact_id = create_progress_artifact(
+            0.0, key=artifact_key(report, "progress"), description=self._describe({}))
+
+    def update(self, done: int, waiting: dict[str, str]) -> None:
+        if self.artifact_id is None:
+            return
+        from prefect.artifacts import update_progress_artifact
+
+        progress = round(100.0 * done / max(len(self.report.profiles), 1), 1)
+        description = self._describe(waiting)
+        # At most ~100 updates, however many profiles: each is an API call.
+        if progress - self.shown[0] >= 1.0 or description != self.shown[1] or progress >= 100:
+            update_progress_artifact(self.artifact_id, progress, description=description)
+            self.shown = (progress, description)
+
+    def _describe(self, waiting: dict[str, str]) -> str:
+        text = f"{self.report.flow}: profiles finished, of {len(self.report.profiles)}"
+        if waiting:
+            shown = sorted(waiting.items())[:5]
+            text += "; waiting for " + "; ".join(f"{p} (held by {h})" for p, h in shown)
+            if len(waiting) > 5:
+                text += f" and {len(waiting) - 5} more"
+        return text
 
 
 def history(

@@ -10,6 +10,7 @@ Hierarchy::
     │   └── AmbiguousIdError   an external id exists in several profiles
     ├── StoreError             the store cannot do what was asked
     │   └── EmbeddingError     the embedding model is missing or gave a bad vector
+    ├── TransientError         a fault that may pass by itself: try again later
     └── StepFailedError        a run's steps failed for some profiles; the rest finished
 
 Callers that only want "did Reverie refuse this?" catch ``ReverieError``; the CLI
@@ -56,6 +57,12 @@ class StoreError(ReverieError):
 
 class EmbeddingError(StoreError):
     """The embedding model is unavailable or returned an unusable vector."""
+
+
+class TransientError(ReverieError):
+    """A fault that may pass without anyone changing anything (a lost connection, a
+    server restarting): what retries are for. See ``models.transient.is_transient`` for
+    the library errors treated the same way."""
 
 
 class StepFailedError(ReverieError):

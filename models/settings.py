@@ -59,6 +59,10 @@ class Settings(BaseSettings):
     store_trigger_every: int = Field(50, ge=0)  # lightweight after every N stores
     session_trigger_every: int = Field(5, ge=0)  # full every N sessions
 
+    # Where failed or crashed Reverie runs are announced: a Prefect notification block
+    # as "<block type slug>/<block name>" (e.g. "slack-webhook/ops"). Unset: no alerts.
+    alert_block: str | None = Field(None, pattern=r"^[a-z0-9-]+/[\w.-]+$")
+
     # A run that finds its profile busy (another run holds it) waits, or skips it.
     busy_profile: Literal["wait", "skip"] = "wait"
     busy_wait_seconds: float = Field(1800.0, ge=0.0)

@@ -2,9 +2,9 @@
 
 A step is a function ``(store, StepArgs) -> StepReport`` that reads a snapshot of one
 profile, plans in pure code and writes the plan in one transaction; ``step_task``
-makes it a Prefect task over a chunk of profiles, with retries per profile, and a retry
-starts from whatever the last attempt committed. It returns a report of how much it examined,
-what it changed and why. Reports are plain data: a dry run returns the very report
+makes it a Prefect task over a chunk of profiles, with retries per profile for
+transient faults; a retry starts from whatever the last attempt committed. It returns
+a report of how much it examined, what it changed and why. Reports are plain data: a dry run returns the very report
 the real run would, and flows turn reports into Prefect artifacts. Memory content
 appears only as a short preview, cut to ``REVERIE_ARTIFACT_CONTENT_CHARS`` (0 hides it).
 """
@@ -27,6 +27,7 @@ from prefect.cache_policies import NO_CACHE
 from models.config import ConsolidationConfig
 from models.settings import get_settings
 from models.store import Store
+from models.transient import retrying
 
 log = logging.getLogger("reverie.steps")
 
@@ -139,10 +140,13 @@ def run_step(name: str, fn: StepFunction, args: StepArgs) -> StepReport:
     return report
 
 
-# A failed step is tried again for its profile this many times, a second apart: a retry
-# starts from whatever the last attempt committed.
-STEP_RETRIES = 2
-STEP_RETRY_DELAY_SECONDS = 1.0
+# A step that fails transiently (a dropped database connection, a lock wait that timed
+# out) is tried again for its profile, after 1, 2, 4 s (each jittered): a retry starts
+# from whatever the last attempt committed. Any other failure is a bug or bad data,
+# and is reported at once.
+STEP_RETRIES = 3
+STEP_RETRY_FIRST_SECONDS = 1.0
+STEP_RETRY_CAP_SECONDS = 30.0
 # An error message kept in a report is cut to this: enough to act on, no dump.
 ERROR_CHARS = 300
 
@@ -185,19 +189,17 @@ def run_batch(
             reports.append(StepReport(name, args.profile,
                                       error=f"not run: {blocked[args.profile]} failed"))
             continue
-        for attempt in range(STEP_RETRIES + 1):
-            try:
-                reports.append(run_step(name, fn, args))
-                break
-            except Exception as exc:  # noqa: BLE001 - reported per profile below
-                if attempt < STEP_RETRIES:
-                    _logger().warning("step=%s profile=%s attempt %d failed (%s); retrying",
-                                      name, args.profile, attempt + 1, type(exc).__name__)
-                    time.sleep(STEP_RETRY_DELAY_SECONDS)
-                    continue
-                _logger().error("step=%s profile=%s failed: %s", name, args.profile,
-                                type(exc).__name__)
-                reports.append(StepReport(name, args.profile, error=_error_text(exc)))
+        try:
+            reports.append(retrying(
+                lambda: run_step(name, fn, args), STEP_RETRIES, STEP_RETRY_FIRST_SECONDS,
+                STEP_RETRY_CAP_SECONDS, on_retry=lambda n, exc, wait, p=args.profile:
+                _logger().warning("step=%s profile=%s attempt %d failed (%s, transient); "
+                                  "retrying in %.1f s", name, p, n, type(exc).__name__, wait),
+            ))
+        except Exception as exc:  # noqa: BLE001 - reported per profile
+            _logger().error("step=%s profile=%s failed: %s", name, args.profile,
+                            type(exc).__name__)
+            reports.append(StepReport(name, args.profile, error=_error_text(exc)))
     _logger().info(
         "step=%s profiles=%d examined=%d changed=%d skipped=%d failed=%d seconds=%.3f",
         name, len(reports), sum(r.examined for r in reports), sum(r.changed for r in reports),

@@ -2,18 +2,27 @@
 
 from __future__ import annotations
 
+import logging
+import os
+import subprocess
+import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
+from pathlib import Path
 
 import pytest
 
+from deployments.serve import project_root, start_server, stop
+from flows.artifacts import markdown
 from flows.lightweight_consolidation import lightweight_consolidation
-from flows.run import ensure_profile_limit
-from models.errors import StoreError
+from flows.profile_holds import PREFECT_MIN_LEASE_SECONDS, ensure_profile_limits
+from models.errors import StepFailedError
 from models.store import Store
 from tasks import blocks
+
+from test_platform import free_port
 
 AS_OF = datetime(2025, 7, 1)
 T0 = datetime(2026, 1, 1)
@@ -37,6 +46,26 @@ def at_once(threads: int, call: Callable[[], object], timeout: float) -> list[Ba
     for t in workers:
         t.join(timeout=timeout)
     return errors
+
+
+@pytest.fixture
+def run_log() -> Iterator[list[str]]:
+    """What flow runs log (Prefect's run loggers do not reach pytest's capture)."""
+    lines: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            lines.append(record.getMessage())
+
+    handler, logger = Keep(logging.INFO), logging.getLogger("prefect.flow_runs")
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield lines
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
 
 
 def test_a_lease_is_exclusive_until_released_or_expired(store: Store) -> None:
@@ -66,9 +95,52 @@ def test_a_busy_profile_is_waited_for_then_refused(
 ) -> None:
     monkeypatch.setenv("REVERIE_BUSY_WAIT_SECONDS", "1.5")
     sample_store.acquire_leases(["maya"], "someone-else", 600)
-    with pytest.raises(StoreError, match="'maya' is busy \\(someone-else\\)"):
-        lightweight_consolidation(profile="maya", as_of=AS_OF)
-    assert sample_store.run_history() == []
+    with pytest.raises(StepFailedError, match="'maya' is busy \\(local run someone-else\\)"):
+        lightweight_consolidation(profile=["maya", "raj"], as_of=AS_OF)
+    # The other profile finished and is recorded; the busy one is not.
+    assert [r.profile_id for r in sample_store.run_history()] == ["raj"]
+
+
+@pytest.mark.usefixtures("prefect_api")
+def test_a_busy_profile_holds_up_no_other_and_its_wait_is_reported(
+    sample_store: Store, run_log: list[str]
+) -> None:
+    """A run works on the free profiles while it waits for a busy one, and holds each
+    only while working on it: raj is given back while maya is still busy elsewhere."""
+    busy_for = 4.0
+    sample_store.acquire_leases(["maya"], "someone-else", 600)
+    samples: list[dict[str, str]] = []
+    stop = threading.Event()
+
+    def watch() -> None:
+        release_at = time.monotonic() + busy_for
+        while not stop.is_set():
+            if release_at and time.monotonic() >= release_at:
+                sample_store.release_leases(["maya"], "someone-else")
+                release_at = 0.0
+            samples.append(sample_store.lease_holders())
+            time.sleep(0.1)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        report = lightweight_consolidation(profile=["maya", "raj"], as_of=AS_OF)
+    finally:
+        stop.set()
+        watcher.join()
+    ours = {holder for s in samples for holder in s.values()} - {"someone-else"}
+    raj_held = [i for i, s in enumerate(samples) if s.get("raj") in ours]
+    assert raj_held, "the run never held raj"
+    assert any(
+        "raj" not in s and s.get("maya") == "someone-else" for s in samples[raj_held[-1]:]
+    ), "raj stayed held while the run waited for maya"
+    assert {s.profile for s in report.steps} == {"maya", "raj"} and not report.failed()
+    assert busy_for - 1 <= report.waited["maya"] <= busy_for + 30
+    assert "raj" not in report.waited
+    assert any("profile maya is busy, held by local run someone-else" in line
+               for line in run_log)
+    assert "**Waited for busy profiles:** maya" in markdown(report)
+    assert sample_store.lease_holders() == {}
 
 
 @pytest.mark.usefixtures("prefect_api")
@@ -111,7 +183,7 @@ def test_concurrent_first_runs_of_a_new_profile_never_fail_on_its_limit() -> Non
 
     for attempt in range(5):
         profile = f"newcomer-{attempt}"
-        assert at_once(8, lambda p=profile: ensure_profile_limit(p), 60) == []
+        assert at_once(8, lambda p=profile: ensure_profile_limits([p]), 60) == []
         with get_client(sync_client=True) as client:
             limit = client.read_global_concurrency_limit_by_name(f"reverie-profile-{profile}")
         assert limit.limit == 1
@@ -182,3 +254,61 @@ def test_a_long_run_renews_its_prefect_slots_against_its_own_api(
     lightweight_consolidation(profile="maya", as_of=AS_OF)
     assert renewed and set(renewed) == {api}
     assert "could not renew" not in caplog.text
+
+
+HOLD_AND_SLEEP = """
+import sys, time
+from flows.profile_holds import ProfileHolds
+from models.store import Store
+holds = ProfileHolds(Store(sys.argv[1]), "local-doomed", None, 5.0).__enter__()
+holds.prepare(["maya"])
+assert holds.take(["maya"]) == ["maya"]
+print("held", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_profile_held_by_a_run_killed_with_its_server_comes_free_within_a_lease(
+    sample_store: Store, tmp_path: Path
+) -> None:
+    """A run and its Prefect server die together (SIGKILL) while the run holds maya's
+    slot; the server comes back. Its limit still counts the dead run's slot, and the
+    next run for maya starts once the dead run's lease has expired (Prefect's least
+    lease, a minute, plus its repossessor's 15 s loop), not never."""
+    from prefect.client.orchestration import get_client
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    port, home, log = free_port(), tmp_path / "prefect", tmp_path / "server.log"
+    server = start_server(port, home, log)
+    env = {**os.environ, "PREFECT_API_URL": f"http://127.0.0.1:{port}/api",
+           "REVERIE_DATABASE_URL": sample_store.url, "REVERIE_LEASE_SECONDS": "5",
+           "REVERIE_BUSY_WAIT_SECONDS": "300"}
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_AND_SLEEP, sample_store.url],
+                              env=env, cwd=project_root(), stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        holder.kill()
+        server.kill()
+        killed = time.monotonic()
+        holder.wait()
+        server.wait()
+        server = start_server(port, home, log)
+        with temporary_settings({PREFECT_API_URL: env["PREFECT_API_URL"]}), \
+                get_client(sync_client=True) as client:
+            assert client.read_global_concurrency_limit_by_name(
+                "reverie-profile-maya").active_slots == 1
+        done = subprocess.run(
+            [sys.executable, "-m", "deployments.cli", "consolidate", "lightweight", "--profile", "maya",
+             "--as-of", "2025-07-01"],
+            env=env, cwd=project_root(), capture_output=True, text=True, timeout=400,
+        )
+        waited = time.monotonic() - killed
+    finally:
+        holder.kill()
+        stop([server])
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert [r.profile_id for r in sample_store.run_history()] == ["maya"]
+    # It did wait for the dead run's lease (renewed at most 5/3 s before the kill)...
+    assert waited >= PREFECT_MIN_LEASE_SECONDS - 5
+    # ...and no longer than the lease, the repossessor's loop and the run's own work.
+    assert waited <= PREFECT_MIN_LEASE_SECONDS + 15 + 90

@@ -9,6 +9,7 @@ from pathlib import Path
 from uuid import UUID, uuid4
 
 import pytest
+from sqlalchemy.exc import OperationalError
 
 from flows.full_consolidation import full_consolidation
 from flows.lightweight_consolidation import lightweight_consolidation
@@ -153,7 +154,8 @@ def test_a_step_that_fails_mid_transaction_and_is_retried_ends_like_a_clean_run(
     def fail_once(s, profile, edges, *args):  # type: ignore[no-untyped-def]
         if any(e.kind == CONSOLIDATION for e in edges) and not failures:
             failures.append(profile)  # after the summary rows and the members' update
-            raise RuntimeError("injected failure inside the dedup transaction")
+            raise OperationalError("UPDATE edge ...", {}, Exception(
+                "injected: server closed the connection unexpectedly"))
         return original(s, profile, edges, *args)
 
     monkeypatch.setattr(store_module, "_upsert_edges", fail_once)
@@ -203,6 +205,35 @@ def test_a_run_that_stops_midway_completes_when_run_again(
     assert exports(broken) != expected
     full_consolidation(profile="maya", as_of=AS_OF)
     assert exports(broken) == expected
+
+
+def test_only_transient_faults_are_retried(
+    sample_store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bug in planning fails at once; a lost connection is tried again."""
+    calls: list[str] = []
+
+    def planning_bug(*args, **kwargs):  # type: ignore[no-untyped-def]
+        calls.append("bug")
+        raise ValueError("injected: a bug in planning")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(linking, "plan_links", planning_bug)
+        with pytest.raises(StepFailedError):
+            full_consolidation(profile="maya", as_of=AS_OF)
+    assert calls == ["bug"]
+    calls.clear()
+    real = linking.plan_links
+
+    def connection_lost_twice(*args, **kwargs):  # type: ignore[no-untyped-def]
+        calls.append("lost")
+        if len(calls) <= 2:
+            raise OperationalError("SELECT ...", {}, Exception("injected: connection reset"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(linking, "plan_links", connection_lost_twice)
+    full_consolidation(profile="maya", as_of=AS_OF)
+    assert calls == ["lost", "lost", "lost"]
 
 
 def test_a_profile_that_fails_neither_stops_nor_hides_the_others(

@@ -145,6 +145,31 @@ def test_every_deployment_is_there_with_its_schedule(stack: Stack) -> None:
     }
 
 
+def test_every_deployment_describes_its_parameters_and_refuses_malformed_runs(
+    stack: Stack,
+) -> None:
+    from prefect.exceptions import PrefectHTTPStatusError
+
+    with stack.client() as client:
+        deployments = client.read_deployments()
+        for d in deployments:
+            schema = d.parameter_openapi_schema
+            assert d.enforce_parameter_schema, d.name
+            undescribed = [name for name, p in schema["properties"].items()
+                           if not p.get("description")]
+            assert undescribed == [], d.name
+        daily = client.read_deployment_by_name("decay/daily")
+        knobs = daily.parameter_openapi_schema["definitions"]["DedupConfig"]["properties"]
+        assert knobs["similarity"].get("description")
+        for bad in ({"as_of": "not-a-date"}, {"as_of": "yesterday"},
+                    {"profile": "no spaces please"}, {"profile": ["maya", "a/b"]}):
+            with pytest.raises(PrefectHTTPStatusError) as refused:
+                client.create_flow_run_from_deployment(daily.id, parameters=bad)
+            assert refused.value.response.status_code in (409, 422), bad
+    assert not any(r.parameters.get("as_of") in ("not-a-date", "yesterday")
+                   for r in stack.runs("daily"))
+
+
 def test_a_triggered_run_completes_and_its_artifacts_are_readable(stack: Stack) -> None:
     from prefect.deployments import run_deployment
 

@@ -380,9 +380,11 @@ class ChunkScheduler:
             for chunk in chunked(profiles, self.settings.profiles_per_task):
                 taken = self.holds.take(chunk)
                 self._submit(tuple(taken))
-                self._busy([p for p in chunk if p not in set(taken)])
+                self._busy(sorted(set(chunk) - set(taken)))
             self._collect(self._take_waiting)
         self.report.profiles = sorted(set(profiles) - set(self.report.skipped_profiles))
+        # Skipped profiles count as dealt with: a finished run shows 100%.
+        self.progress.update(len(profiles), {})
 
     def _submit(self, profiles: tuple[str, ...]) -> None:
         for chunk in chunked(list(profiles), self.settings.profiles_per_task):

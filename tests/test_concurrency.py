@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import os
 import subprocess
@@ -68,6 +69,17 @@ def run_log() -> Iterator[list[str]]:
         logger.setLevel(level)
 
 
+def progress_descriptions() -> list[str]:
+    """What the lightweight runs' progress artifacts say now."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    with get_client(sync_client=True) as client:
+        found = client.read_artifacts(artifact_filter=ArtifactFilter(
+            key=ArtifactFilterKey(any_=["lightweight-consolidation-progress"])))
+    return [a.description or "" for a in found]
+
+
 def test_a_lease_is_exclusive_until_released_or_expired(store: Store) -> None:
     assert store.acquire_leases(["a", "b"], "run-1", 60, at=T0) == ["a", "b"]
     assert store.acquire_leases(["a"], "run-2", 60, at=T0) == []
@@ -112,16 +124,20 @@ def test_a_busy_profile_holds_up_no_other_and_its_wait_is_reported(
     samples: list[dict[str, str]] = []
     stop = threading.Event()
 
+    progress: list[str] = []
+
     def watch() -> None:
         release_at = time.monotonic() + busy_for
         while not stop.is_set():
             if release_at and time.monotonic() >= release_at:
+                progress.extend(progress_descriptions())
                 sample_store.release_leases(["maya"], "someone-else")
                 release_at = 0.0
             samples.append(sample_store.lease_holders())
             time.sleep(0.1)
 
-    watcher = threading.Thread(target=watch)
+    # Prefect's settings (the test API) are a context variable: the thread needs them.
+    watcher = threading.Thread(target=contextvars.copy_context().run, args=(watch,))
     watcher.start()
     try:
         report = lightweight_consolidation(profile=["maya", "raj"], as_of=AS_OF)
@@ -140,6 +156,7 @@ def test_a_busy_profile_holds_up_no_other_and_its_wait_is_reported(
     assert any("profile maya is busy, held by local run someone-else" in line
                for line in run_log)
     assert "**Waited for busy profiles:** maya" in markdown(report)
+    assert any("waiting for maya (held by local run someone-else)" in d for d in progress)
     assert sample_store.lease_holders() == {}
 
 

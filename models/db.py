@@ -32,6 +32,8 @@ PROFILE_TABLES: tuple[tuple[type[SQLModel], str], ...] = (
     (tables.CoreBlock, "profile_id"),
     (tables.Consolidation, "profile_id"),
     (tables.Tombstone, "profile_id"),
+    # Steps read when decay last ran (tasks/decay.relevance_notes): a dry run must too.
+    (tables.RunRecord, "profile_id"),
 )
 
 

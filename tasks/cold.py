@@ -13,17 +13,20 @@ after a bulk import) and are cold: heat < 30 on linksee's heat index (0-100)::
 (as linksee, all accesses count as recent when the last one is). They are grouped by
 (entity, layer); each group of at least 2 becomes one protected ``learning``-layer
 memory holding the top 3 exemplars by importance (200 characters each), the period
-covered, the count and the replaced ids. Unlike linksee, which deletes the originals,
-Reverie supersedes them into the cold tier, so the step can be undone.
+covered, the count and the replaced ids. With a model configured (linksee's
+``use_llm``; ``config.summarizer``), the model words it instead, checked like every
+wording, the rules' text staying where it gives none. Unlike linksee, which deletes
+the originals, Reverie supersedes them into the cold tier, so the step can be undone.
 
 ``scope`` is ``all`` or ``session`` (only one session's memories). The flow follows
-with the forget sweep and stalled detection: ``in_progress`` memories untouched for 30
-days or more become ``stalled``.
+with the forget sweep and stalled detection: unprotected ``in_progress`` memories
+untouched for 30 days or more become ``stalled``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import datetime, timedelta
 
 from models.config import ColdConfig
@@ -31,7 +34,7 @@ from models.records import MemoryView, SummaryPlan
 from models.store import Store
 from models.tables import COLD_LEARNING, SUMMARY_ORIGINS
 from tasks.step import Change, StepArgs, StepReport, preview, step_task
-from tasks.summarize import summarizer_for, summary_plan, write_summaries
+from tasks.summarize import Summarizer, summarizer_for, summary_plan, write_summaries
 
 OPERATION = COLD_LEARNING
 LEARNING_LAYER = "learning"
@@ -121,6 +124,21 @@ def learning_plan(
     )
 
 
+def word_learning(
+    plans: list[SummaryPlan], hot: dict[str, MemoryView], summarizer: Summarizer
+) -> list[SummaryPlan]:
+    """linksee's ``use_llm``: the model words each learning memory from the notes it
+    stands for (a summary it absorbs stands for its own), checked as every wording is;
+    where it gives none, the rules' exemplars stay."""
+    worded = []
+    for plan in plans:
+        notes = [hot[i] for i in (*plan.absorbed_ids, *plan.member_ids) if i in hot]
+        text = summarizer.compress(notes) if notes else None
+        worded.append(plan if text is None else replace(
+            plan, content=text, parameters={**plan.parameters, "mode": summarizer.mode}))
+    return worded
+
+
 def plan_cold(
     profile: str,
     memories: Sequence[MemoryView],
@@ -146,7 +164,8 @@ def plan_stalled(
     """In-progress live memories untouched for ``stalled_after_days`` or more."""
     return [
         m for m in memories
-        if m.is_live and m.status == IN_PROGRESS
+        # linksee's sweep leaves protected memories alone: a pinned goal is never stalled.
+        if m.is_live and m.status == IN_PROGRESS and not m.protected
         and (config.scope == "all" or m.session_id == config.session_id)
         and days_untouched(m, as_of) >= config.stalled_after_days
     ]
@@ -164,9 +183,11 @@ def consolidate_cold(store: Store, args: StepArgs) -> StepReport:
         "consolidate_cold", args.profile,
         examined=sum(is_candidate(m, args.as_of, config) for m in memories),
     )
+    summarizer = summarizer_for(args.config.summarizer)
+    hot = {m.id: m for m in memories}
     plans = write_summaries(
-        store, args.profile, args.as_of, args.run_id, plans,
-        summarizer_for("rules"), report,
+        store, args.profile, args.as_of, args.run_id, plans, summarizer, report,
+        word=lambda kept: word_learning(kept, hot, summarizer),
     )
     for plan in plans:
         detail = (f"{len(plan.member_ids)} {plan.meta['original_layer']} notes on "

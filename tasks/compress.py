@@ -23,6 +23,7 @@ from models.config import CompressConfig
 from models.records import MemoryView, SummaryPlan
 from models.store import Store
 from models.tables import ACTIVE, COMPRESSED, META_MEMORY, SUMMARY_ORIGINS
+from tasks.decay import relevance_notes
 from tasks.similarity import radius_neighbours
 from tasks.step import Change, StepArgs, StepReport, preview, step_task
 from tasks.summarize import Summarizer, stand_ins, summarizer_for, summary_plan, write_summaries
@@ -117,8 +118,8 @@ def compress_fading(store: Store, args: StepArgs) -> StepReport:
     report = StepReport(
         "compress_fading", args.profile, examined=sum(is_candidate(m, config) for m in memories)
     )
-    if not any(m.relevance is not None for m in memories):
-        report.notes.append("no memory has a relevance score yet: run decay first")
+    report.notes += relevance_notes(
+        store, args.profile, args.as_of, any(m.relevance is not None for m in memories))
     plans = write_summaries(
         store, args.profile, args.as_of, args.run_id, plans, summarizer, report
     )

@@ -27,6 +27,7 @@ from models.config import CreativeConfig
 from models.records import MemoryView, NewEdge
 from models.store import Store
 from models.tables import CONTRADICTS, DISCOVERED
+from tasks.decay import relevance_notes
 from tasks.similarity import pair_similarities
 from tasks.step import Change, StepArgs, StepReport, step_task
 
@@ -101,8 +102,8 @@ def creative(store: Store, args: StepArgs) -> StepReport:
     store.add_edges(args.profile, edges, args.as_of)
     pairs = len(sample) * (len(sample) - 1) // 2
     report = StepReport("creative", args.profile, examined=pairs, skipped=skipped)
-    if not any(m.relevance is not None for m in memories):
-        report.notes.append("no memory has a relevance score yet: run decay first")
+    report.notes += relevance_notes(
+        store, args.profile, args.as_of, any(m.relevance is not None for m in memories))
     for e in edges:
         label = e.kind if e.subkind is None else f"{e.kind}/{e.subkind}"
         detail = f"{label}, confidence {e.confidence:.3f}"

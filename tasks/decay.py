@@ -16,6 +16,13 @@ confidence score as the configured defaults (0.5). All rates are settings.
 
 Computed with NumPy over column arrays and written in one bulk update of the values
 that changed; a dry run computes the same and writes nothing.
+
+The steps that select on relevance (compression, creative, cluster, forget) use the
+score decay stored last and do not rescore: their own writes (edges, archives) change
+the inputs, so a rescoring step would change the store again in a second run of the
+same date. Instead each says, in its report (so the run's artifact) and its log, when
+the profile's last recorded decay ran for a date more than ``STALE_RELEVANCE_DAYS``
+from its own ``as_of``: the daily schedule runs decay an hour before the others.
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ import numpy as np
 from models.config import DecayConfig
 from models.records import RelevanceInputs
 from models.store import Store
-from tasks.step import Change, StepArgs, StepReport, step_task
+from tasks.step import Change, StepArgs, StepReport, step_logger, step_task
 
 SECONDS_PER_DAY = 86_400.0
 # Relevance bands reported after each run: (name, lower bound exclusive).
@@ -113,3 +120,28 @@ def decay(store: Store, args: StepArgs) -> StepReport:
 
 
 decay_task = step_task("decay", decay)
+
+
+# How far the last decay's as_of may be from a step's before the step says so.
+STALE_RELEVANCE_DAYS = 1.0
+DECAY_FLOW = "decay"
+
+
+def relevance_notes(store: Store, profile: str, as_of: datetime, scored: bool) -> list[str]:
+    """What a step acting on stored relevance tells about it: that there is none yet, or
+    that the profile's last recorded decay ran for a date more than a day before (or
+    after) the step's ``as_of``. Logged as a warning too; never memory content."""
+    if not scored:
+        return ["no memory has a relevance score yet: run decay first"]
+    last = store.run_history(profile=profile, flow=DECAY_FLOW, limit=1)
+    if not last:
+        return []
+    days = (as_of - last[0].as_of).total_seconds() / 86_400
+    if abs(days) <= STALE_RELEVANCE_DAYS:
+        return []
+    when = last[0].as_of.isoformat(sep=" ", timespec="minutes")
+    note = (f"relevance is {days:.1f} days older than as_of (last decay as of {when}): "
+            "run decay for this date first for current scores" if days > 0 else
+            f"relevance was computed as of {when}, {-days:.1f} days after as_of")
+    step_logger().warning("profile=%s: %s", profile, note)
+    return [note]

@@ -114,7 +114,7 @@ def _content_chars(_variable: str | None) -> int:
     return get_settings().artifact_content_chars
 
 
-def _logger() -> logging.Logger | logging.LoggerAdapter:  # type: ignore[type-arg]
+def step_logger() -> logging.Logger | logging.LoggerAdapter:  # type: ignore[type-arg]
     try:
         from prefect.logging import get_run_logger
 
@@ -133,7 +133,7 @@ def run_step(name: str, fn: StepFunction, args: StepArgs) -> StepReport:
     report.seconds = round(time.perf_counter() - started, 4)
     # Per profile at DEBUG: at INFO, 10,000 profiles would send Prefect 80,000 log lines
     # a night. Each chunk logs its totals at INFO (run_batch).
-    _logger().debug(
+    step_logger().debug(
         "step=%s profile=%s examined=%d changed=%d skipped=%d seconds=%.3f",
         name, args.profile, report.examined, report.changed, report.skipped, report.seconds,
     )
@@ -193,14 +193,14 @@ def run_batch(
             reports.append(retrying(
                 lambda: run_step(name, fn, args), STEP_RETRIES, STEP_RETRY_FIRST_SECONDS,
                 STEP_RETRY_CAP_SECONDS, on_retry=lambda n, exc, wait, p=args.profile:
-                _logger().warning("step=%s profile=%s attempt %d failed (%s, transient); "
+                step_logger().warning("step=%s profile=%s attempt %d failed (%s, transient); "
                                   "retrying in %.1f s", name, p, n, type(exc).__name__, wait),
             ))
         except Exception as exc:  # noqa: BLE001 - reported per profile
-            _logger().error("step=%s profile=%s failed: %s", name, args.profile,
+            step_logger().error("step=%s profile=%s failed: %s", name, args.profile,
                             type(exc).__name__)
             reports.append(StepReport(name, args.profile, error=_error_text(exc)))
-    _logger().info(
+    step_logger().info(
         "step=%s profiles=%d examined=%d changed=%d skipped=%d failed=%d seconds=%.3f",
         name, len(reports), sum(r.examined for r in reports), sum(r.changed for r in reports),
         sum(r.skipped for r in reports), sum(r.error is not None for r in reports),

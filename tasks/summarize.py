@@ -209,10 +209,15 @@ def write_summaries(
     plans: list[SummaryPlan],
     summarizer: Summarizer,
     report: StepReport,
+    word: Callable[[list[SummaryPlan]], list[SummaryPlan]] | None = None,
 ) -> list[SummaryPlan]:
     """Write the plans an operator has not vetoed (by undoing them), each with its own
-    vector, and note vetoes and model fallbacks in ``report``. Returns what was kept."""
+    vector, and note vetoes and model fallbacks in ``report``. ``word`` rewords the
+    plans that survived the vetoes (a model is asked nothing for a vetoed one).
+    Returns what was kept."""
     kept = drop_vetoed(store, profile, plans, lambda p: p.summary_id, report)
+    if word is not None:
+        kept = word(kept)
     started = time.perf_counter()
     kept = embed_new_wordings(store, kept)
     report.embedding_seconds = round(time.perf_counter() - started, 4)

@@ -107,3 +107,42 @@ def test_groups_of_summaries_stand_for_their_originals_and_never_share_an_id() -
     assert [p.absorbed_ids for p in plans] == [("s1", "s2"), ("s3", "s4")]
     assert plans[0].member_ids == ("s1-o0", "s1-o1", "s2-o0", "s2-o1")
     assert len({p.summary_id for p in plans}) == 2
+
+
+def test_a_protected_goal_is_never_stalled() -> None:
+    """linksee's sweep leaves protected memories alone (issue #16: a pinned in-progress
+    goal untouched since January was marked stalled in June)."""
+    pinned = view("g", status="in_progress", protected=True,
+                  created_at=AS_OF - timedelta(days=152))
+    day30 = view("b", status="in_progress", created_at=AS_OF - timedelta(days=30))
+    assert [m.id for m in plan_stalled([pinned, day30], AS_OF, CONFIG)] == ["b"]
+
+
+def test_the_model_words_the_learning_memory_and_the_rules_stand_in_when_it_cannot(
+    store, llm
+) -> None:
+    """linksee's use_llm: cold consolidation asks the configured model for the learning
+    memory's wording, checked like every wording; a refused answer keeps the rules'."""
+    from datetime import UTC
+
+    from flows.consolidate_cold import consolidate_cold
+
+    old = (AS_OF - timedelta(days=40)).replace(tzinfo=UTC).isoformat()
+    notes = [{"id": f"n{i}", "content": f"billing export failed on node {i} during the night",
+              "entity": "billing", "layer": "context", "importance": 0.2, "created_at": old}
+             for i in range(3)]
+    store.ingest(notes, profile="p")
+    store.ingest([{**n, "id": f"q{i}", "entity": "search"} for i, n in enumerate(notes)],
+                 profile="q")
+    llm.behaviour = "good"
+    report = consolidate_cold(profile="p", as_of=AS_OF)
+    (learned,) = [c for c in report.steps[0].changes if c.action == "consolidated"]
+    summary = store.get(learned.target)
+    assert summary.layer == "learning" and summary.protected
+    assert not summary.content.startswith("3 context notes")  # the model's words
+    assert any("billing" in r["body"]["messages"][-1]["content"] for r in llm.requests)
+    llm.behaviour = "injection"
+    report = consolidate_cold(profile="q", as_of=AS_OF)
+    (learned,) = [c for c in report.steps[0].changes if c.action == "consolidated"]
+    assert store.get(learned.target).content.startswith("3 context notes on search")
+    assert any("fell back" in n or "rules" in n for n in report.steps[0].notes)

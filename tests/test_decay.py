@@ -96,3 +96,36 @@ def test_one_day_later_everything_scores_lower() -> None:
     a = relevance(inputs(accessed_hours_ago=48), AS_OF, CONFIG)[0]
     b = relevance(inputs(accessed_hours_ago=48), AS_OF + timedelta(days=1), CONFIG)[0]
     assert b < a
+
+
+def _decayed_at(store, as_of) -> None:
+    from models.tables import RunRecord
+
+    store.record_runs([RunRecord(profile_id="p", flow="decay", as_of=as_of, started_at=as_of,
+                                 finished_at=as_of)])
+
+
+def test_steps_say_when_the_relevance_they_act_on_is_more_than_a_day_old(store) -> None:
+    from tasks.decay import relevance_notes
+
+    assert relevance_notes(store, "p", AS_OF, scored=False) == [
+        "no memory has a relevance score yet: run decay first"]
+    assert relevance_notes(store, "p", AS_OF, scored=True) == []  # no decay recorded
+    _decayed_at(store, AS_OF)
+    assert relevance_notes(store, "p", AS_OF + timedelta(days=1), True) == []
+    (stale,) = relevance_notes(store, "p", AS_OF + timedelta(days=1, seconds=1), True)
+    assert stale.startswith("relevance is 1.0 days older than as_of")
+    (later,) = relevance_notes(store, "p", AS_OF - timedelta(days=3), True)
+    assert later.startswith("relevance was computed as of") and "3.0 days after" in later
+    assert relevance_notes(store, "other", AS_OF + timedelta(days=9), True) == []
+
+
+def test_a_weekly_run_after_a_missed_decay_says_so_in_its_artifact(sample_store) -> None:
+    from flows.creative import creative
+    from flows.decay import decay
+
+    decay(profile="maya", as_of=AS_OF)
+    fresh = creative(profile="maya", as_of=AS_OF + timedelta(hours=2))
+    assert not any("older than as_of" in n for s in fresh.steps for n in s.notes)
+    late = creative(profile="maya", as_of=AS_OF + timedelta(days=8), dry_run=True)
+    assert any("relevance is 8.0 days older than as_of" in n for s in late.steps for n in s.notes)

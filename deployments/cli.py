@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from models.config import ConsolidationConfig
 from models.errors import ReverieError
@@ -28,6 +29,9 @@ EXIT_OK, EXIT_REJECTED, EXIT_ERROR = 0, 1, 2
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # A temporary Prefect server started for a local command would try to send usage
+    # analytics, and log an ERROR when the machine has no route out.
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     parser = _parser()
     args = parser.parse_args(argv)
     try:
@@ -39,10 +43,34 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a user error as one line (and exit code 2), not the usage block."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_ERROR, f"{self.prog}: {message} (--help for usage)\n")
+
+
+def _timestamp(text: str) -> datetime:
+    try:
+        return parse_timestamp(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an ISO-8601 date or date-time (e.g. 2025-07-01 or "
+            "2025-07-01T03:00:00Z)") from None
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("reverie")
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        return "unknown"
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="reverie", description="Memory consolidation for AI agents."
-    )
+    parser = _Parser(prog="reverie", description="Memory consolidation for AI agents.")
+    parser.add_argument("--version", action="version", version=f"reverie {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     def command(name: str, handler: Callable[[argparse.Namespace], int | None], help_: str):
@@ -60,7 +88,8 @@ def _parser() -> argparse.ArgumentParser:
     _add_run_options(p)
 
     p = command("run", _run, "Run a maintenance flow.")
-    p.add_argument("task", choices=["decay", "creative", "cluster", "forget", "compress", "cold"])
+    p.add_argument("task", choices=["decay", "creative", "cluster", "forget", "compress", "cold",
+                                    "cold-tier"])
     _add_run_options(p)
     p.add_argument("--scope", choices=["all", "session"], help="cold: all memories or a session's")
     p.add_argument("--session", help="cold: the session for --scope session")
@@ -72,7 +101,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--approve-deletion", action="store_true",
                    help="forget: delete without pausing for approval (required when "
                         "deletion is configured and no PREFECT_API_URL is set); cold: "
-                        "let the sweep delete (unapproved, it archives only)")
+                        "let the sweep delete (unapproved, it archives only); cold-tier: "
+                        "let TTL expiry delete (unapproved, it lists only)")
+    p.add_argument("--migrate-after-days", type=float, metavar="DAYS",
+                   help="cold-tier: move memories unused this many days to the cold tier")
+    p.add_argument("--ttl-days", type=float, metavar="DAYS",
+                   help="cold-tier: expire memories cold this many days (with "
+                        "--approve-deletion)")
 
     p = command("approve", _approve, "Answer a forget run paused for deletion approval.")
     p.add_argument("run_id", help="the paused flow run's id")
@@ -81,9 +116,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--reason", default="", help="why, kept in the run's log and artifact")
 
     p = command("backfill", _backfill, "Run a flow once per date over a range (resumable).")
-    p.add_argument("flow", help="full, lightweight, decay, creative, cluster, forget, cold")
-    p.add_argument("--from", dest="start", required=True, help="first as_of, ISO-8601")
-    p.add_argument("--to", dest="end", required=True, help="last as_of, ISO-8601 (included)")
+    p.add_argument("flow", help="full, lightweight, decay, creative, cluster, forget, cold, "
+                                "cold-tier")
+    p.add_argument("--from", dest="start", required=True, type=_timestamp,
+                   help="first as_of, ISO-8601")
+    p.add_argument("--to", dest="end", required=True, type=_timestamp,
+                   help="last as_of, ISO-8601 (included)")
     p.add_argument("--every", default="1d", help="step between dates: 30m, 12h, 1d, 1w")
     group = p.add_mutually_exclusive_group(required=True)
     group.add_argument("--profile", action="append", help="a profile (repeat for several)")
@@ -210,13 +248,29 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     group = p.add_mutually_exclusive_group(required=True)
     group.add_argument("--profile", action="append", help="a profile (repeat for several)")
     group.add_argument("--all", action="store_true", help="every profile in the store")
-    p.add_argument("--as-of", help="the 'now' of the run, ISO-8601 (default: now)")
+    p.add_argument("--as-of", type=_timestamp,
+                   help="the 'now' of the run, ISO-8601 (default: now)")
     p.add_argument("--dry-run", action="store_true", help="report what would change; write nothing")
     p.add_argument("--preset", help="configuration preset (default: REVERIE_PRESET or 'default')")
     p.add_argument("--not-done", action="store_true",
                    help="only the selected profiles this flow has not finished for --as-of "
                         "(re-run after some profiles failed)")
     p.add_argument("--json", action="store_true")
+
+
+def _store() -> Store:
+    """The configured store, which must exist: reading a SQLite store that is not there
+    would silently create an empty one (say, run from another folder)."""
+    from models.db import is_sqlite
+    from models.settings import DATABASE_URL_VARIABLE
+
+    store = Store()
+    path = store.url.removeprefix("sqlite:///")
+    if is_sqlite(store.url) and ":memory:" not in path and not Path(path).exists():
+        raise ReverieError(
+            f"no store at {path} ({DATABASE_URL_VARIABLE}); `reverie ingest FILE` creates "
+            "one, or point the variable at yours")
+    return store
 
 
 def _selected(args: argparse.Namespace) -> str | list[str] | None:
@@ -271,13 +325,26 @@ def _run(args: argparse.Namespace) -> int:
     elif any(v is not None for v in thresholds.values()):
         raise ReverieError("--archive-below and --delete-below apply to `run forget` and "
                            "`run cold` only")
+    days = {"migrate_after_days": args.migrate_after_days, "ttl_days": args.ttl_days}
+    if args.task == "cold-tier":
+        from flows.cold_tier import with_cold_tier
+        from models.config import DEFAULT
+
+        with_cold_tier(DEFAULT, args.migrate_after_days, args.ttl_days)  # one clear line
+        extra.update(days)
+    elif any(v is not None for v in days.values()):
+        raise ReverieError("--migrate-after-days and --ttl-days apply to `run cold-tier` only")
     if args.task == "forget":
         extra["auto_approve_deletion"] = _deletion_approved(args)
     elif args.task == "cold":
         # The cold sweep never pauses: unapproved, it archives only (and says so).
         extra["auto_approve_deletion"] = bool(args.approve_deletion)
+    elif args.task == "cold-tier":
+        # Expiry never pauses either: unapproved, it lists what it would expire.
+        extra["auto_approve_expiry"] = bool(args.approve_deletion)
     elif args.approve_deletion:
-        raise ReverieError("--approve-deletion applies to `run forget` and `run cold` only")
+        raise ReverieError("--approve-deletion applies to `run forget`, `run cold` and "
+                           "`run cold-tier` only")
     return _run_flow(args.task, args, **extra)
 
 
@@ -311,8 +378,10 @@ def _run_flow(name: str, args: argparse.Namespace, **extra: Any) -> int:
     from models.config import preset
 
     config: ConsolidationConfig | None = preset(args.preset) if args.preset else None
-    as_of = parse_timestamp(args.as_of) if args.as_of else None
+    as_of = args.as_of
     selected = _selected(args)
+    # An unknown profile is the user's error: say so before a flow run starts.
+    _store().resolve_profiles(selected)
     if args.not_done:
         if as_of is None:
             raise ReverieError("--not-done needs --as-of: the run whose profiles to finish")
@@ -343,7 +412,7 @@ def _not_done(name: str, selected: str | list[str] | None, as_of: datetime) -> l
     from flows.catalog import FLOWS
     from models.timestamps import to_utc_naive
 
-    store = Store()
+    store = _store()
     done = {r.profile_id for r in store.run_history(
         flow=FLOWS[name].name, as_of=to_utc_naive(as_of), limit=None)}
     return [p for p in store.resolve_profiles(selected) if p not in done]
@@ -402,7 +471,7 @@ def _backfill(args: argparse.Namespace) -> int:
     from deployments.backfill import backfill, parse_every
 
     report = backfill(
-        args.flow, parse_timestamp(args.start), parse_timestamp(args.end),
+        args.flow, args.start, args.end,
         parse_every(args.every), _selected(args),
     )
     if args.json:
@@ -429,7 +498,7 @@ def _backfill(args: argparse.Namespace) -> int:
 def _status(args: argparse.Namespace) -> int:
     from deployments.status import as_json, collect, render
 
-    status = collect(Store(), args.profile, args.limit)
+    status = collect(_store(), args.profile, args.limit)
     if args.json:
         _print_json(as_json(status))
     else:
@@ -438,7 +507,7 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _session_end(args: argparse.Namespace) -> int:
-    count = Store().end_session(args.profile, args.session)
+    count = _store().end_session(args.profile, args.session)
     print(f"{args.profile}: session {count} ended")
     return EXIT_OK
 
@@ -461,7 +530,7 @@ def _alerts(args: argparse.Namespace) -> int:
 def _events(args: argparse.Namespace) -> int:
     from models.outbox import waiting
 
-    pending = waiting(Store().url)
+    pending = waiting(_store().url)
     if args.json:
         _print_json([asdict(p) for p in pending])
     elif not pending:
@@ -478,7 +547,7 @@ def _events_flush(args: argparse.Namespace) -> int:
 
     from models.outbox import Outcome, flush
 
-    url = Store().url
+    url = _store().url
     give_up = time.monotonic() + args.timeout
     sent = 0
     while True:
@@ -508,7 +577,7 @@ def _events_flush(args: argparse.Namespace) -> int:
 
 
 def _undo(args: argparse.Namespace) -> int:
-    result = Store().undo(args.id, args.profile)
+    result = _store().undo(args.id, args.profile)
     if args.json:
         _print_json(asdict(result))
     elif result.already_undone:
@@ -516,13 +585,14 @@ def _undo(args: argparse.Namespace) -> int:
     else:
         print(
             f"undid {result.operation} {result.consolidation_id} in {result.profile}: "
-            f"{len(result.restored)} memories restored, summary {result.summary_id} removed"
+            f"{len(result.restored)} memories restored"
+            + (f", summary {result.summary_id} removed" if result.summary_id else "")
         )
     return EXIT_OK
 
 
 def _consolidations(args: argparse.Namespace) -> int:
-    store = Store()
+    store = _store()
     store.resolve_profiles(args.profile)
     rows = store.consolidations(args.profile, args.limit)
     if args.json:
@@ -538,7 +608,7 @@ def _consolidations(args: argparse.Namespace) -> int:
 
 
 def _blocks(args: argparse.Namespace) -> int:
-    store = Store()
+    store = _store()
     store.resolve_profiles(args.profile)
     blocks = store.blocks(args.profile)
     if args.json:
@@ -556,7 +626,7 @@ def _blocks(args: argparse.Namespace) -> int:
 def _recall(args: argparse.Namespace) -> int:
     from tasks.recall import recall
 
-    hits = recall(Store(), args.profile, args.query, args.k, args.deep, args.track)
+    hits = recall(_store(), args.profile, args.query, args.k, args.deep, args.track)
     if args.json:
         _print_json(
             [{"score": h.score, **_memory_json(h.memory)} for h in hits]
@@ -571,7 +641,7 @@ def _recall(args: argparse.Namespace) -> int:
 
 
 def _get(args: argparse.Namespace) -> int:
-    found = Store().get(args.id, args.profile)
+    found = _store().get(args.id, args.profile)
     data = (
         {"tombstone": True, **found.model_dump()}
         if isinstance(found, Tombstone)
@@ -593,7 +663,7 @@ def _memory_json(m: Memory | Any) -> dict[str, Any]:
 def _export(args: argparse.Namespace) -> int:
     from models.export import export_jsonl
 
-    store = Store()
+    store = _store()
     store.resolve_profiles(args.profile)
     text = export_jsonl(store.url, args.profile, args.with_run_ids)
     if args.output:

@@ -42,7 +42,7 @@ def test_ingest_reports_rejected_lines_and_stores_the_rest(
 
 
 def test_missing_file_and_unknown_profile_are_clear_errors(
-    store: Store, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    sample_store: Store, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert main(["ingest", str(tmp_path / "nope.jsonl")]) == EXIT_ERROR
     assert main(["blocks", "--profile", "ghost"]) == EXIT_ERROR
@@ -172,3 +172,24 @@ def test_the_demo_module_leaves_prefect_unimported_so_its_log_level_applies() ->
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                           cwd=Path(__file__).resolve().parent.parent, timeout=120)
     assert done.stdout.strip() == "False", done.stderr[-2000:]
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["run", "decay", "--all", "--as-of", "yesterday"], "'yesterday' is not an ISO-8601 date"),
+    (["backfill", "decay", "--from", "2025-07-01", "--to", "soon", "--all"], "'soon' is not"),
+    (["consolidate", "full", "--profile", "nobody"], "no profile named 'nobody'"),
+    (["run", "sharpen", "--all"], "invalid choice: 'sharpen'"),
+    (["run", "decay", "--all", "--bogus"], "unrecognized arguments: --bogus"),
+    (["status"], "no store at"),
+])
+def test_every_user_error_is_one_line_and_exit_code_2(
+    sample_store: Store, tmp_path: Path, argv: list[str], says: str
+) -> None:
+    env = {**os.environ, "REVERIE_DATABASE_URL": sample_store.url}
+    if argv == ["status"]:
+        env["REVERIE_DATABASE_URL"] = f"sqlite:///{tmp_path / 'elsewhere' / 'reverie.db'}"
+    done = subprocess.run([sys.executable, "-m", "deployments.cli", *argv], env=env,
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert done.returncode == EXIT_ERROR
+    assert says in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert "Traceback" not in done.stderr and not (tmp_path / "elsewhere").exists()

@@ -215,6 +215,7 @@ def test_the_events_command_lists_and_flushes(
 ) -> None:
     from deployments.cli import EXIT_ERROR, EXIT_OK, main
 
+    assert store.profiles() == []  # opening the store makes it
     assert main(["events"]) == EXIT_OK and "no events waiting" in capsys.readouterr().out
     store.ingest([record(f"fact {i}") for i in range(50)], profile="ana")
     assert main(["events"]) == EXIT_OK

@@ -598,6 +598,8 @@ def _consolidations(args: argparse.Namespace) -> int:
     if args.json:
         _print_json([r.model_dump(mode="json") for r in rows])
         return EXIT_OK
+    if rows:
+        print(f"{'id':<18}  {'created':<10}  {'operation':<9} {'summary':<20} {'members':>12}")
     for r in rows:
         state = f"undone {r.undone_at:%Y-%m-%d %H:%M}" if r.undone_at else ""
         print(
@@ -650,8 +652,11 @@ def _get(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(data)
     else:
-        for key, value in data.items():
-            print(f"{key:>18}: {value}")
+        # What a person looks for first: which memory, and what it says.
+        first = [k for k in ("tombstone", "id", "external_id", "profile_id", "content")
+                 if k in data]
+        for key in [*first, *(k for k in data if k not in first)]:
+            print(f"{key:>18}: {data[key]}")
     return EXIT_OK
 
 

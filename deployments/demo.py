@@ -68,12 +68,31 @@ def _demo(url: str, path: Path) -> int:
     for p in profiles:
         _print_profile(store, p, before[p], steps[p])
     print()
+    reverie = _command()
     print("Explore it:")
     print(f"  export REVERIE_DATABASE_URL={url}")
-    print('  reverie recall "how do we deploy the tracking service" --profile maya --deep')
-    print("  reverie blocks --profile raj")
-    print("  reverie consolidate full --profile maya --as-of 2025-07-01 --dry-run")
+    print(f'  {reverie} recall "how do we deploy the tracking service" --profile maya --deep')
+    print(f"  {reverie} blocks --profile raj")
+    print(f"  {reverie} consolidate full --profile maya --as-of 2025-07-01 --dry-run")
     return 0
+
+
+def _command() -> str:
+    """How to call ``reverie`` from here: by name when it is on PATH, else by the path
+    of the one installed beside this Python (the venv's, when it is not activated)."""
+    import shutil
+    import sys
+    from pathlib import Path
+
+    if shutil.which("reverie"):
+        return "reverie"
+    beside = Path(sys.executable).parent / "reverie"
+    if beside.exists():
+        try:
+            return str(beside.relative_to(Path.cwd()))
+        except ValueError:
+            return str(beside)
+    return f"{Path(sys.executable).name} -m deployments.cli"
 
 
 def _print_profile(

@@ -43,6 +43,9 @@ class Embedder:
             raise EmbeddingError(f"no sentence-transformers model in {path}")
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        # The model's own "Loading weights" bar printed on every command; Reverie's
+        # commands show their own progress where it matters.
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
         from sentence_transformers import SentenceTransformer
 
         self.name = MODEL_NAME if path == default_model_path() else path.name

@@ -498,10 +498,14 @@ def _backfill(args: argparse.Namespace) -> int:
 def _status(args: argparse.Namespace) -> int:
     from deployments.status import as_json, collect, render
 
-    status = collect(_store(), args.profile, args.limit)
+    from models.settings import display_url
+
+    store = _store()
+    status = collect(store, args.profile, args.limit)
     if args.json:
         _print_json(as_json(status))
     else:
+        print(f"store: {display_url(store.url)}")
         print(render(status))
     return EXIT_OK
 

@@ -19,15 +19,22 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from models.config import ConsolidationConfig, preset
 
-DEFAULT_DATABASE_URL = "sqlite:///.reverie/reverie.db"
 DATABASE_URL_VARIABLE = "REVERIE_DATABASE_URL"
+
+
+def default_database_url() -> str:
+    """The store when none is configured: one SQLite file per user, in the XDG data
+    folder (``~/.local/share/reverie/reverie.db``), whatever folder a command runs in.
+    (Relative to the current folder, a command run elsewhere found an empty store.)"""
+    data = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return f"sqlite:///{Path(data).resolve() / 'reverie' / 'reverie.db'}"
 
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="REVERIE_", extra="ignore", frozen=True)
 
     # SQLite by default; a postgresql+psycopg2:// URL for shared deployments.
-    database_url: str = DEFAULT_DATABASE_URL
+    database_url: str = Field(default_factory=default_database_url)
     # Name of the ConsolidationConfig preset flows use when given no config.
     preset: str = "default"
     # Folder of a sentence-transformers model; default: the one shipped in the
@@ -119,6 +126,16 @@ def environment(name: str, value: str) -> Iterator[None]:
 def using_database(url: str) -> AbstractContextManager[None]:
     """Point Reverie (and so every flow run in this process) at another store for a while."""
     return environment(DATABASE_URL_VARIABLE, url)
+
+
+def display_url(url: str) -> str:
+    """A store URL as it may be shown: the password masked."""
+    from sqlalchemy.engine import make_url
+
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # noqa: BLE001 - not a URL SQLAlchemy reads: show nothing of it
+        return "(unreadable URL)"
 
 
 def resolve_database_url(url: str) -> str:

@@ -193,3 +193,25 @@ def test_every_user_error_is_one_line_and_exit_code_2(
     assert done.returncode == EXIT_ERROR
     assert says in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert "Traceback" not in done.stderr and not (tmp_path / "elsewhere").exists()
+
+
+def test_the_default_store_is_the_same_from_any_folder_and_status_names_it(
+    tmp_path: Path, jsonl: Path
+) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "REVERIE_DATABASE_URL"}
+    env["XDG_DATA_HOME"] = str(tmp_path / "data")
+    here, there = tmp_path / "here", tmp_path / "there"
+    here.mkdir()
+    there.mkdir()
+
+    def reverie(*argv: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "deployments.cli", *argv], env=env,
+                              cwd=cwd, capture_output=True, text=True, timeout=300)
+
+    missing = reverie("status", cwd=there)
+    assert missing.returncode == EXIT_ERROR and "data/reverie/reverie.db" in missing.stderr
+    assert reverie("ingest", str(jsonl), "--profile", "ana", cwd=here).returncode == EXIT_REJECTED
+    shown = reverie("status", cwd=there)
+    assert shown.returncode == EXIT_OK, shown.stderr
+    assert shown.stdout.startswith(f"store: sqlite:///{tmp_path / 'data' / 'reverie' / 'reverie.db'}")
+    assert not (here / ".reverie").exists() and not (there / ".reverie").exists()

@@ -511,8 +511,15 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _session_end(args: argparse.Namespace) -> int:
+    from models.events import api_configured
+
     count = _store().end_session(args.profile, args.session)
     print(f"{args.profile}: session {count} ended")
+    if not api_configured():
+        # The consolidation that follows a session end is a Prefect trigger's.
+        print(f"no Prefect API is configured (PREFECT_API_URL): no run follows; "
+              f"`reverie consolidate full --profile {args.profile}` consolidates now",
+              file=sys.stderr)
     return EXIT_OK
 
 
@@ -620,11 +627,16 @@ def _blocks(args: argparse.Namespace) -> int:
     if args.json:
         _print_json([b.model_dump() for b in blocks])
         return EXIT_OK
+    from models.settings import get_settings
+    from tasks.blocks import block_rules
+
+    rules = block_rules(get_settings().consolidation_config().blocks)
     if not blocks:
         print(f"no blocks yet for {args.profile}: run `reverie consolidate` first")
     for b in blocks:
         print(f"## {b.block_type}  (v{b.version}, {len(b.content)} chars, {b.mode})")
-        print(b.content or "(empty)")
+        print(f"rule: {rules.get(b.block_type, '-')}")
+        print(b.content or "(empty: no memory meets the rule yet)")
         print()
     return EXIT_OK
 

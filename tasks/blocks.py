@@ -12,6 +12,9 @@ active_decisions     decisions used at least 3 times                     most us
 learned_preferences  opinions and preferences trusted at least 0.7       most trusted
 ===================  ==================================================  ==========
 
+Importance breaks ties in each order (SuperLocalMemory leaves them open): right after
+an import, when no fact has been used yet, the important ones are kept.
+
 Facts are joined with ``---`` separators. Both limits are enforced: each block at
 most ``block_char_limit`` characters, all blocks together at most
 ``core_memory_char_limit``. Blocks are cut at a fact boundary; only a single fact
@@ -53,6 +56,27 @@ def _newest_first(m: MemoryView) -> tuple[float, str]:
     return (-m.created_at.timestamp(), m.id)
 
 
+def _important_then_newest(m: MemoryView) -> tuple[float, float, str]:
+    """SuperLocalMemory orders each block by one measure and says nothing of ties:
+    importance breaks them (then the newest), so among facts used equally often (all of
+    them, right after an import) the important ones are kept."""
+    return (-m.importance, *_newest_first(m))
+
+
+def block_rules(config: BlocksConfig) -> dict[str, str]:
+    """What each block holds, as ``reverie blocks`` and reports say it."""
+    top = config.facts_per_block
+    return {
+        USER_PROFILE: f"the {top} semantic or opinion facts used most (ties: most important)",
+        PROJECT_CONTEXT: f"the {top} newest episodic facts",
+        BEHAVIORAL_PATTERNS: f"the {top} most trusted behavioral or pattern memories",
+        ACTIVE_DECISIONS: f"decisions used at least {config.decision_min_access} times "
+                          "(an access is counted by recall --track or record_access)",
+        LEARNED_PREFERENCES: "opinions and preferences trusted at least "
+                             f"{config.preference_min_confidence:g}",
+    }
+
+
 def block_sources(
     memories: Sequence[MemoryView], as_of: datetime, config: BlocksConfig
 ) -> dict[str, list[MemoryView]]:
@@ -71,21 +95,24 @@ def block_sources(
     return {
         USER_PROFILE: pick(
             lambda m: m.kind in ("semantic", "opinion"),
-            lambda m: (-m.access_count, *_newest_first(m)), top,
+            lambda m: (-m.access_count, *_important_then_newest(m)), top,
         ),
-        PROJECT_CONTEXT: pick(lambda m: m.kind == "episodic", _newest_first, top),
+        PROJECT_CONTEXT: pick(
+            lambda m: m.kind == "episodic",
+            lambda m: (-m.created_at.timestamp(), -m.importance, m.id), top,
+        ),
         BEHAVIORAL_PATTERNS: pick(
             lambda m: m.kind in ("behavioral", "pattern"),
-            lambda m: (-m.confidence, *_newest_first(m)), top,
+            lambda m: (-m.confidence, *_important_then_newest(m)), top,
         ),
         ACTIVE_DECISIONS: pick(
             lambda m: m.kind == "decision" and m.access_count >= config.decision_min_access,
-            lambda m: (-m.access_count, *_newest_first(m)), None,
+            lambda m: (-m.access_count, *_important_then_newest(m)), None,
         ),
         LEARNED_PREFERENCES: pick(
             lambda m: m.kind in ("opinion", "preference")
             and m.confidence >= config.preference_min_confidence,
-            lambda m: (-m.confidence, -m.access_count, *_newest_first(m)), None,
+            lambda m: (-m.confidence, -m.access_count, *_important_then_newest(m)), None,
         ),
     }
 

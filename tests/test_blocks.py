@@ -155,3 +155,24 @@ def test_a_summarizer_that_fails_falls_back_to_rules_and_says_so() -> None:
 
 def test_views_are_plain_records() -> None:
     assert isinstance(view("x"), MemoryView)
+
+
+def test_importance_breaks_ties_the_seeds_order_leaves_open() -> None:
+    """Right after an import no fact has been used: the most important are kept, not
+    the newest (issue #17: 'Alice is allergic to peanuts', importance 0.9, was left out)."""
+    chatter = [view(f"s{i}", kind="semantic", importance=0.3,
+                    created_at=AS_OF - timedelta(days=i)) for i in range(5)]
+    allergy = view("allergy", kind="semantic", importance=0.9, created_at=AS_OF - timedelta(days=30))
+    assert "allergy" in sources([*chatter, allergy])[USER_PROFILE]
+    # Use still comes first, as SuperLocalMemory orders it.
+    used = [view(f"u{i}", kind="semantic", importance=0.1, access_count=2) for i in range(5)]
+    assert "allergy" not in sources([*used, allergy])[USER_PROFILE]
+
+
+def test_each_block_states_its_rule() -> None:
+    from tasks.blocks import block_rules
+
+    rules = block_rules(BlocksConfig(decision_min_access=4, facts_per_block=3))
+    assert set(rules) == set(BLOCK_TYPES)
+    assert rules[ACTIVE_DECISIONS].startswith("decisions used at least 4 times")
+    assert rules[USER_PROFILE].startswith("the 3 semantic or opinion facts")

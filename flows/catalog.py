@@ -5,6 +5,7 @@ from __future__ import annotations
 from prefect import Flow
 
 from flows.cluster import cluster
+from flows.cold_tier import cold_tier
 from flows.compress import compress
 from flows.consolidate_cold import consolidate_cold
 from flows.creative import creative
@@ -23,6 +24,7 @@ FLOWS: dict[str, Flow[..., RunReport]] = {
     "forget": forget,
     "compress": compress,
     "cold": consolidate_cold,
+    "cold-tier": cold_tier,
 }
 MAINTENANCE = ("decay", "creative", "cluster", "forget")
 # The deployment (in prefect.yaml) that runs each flow on a work pool.
@@ -34,4 +36,5 @@ DEPLOYMENTS: dict[str, str] = {
     "cluster": "cluster/monthly",
     "forget": "forget/operator",
     "cold": "consolidate-cold/sleep",
+    "cold-tier": "cold-tier/tiering",
 }

@@ -217,8 +217,8 @@ def approval_form(rows: Sequence[dict[str, Any]], config: ConsolidationConfig) -
     """What the UI's Resume form says above its fields."""
     profiles = len({r["profile"] for r in rows})
     return (
-        f"**{len(rows)} memories in {profiles} profile(s) would be deleted** (relevance "
-        f"below {config.forget.delete_threshold:g}); they are listed in the "
+        f"**{len(rows)} memories in {profiles} profile(s) would be deleted** "
+        f"({_deletion_rule(config)}); they are listed in the "
         f"`{APPROVAL_ARTIFACT}` artifact.\n\n"
         "Set **approve** to delete exactly those (tombstones are kept); leave it false to "
         "delete none: archiving goes ahead either way."
@@ -243,8 +243,9 @@ def approval_markdown(
     lines = [
         "# Forget: deletion needs approval", "",
         f"**As of:** {preview.as_of} UTC  ",
-        f"**Thresholds:** delete below {thresholds.delete_threshold:g}, archive below "
-        f"{thresholds.archive_threshold:g}  ",
+        f"**Rule:** {_deletion_rule(config)}; archive "
+        + (f"at risk >= {thresholds.risk_archive_at:g}" if thresholds.policy == "risk"
+           else f"below relevance {thresholds.archive_threshold:g}") + "  ",
         f"**Would delete:** {len(rows)} memories in "
         f"{len({r['profile'] for r in rows})} profile(s)  ",
         f"**Approval:** {outcome}" + (f" ({_cell(reason)})" if reason else ""),
@@ -265,6 +266,14 @@ def approval_markdown(
         lines.append(f"\n... and {len(rows) - APPROVAL_ROWS} more (the approval covers "
                      "them too; the forget-dry-run-deletions artifact lists more)")
     return "\n".join(lines) + "\n"
+
+
+def _deletion_rule(config: ConsolidationConfig) -> str:
+    """Which memories the forget policy deletes, as the approval form says it."""
+    forget = config.forget
+    if forget.policy == "risk":
+        return f"forgetting risk at or above {forget.risk_delete_at:g}, linksee's policy"
+    return f"relevance below {forget.delete_threshold:g}"
 
 
 def publish_approval(

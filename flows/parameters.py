@@ -58,7 +58,7 @@ DryRun = Annotated[bool, Field(description=(
 Config = Annotated[ConsolidationConfig | None, Field(description=(
     "Every knob of every step (thresholds, sizes, windows), each described below. Empty: "
     "the preset the environment names (REVERIE_PRESET: default, conservative, "
-    "aggressive, archive-faded)."
+    "aggressive, archive-faded, forget-by-risk)."
 ))]
 
 ArchiveBelow = Annotated[float | None, Field(ge=0.0, le=1.0, description=(

@@ -311,17 +311,30 @@ class ClusterConfig(_Section):
 
 
 class ForgetConfig(_Section):
-    """Controlled forgetting (AutoMem's task), off by default: both thresholds are 0.0.
-    Protection (the flag, protected kinds, importance, grace period) is a hard filter
-    checked first."""
+    """Controlled forgetting, off by default. policy 'thresholds' (AutoMem's task, the
+    default): relevance below archive_threshold / delete_threshold, both 0.0 (nothing).
+    policy 'risk' (linksee's forget sweep): each memory's forgetting risk from heat,
+    importance, days since last access and layer. Under either, protection (the flag,
+    protected kinds, importance, grace period) is a hard filter checked first."""
 
+    policy: Literal["thresholds", "risk"] = Field("thresholds", description=(
+        "How forgettable memories are chosen. 'thresholds' (default; AutoMem): by "
+        "relevance, against archive_threshold and delete_threshold. 'risk' (linksee's "
+        "forget sweep): by forgetting risk = (1 - heat/100) * (1 - importance) * d * "
+        "(1 + d / risk_time_scale_days), d the days since last access; archived at "
+        "risk_archive_at, deleted at risk_delete_at. Protection beats both."
+    ))
     archive_threshold: float = Field(0.0, ge=0.0, le=1.0, description=(
         "Archive (move to the cold tier, kept) live hot memories whose relevance is "
-        "strictly below this; 0.0 archives nothing. AutoMem's archive_threshold."
+        "strictly below this; 0.0 archives nothing. AutoMem's archive_threshold. "
+        "Unused under policy 'risk'."
     ))
     delete_threshold: float = Field(0.0, ge=0.0, le=1.0, description=(
         "Delete (leaving a tombstone) live hot memories whose relevance is strictly below "
-        "this; 0.0 deletes nothing. AutoMem's delete_threshold."
+        "this; 0.0 deletes nothing. AutoMem's delete_threshold. Under policy 'risk' no "
+        "relevance is compared: above 0.0 lets the risk policy delete (the forget flow "
+        "asks for approval first, as for thresholds); 0.0 archives what reaches "
+        "risk_delete_at instead."
     ))
     grace_period_days: float = Field(90.0, ge=0.0, description=(
         "Memories younger than this many days at as_of are never archived or deleted. "
@@ -334,6 +347,60 @@ class ForgetConfig(_Section):
     protected_kinds: tuple[str, ...] = Field(("decision", "insight"), description=(
         "Memory kinds never archived or deleted. AutoMem's "
         "CONSOLIDATION_PROTECTED_TYPES."
+    ))
+    risk_archive_at: float = Field(50.0, gt=0.0, le=1_000_000.0, description=(
+        "Policy 'risk': archive (cold tier, kept) unprotected live memories whose "
+        "forgetting risk is at or above this (risk is 0 upwards, unbounded: 60 for a "
+        "memory of heat 0 and importance 0 idle 30 days). Higher forgets less. linksee's "
+        "COMPRESS_THRESHOLD, 50."
+    ))
+    risk_delete_at: float = Field(200.0, gt=0.0, le=1_000_000.0, description=(
+        "Policy 'risk': delete (leaving a tombstone) unprotected live memories whose "
+        "forgetting risk is at or above this, when delete_threshold is above 0.0 (else "
+        "they are archived). At least risk_archive_at. Higher deletes less. linksee's "
+        "DROP_THRESHOLD, 200."
+    ))
+    risk_time_scale_days: float = Field(30.0, gt=0.0, le=3650.0, description=(
+        "Policy 'risk': days d since the last access (or creation) count as d * (1 + d / "
+        "this), so long idleness weighs more than linearly. Lower makes idle memories "
+        "riskier sooner. linksee's 30."
+    ))
+    risk_exempt_layers: tuple[str, ...] = Field(("goal", "caveat"), description=(
+        "Policy 'risk': layers whose forgetting risk is 0, never forgotten by it. "
+        "linksee's goal (its risk formula exempts these why-anchors) and caveat (linksee "
+        "flags every caveat protected when it is stored)."
+    ))
+
+    @model_validator(mode="after")
+    def _delete_level_above_archive_level(self) -> ForgetConfig:
+        if self.risk_delete_at < self.risk_archive_at:
+            raise ValueError(
+                f"risk_delete_at ({self.risk_delete_at:g}) must be at least "
+                f"risk_archive_at ({self.risk_archive_at:g})")
+        return self
+
+
+class ColdTierConfig(_Section):
+    """Cold-tier upkeep (cognitive-memory's maintenance tick: cold migration, then cold
+    TTL expiry), both off by default. Migration moves long-unused live memories to the
+    cold tier (kept, found by deep recall and by id, undoable); expiry turns memories
+    cold for longer than the TTL into tombstones. Flagged-protected and promoted
+    memories are never migrated; protected memories, originals a summary stands for and
+    summaries standing for originals are never expired."""
+
+    migrate_after_days: float | None = Field(None, ge=1.0, le=36_500.0, description=(
+        "Move a live hot memory to the cold tier once it has gone unused this many days "
+        "or more at as_of: days since its last access, or since its creation if never "
+        "accessed (an access starts the count again). Empty (None) migrates nothing. "
+        "cognitive-memory migrates a memory after cold_migration_days (7) days at its "
+        "retention floor; Reverie counts days unused."
+    ))
+    ttl_days: float | None = Field(None, ge=1.0, le=36_500.0, description=(
+        "Expire a cold memory once it has been cold this many days or more at as_of: its "
+        "content goes and a tombstone keeps its id, external id, content hash, dates and "
+        "the reason. Empty (None) expires nothing; a run expires only when approved "
+        "(the cold-tier flow's auto_approve_expiry). cognitive-memory's "
+        "cold_storage_ttl_days (180)."
     ))
 
 
@@ -377,6 +444,10 @@ class ConsolidationConfig(_Section):
     forget: ForgetConfig = Field(ForgetConfig(), description=(
         "Controlled forgetting (the forget flow and consolidate-cold's forget sweep)."
     ))
+    cold_tier: ColdTierConfig = Field(ColdTierConfig(), description=(
+        "Migration of long-unused memories to the cold tier and expiry of long-cold ones "
+        "(the cold-tier flow); both off by default."
+    ))
     # A str, not a Literal: tasks.summarize.register() can add summarizers by name, and
     # an unknown name fails clearly when a step asks for it.
     summarizer: str = Field("auto", min_length=1, description=(
@@ -410,12 +481,18 @@ AGGRESSIVE = ConsolidationConfig(
 # (kept, found by deep recall); nothing is deleted.
 ARCHIVE_FADED = DEFAULT.model_copy(update={"forget": ForgetConfig(archive_threshold=0.05)})
 
+# Forgetting by risk (linksee's forget sweep), archive only: memories whose forgetting
+# risk reaches 50 move to the cold tier, and so do those reaching 200 (linksee drops them)
+# until a delete threshold above 0.0 (--delete-below) lets them be deleted, on approval.
+FORGET_BY_RISK = DEFAULT.model_copy(update={"forget": ForgetConfig(policy="risk")})
+
 # The names preset() and REVERIE_PRESET accept.
 PRESETS: dict[str, ConsolidationConfig] = {
     "default": DEFAULT,
     "conservative": CONSERVATIVE,
     "aggressive": AGGRESSIVE,
     "archive-faded": ARCHIVE_FADED,
+    "forget-by-risk": FORGET_BY_RISK,
 }
 
 ArchiveThreshold = Annotated[float, Field(

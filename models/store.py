@@ -123,7 +123,10 @@ def _metadata(raw: str | dict[str, Any] | None) -> dict[str, Any]:
 
 
 # Operations whose effects undo can reverse (a forget deletes rows; it cannot).
-UNDOABLE = frozenset({*tables.SUMMARY_ORIGINS, tables.META_MEMORY})
+UNDOABLE = frozenset({*tables.SUMMARY_ORIGINS, tables.META_MEMORY, tables.COLD_MIGRATION})
+# Operations that move memories to the cold tier, and where their audit names them.
+_TO_COLD = {**{op: "prior" for op in tables.SUMMARY_ORIGINS},
+            "forget": "archived", tables.COLD_MIGRATION: "prior"}
 
 
 @dataclass
@@ -931,11 +934,12 @@ class Store:
                     f"undo {later} first"
                 )
             for mid, (tier, lifecycle, superseded_by) in audit.parameters.get("prior", {}).items():
-                s.execute(
+                restored = s.execute(
                     update(_M).where(_M.c.profile_id == audit.profile_id).where(_M.c.id == mid)
                     .values(tier=tier, lifecycle=lifecycle, superseded_by=superseded_by)
                 )
-                result.restored.append(mid)
+                if restored.rowcount:  # a memory expired since is a tombstone: not back
+                    result.restored.append(mid)
             if summary is not None:
                 s.execute(
                     delete(_E).where(_E.c.profile_id == audit.profile_id).where(
@@ -974,6 +978,35 @@ class Store:
                 ).scalars()
             )
 
+    def undone_migrations(self, profile: str) -> set[str]:
+        """Memories whose move to the cold tier an operator undid: never moved again."""
+        with reading(self.url) as s:
+            return {
+                mid
+                for members in s.execute(
+                    select(_C.c.member_ids).where(_C.c.profile_id == profile)
+                    .where(_C.c.operation == tables.COLD_MIGRATION)
+                    .where(_C.c.undone_at.is_not(None))
+                ).scalars()
+                for mid in members or ()
+            }
+
+    def cold_since(self, profile: str) -> dict[str, datetime]:
+        """When each memory last went to the cold tier (the as_of of the decision that
+        moved it, undone ones aside), read from the audit; a memory never moved has none."""
+        since: dict[str, datetime] = {}
+        with reading(self.url) as s:
+            rows = s.execute(
+                select(_C.c.operation, _C.c.parameters, _C.c.created_at)
+                .where(_C.c.profile_id == profile).where(_C.c.undone_at.is_(None))
+                .where(_C.c.operation.in_(list(_TO_COLD)))
+            )
+            for operation, parameters, at in rows:
+                for mid in _metadata(parameters).get(_TO_COLD[operation]) or ():
+                    if mid not in since or since[mid] < at:
+                        since[mid] = at
+        return since
+
     def superseding_ids(self, profile: str) -> set[str]:
         """Memories that others are superseded by: they stand for originals in cold."""
         with reading(self.url) as s:
@@ -988,14 +1021,16 @@ class Store:
         self,
         profile: str,
         archive: Sequence[str],
-        delete_: Sequence[tuple[str, float, str]],
+        delete_: Sequence[tuple[str, float | None, str]],
         as_of: datetime,
         run_id: str | None,
         parameters: dict[str, Any],
         blocks: Sequence[BlockPlan] = (),
+        operation: str = "forget",
     ) -> list[str]:
         """Archive memories to cold, and delete others (row, edges and vector) leaving a
-        tombstone with their content hash, score and reason; one audit row records both.
+        tombstone with their content hash, score and reason; one audit row records both
+        (as ``operation``: cold-tier expiry deletes this way too).
         ``blocks``, compiled without the forgotten memories, replace the Core Memory
         blocks in the same transaction, so no block keeps a deleted memory's text.
         Returns the block types whose content changed."""
@@ -1034,11 +1069,55 @@ class Store:
                         delete(_M).where(_M.c.profile_id == profile).where(_M.c.id.in_(batch))
                     )
             s.add(tables.Consolidation(
-                id=ids.consolidation_id(profile, "forget", as_of.isoformat()),
-                profile_id=profile, run_id=run_id, operation="forget",
+                id=ids.consolidation_id(profile, operation, as_of.isoformat()),
+                profile_id=profile, run_id=run_id, operation=operation,
                 member_ids=sorted([*archive, *doomed]),
                 parameters={**parameters, "archived": sorted(archive), "deleted": sorted(doomed)},
                 created_at=as_of,
+            ))
+            return _upsert_blocks(s, profile, blocks, as_of)
+
+    def migrate_to_cold(
+        self,
+        profile: str,
+        memory_ids: Sequence[str],
+        as_of: datetime,
+        run_id: str | None,
+        parameters: dict[str, Any],
+        blocks: Sequence[BlockPlan] = (),
+    ) -> list[str]:
+        """Move live hot memories to the cold tier (archived, kept), auditing each one's
+        prior state so that ``undo`` brings them back; ``blocks``, compiled without them,
+        replace the Core Memory blocks in the same transaction (as forget's archiving
+        does). The same move decided again (a retried step) is skipped. Returns the
+        block types whose content changed."""
+        if not memory_ids:
+            return []
+        wanted = sorted(memory_ids)
+        audit_id = ids.consolidation_id(
+            profile, tables.COLD_MIGRATION, f"{as_of.isoformat()}|{','.join(wanted)}")
+        with writing(self.url) as s:
+            if s.get(tables.Consolidation, audit_id) is not None:
+                return []
+            prior = {
+                r.id: [r.tier, r.lifecycle, r.superseded_by]
+                for batch in _chunks(wanted)
+                for r in s.execute(
+                    select(_M.c.id, _M.c.tier, _M.c.lifecycle, _M.c.superseded_by)
+                    .where(_M.c.profile_id == profile).where(_M.c.id.in_(batch))
+                )
+            }
+            if len(prior) != len(wanted) or any(t != HOT for t, _, _ in prior.values()):
+                raise StoreError("cold migration: memories changed since they were read")
+            for batch in _chunks(wanted):
+                s.execute(
+                    update(_M).where(_M.c.profile_id == profile).where(_M.c.id.in_(batch))
+                    .values(tier=COLD, lifecycle=tables.ARCHIVED)
+                )
+            s.add(tables.Consolidation(
+                id=audit_id, profile_id=profile, run_id=run_id,
+                operation=tables.COLD_MIGRATION, member_ids=wanted,
+                parameters={**parameters, "prior": prior}, created_at=as_of,
             ))
             return _upsert_blocks(s, profile, blocks, as_of)
 

@@ -37,6 +37,11 @@ SUMMARY_ORIGINS = frozenset({DEDUP_SUMMARY, COMPRESSED, COLD_LEARNING})
 # on their own account.
 DERIVED_ORIGINS = SUMMARY_ORIGINS | {META_MEMORY}
 
+# Consolidation.operation of the cold tier's upkeep (the others are the origins above,
+# and "forget")
+COLD_MIGRATION = "migrate_cold"  # unused hot memories moved to cold; undoable
+COLD_EXPIRY = "expire_cold"  # long-cold memories turned into tombstones
+
 # Edge.kind
 ASSOCIATION = "association"  # decays, can be pruned
 CONSOLIDATION = "consolidation"  # summary -> original; provenance

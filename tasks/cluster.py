@@ -33,7 +33,7 @@ from models.embeddings import to_blob
 from models.records import MemoryView, MetaPlan
 from models.store import Store
 from models.tables import META_MEMORY
-from tasks.decay import relevance_notes
+from tasks.decay import none_above_note, relevance_notes
 from tasks.graph import communities, components, similarity_graph
 from tasks.similarity import chosen_rows, similarity_pairs
 from tasks.step import Change, StepArgs, StepReport, preview, step_task
@@ -181,6 +181,7 @@ def cluster(store: Store, args: StepArgs) -> StepReport:
             report.record(Change(action, plan.meta_id, detail, preview(plan.content)))
     report.notes += relevance_notes(
         store, args.profile, args.as_of, any(m.relevance is not None for m in memories))
+    report.notes += none_above_note(memories, config.min_relevance, "cluster")
     report.notes += fallback_notes(summarizer)
     report.facts = {"clusters": len(plans), "clustered": sum(len(p.member_ids) for p in plans)}
     return report

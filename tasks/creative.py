@@ -27,7 +27,7 @@ from models.config import CreativeConfig
 from models.records import MemoryView, NewEdge
 from models.store import Store
 from models.tables import CONTRADICTS, DISCOVERED
-from tasks.decay import relevance_notes
+from tasks.decay import none_above_note, relevance_notes
 from tasks.similarity import pair_similarities
 from tasks.step import Change, StepArgs, StepReport, step_task
 
@@ -104,6 +104,7 @@ def creative(store: Store, args: StepArgs) -> StepReport:
     report = StepReport("creative", args.profile, examined=pairs, skipped=skipped)
     report.notes += relevance_notes(
         store, args.profile, args.as_of, any(m.relevance is not None for m in memories))
+    report.notes += none_above_note(memories, config.min_relevance, "sample for associations")
     for e in edges:
         label = e.kind if e.subkind is None else f"{e.kind}/{e.subkind}"
         detail = f"{label}, confidence {e.confidence:.3f}"

@@ -27,13 +27,14 @@ from its own ``as_of``: the daily schedule runs decay an hour before the others.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import NamedTuple
 
 import numpy as np
 
 from models.config import DecayConfig
-from models.records import RelevanceInputs
+from models.records import MemoryView, RelevanceInputs
 from models.store import Store
 from tasks.step import Change, StepArgs, StepReport, step_logger, step_task
 
@@ -145,3 +146,14 @@ def relevance_notes(store: Store, profile: str, as_of: datetime, scored: bool) -
             f"relevance was computed as of {when}, {-days:.1f} days after as_of")
     step_logger().warning("profile=%s: %s", profile, note)
     return [note]
+
+
+def none_above_note(memories: Sequence[MemoryView], floor: float, doing: str) -> list[str]:
+    """Why a step that takes memories of relevance above ``floor`` did nothing, when
+    that is why: scores exist, and none is above (say, decay ran for a date long after
+    the memories were last used)."""
+    scores = [m.relevance for m in memories if m.is_live and m.relevance is not None]
+    if not scores or max(scores) > floor:
+        return []
+    return [f"no memory's relevance is above {floor:g} (the highest of {len(scores)} is "
+            f"{max(scores):.3f}): nothing to {doing}"]

@@ -1,9 +1,25 @@
-"""Controlled forgetting (AutoMem's task), off unless the operator sets thresholds.
+"""Controlled forgetting, off unless the operator turns it on; two policies.
 
-A live hot memory whose relevance is below ``delete_threshold`` is deleted; below
-``archive_threshold`` it is archived (moved to the cold tier, kept). Both thresholds
-are 0.0 by default, which forgets nothing. Protection is a hard filter, checked
-first, and a protected memory is never archived or deleted, whatever its score:
+``thresholds`` (AutoMem's task, the default): a live hot memory whose relevance is
+below ``delete_threshold`` is deleted; below ``archive_threshold`` it is archived
+(moved to the cold tier, kept). Both thresholds are 0.0 by default, which forgets
+nothing.
+
+``risk`` (linksee's forget sweep, which follows its cold consolidation): each live hot
+memory's forgetting risk, from its heat, importance, idle days and layer::
+
+    risk = (1 - heat / 100) * (1 - importance) * d * (1 + d / 30)
+
+with ``d`` the days since its last access (or creation) at ``as_of`` and ``heat``
+linksee's heat index (tasks/cold.py), and risk 0 for the exempt layers (goal; caveat,
+which linksee protects when storing it). Risk at or above 50 archives (linksee
+compresses), at or above 200 deletes (linksee drops). The delete level deletes only
+while ``delete_threshold`` is above 0.0, the switch the flows ask approval on;
+otherwise such a memory is archived. linksee's sweep only drops; Reverie archives
+what it would compress, since the cold tier keeps it findable and undoable.
+
+Under both policies protection is a hard filter, checked first, and a protected
+memory is never archived or deleted, whatever its score or risk:
 
 - flagged ``protected``;
 - of a protected kind (``decision``, ``insight`` by default);
@@ -39,6 +55,8 @@ from models.config import ConsolidationConfig, ForgetConfig
 from models.records import BlockPlan, MemoryView
 from models.store import Store
 from tasks.blocks import plan_blocks
+from tasks.cold import days_untouched, heat
+from tasks.decay import relevance_notes
 from tasks.step import Change, StepArgs, StepBatch, StepReport, preview, step_task
 from tasks.summarize import summarizer_for
 
@@ -59,6 +77,50 @@ class Decision(NamedTuple):
     memory: MemoryView
     action: Action
     reason: str
+    # The forgetting risk under policy 'risk' (None under 'thresholds').
+    risk: float | None = None
+
+
+def forgetting_risk(
+    heat_score: float, importance: float, days_since_access: float, layer: str | None,
+    config: ForgetConfig,
+) -> float:
+    """linksee's forgetting risk, 0 upwards: high for cold, unimportant, long idle memories.
+    Exempt layers have none; a memory touched at or after as_of (a backfill) has none."""
+    if layer in config.risk_exempt_layers:
+        return 0.0
+    days = max(days_since_access, 0.0)
+    time_factor = days * (1.0 + days / config.risk_time_scale_days)
+    return (1.0 - heat_score / 100.0) * (1.0 - importance) * time_factor
+
+
+def risk_action(risk: float, config: ForgetConfig) -> Action | None:
+    """What a risk calls for, by linksee's levels (both inclusive): delete, archive, or
+    nothing (None)."""
+    if risk >= config.risk_delete_at:
+        return DELETE
+    if risk >= config.risk_archive_at:
+        return ARCHIVE
+    return None
+
+
+class Risk(NamedTuple):
+    """A memory's forgetting risk and what it was computed from."""
+
+    risk: float
+    heat: float
+    days: float
+
+    def explain(self, memory: MemoryView) -> str:
+        return (f"heat {self.heat:.1f}, importance {memory.importance:g}, "
+                f"{self.days:.1f} days idle, layer {memory.layer or '-'}")
+
+
+def assess(memory: MemoryView, as_of: datetime, config: ForgetConfig) -> Risk:
+    days = days_untouched(memory, as_of)
+    hotness = heat(memory.access_count, days, memory.importance)
+    return Risk(forgetting_risk(hotness, memory.importance, days, memory.layer, config),
+                hotness, days)
 
 
 def protection(memory: MemoryView, as_of: datetime, config: ForgetConfig) -> str | None:
@@ -82,9 +144,11 @@ def plan_forget(
     config: ForgetConfig,
     deletable: Collection[str] | None = None,
 ) -> list[Decision]:
-    """What to archive, delete, or keep although its score is low (and why).
-    ``deletable``: the only memories that may be deleted (None: any the thresholds
-    select)."""
+    """What to archive, delete, or keep although its score is low (and why), by the
+    configured policy. ``deletable``: the only memories that may be deleted (None: any
+    the policy selects)."""
+    if config.policy == "risk":
+        return plan_forget_by_risk(memories, standing_for_originals, as_of, config, deletable)
     out: list[Decision] = []
     for m in memories:
         if not m.is_live or m.relevance is None:
@@ -115,6 +179,49 @@ def plan_forget(
     return out
 
 
+def plan_forget_by_risk(
+    memories: Sequence[MemoryView],
+    standing_for_originals: set[str],
+    as_of: datetime,
+    config: ForgetConfig,
+    deletable: Collection[str] | None = None,
+) -> list[Decision]:
+    """linksee's forget sweep: archive or delete each unprotected live memory by its
+    forgetting risk. Protection is decided first and the risk cannot overturn it; a
+    protected memory's risk is computed only to list it, as the thresholds policy lists
+    the protected memories it would otherwise have forgotten."""
+    deleting = config.delete_threshold > 0.0
+    out: list[Decision] = []
+    for m in memories:
+        if not m.is_live or m.layer in config.risk_exempt_layers:
+            continue
+        shield = protection(m, as_of, config)
+        assessed = assess(m, as_of, config)
+        action = risk_action(assessed.risk, config)
+        if action is None:
+            continue
+        level = config.risk_delete_at if action == DELETE else config.risk_archive_at
+        reason = (f"risk {assessed.risk:.2f} >= {level:g} (policy risk: "
+                  f"{assessed.explain(m)})")
+        if shield is not None:
+            out.append(Decision(m, PROTECTED, f"{shield}; risk {assessed.risk:.2f}",
+                                assessed.risk))
+        elif action == DELETE and not deleting:
+            out.append(Decision(m, ARCHIVE, reason + "; archived, not deleted: "
+                                "delete_threshold is 0.0", assessed.risk))
+        elif action == DELETE and m.id in standing_for_originals:
+            out.append(Decision(m, ARCHIVE, reason + "; archived, not deleted: it "
+                                "stands for originals", assessed.risk))
+        elif action == DELETE and deletable is not None and m.id not in deletable:
+            # Past the delete level is past the archive level: archived, as a run
+            # without deletion would.
+            out.append(Decision(m, ARCHIVE, reason + "; its deletion was not approved, "
+                                "archived", assessed.risk))
+        else:
+            out.append(Decision(m, action, reason, assessed.risk))
+    return out
+
+
 def blocks_without(
     memories: Sequence[MemoryView],
     forgotten: set[str],
@@ -133,14 +240,14 @@ def blocks_without(
 def forget(
     store: Store, args: StepArgs, deletable: Collection[str] | None = None
 ) -> StepReport:
-    """Archive or delete the profile's least relevant unprotected memories, if enabled
-    (deleting only ``deletable`` when given)."""
+    """Archive or delete the profile's least relevant (policy 'risk': most at risk)
+    unprotected memories, if enabled (deleting only ``deletable`` when given)."""
     config = args.config.forget
     memories = store.memories(args.profile)
     decisions = plan_forget(
         memories, store.superseding_ids(args.profile), args.as_of, config, deletable)
     archive = [d.memory.id for d in decisions if d.action == ARCHIVE]
-    doomed = [(d.memory.id, float(d.memory.relevance or 0.0), d.reason)
+    doomed = [(d.memory.id, tombstone_score(d), d.reason)
               for d in decisions if d.action == DELETE]
     forgotten = {d.memory.id for d in decisions if d.action in (ARCHIVE, DELETE)}
     blocks, notes = blocks_without(
@@ -151,10 +258,17 @@ def forget(
         args.profile, archive, doomed, args.as_of, args.run_id, config.model_dump(), blocks
     )
     report = StepReport("forget", args.profile, examined=len(memories), notes=notes)
-    if config.archive_threshold == 0.0 and config.delete_threshold == 0.0:
+    if config.policy == "risk":
+        report.notes.append(
+            f"policy risk (linksee's forget sweep): archive at risk >= "
+            f"{config.risk_archive_at:g}, delete at >= {config.risk_delete_at:g}"
+            + ("" if config.delete_threshold > 0.0 else
+               " (deletion off, delete_threshold 0.0: archived instead)"))
+    elif config.archive_threshold == 0.0 and config.delete_threshold == 0.0:
         report.notes.append("forgetting is off: both thresholds are 0.0")
-    elif not any(m.relevance is not None for m in memories):
-        report.notes.append("no memory has a relevance score yet: run decay first")
+    else:
+        report.notes += relevance_notes(store, args.profile, args.as_of,
+                                        any(m.relevance is not None for m in memories))
     unapproved = sum(d.action == NOT_APPROVED for d in decisions)
     if unapproved:
         report.notes.append(f"{unapproved} memories below the delete threshold kept: "
@@ -179,14 +293,25 @@ def forget(
     return report
 
 
+def tombstone_score(decision: Decision) -> float:
+    """The score a deletion's tombstone keeps: the risk that decided it, or the
+    relevance."""
+    if decision.risk is not None:
+        return decision.risk
+    return float(decision.memory.relevance or 0.0)
+
+
 def deletion_row(profile: str, decision: Decision) -> dict[str, Any]:
-    """One deletion as the ``deletions`` table lists it (content as a preview only)."""
+    """One deletion as the ``deletions`` table lists it (content as a preview only);
+    under policy 'risk' with the risk that decided it."""
     m = decision.memory
-    return {
+    row: dict[str, Any] = {
         "profile": profile, "id": m.id, "external_id": m.external_id or "",
         "kind": m.kind, "relevance": round(float(m.relevance or 0.0), 4),
-        "content": preview(m.content) or "",
     }
+    if decision.risk is not None:
+        row |= {"policy": "risk", "risk": round(decision.risk, 2)}
+    return row | {"content": preview(m.content) or ""}
 
 
 forget_task = step_task("forget", forget)

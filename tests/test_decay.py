@@ -129,3 +129,15 @@ def test_a_weekly_run_after_a_missed_decay_says_so_in_its_artifact(sample_store)
     assert not any("older than as_of" in n for s in fresh.steps for n in s.notes)
     late = creative(profile="maya", as_of=AS_OF + timedelta(days=8), dry_run=True)
     assert any("relevance is 8.0 days older than as_of" in n for s in late.steps for n in s.notes)
+
+
+def test_a_step_that_finds_nothing_relevant_enough_says_so() -> None:
+    from factories import view
+    from tasks.decay import none_above_note
+
+    faded = [view("a", relevance=0.004), view("b", relevance=0.3)]
+    (note,) = none_above_note(faded, 0.3, "cluster")
+    assert note == ("no memory's relevance is above 0.3 (the highest of 2 is 0.300): "
+                    "nothing to cluster")
+    assert none_above_note([*faded, view("c", relevance=0.31)], 0.3, "cluster") == []
+    assert none_above_note([view("d")], 0.3, "cluster") == []  # unscored: said elsewhere

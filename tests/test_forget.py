@@ -301,7 +301,7 @@ def test_the_cli_refuses_to_delete_without_an_api_or_approval(
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--approve-deletion" in err and "PREFECT_API_URL" in err
     assert main(["run", "decay", "--profile", "mia", "--approve-deletion"]) == EXIT_ERROR
-    assert "applies to `run forget` only" in capsys.readouterr().err
+    assert "--approve-deletion applies to `run forget`" in capsys.readouterr().err
     assert main(["approve", "0d7c1f8e-8a55-4b8e-9a43-2b1e6f1b9d21"]) == EXIT_ERROR
     assert "PREFECT_API_URL" in capsys.readouterr().err
     assert export_jsonl(faded.url, "mia") == before
@@ -322,3 +322,263 @@ def test_the_cli_with_an_api_pauses_unless_told_to_approve(
     assert main(["approve", "not-a-run"]) == EXIT_ERROR
     assert main(["approve", "0d7c1f8e-8a55-4b8e-9a43-2b1e6f1b9d21"]) == EXIT_ERROR
     assert "no flow run" in capsys.readouterr().err
+
+
+# --- policy 'risk': linksee's forget sweep (src/lib/forgetting.ts, which seed 002's
+# consolidate calls as decideForgetting) ------------------------------------------------
+#
+#   risk = (1 - heat/100) * (1 - importance) * d * (1 + d/30),  d = days since last access
+#   0 for the goal layer (and protected memories); drop at >= 200, compress at >= 50.
+#
+# Each value below is worked out by hand from that formula and linksee's heat index
+# (min(3*a30, 30) + min(a90, 20) + recency (+20 <= 7 d, +10 <= 30 d, 0 <= 90 d, -10 after)
+# + min(0.5*a, 15) + 15*importance, clamped to 0-100); never read back from the code.
+
+import math  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+from models.config import FORGET_BY_RISK  # noqa: E402
+from tasks.forget import forget as forget_step, forgetting_risk, risk_action  # noqa: E402
+from tasks.step import StepArgs  # noqa: E402
+
+RISK = ForgetConfig(policy="risk", delete_threshold=0.5)  # deletion armed
+MINUTE = timedelta(minutes=1)
+
+
+def idle(days: float, **fields):
+    """An old (outside the grace period) unscored memory last accessed ``days`` ago."""
+    return {"created_at": OLD, "last_accessed_at": AS_OF - timedelta(days=days), **fields}
+
+
+def days_for(risk: float, factor: float) -> float:
+    """The idle days d at which factor * d * (1 + d/30) equals ``risk``."""
+    return 15.0 * (math.sqrt(1.0 + 4.0 * risk / (30.0 * factor)) - 1.0)
+
+
+def risk_decisions(*memories, config=RISK, standing=frozenset(), deletable=None):
+    return {d.memory.id: d
+            for d in plan_forget(memories, set(standing), AS_OF, config, deletable)}
+
+
+def test_the_risk_formula_with_linksee_numbers() -> None:
+    assert forgetting_risk(0.0, 0.0, 30.0, "context", RISK) == 60.0  # 30 * (1 + 1)
+    assert forgetting_risk(50.0, 0.5, 60.0, None, RISK) == 45.0  # .5 * .5 * 60 * 3
+    assert forgetting_risk(100.0, 0.0, 400.0, "context", RISK) == 0.0  # hottest: none
+    assert forgetting_risk(0.0, 1.0, 400.0, "context", RISK) == 0.0  # most important
+    assert forgetting_risk(0.0, 0.0, 0.0, "context", RISK) == 0.0  # just touched
+    assert forgetting_risk(0.0, 0.0, -45.0, "context", RISK) == 0.0  # touched after as_of
+    assert forgetting_risk(0.0, 0.0, 90.0, "learning", RISK) == 360.0  # 90 * 4
+    # The time scale is linksee's 30 days; a knob.
+    assert forgetting_risk(0.0, 0.0, 60.0, None, RISK.model_copy(
+        update={"risk_time_scale_days": 60.0})) == 120.0
+
+
+def test_layer_factors_goal_and_caveat_have_no_risk_the_others_full_risk() -> None:
+    for layer in ("goal", "caveat"):
+        assert forgetting_risk(0.0, 0.0, 400.0, layer, RISK) == 0.0
+    for layer in ("context", "emotion", "implementation", "learning", None):
+        assert forgetting_risk(0.0, 0.0, 90.0, layer, RISK) == 360.0
+    out = risk_decisions(*[view(layer, **idle(400), layer=layer)
+                           for layer in ("goal", "caveat", "context")])
+    assert set(out) == {"context"} and out["context"].action == DELETE
+    none_exempt = RISK.model_copy(update={"risk_exempt_layers": ()})
+    assert forgetting_risk(0.0, 0.0, 90.0, "goal", none_exempt) == 360.0
+    assert risk_decisions(view("g", **idle(400), layer="goal"),
+                          config=none_exempt)["g"].action == DELETE
+
+
+def test_risk_levels_are_inclusive_at_linksee_50_and_200() -> None:
+    def below(x: float) -> float:
+        return float(np.nextafter(x, 0.0))
+
+    def above(x: float) -> float:
+        return float(np.nextafter(x, math.inf))
+
+    assert risk_action(below(50.0), RISK) is None
+    assert risk_action(50.0, RISK) == ARCHIVE and risk_action(above(50.0), RISK) == ARCHIVE
+    assert risk_action(below(200.0), RISK) == ARCHIVE
+    assert risk_action(200.0, RISK) == DELETE and risk_action(above(200.0), RISK) == DELETE
+    # Inclusive in a whole plan too: d = 60, heat 0, importance 0 is exactly 180.
+    at_180 = view("m", **idle(60), importance=0.0)
+    assert risk_decisions(at_180)["m"].risk == 180.0
+    level = RISK.model_copy(update={"risk_delete_at": 180.0})
+    assert risk_decisions(at_180, config=level)["m"].action == DELETE
+    past = RISK.model_copy(update={"risk_delete_at": above(180.0)})
+    assert risk_decisions(at_180, config=past)["m"].action == ARCHIVE
+
+
+def test_a_minute_either_side_of_risk_200_and_50() -> None:
+    # 30 < d <= 90 idle days, no accesses, importance 0: heat 0, risk = d * (1 + d/30).
+    d200 = timedelta(days=days_for(200.0, 1.0))  # 63.90 days
+    # 7 < d <= 30: heat 10 (recency), risk = 0.9 * d * (1 + d/30).
+    d50 = timedelta(days=days_for(50.0, 0.9))  # 28.49 days
+    memories = [view(name, importance=0.0, created_at=OLD, last_accessed_at=AS_OF - d)
+                for name, d in (("199", d200 - MINUTE), ("200", d200 + MINUTE),
+                                ("49", d50 - MINUTE), ("50", d50 + MINUTE))]
+    out = risk_decisions(*memories)
+    assert 199.99 < out["199"].risk < 200.0 < out["200"].risk < 200.01
+    assert out["199"].action == ARCHIVE and out["200"].action == DELETE
+    assert "49" not in out  # risk just under 50: kept, not listed
+    assert 50.0 < out["50"].risk < 50.01 and out["50"].action == ARCHIVE
+    assert out["200"].reason.startswith("risk 200.00 >= 200 (policy risk: heat 0.0, "
+                                        "importance 0, 63.9 days idle, layer -)")
+
+
+def test_heat_edges_feed_the_risk() -> None:
+    # 30 days idle: recency +10, heat 10, risk 0.9 * 60 = 54; a minute more: heat 0, ~60.
+    # 90 days idle, importance 0.6: heat 9, risk 0.91 * 0.4 * 360 = 131.04; then heat
+    # max(0, -10 + 9) = 0, risk ~0.4 * 360 = 144.
+    out = risk_decisions(
+        view("30", **idle(30), importance=0.0), view("30+", **idle(30 + 1 / 1440), importance=0.0),
+        view("90", **idle(90), importance=0.6), view("90+", **idle(90 + 1 / 1440), importance=0.6),
+    )
+    assert out["30"].risk == pytest.approx(54.0, abs=1e-9)
+    assert out["30+"].risk == pytest.approx(60.0, abs=0.01)
+    assert out["90"].risk == pytest.approx(131.04, abs=1e-9)
+    assert out["90+"].risk == pytest.approx(144.0, abs=0.01)
+    # Accesses heat a memory. 29 days idle, importance 0: with no accesses heat 10, risk
+    # 0.9 * 57.03 = 51.33 (archived); with 5 (all within 30 and 90 days) heat
+    # 15 + 5 + 10 + 2.5 = 32.5, risk 0.675 * 57.03 = 38.50 (kept).
+    out = risk_decisions(view("cold", **idle(29), importance=0.0),
+                         view("used", **idle(29), importance=0.0, access_count=5))
+    assert out["cold"].risk == pytest.approx(0.9 * 29 * (1 + 29 / 30)) and "used" not in out
+    # Never accessed: idle since creation.
+    never = view("n", importance=0.0, created_at=AS_OF - timedelta(days=200))
+    assert risk_decisions(never)["n"].risk == pytest.approx(200 * (1 + 200 / 30))
+
+
+def test_protection_beats_any_risk() -> None:
+    huge = idle(3650, importance=0.0)  # risk ~ 447,000
+    memories = [view("flag", **huge, protected=True), view("kind", **huge, kind="decision"),
+                view("ins", **huge, kind="insight"),
+                view("imp", **(huge | {"importance": 0.7})),
+                view("young", importance=0.0, created_at=AS_OF - timedelta(days=90) + MINUTE)]
+    out = risk_decisions(*memories)
+    assert {k: d.action for k, d in out.items()} == dict.fromkeys(
+        ("flag", "kind", "ins", "imp", "young"), PROTECTED)
+    assert out["flag"].reason.startswith("flagged protected; risk ")
+    assert "grace period" in out["young"].reason and out["young"].risk > 200
+    # The grace period's edge: 90 days old and never touched is deletable (risk 360).
+    of_age = view("old", importance=0.0, created_at=AS_OF - timedelta(days=90))
+    assert risk_decisions(of_age)["old"].action == DELETE
+    # Just under protected importance: risk (1 - 0.69) * d * (1 + d/30), deleted.
+    assert risk_decisions(view("q", **(huge | {"importance": 0.69})))["q"].action == DELETE
+
+
+def test_risk_ignores_relevance_and_only_live_memories_are_swept() -> None:
+    out = risk_decisions(view("s", **idle(400), relevance=1.0), view("u", **idle(400)),
+                         view("c", **idle(400), tier="cold"),
+                         view("x", **idle(400), superseded_by="s2"))
+    assert set(out) == {"s", "u"}
+
+
+def test_what_may_not_be_deleted_is_archived() -> None:
+    m = view("m", **idle(400))
+    # Deletion off (delete_threshold 0.0, which a rejected approval sets): archived.
+    off = risk_decisions(m, config=FORGET_BY_RISK.forget)["m"]
+    assert off.action == ARCHIVE and "delete_threshold is 0.0" in off.reason
+    assert risk_decisions(m, standing={"m"})["m"].action == ARCHIVE
+    unapproved = risk_decisions(m, deletable=set())["m"]
+    assert unapproved.action == ARCHIVE and "not approved, archived" in unapproved.reason
+    assert risk_decisions(m, deletable={"m"})["m"].action == DELETE
+
+
+def test_the_default_policy_is_thresholds_and_ignores_risk() -> None:
+    assert ForgetConfig().policy == "thresholds" and ON.policy == "thresholds"
+    assert FORGET_BY_RISK.forget.policy == "risk" and FORGET_BY_RISK.forget.delete_threshold == 0.0
+    assert (ForgetConfig().risk_archive_at, ForgetConfig().risk_delete_at) == (50.0, 200.0)
+    # Risk 447,000 but relevance 0.5: the thresholds keep it; they alone decide.
+    assert decide(view("r", **idle(3650), importance=0.0, relevance=0.5)) == {}
+    (decision,) = plan_forget([view("r", relevance=0.0, created_at=OLD)], set(), AS_OF, ON)
+    assert decision.risk is None
+
+
+def test_risk_config_is_bounded() -> None:
+    with pytest.raises(ValueError, match="risk_delete_at"):
+        ForgetConfig(policy="risk", risk_archive_at=300.0)
+    for bad in ({"risk_archive_at": 0.0}, {"risk_time_scale_days": 0.0},
+                {"policy": "relevance"}, {"risk_delete_at": 2e6}):
+        with pytest.raises(ValueError):
+            ForgetConfig(**bad)
+
+
+# The step on a store: tombstones, the deletions table, idempotence; the flow: dry run
+# and approval.
+
+SWEPT = [("hot-note", idle(2, importance=0.0)),  # risk ~2: kept
+         ("faded", idle(60, importance=0.0)),  # 180: archived
+         ("gone", idle(120, importance=0.0)),  # 600: deleted
+         ("pinned", idle(120, importance=0.0, protected=True)),  # protected
+         ("goal", idle(120, importance=0.0, layer="goal"))]  # exempt layer
+
+
+@pytest.fixture
+def sweepable(store: Store) -> Store:
+    rows = [{"id": mid, "content": f"note {mid} 4417", "kind": "semantic",
+             "embedding": axis(i).tolist(),
+             **{k: (v.isoformat() if hasattr(v, "isoformat") else v) for k, v in f.items()}}
+            for i, (mid, f) in enumerate(SWEPT)]
+    assert not store.ingest(rows, profile="risk").errors
+    return store
+
+
+def risk_config(delete_threshold: float = 0.5) -> ConsolidationConfig:
+    return ConsolidationConfig(forget=ForgetConfig(policy="risk",
+                                                   delete_threshold=delete_threshold))
+
+
+def by_external(store: Store) -> dict[str, str]:
+    return {m.external_id: m.tier for m in store.memories("risk", ("hot", "cold"))}
+
+
+def test_the_risk_step_archives_deletes_and_reports_the_risk(sweepable: Store) -> None:
+    args = StepArgs(sweepable.url, "risk", AS_OF, risk_config(), "run-1")
+    report = forget_step(sweepable, args)
+    assert report.facts == {"archived": 1, "deleted": 1, "protected": 1,
+                            "blocks_recompiled": 0}
+    assert report.notes == ["policy risk (linksee's forget sweep): archive at risk >= 50, "
+                            "delete at >= 200"]
+    assert by_external(sweepable) == {"hot-note": "hot", "faded": "cold", "pinned": "hot",
+                                      "goal": "hot"}
+    ids = {m.external_id: m.id for m in sweepable.memories("risk", ("hot", "cold"))}
+    details = {c.target: (c.action, c.detail) for c in report.changes}
+    assert details[ids["faded"]][0] == "archived"
+    assert details[ids["faded"]][1].startswith("risk 180.00 >= 50 (policy risk: heat 0.0")
+    gone_id = next(c.target for c in report.changes if c.action == "deleted")
+    assert details[gone_id][1].startswith("risk 600.00 >= 200 (policy risk:")
+    for c in report.changes:  # no content in the reasons
+        assert "4417" not in c.detail
+    (row,) = report.tables["deletions"]
+    assert (row["external_id"], row["policy"], row["risk"], row["relevance"]) == (
+        "gone", "risk", 600.0, 0.0)
+    tomb = sweepable.get(gone_id, profile="risk")
+    assert isinstance(tomb, Tombstone) and tomb.score == pytest.approx(600.0)
+    assert "policy risk" in tomb.reason and "4417" not in tomb.reason
+    # A second run at the same as_of changes nothing, writes nothing.
+    before = export_jsonl(sweepable.url, "risk")
+    again = forget_step(sweepable, args)
+    assert again.changed == 0 and "deletions" not in again.tables
+    assert export_jsonl(sweepable.url, "risk") == before
+
+
+def test_without_deletion_the_risk_step_archives_what_it_would_delete(sweepable: Store) -> None:
+    report = forget_step(sweepable, StepArgs(sweepable.url, "risk", AS_OF, FORGET_BY_RISK))
+    assert report.facts["deleted"] == 0 and report.facts["archived"] == 2
+    assert "deletion off" in report.notes[0] and "deletions" not in report.tables
+    assert by_external(sweepable)["gone"] == "cold"
+
+
+@pytest.mark.usefixtures("prefect_api")
+def test_risk_dry_run_writes_nothing_and_deletion_waits_for_approval(
+    sweepable: Store, pauses
+) -> None:
+    before = export_jsonl(sweepable.url, "risk")
+    never = pauses()
+    dry = forget(profile="risk", as_of=AS_OF, config=risk_config(), dry_run=True)
+    assert dry.steps[0].facts["deleted"] == 1 and dry.steps[0].facts["archived"] == 1
+    assert export_jsonl(sweepable.url, "risk") == before and never.asked == []
+    asked = pauses(DeletionApproval(approve=False))
+    rejected = forget(profile="risk", as_of=AS_OF, config=risk_config())
+    assert len(asked.asked) == 1 and rejected.steps[0].facts["deleted"] == 0
+    assert by_external(sweepable)["gone"] == "cold"  # rejected: archived instead

@@ -132,6 +132,7 @@ def test_every_deployment_is_there_with_its_schedule(stack: Stack) -> None:
         "decay/daily", "creative/weekly", "cluster/monthly", "forget/operator",
         "full-consolidation/nightly", "full-consolidation/sessions",
         "lightweight-consolidation/on-demand", "consolidate-cold/sleep", "replay/backfill",
+        "cold-tier/tiering",
     }
     assert deployments["replay/backfill"].global_concurrency_limit.limit == 4
     crons = {name: [(s.schedule.cron, s.active) for s in d.schedules]
@@ -141,6 +142,7 @@ def test_every_deployment_is_there_with_its_schedule(stack: Stack) -> None:
         "creative/weekly": [("0 4 * * 0", True)],
         "cluster/monthly": [("0 5 1 * *", True)],
         "forget/operator": [("0 6 1 * *", False)],
+        "cold-tier/tiering": [("0 6 * * *", False)],
         "full-consolidation/nightly": [("0 3 * * *", True)],
     }
 

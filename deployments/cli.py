@@ -10,7 +10,7 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict
 from datetime import datetime
 from pathlib import Path
@@ -177,10 +177,14 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", help="needed when an external id exists in several profiles")
     p.add_argument("--json", action="store_true")
 
-    p = command("export", _export, "Dump a profile as canonical JSONL.")
+    p = command("export", _export, "Back up a profile as JSONL (`reverie ingest` restores "
+                "it), or dump it in canonical form to compare states.")
     p.add_argument("--profile", required=True)
     p.add_argument("--output", type=Path, help="file to write (default: standard output)")
-    p.add_argument("--with-run-ids", action="store_true", help="include Prefect run ids")
+    p.add_argument("--canonical", action="store_true",
+                   help="the comparison form: vectors as hashes, no run history")
+    p.add_argument("--with-run-ids", action="store_true",
+                   help="--canonical: include Prefect run ids")
 
     p = command("bench", _bench, "Measure what consolidation does to a store.")
     bench = p.add_subparsers(dest="bench", required=True)
@@ -287,8 +291,12 @@ def _print_json(data: Any) -> None:
 
 
 def _ingest(args: argparse.Namespace) -> int:
+    from models.backup import is_backup
+
     if not args.file.is_file():
         raise ReverieError(f"no such file: {args.file}")
+    if is_backup(args.file):
+        return _restore(args)
     report = Store().ingest_jsonl(args.file, args.profile, progress=sys.stderr.isatty())
     for error in report.errors:
         print(f"{args.file}: {error}", file=sys.stderr)
@@ -303,6 +311,20 @@ def _ingest(args: argparse.Namespace) -> int:
             f"edges {report.edges}, rejected {len(report.errors)}"
         )
     return EXIT_REJECTED if report.errors else EXIT_OK
+
+
+def _restore(args: argparse.Namespace) -> int:
+    """A backup (``reverie export``) restores its profile as it was, all or nothing."""
+    from models.backup import restore
+    from models.ingest import read_jsonl
+
+    restored = restore(Store().url, read_jsonl(args.file), args.profile)
+    if args.json:
+        _print_json({"restored": restored.profile, "rows": restored.rows})
+    else:
+        counts = ", ".join(f"{n} {table}" for table, n in restored.rows.items())
+        print(f"restored profile {restored.profile}: {counts}")
+    return EXIT_OK
 
 
 def _consolidate(args: argparse.Namespace) -> int:
@@ -684,13 +706,18 @@ def _memory_json(m: Memory | Any) -> dict[str, Any]:
 def _export(args: argparse.Namespace) -> int:
     from models.export import export_jsonl
 
+    from models.backup import backup_lines
+
     store = _store()
     store.resolve_profiles(args.profile)
-    text = export_jsonl(store.url, args.profile, args.with_run_ids)
+    lines: Iterable[str] = (
+        [export_jsonl(store.url, args.profile, args.with_run_ids)] if args.canonical
+        else backup_lines(store.url, args.profile))
     if args.output:
-        args.output.write_text(text, encoding="utf-8")
+        with args.output.open("w", encoding="utf-8") as out:
+            out.writelines(lines)
     else:
-        sys.stdout.write(text)
+        sys.stdout.writelines(lines)
     return EXIT_OK
 
 

@@ -65,8 +65,23 @@ def test_get_recall_export_and_blocks(
     assert hits[0]["external_id"] == "t1" and "embedding" not in hits[0]
 
     out_file = tmp_path / "ana.jsonl"
-    assert main(["export", "--profile", "ana", "--output", str(out_file)]) == EXIT_OK
+    assert main(["export", "--profile", "ana", "--canonical", "--output", str(out_file)]) == EXIT_OK
     assert [json.loads(line)["type"] for line in out_file.read_text().splitlines()] == ["memory"]
+    backup = tmp_path / "ana-backup.jsonl"
+    assert main(["export", "--profile", "ana", "--output", str(backup)]) == EXIT_OK
+    header, *rows = [json.loads(line) for line in backup.read_text().splitlines()]
+    assert header["reverie_backup"] == 1 and header["profile"] == "ana"
+    assert [r["table"] for r in rows] == ["profile", "memory", "memoryvector"]
+    # The backup goes back in through ingest, into a store without the profile.
+    elsewhere = Store(f"sqlite:///{tmp_path / 'elsewhere.db'}")
+    os.environ["REVERIE_DATABASE_URL"], before = elsewhere.url, os.environ["REVERIE_DATABASE_URL"]
+    try:
+        assert main(["ingest", str(backup)]) == EXIT_OK
+        assert "restored profile ana: 1 profile, 1 memory, 1 memoryvector" in capsys.readouterr().out
+        assert main(["ingest", str(backup)]) == EXIT_ERROR
+        assert "already has a profile named 'ana'" in capsys.readouterr().err
+    finally:
+        os.environ["REVERIE_DATABASE_URL"] = before
 
     assert main(["blocks", "--profile", "ana"]) == EXIT_OK
     assert "no blocks yet" in capsys.readouterr().out

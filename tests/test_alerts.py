@@ -78,10 +78,13 @@ def test_a_failed_run_notifies_the_operators_block_and_a_clean_one_does_not(
             assert ensure_failure_alerts("custom-webhook/ops").automation_id == state.automation_id
 
             def run(profile: str) -> subprocess.CompletedProcess[str]:
+                # The flow itself, as a deployment's run would call it (the CLI refuses
+                # an unknown profile before any run starts).
+                code = ("from datetime import datetime; from flows.decay import decay; "
+                        f"decay(profile={profile!r}, as_of=datetime(2025, 7, 1))")
                 return subprocess.run(
-                    [sys.executable, "-m", "deployments.cli", "run", "decay", "--profile",
-                     profile, "--as-of", "2025-07-01"],
-                    env=env, cwd=project_root(), capture_output=True, text=True, timeout=300,
+                    [sys.executable, "-c", code], env=env, cwd=project_root(),
+                    capture_output=True, text=True, timeout=300,
                 )
 
             assert run("maya").returncode == 0

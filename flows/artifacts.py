@@ -47,6 +47,11 @@ def profile_key(report: RunReport, profile: str) -> str:
     return artifact_key(report, f"profile-{slug}")
 
 
+def _cell(text: str) -> str:
+    """Text safe in a markdown table cell (an error may hold a bar or a newline)."""
+    return " ".join(text.split()).replace("|", "\\|")
+
+
 def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")
 
@@ -158,7 +163,7 @@ def profile_markdown(
         "|---|---:|---:|---:|---:|---|",
     ]
     lines += [f"| {s.step} | {s.examined} | {s.changed} | {s.skipped} | {s.seconds:.3f} "
-              f"| {s.error or ''} |" for s in steps]
+              f"| {_cell(s.error or '')} |" for s in steps]
     for s in steps:
         details = _step_details(s, external or {})
         if details:

@@ -56,7 +56,8 @@ def consolidate_cold(
     base = with_forget_thresholds(
         config or get_settings().consolidation_config(), archive_threshold, delete_threshold
     )
-    if base.forget.delete_threshold > 0.0 and not auto_approve_deletion and not dry_run:
+    # A dry run too: it reports what the real run would do.
+    if base.forget.delete_threshold > 0.0 and not auto_approve_deletion:
         # Deletion is approved: this flow runs at session ends, with no one to ask, so
         # its sweep archives only; the forget flow asks before it deletes.
         run_logger().warning(

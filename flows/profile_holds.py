@@ -51,8 +51,10 @@ class ProfileHolds:
         self.lease_seconds = lease_seconds
         self._lock = threading.Lock()
         self._held: set[str] = set()
-        # Each Prefect lease and the profiles whose slots it occupies.
-        self._prefect: dict[UUID, tuple[str, ...]] = {}
+        # Each Prefect lease and the profiles of it not yet given back: one lease may
+        # span chunks (profiles taken together, worked on in several chunks), and it is
+        # given back with the last of them.
+        self._prefect: dict[UUID, set[str]] = {}
         self._stop = threading.Event()
         self._heartbeat: threading.Thread | None = None
 
@@ -71,6 +73,10 @@ class ProfileHolds:
         if self._heartbeat is not None:
             self._heartbeat.join()
         self.release(list(self._held))
+        with self._lock:
+            left, self._prefect = list(self._prefect), {}
+        for lease in left:  # none should be; a lease outliving the run blocks others
+            _release_prefect_lease(lease)
 
     def prepare(self, profiles: Sequence[str]) -> None:
         """Create the Prefect limits missing among ``profiles``: a chunk's slots are
@@ -91,14 +97,15 @@ class ProfileHolds:
         return taken
 
     def release(self, profiles: Sequence[str]) -> None:
-        """Give back ``profiles`` (and each Prefect lease whose profiles are all given
-        back: a run releases a chunk as it took it)."""
+        """Give back ``profiles``, and each Prefect lease once all its profiles are."""
         gone = set(profiles) & self._held
         if not gone:
             return
         with self._lock:
             self._held -= gone
-            leases = [lease for lease, of in self._prefect.items() if set(of) <= gone]
+            for of in self._prefect.values():
+                of -= gone
+            leases = [lease for lease, of in self._prefect.items() if not of]
             for lease in leases:
                 del self._prefect[lease]
         for lease in leases:
@@ -142,7 +149,7 @@ class ProfileHolds:
         with self._lock:
             self._held.update(chunk)
             if lease is not None:
-                self._prefect[lease] = chunk
+                self._prefect[lease] = set(chunk)
         return True
 
     def _renew_until_stopped(self) -> None:
@@ -153,7 +160,16 @@ class ProfileHolds:
                 held, leases = sorted(self._held), list(self._prefect)
             try:
                 if held:
-                    self.store.acquire_leases(held, self.holder, self.lease_seconds)
+                    # Renew only: a profile given back since the copy above must not
+                    # be taken again by its own heartbeat.
+                    renewed = set(self.store.renew_leases(held, self.holder,
+                                                          self.lease_seconds))
+                    with self._lock:
+                        lost = (set(held) - renewed) & self._held
+                    if lost:
+                        log.error("the store lease of %d profile(s) expired and was not "
+                                  "renewed (%s): another run may take them", len(lost),
+                                  ", ".join(sorted(lost)[:5]))
                 if leases:
                     from prefect.client.orchestration import get_client
 

@@ -381,7 +381,13 @@ class ChunkScheduler:
                 taken = self.holds.take(chunk)
                 self._submit(tuple(taken))
                 self._busy(sorted(set(chunk) - set(taken)))
-            self._collect(self._take_waiting)
+            try:
+                self._collect(self._take_waiting)
+            except BaseException:
+                # Chunks already running keep writing: their profiles stay held until
+                # they finish (or DRAIN_SECONDS pass), not handed to another run now.
+                self._drain()
+                raise
         self.report.profiles = sorted(set(profiles) - set(self.report.skipped_profiles))
         # Skipped profiles count as dealt with: a finished run shows 100%.
         self.progress.update(len(profiles), {})
@@ -404,7 +410,7 @@ class ChunkScheduler:
                 poll()
                 continue
             self.in_flight -= 1
-            self.results += by_profile(batch, [f.result() for f in futures])
+            self.results += chunk_reports(batch, futures)
             if not self.plan.dry_run:
                 self.holds.release(batch.profiles)
             self.progress.update(len({s.profile for s in self.results}), self.holders)
@@ -459,8 +465,34 @@ class ChunkScheduler:
         return sorted(self.results, key=lambda s: order[s.profile])
 
 
-# The pseudo-step a profile that stayed busy fails in.
+    def _drain(self) -> None:
+        deadline = time.monotonic() + DRAIN_SECONDS
+        while self.in_flight and time.monotonic() < deadline:
+            try:
+                self.done.get(timeout=max(deadline - time.monotonic(), 0.0))
+                self.in_flight -= 1
+            except queue.Empty:
+                break
+
+
+def chunk_reports(
+    batch: StepBatch, futures: list[PrefectFuture[list[StepReport]]]
+) -> list[StepReport]:
+    """A finished chunk's reports; if its task failed as a whole (a crashed Dask
+    worker, an error outside any step), each of its profiles fails with that error and
+    the run goes on with the other chunks."""
+    try:
+        return by_profile(batch, [f.result() for f in futures])
+    except Exception as exc:  # noqa: BLE001 - reported per profile
+        error = f"the chunk's task failed: {type(exc).__name__}: {exc}"[:300]
+        return [StepReport(CHUNK_STEP, profile, error=error) for profile in batch.profiles]
+
+
+# The pseudo-steps a profile fails in when it stayed busy, or its chunk's task failed.
 WAIT_STEP = "wait"
+CHUNK_STEP = "chunk"
+# How long a failing run waits for its running chunks before it lets their profiles go.
+DRAIN_SECONDS = 600.0
 
 
 def _when_all_done(futures: list[PrefectFuture[Any]], callback: Callable[[], None]) -> None:

@@ -761,6 +761,23 @@ class Store:
                     taken.append(profile)
         return taken
 
+    def renew_leases(
+        self, profiles: Sequence[str], holder: str, seconds: float, at: datetime | None = None
+    ) -> list[str]:
+        """Extend ``holder``'s leases among ``profiles``; never takes one it does not
+        hold (a lease given back, or taken by another run after it expired). Returns
+        the profiles renewed."""
+        at = at or utcnow()
+        lease = tables.Lease.__table__  # type: ignore[attr-defined]
+        with writing(self.url) as s:
+            renewed = s.execute(
+                update(lease).where(lease.c.profile_id.in_(list(profiles)))
+                .where(lease.c.holder == holder)
+                .values(expires_at=at + timedelta(seconds=seconds))
+                .returning(lease.c.profile_id)
+            ).scalars().all()
+        return sorted(renewed)
+
     def release_leases(self, profiles: Sequence[str], holder: str) -> None:
         with writing(self.url) as s:
             s.execute(

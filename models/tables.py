@@ -177,7 +177,8 @@ class Tombstone(SQLModel, table=True):
 class RunRecord(SQLModel, table=True):
     """One finished (non-dry) flow run for one profile: what ``reverie status`` shows.
 
-    Operational history, not memory state: it is not part of a profile's export.
+    Operational history, not memory state: it is not part of a profile's canonical
+    export (which compares states), but a backup carries it.
     """
 
     __table_args__ = (

@@ -329,3 +329,38 @@ def test_a_profile_held_by_a_run_killed_with_its_server_comes_free_within_a_leas
     assert waited >= PREFECT_MIN_LEASE_SECONDS - 5
     # ...and no longer than the lease, the repossessor's loop and the run's own work.
     assert waited <= PREFECT_MIN_LEASE_SECONDS + 15 + 90
+
+
+def test_a_renewal_never_takes_back_a_lease_given_back(store: Store) -> None:
+    assert store.acquire_leases(["a", "b"], "run-1", 60, at=T0) == ["a", "b"]
+    store.release_leases(["a"], "run-1")
+    assert store.renew_leases(["a", "b"], "run-1", 60, at=T0) == ["b"]
+    assert store.lease_holders() == {"b": "run-1"}
+    assert store.renew_leases(["b"], "run-2", 60, at=T0) == []  # not its lease
+
+
+@pytest.mark.usefixtures("prefect_api")
+def test_a_lease_taken_for_several_chunks_is_given_back_with_the_last(store: Store) -> None:
+    """Profiles taken together (one Prefect lease) but worked on in two chunks: the
+    slots come free once both chunks are given back, and none outlives the run."""
+    from prefect.client.orchestration import get_client
+
+    from flows.profile_holds import ProfileHolds
+
+    profiles = [f"split-{i}" for i in range(4)]
+
+    def active() -> list[int]:
+        with get_client(sync_client=True) as client:
+            return [client.read_global_concurrency_limit_by_name(
+                f"reverie-profile-{p}").active_slots for p in profiles]
+
+    with ProfileHolds(store, "run-split", None, 60.0) as holds:
+        holds.prepare(profiles)
+        assert holds.take(profiles) == profiles
+        assert active() == [1, 1, 1, 1]
+        holds.release(profiles[:2])
+        assert active() == [1, 1, 1, 1]  # one lease: its slots go together
+        holds.release(profiles[2:])
+        assert active() == [0, 0, 0, 0]
+        assert holds.take(profiles[:1]) == profiles[:1]
+    assert active() == [0, 0, 0, 0] and store.lease_holders() == {}

@@ -393,3 +393,26 @@ def test_waiting_for_run_history_skips_with_an_api_and_gives_up_at_its_timeout(
     assert "had not recorded all task runs" in caplog.text
     # A run with no task runs settles at the second look.
     assert wait_for_run_history(unknown, timeout=10)
+
+
+def test_a_chunk_whose_task_fails_as_a_whole_fails_its_profiles_only(
+    sample_store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not a step's error (those are caught per profile) but the chunk's task itself
+    (say, a Dask worker that died): its profiles fail, the other chunks finish."""
+    monkeypatch.setenv("REVERIE_PROFILES_PER_TASK", "1")
+    real = step_module.run_batch
+
+    def crash_for_raj(name, fn, batch, after=()):  # type: ignore[no-untyped-def]
+        if "raj" in batch.profiles:
+            raise RuntimeError("injected: the worker running raj's chunk died")
+        return real(name, fn, batch, after)
+
+    monkeypatch.setattr(step_module, "run_batch", crash_for_raj)
+    with pytest.raises(StepFailedError) as failure:
+        lightweight_consolidation(profile=None, as_of=AS_OF)
+    assert set(failure.value.failed) == {"raj"}
+    assert failure.value.failed["raj"][0].startswith("chunk: the chunk's task failed")
+    finished = {r.profile_id for r in sample_store.run_history()}
+    assert finished == set(sample_store.profiles()) - {"raj"}
+    assert sample_store.lease_holders() == {}

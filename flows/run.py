@@ -84,6 +84,8 @@ class RunReport:
     skipped_profiles: list[str] = field(default_factory=list)
     # Profiles another run was consolidating, and how long this run waited for each.
     waited: dict[str, float] = field(default_factory=dict)
+    # When the run took each profile and gave it back: its history row's times.
+    spans: dict[str, tuple[datetime, datetime]] = field(default_factory=dict)
 
     def comparable(self) -> list[dict[str, Any]]:
         """The steps' reports without timings: what a dry run promises the real run does."""
@@ -363,6 +365,7 @@ class ChunkScheduler:
         self.results: list[StepReport] = []
         self.waiting: dict[str, float] = {}  # busy profile -> when first found busy
         self.holders: dict[str, str] = {}
+        self.taken_at: dict[str, datetime] = {}
         self.progress = Progress(report)
 
     def run(self) -> None:
@@ -395,6 +398,9 @@ class ChunkScheduler:
     def _submit(self, profiles: tuple[str, ...]) -> None:
         for chunk in chunked(list(profiles), self.settings.profiles_per_task):
             batch = StepBatch(self.url, chunk, self.plan.as_of, self.plan.config, self.plan.run_id)
+            taken = utcnow()
+            for profile in chunk:
+                self.taken_at[profile] = taken
             futures = self.dag(batch)
             self.in_flight += 1
             _when_all_done(futures, lambda b=batch, f=futures: self.done.put((b, f)))
@@ -411,6 +417,9 @@ class ChunkScheduler:
                 continue
             self.in_flight -= 1
             self.results += chunk_reports(batch, futures)
+            done = utcnow()
+            for profile in batch.profiles:
+                self.report.spans[profile] = (self.taken_at.get(profile, done), done)
             if not self.plan.dry_run:
                 self.holds.release(batch.profiles)
             self.progress.update(len({s.profile for s in self.results}), self.holders)
@@ -573,7 +582,9 @@ def history(
     return [
         RunRecord(
             profile_id=profile, flow=report.flow, run_id=report.run_id, as_of=as_of,
-            started_at=started, finished_at=finished,
+            # The profile's own span: runs over the same profile never overlap in it.
+            started_at=report.spans.get(profile, (started, finished))[0],
+            finished_at=report.spans.get(profile, (started, finished))[1],
             examined=sum(s.examined for s in steps), changed=sum(s.changed for s in steps),
             seconds=round(sum(s.seconds for s in steps), 4),
             summary={s.step: {"changed": s.changed, "notes": s.notes} for s in steps},

@@ -155,6 +155,11 @@ def copy_profiles(source_url: str, target_url: str, profiles: Sequence[str]) -> 
                 query = query.join(m, m.c.id == t.c.memory_id).where(m.c.profile_id.in_(wanted))
             else:
                 query = query.where(t.c[column].in_(wanted))
-            rows = src.execute(query).mappings().all()
+            rows = [dict(r) for r in src.execute(query).mappings()]
+            if table is tables.RunRecord:
+                # The target numbers its own history: a copied id would clash with the
+                # ids PostgreSQL's sequence hands out next.
+                for row in rows:
+                    row.pop("id", None)
             if rows:
-                dst.execute(insert(t), [dict(r) for r in rows])
+                dst.execute(insert(t), rows)

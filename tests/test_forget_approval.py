@@ -140,4 +140,6 @@ def test_a_rejected_or_unanswered_deletion_deletes_nothing(stack: Stack) -> None
     assert stack.wait_final(unanswered.id).state_type.value == "FAILED"
     assert {p: live(stack.store, p) for p in ("maya", "raj")} == before
     assert "**Approval:** rejected" in approval_text(rejected.id)
-    assert "**Approval:** no answer within 5 s" in approval_text(unanswered.id)
+    # The run's last artifact version may land just after the server marks it failed.
+    wait_for(lambda: "**Approval:** no answer within 5 s" in approval_text(unanswered.id),
+             60, "the timed-out approval artifact")

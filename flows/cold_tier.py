@@ -21,12 +21,11 @@ from __future__ import annotations
 from typing import Annotated
 
 from prefect.futures import PrefectFuture
-from pydantic import Field, ValidationError
+from pydantic import Field
 
 from flows.parameters import AsOf, Config, DryRun, Profile
 from flows.run import RunReport, reverie_flow, run_for_profiles
-from models.config import ColdTierConfig, ConsolidationConfig
-from models.errors import ConfigError
+from models.config import ConsolidationConfig, with_overrides
 from models.settings import get_settings
 from tasks.cold_tier import expire_cold_task, expire_cold_unapproved_task, migrate_cold_task
 from tasks.step import StepBatch, StepReport
@@ -81,15 +80,5 @@ def with_cold_tier(
     config: ConsolidationConfig, migrate_after_days: float | None, ttl_days: float | None
 ) -> ConsolidationConfig:
     """``config`` with the cold tier's days given (None keeps the config's own)."""
-    given = {k: v for k, v in (("migrate_after_days", migrate_after_days),
-                               ("ttl_days", ttl_days)) if v is not None}
-    if not given:
-        return config
-    try:
-        section = ColdTierConfig(**(config.cold_tier.model_dump() | given))
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        raise ConfigError(
-            f"cold_tier {first['loc'][0]}: {first['msg'].lower()}, got {first['input']}"
-        ) from None
-    return config.model_copy(update={"cold_tier": section})
+    return with_overrides(config, "cold_tier", migrate_after_days=migrate_after_days,
+                          ttl_days=ttl_days)

@@ -511,18 +511,27 @@ def with_forget_thresholds(
     config: ConsolidationConfig, archive: float | None, delete: float | None
 ) -> ConsolidationConfig:
     """``config`` with the forget thresholds given (None keeps the config's own)."""
-    given = {k: v for k, v in (("archive_threshold", archive), ("delete_threshold", delete))
-             if v is not None}
+    return with_overrides(config, "forget", archive_threshold=archive, delete_threshold=delete)
+
+
+def with_overrides(
+    config: ConsolidationConfig, section: str, **values: object
+) -> ConsolidationConfig:
+    """``config`` with the fields of one section that are given (None keeps the
+    config's own), checked against that section's bounds: a flow parameter that
+    overrides a knob is refused as the knob itself would be."""
+    given = {k: v for k, v in values.items() if v is not None}
     if not given:
         return config
+    current = getattr(config, section)
     try:
-        forget = ForgetConfig(**(config.forget.model_dump() | given))
+        changed = type(current)(**(current.model_dump() | given))
     except ValidationError as exc:
         first = exc.errors()[0]
         raise ConfigError(
-            f"forget {first['loc'][0]}: {first['msg'].lower()}, got {first['input']}"
+            f"{section} {first['loc'][0]}: {first['msg'].lower()}, got {first['input']}"
         ) from None
-    return config.model_copy(update={"forget": forget})
+    return config.model_copy(update={section: changed})
 
 
 def preset(name: str) -> ConsolidationConfig:

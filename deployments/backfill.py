@@ -92,7 +92,7 @@ def _locally(
 ) -> BackfillReport:
     from flows.catalog import FLOWS
     from flows.run import wait_for_run_history
-    from flows.temporary_server import keep_with_this_process
+    from deployments.local_server import use_local_api
 
     report = BackfillReport(flow, "local")
     profiles = set(store.resolve_profiles(profile))
@@ -102,7 +102,7 @@ def _locally(
         if profiles <= done:
             report.skipped.append(when.isoformat())
             continue
-        keep_with_this_process()
+        use_local_api()
         last = flow_fn(profile=profile, as_of=when)
         report.created.append(when.isoformat())
     if report.created:

@@ -34,6 +34,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     parser = _parser()
     args = parser.parse_args(argv)
+    if not args.verbose:
+        # Prefect's console shows warnings only; its run logs still reach the server (the
+        # UI shows them). Read when Prefect is first imported, which no command has yet.
+        os.environ.setdefault("PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL", "WARNING")
     try:
         return int(args.handler(args) or EXIT_OK)
     except ReverieError as exc:
@@ -71,6 +75,8 @@ def _version() -> str:
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="reverie", description="Memory consolidation for AI agents.")
     parser.add_argument("--version", action="version", version=f"reverie {_version()}")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="show Prefect's logs of the runs (the UI always has them)")
     sub = parser.add_subparsers(dest="command", required=True)
 
     def command(name: str, handler: Callable[[argparse.Namespace], int | None], help_: str):
@@ -127,6 +133,9 @@ def _parser() -> argparse.ArgumentParser:
     group.add_argument("--profile", action="append", help="a profile (repeat for several)")
     group.add_argument("--all", action="store_true", help="every profile in the store")
     p.add_argument("--json", action="store_true")
+
+    p = command("server", _server, "The local Prefect server that local commands share.")
+    p.add_argument("action", choices=["status", "stop"])
 
     p = command("status", _status, "Last run and next scheduled run of every flow, per profile.")
     p.add_argument("--profile", help="one profile (default: all)")
@@ -449,14 +458,33 @@ def run_flow(
     **extra: Any,
 ) -> RunReport:
     """Run a flow by its short name in this process (against PREFECT_API_URL if set)."""
+    from deployments.local_server import use_local_api
     from flows.catalog import FLOWS
     from flows.run import wait_for_run_history
-    from flows.temporary_server import keep_with_this_process
 
-    keep_with_this_process()
+    use_local_api()
     report = FLOWS[name](profile=profile, as_of=as_of, dry_run=dry_run, config=config, **extra)
     wait_for_run_history(report.run_id)
     return report
+
+
+def _server(args: argparse.Namespace) -> int:
+    from deployments.local_server import prefect_home, running, stop
+
+    home = prefect_home()
+    if args.action == "stop":
+        stopped = stop(home)
+        print(f"stopped the local Prefect server at {stopped.url}" if stopped
+              else "no local Prefect server runs")
+        return EXIT_OK
+    server = running(home)
+    if server is None:
+        print(f"no local Prefect server runs (PREFECT_HOME {home}); the next local "
+              "command starts one")
+    else:
+        print(f"local Prefect server at {server.url} (pid {server.pid}, database in "
+              f"{home}); stops after {server.idle_seconds:g} s unused")
+    return EXIT_OK
 
 
 def _approve(args: argparse.Namespace) -> int:

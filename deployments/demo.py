@@ -35,17 +35,17 @@ def run_demo(database: Path | None = None) -> int:
     for stale in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
         stale.unlink(missing_ok=True)
     # Prefect reads these when it is first imported (nothing above imports it): keep its
-    # console to warnings, and its temporary server from calling home.
-    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+    # console to warnings (its run logs still reach the server), and from calling home.
+    os.environ.setdefault("PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL", "WARNING")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     with using_database(url):
         return _demo(url, path)
 
 
 def _demo(url: str, path: Path) -> int:
+    from deployments.local_server import use_local_api
     from flows.full_consolidation import full_consolidation
     from flows.run import wait_for_run_history
-    from flows.temporary_server import keep_with_this_process
 
     store = Store(url)
     print(f"Reverie demo: store {path}")
@@ -57,8 +57,8 @@ def _demo(url: str, path: Path) -> int:
     )
     before = {p: store.counts(p) for p in profiles}
 
-    print(f"Running full consolidation as of {DEMO_AS_OF:%Y-%m-%d} (Prefect, no server)...")
-    keep_with_this_process()
+    print(f"Running full consolidation as of {DEMO_AS_OF:%Y-%m-%d} (a Prefect flow)...")
+    ui = use_local_api()
     report = full_consolidation(profile=None, as_of=DEMO_AS_OF)
     wait_for_run_history(report.run_id)
 
@@ -74,6 +74,8 @@ def _demo(url: str, path: Path) -> int:
     print(f'  {reverie} recall "how do we deploy the tracking service" --profile maya --deep')
     print(f"  {reverie} blocks --profile raj")
     print(f"  {reverie} consolidate full --profile maya --as-of 2025-07-01 --dry-run")
+    if ui:
+        print(f"Runs in Prefect's UI: {ui}/runs (`{reverie} server stop` stops it)")
     return 0
 
 

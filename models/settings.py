@@ -70,6 +70,13 @@ class Settings(BaseSettings):
     # as "<block type slug>/<block name>" (e.g. "slack-webhook/ops"). Unset: no alerts.
     alert_block: str | None = Field(None, pattern=r"^[a-z0-9-]+/[\w.-]+$")
 
+    # Where a local command (no PREFECT_API_URL) records its runs. "shared": one local
+    # Prefect server, started by the first command and used by the next ones, which stops
+    # after local_server_idle_seconds unused; "temporary": Prefect's own, a new server
+    # for every command (5-10 s of start-up each).
+    local_server: Literal["shared", "temporary"] = "shared"
+    local_server_idle_seconds: float = Field(1800.0, ge=10.0, le=7 * 86400.0)
+
     # A run that finds its profile busy (another run holds it) waits, or skips it.
     busy_profile: Literal["wait", "skip"] = "wait"
     busy_wait_seconds: float = Field(1800.0, ge=0.0)

@@ -14,6 +14,10 @@ os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# A command a test runs without a Prefect API gets Prefect's per-command server, which
+# ends with it: a shared local server would outlive the test and its temporary folder.
+# tests/test_local_server.py covers the shared one.
+os.environ.setdefault("REVERIE_LOCAL_SERVER", "temporary")
 
 import shutil
 import uuid

@@ -1,0 +1,149 @@
+"""Local commands share one Prefect server: the first starts it, later ones use it at
+once, it records every run where the UI finds it, and it stops when unused or told to.
+
+Each test drives the real ``reverie`` command in a subprocess, with its own
+``PREFECT_HOME`` (so its own server and Prefect database), and stops what it started.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from conftest import clone_sample
+from deployments.local_server import STATE_FILE, LocalServer, stop
+from models.store import Store
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def local(sample_template: Path, new_store: Callable[[str], Store], tmp_path: Path
+          ) -> Iterator[Callable[..., subprocess.CompletedProcess[str]]]:
+    """Run ``reverie`` as a user without PREFECT_API_URL would, in shared mode."""
+    store = clone_sample(sample_template, new_store("local"))
+    home = tmp_path / "prefect"
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PREFECT_API", "PREFECT_LOGGING"))}
+    env.update({"PREFECT_HOME": str(home), "REVERIE_DATABASE_URL": store.url,
+                "REVERIE_LOCAL_SERVER": "shared"})
+
+    def reverie(*argv: str, idle: float = 600, background: bool = False) -> object:
+        command = [sys.executable, "-m", "deployments.cli", *argv]
+        run_env = {**env, "REVERIE_LOCAL_SERVER_IDLE_SECONDS": str(idle)}
+        if background:
+            return subprocess.Popen(command, env=run_env, cwd=ROOT, text=True,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        return subprocess.run(command, env=run_env, cwd=ROOT, capture_output=True,
+                              text=True, timeout=300)
+
+    reverie.home = home  # type: ignore[attr-defined]
+    yield reverie
+    stop(home)
+
+
+def _state(home: Path) -> LocalServer | None:
+    try:
+        return LocalServer(**json.loads((home / STATE_FILE).read_text()))
+    except FileNotFoundError:
+        return None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie would still answer; the server is not our child, PID 1 reaps it.
+    stat = Path(f"/proc/{pid}/stat")
+    return stat.exists() and stat.read_text().split()[2] != "Z"
+
+
+def _flow_runs(server: LocalServer) -> dict[str, str]:
+    """Flow run id -> state type, as the server (and so the UI) has them."""
+    response = httpx.post(f"{server.api_url}/flow_runs/filter", json={}, timeout=10)
+    response.raise_for_status()
+    return {run["id"]: run["state_type"] for run in response.json()}
+
+
+def _wait(condition: Callable[[], bool], seconds: float, what: str) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {seconds:.0f} s waiting for {what}")
+        time.sleep(0.2)
+
+
+def test_commands_share_one_server_that_records_their_runs_and_stops_on_request(local) -> None:
+    home = local.home
+    first = local("consolidate", "lightweight", "--all", "--as-of", "2025-07-01", "--json")
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert "started a local Prefect server" in first.stderr
+    # Prefect's console logs only with -v: the report is all a user sees.
+    assert "| INFO" not in first.stderr and "Traceback" not in first.stderr, first.stderr
+    server = _state(home)
+    assert server is not None and _alive(server.pid)
+
+    second = local("-v", "run", "decay", "--all", "--as-of", "2025-07-02", "--json")
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert "started a local Prefect server" not in second.stderr
+    assert "Finished in state Completed" in second.stderr  # -v shows Prefect's logs
+    assert _state(home) == server  # the same server, not a second one
+
+    runs = {json.loads(done.stdout)["run_id"] for done in (first, second)}
+    _wait(lambda: runs <= set(_flow_runs(server)), 60, "both runs on the server")
+    assert {_flow_runs(server)[r] for r in runs} == {"COMPLETED"}
+    status = local("status", "--json")
+    assert {r["run_id"] for r in json.loads(status.stdout)["history"]} >= runs
+
+    said = local("server", "status")
+    assert server.url in said.stdout
+    stopped = local("server", "stop")
+    assert server.url in stopped.stdout
+    _wait(lambda: not _alive(server.pid), 30, "the stopped server to exit")
+    assert _state(home) is None
+    assert "no local Prefect server runs" in local("server", "stop").stdout
+
+
+def test_a_killed_server_is_replaced_and_its_runs_kept(local) -> None:
+    home = local.home
+    first = local("run", "decay", "--all", "--as-of", "2025-07-01", "--json")
+    assert first.returncode == 0, first.stderr[-3000:]
+    killed = _state(home)
+    assert killed is not None
+    run = json.loads(first.stdout)["run_id"]
+    _wait(lambda: run in _flow_runs(killed), 60, "the first run on the server")
+    os.kill(killed.pid, signal.SIGKILL)
+    _wait(lambda: not _alive(killed.pid), 30, "the killed server to go")
+
+    second = local("run", "decay", "--all", "--as-of", "2025-07-02", "--json")
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert "started a local Prefect server" in second.stderr
+    replacement = _state(home)
+    assert replacement is not None and replacement.pid != killed.pid
+    # The same Prefect database: the run recorded before the kill is still there.
+    assert run in _flow_runs(replacement)
+
+
+def test_commands_started_together_start_one_server_which_stops_when_unused(local) -> None:
+    home = local.home
+    commands = [local("run", "decay", "--profile", profile, "--as-of", "2025-07-01",
+                      idle=10, background=True) for profile in ("maya", "raj")]
+    outputs = [command.communicate(timeout=300) for command in commands]
+    assert [c.returncode for c in commands] == [0, 0], [err[-2000:] for _, err in outputs]
+    assert sum("started a local Prefect server" in err for _, err in outputs) == 1
+    server = _state(home)
+    assert server is not None and server.idle_seconds == 10
+    # Nobody uses it any more: it stops itself and takes its state file with it.
+    _wait(lambda: not _alive(server.pid), 60, "the unused server to stop")
+    assert _state(home) is None

@@ -196,6 +196,11 @@ def plan_blocks(
         used[name] = facts
         modes[name] = "rules"
     notes += fallback_notes(summarizer)
+    rules = block_rules(config)
+    # An empty block is the question users ask first ("I told it three decisions"):
+    # the report says which rule no memory meets yet.
+    notes += [f"{name} is empty: no memory meets its rule yet ({rules[name]})"
+              for name in BLOCK_TYPES if not sources[name]]
     texts = enforce_total(texts, config.core_memory_char_limit)
     plans = []
     for name in BLOCK_TYPES:

@@ -150,7 +150,19 @@ class _Failing(RulesSummarizer):
 def test_a_summarizer_that_fails_falls_back_to_rules_and_says_so() -> None:
     plans, notes = plan_blocks([view("s", kind="semantic")], AS_OF, CONFIG, _Failing())
     assert next(p for p in plans if p.block_type == USER_PROFILE).mode == "rules"
-    assert notes == ["llm: 1 wording(s) fell back to rules (block user_profile: timeout)"]
+    assert notes[0] == "llm: 1 wording(s) fell back to rules (block user_profile: timeout)"
+
+
+def test_an_empty_block_says_which_rule_no_memory_meets_yet() -> None:
+    # Two uses of a decision are one short of the rule; a third fills the block.
+    decision = view("d", kind="decision", content="Decided to ship", access_count=2)
+    _, notes = plan_blocks([decision], AS_OF, CONFIG, RulesSummarizer())
+    assert ("active_decisions is empty: no memory meets its rule yet (decisions used at "
+            "least 3 times (an access is counted by recall --track or record_access))") in notes
+    assert any(n.startswith("user_profile is empty") for n in notes)  # no semantic fact
+    used = view("d", kind="decision", content="Decided to ship", access_count=3)
+    _, notes = plan_blocks([used], AS_OF, CONFIG, RulesSummarizer())
+    assert not any(n.startswith("active_decisions") for n in notes)
 
 
 def test_views_are_plain_records() -> None:

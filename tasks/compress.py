@@ -105,6 +105,15 @@ def plan_compression(
     return plans
 
 
+def nothing_to_compress_note(fading: int, config: CompressConfig) -> list[str]:
+    """Why a pass compressed nothing, in the terms of its knobs."""
+    if fading < config.group_size:
+        return [f"{fading} fading memories (relevance below {config.max_relevance:g}); a "
+                f"compression group needs {config.group_size}"]
+    return [f"no {config.group_size} of the {fading} fading memories are alike at cosine "
+            f">= {config.similarity:g}"]
+
+
 def compress_fading(store: Store, args: StepArgs) -> StepReport:
     """Replace full groups of similar fading memories by summaries; originals go cold."""
     config = args.config.compress
@@ -120,6 +129,8 @@ def compress_fading(store: Store, args: StepArgs) -> StepReport:
     )
     report.notes += relevance_notes(
         store, args.profile, args.as_of, any(m.relevance is not None for m in memories))
+    if not plans:
+        report.notes += nothing_to_compress_note(report.examined, config)
     plans = write_summaries(
         store, args.profile, args.as_of, args.run_id, plans, summarizer, report
     )

@@ -127,6 +127,14 @@ def plan_dedup(
     return plans
 
 
+def nothing_merged_note(candidates: int, config: DedupConfig) -> list[str]:
+    """Why a pass merged nothing, in the terms of its knobs."""
+    if candidates < config.min_group_size:
+        return []  # too few to ask: the report's "examined" already says it
+    return [f"no {config.min_group_size} of the {candidates} memories are alike at cosine "
+            f">= {config.similarity:g}"]
+
+
 def dedup(store: Store, args: StepArgs) -> StepReport:
     """Merge near-duplicates of one profile into summaries; originals go cold."""
     memories, vectors = store.snapshot(args.profile)
@@ -173,6 +181,8 @@ def _merge(
         profile, memories, vectors, store.originals_of(profile, summaries), as_of,
         config.dedup, summarizer,
     )
+    if not plans:
+        report.notes += nothing_merged_note(report.examined, config.dedup)
     plans = write_summaries(store, profile, as_of, args.run_id, plans, summarizer, report)
     for plan in plans:
         absorbing = (

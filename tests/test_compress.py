@@ -89,3 +89,14 @@ def test_a_group_with_an_earlier_summary_is_built_from_its_originals() -> None:
     (p,) = plan(memories, vectors, originals)
     assert p.member_ids == ("f1", "f2", "f3", "f4", "o1", "o2")  # never the older summary s0
     assert p.absorbed_ids == ("s1",) and "earlier summary" not in p.content
+
+
+def test_a_pass_that_compresses_nothing_says_which_knob_held_it_back() -> None:
+    from models.config import CompressConfig
+    from tasks.compress import nothing_to_compress_note
+
+    config = CompressConfig(max_relevance=0.2, similarity=0.7, group_size=5)
+    assert nothing_to_compress_note(4, config) == [
+        "4 fading memories (relevance below 0.2); a compression group needs 5"]
+    assert nothing_to_compress_note(5, config) == [
+        "no 5 of the 5 fading memories are alike at cosine >= 0.7"]

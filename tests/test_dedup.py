@@ -4,7 +4,9 @@ import numpy as np
 
 from models.config import DedupConfig
 from models.tables import COLD, DEDUP_SUMMARY, PROMOTED
-from tasks.dedup import duplicate_groups, is_candidate, plan_dedup, representative_order
+from tasks.dedup import (
+    duplicate_groups, is_candidate, nothing_merged_note, plan_dedup, representative_order,
+)
 from tasks.summarize import RulesSummarizer
 
 from factories import AS_OF, at_cosine, axis, below, view
@@ -123,3 +125,10 @@ def test_representatives_are_the_most_informative_first() -> None:
     memories = [view("a", content="short one"), view("b", content="a much longer memory text"),
                 view("c", content="short two", importance=0.9), view("d", content="short six")]
     assert representative_order(memories) == [1, 2, 0, 3]
+
+
+def test_a_pass_that_merges_nothing_says_which_knob_held_it_back() -> None:
+    config = DedupConfig(similarity=0.9, min_group_size=3)
+    assert nothing_merged_note(12, config) == [
+        "no 3 of the 12 memories are alike at cosine >= 0.9"]
+    assert nothing_merged_note(2, config) == []  # fewer than a group: nothing to explain

@@ -7,7 +7,8 @@ deployment's concurrency limit. Without an API, the flow runs here, date by date
 Either way a backfill is resumable: a date whose run is in the store's run history is
 not run again, so re-running the same command after an interruption only fills the
 gaps. Bad input (unknown flow or profile, dates out of order, a step that is not
-positive) is refused before any run is made.
+positive) is refused before any run is made. On a terminal, a bar on stderr follows the
+dates (each date run here is listed as it finishes) or the replay runs being made.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from deployments.progress import Bar
 from models.errors import ConfigError
 from models.events import api_configured
 from models.store import Store
@@ -97,17 +99,25 @@ def _locally(
     report = BackfillReport(flow, "local")
     profiles = set(store.resolve_profiles(profile))
     flow_fn = FLOWS[flow]
-    for when in whens:
-        done = {r.profile_id for r in store.run_history(flow=flow_fn.name, as_of=when, limit=None)}
-        if profiles <= done:
-            report.skipped.append(when.isoformat())
-            continue
-        use_local_api()
-        last = flow_fn(profile=profile, as_of=when)
-        report.created.append(when.isoformat())
-    if report.created:
-        # Prefect records runs in order: once the last run's history is in, all are.
-        wait_for_run_history(last.run_id)
+    with Bar(len(whens), f"backfill {flow}", unit="date") as bar:
+        for when in whens:
+            done = {r.profile_id
+                    for r in store.run_history(flow=flow_fn.name, as_of=when, limit=None)}
+            if profiles <= done:
+                report.skipped.append(when.isoformat())
+                bar.describe(f"{len(report.skipped)} already done")
+                bar.update()
+                continue
+            use_local_api()
+            last = flow_fn(profile=profile, as_of=when)
+            report.created.append(when.isoformat())
+            bar.update()
+            # Each date as it finishes: a backfill of many dates runs for minutes.
+            bar.note(f"  ran {when.isoformat()}")
+        if report.created:
+            bar.describe("waiting for Prefect to record the runs")
+            # Prefect records runs in order: once the last run's history is in, all are.
+            wait_for_run_history(last.run_id)
     return report
 
 
@@ -124,23 +134,29 @@ def _through_replays(
     report = BackfillReport(flow, REPLAY_DEPLOYMENT)
     busy = _live_replays(flow)
     pending: set[datetime] = set()
-    for profile in profiles:
-        done = done_dates(store, FLOWS[flow].name, profile)
-        todo = [w for w in whens if w not in done]
-        if not todo:
-            continue
-        pending.update(todo)
-        if profile in busy:
-            report.running.append(profile)
-            continue
-        dates = [w.isoformat() for w in todo]
-        run = run_deployment(
-            REPLAY_DEPLOYMENT,
-            parameters={"flow": flow, "profile": profile, "dates": dates},
-            flow_run_name=replay_title(flow, profile, dates),
-            timeout=0, tags=[BACKFILL_TAG], as_subflow=False,
-        )
-        report.runs.append(str(run.id))
+    # Profiles, not dates: one replay run per profile is made here, and the runs go on
+    # in the deployment's processes after this command has returned.
+    with Bar(len(profiles), f"backfill {flow}: replay runs", unit="profile") as bar:
+        for n, profile in enumerate(profiles):
+            bar.advance_to(n)
+            done = done_dates(store, FLOWS[flow].name, profile)
+            todo = [w for w in whens if w not in done]
+            if not todo:
+                continue
+            pending.update(todo)
+            if profile in busy:
+                report.running.append(profile)
+                continue
+            dates = [w.isoformat() for w in todo]
+            run = run_deployment(
+                REPLAY_DEPLOYMENT,
+                parameters={"flow": flow, "profile": profile, "dates": dates},
+                flow_run_name=replay_title(flow, profile, dates),
+                timeout=0, tags=[BACKFILL_TAG], as_subflow=False,
+            )
+            report.runs.append(str(run.id))
+            bar.describe(f"{len(report.runs)} made")
+        bar.advance_to(len(profiles))
     report.created = [w.isoformat() for w in whens if w in pending]
     report.skipped = [w.isoformat() for w in whens if w not in pending]
     return report

@@ -23,6 +23,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from deployments.progress import Bar
 from models.config import ConsolidationConfig
 from models.errors import InputError
 from models.records import MemoryView
@@ -218,11 +219,14 @@ def bench_locomo(
         url = f"sqlite:///{Path(folder) / 'locomo.db'}"
         store = Store(url)
         try:
-            with using_database(url):
+            # Conversations are counted, never named: their profiles are people's names.
+            with using_database(url), Bar(len(conversations), "bench locomo",
+                                          unit="conversation") as bar:
                 for conv in conversations:
                     result.conversations.append(
                         _consolidate_and_measure(store, conv, offset_days, budget, config)
                     )
+                    bar.update()
         finally:
             dispose(url)
     return result

@@ -306,7 +306,17 @@ def _ingest(args: argparse.Namespace) -> int:
         raise ReverieError(f"no such file: {args.file}")
     if is_backup(args.file):
         return _restore(args)
-    report = Store().ingest_jsonl(args.file, args.profile, progress=sys.stderr.isatty())
+    from deployments.progress import Bar, on_terminal
+
+    total = None
+    if on_terminal():
+        # Counted first for the bar alone (a quick pass): with its total it says how far
+        # the ingest is and how long the rest takes. read_jsonl skips blank lines too.
+        with args.file.open("rb") as handle:
+            total = sum(1 for line in handle if line.strip())
+    with Bar(total, "ingest", unit="record") as bar:
+        report = Store().ingest_jsonl(args.file, args.profile,
+                                      progress=bar.update if bar.active else False)
     for error in report.errors:
         print(f"{args.file}: {error}", file=sys.stderr)
     if args.json:
@@ -532,8 +542,11 @@ def _backfill(args: argparse.Namespace) -> int:
             f"backfill of {report.flow} via {report.where}: {len(report.created)} run(s) made, "
             f"{len(report.skipped)} date(s) already done"
         )
-        for when in report.created:
-            print(f"  ran {when}")
+        from deployments.progress import on_terminal
+
+        if not (sys.stdout.isatty() and on_terminal()):  # else each was shown as it ran
+            for when in report.created:
+                print(f"  ran {when}")
         return EXIT_OK
     print(
         f"backfill of {report.flow} via {report.where}: {len(report.created)} date(s) to "

@@ -40,6 +40,7 @@ from typing import Any
 
 import numpy as np
 
+from deployments.progress import Bar
 from deployments.synthetic import SyntheticSpec, records, sentence
 from models.config import ConsolidationConfig
 from models.db import dispose
@@ -523,20 +524,29 @@ def bench_synthetic(
     flow_names: Sequence[str] = FLOW_ORDER,
 ) -> list[Result]:
     """Every measurement for every size, each row judged against its target. With
-    ``server`` the flows go through a real Prefect server started for the bench."""
+    ``server`` the flows go through a real Prefect server started for the bench. On a
+    terminal a bar on stderr counts the rows; ``progress`` (which may print) is called
+    with the bar cleared."""
     config = bench_config()
     results: list[Result] = []
+    total = expected_rows(sizes, embeddings, flows, checks, ingest_sentences, server,
+                          step_rows, flow_names)
 
     def keep(rows: Iterable[Result]) -> None:
         for row in rows:
             judge(row)
             results.append(row)
+            bar.update()
+            bar.describe(f"done {row.task} (n={row.n:,})")
             if progress:
-                progress(row)
+                with bar.paused():
+                    progress(row)
 
     with tempfile.TemporaryDirectory(prefix="reverie-bench-") as name, ExitStack() as stack:
+        bar = stack.enter_context(Bar(total, "bench", unit="row"))
         folder = Path(name)
         log = stack.enter_context(prefect_server(folder)) if flows and server else None
+        bar.describe("loading the model")
         if ingest_sentences:
             keep(bench_ingest_throughput(ingest_sentences, folder))
         else:
@@ -545,6 +555,7 @@ def bench_synthetic(
             # Steps embed the summaries they word afresh: load the model before timing.
             get_embedder().encode(["warm up"])
         if flows:
+            bar.describe("starting Prefect")
             warm_up_prefect(folder)
         for n in sizes:
             spec = SyntheticSpec(n, profiles, duplicate_share, embeddings, as_of=AS_OF)  # type: ignore[arg-type]
@@ -552,6 +563,28 @@ def bench_synthetic(
         if log is not None:
             keep([server_health(log)])
     return results
+
+
+def expected_rows(
+    sizes: Sequence[int],
+    embeddings: str = "random",
+    flows: bool = True,
+    checks: bool = True,
+    ingest_sentences: int = DEFAULT_INGEST_SENTENCES,
+    server: bool = False,
+    step_rows: bool = True,
+    flow_names: Sequence[str] = FLOW_ORDER,
+) -> int:
+    """How many rows ``bench_synthetic`` gives for these arguments: its bar's total."""
+    per_size = (
+        1  # ingest
+        + (1 if checks and embeddings == "random" else 0)  # the search at full size
+        + (len(steps()) if step_rows else 0)
+        + (sum(1 for n in FLOW_ORDER if n in flow_names) if flows else 0)
+    )
+    ingest = 2 if ingest_sentences else 0  # the raw model, and ingest with it
+    health = 1 if flows and server else 0  # the server's log, read at the end
+    return ingest + per_size * len(sizes) + health
 
 
 # --- targets -----------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from uuid import UUID, uuid4
 
 from prefect import Flow, flow
@@ -44,6 +44,9 @@ from tasks.step import (
     StepBatch,
     StepReport,
 )
+
+if TYPE_CHECKING:
+    from deployments.progress import Bar
 
 log = logging.getLogger(__name__)
 
@@ -369,6 +372,13 @@ class ChunkScheduler:
         self.progress = Progress(report)
 
     def run(self) -> None:
+        try:
+            self._run()
+        finally:
+            # The terminal's bar goes with the run, failed or not.
+            self.progress.close()
+
+    def _run(self) -> None:
         profiles = sorted(self.plan.profiles)
         if self.plan.dry_run:
             for chunk in chunked(profiles, self.settings.profiles_per_task):
@@ -532,12 +542,18 @@ def run_logger() -> logging.Logger | logging.LoggerAdapter:  # type: ignore[type
 
 class Progress:
     """A progress artifact (profiles finished out of all) while a Prefect run goes on;
-    its description names the profiles being waited for and who holds them."""
+    its description names the profiles being waited for and who holds them.
+
+    A run of several profiles with a terminal on stderr, which is a command running the
+    flow in its own process (``reverie consolidate full --all``), also gets a bar there.
+    A run on a worker or a runner has none: Prefect reads its output through a pipe.
+    """
 
     def __init__(self, report: RunReport) -> None:
         self.report = report
         self.artifact_id: UUID | None = None
         self.shown: tuple[float, str] = (-1.0, "")
+        self.bar = self._terminal_bar()
         if report.run_id is None or not report.profiles:
             return
         from prefect.artifacts import create_progress_artifact
@@ -548,6 +564,10 @@ class Progress:
             0.0, key=artifact_key(report, "progress"), description=self._describe({}))
 
     def update(self, done: int, waiting: dict[str, str]) -> None:
+        if self.bar is not None:
+            # A count only: profiles' names stay off the terminal (the artifact has them).
+            self.bar.describe(f"waiting for {len(waiting)} busy" if waiting else "")
+            self.bar.advance_to(done)
         if self.artifact_id is None:
             return
         from prefect.artifacts import update_progress_artifact
@@ -558,6 +578,21 @@ class Progress:
         if progress - self.shown[0] >= 1.0 or description != self.shown[1] or progress >= 100:
             update_progress_artifact(self.artifact_id, progress, description=description)
             self.shown = (progress, description)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+    def _terminal_bar(self) -> Bar | None:
+        """A bar over the run's profiles on this process's terminal, or None (for one
+        profile a bar of one would only flash at the end)."""
+        if len(self.report.profiles) < 2:
+            return None
+        from deployments.progress import Bar
+
+        bar = Bar(len(self.report.profiles), self.report.flow, unit="profile")
+        return bar if bar.active else None
 
     def _describe(self, waiting: dict[str, str]) -> str:
         text = f"{self.report.flow}: profiles finished, of {len(self.report.profiles)}"

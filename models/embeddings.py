@@ -10,6 +10,8 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from numbers import Real
 from pathlib import Path
 
@@ -50,23 +52,31 @@ class Embedder:
 
         self.name = MODEL_NAME if path == default_model_path() else path.name
         self.batch_size = batch_size
-        self._model = SentenceTransformer(str(path), device="cpu")
+        with _no_loading_bar():
+            self._model = SentenceTransformer(str(path), device="cpu")
         self.dimension = int(self._model.get_embedding_dimension())
         # One encode at a time: two concurrent ones only fight over the same cores.
         self._lock = threading.Lock()
 
-    def encode(self, texts: list[str], progress: bool = False) -> np.ndarray:
+    def encode(
+        self, texts: list[str], progress: bool | Callable[[int], None] = False
+    ) -> np.ndarray:
+        """Unit vectors for ``texts``. ``progress``: True for a bar of this encode's own
+        (on stderr, only when it is a terminal), or a callable told how many texts each
+        batch did, so that a caller's bar (an ingest's) covers the embedding too and two
+        bars do not fight over one line."""
         if not texts:
             return np.zeros((0, self.dimension), dtype=np.float32)
-        from tqdm import tqdm
-
         out = np.empty((len(texts), self.dimension), dtype=np.float32)
-        starts = range(0, len(texts), self.batch_size)
-        # disable=None lets tqdm hide itself when stderr is not a terminal.
-        bar = tqdm(starts, desc="embedding", unit="batch", disable=None if progress else True,
-                   leave=False)
+        starts: Iterable[int] = range(0, len(texts), self.batch_size)
+        done = progress if callable(progress) else None
+        if progress is True:
+            from tqdm import tqdm
+
+            # disable=None lets tqdm hide itself when stderr is not a terminal.
+            starts = tqdm(starts, desc="embedding", unit="batch", disable=None, leave=False)
         with self._lock:
-            for start in bar:
+            for start in starts:
                 batch = texts[start : start + self.batch_size]
                 out[start : start + len(batch)] = self._model.encode(
                     batch,
@@ -75,7 +85,27 @@ class Embedder:
                     convert_to_numpy=True,
                     show_progress_bar=False,
                 )
+                if done is not None:
+                    done(len(batch))
         return out
+
+
+@contextmanager
+def _no_loading_bar() -> Iterator[None]:
+    """Keep transformers' "Loading weights" bar off while the model loads, even when
+    transformers was imported before HF_HUB_DISABLE_PROGRESS_BARS was set (it reads the
+    variable once, at import); a user who set the variable to 0 keeps the bar."""
+    from transformers.utils import logging as hf_logging
+
+    hide = (os.environ.get("HF_HUB_DISABLE_PROGRESS_BARS") == "1"
+            and hf_logging.is_progress_bar_enabled())
+    if hide:
+        hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if hide:
+            hf_logging.enable_progress_bar()
 
 
 def get_embedder(model_path: str | None = None, batch_size: int = 64) -> Embedder:

@@ -11,7 +11,7 @@ import json
 import logging
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from dataclasses import fields as dataclass_fields
 from datetime import datetime, timedelta
@@ -69,6 +69,10 @@ log = logging.getLogger(__name__)
 
 SUPPLIED_EMBEDDING = "supplied"  # embedding_model of vectors given by the caller
 INGEST_CHUNK = 1024
+# An ingest's ``progress``: False; True for the embedding's own bar; or a callable told
+# how many records (lines) were dealt with as the ingest goes, for a caller's bar that
+# moves while the model embeds. Counts only, never content.
+IngestProgress = bool | Callable[[int], None]
 # Recall strengthens association edges between memories found together by this much.
 CO_ACCESS_BONUS = 0.05
 
@@ -185,7 +189,7 @@ class Store:
         records: Iterable[dict[str, Any]],
         profile: str | None = None,
         at: datetime | None = None,
-        progress: bool = False,
+        progress: IngestProgress = False,
     ) -> IngestReport:
         """Validate and store memory (and edge) records given as dicts."""
         return self._ingest(
@@ -194,7 +198,7 @@ class Store:
 
     def ingest_jsonl(
         self, path: Path | str, profile: str | None = None, at: datetime | None = None,
-        progress: bool = False,
+        progress: IngestProgress = False,
     ) -> IngestReport:
         """Store every valid line of a JSONL file; bad lines are reported, not stored."""
         return self._ingest(read_jsonl(Path(path)), profile, at, progress)
@@ -204,16 +208,20 @@ class Store:
         items: Iterable[tuple[str, object]],
         profile: str | None,
         at: datetime | None,
-        progress: bool,
+        progress: IngestProgress,
     ) -> IngestReport:
         at = at or utcnow()
         report = IngestReport()
+        # Lines refused or holding edges count as dealt with when read (edges are written
+        # at the end, quickly); memories as their chunk is embedded and written.
+        dealt_with = progress if callable(progress) else _no_progress
         self._queued_events = False  # set by a commit that queued events
         chunk: list[MemoryIn] = []
         edges: list[EdgeIn] = []
         for where, obj in items:
             if isinstance(obj, RecordError):
                 report.errors.append(obj)
+                dealt_with(1)
                 continue
             try:
                 record = parse_record(
@@ -221,9 +229,11 @@ class Store:
                 )
             except RecordError as exc:
                 report.errors.append(exc)
+                dealt_with(1)
                 continue
             if isinstance(record, EdgeIn):
                 edges.append(record)
+                dealt_with(1)
                 continue
             chunk.append(record)
             if len(chunk) >= INGEST_CHUNK:
@@ -240,8 +250,16 @@ class Store:
         return report
 
     def _write_memories(
-        self, records: list[MemoryIn], at: datetime, report: IngestReport, progress: bool
+        self, records: list[MemoryIn], at: datetime, report: IngestReport,
+        progress: IngestProgress,
     ) -> None:
+        embedded = 0
+
+        def embedding(n: int) -> None:
+            nonlocal embedded
+            embedded += n
+            progress(n)  # type: ignore[operator]
+
         rows: dict[str, dict[str, Any]] = {}
         for rec in records:
             values = dict(rec.values)
@@ -275,7 +293,9 @@ class Store:
                     .where(_M.c.id.in_(list(rows)))
                 )
             }
-        vectors = self._embeddings_for(rows, existing, progress)
+        # A caller's bar moves batch by batch while the model embeds (most of the time).
+        vectors = self._embeddings_for(rows, existing, embedding if callable(progress)
+                                       else progress)
 
         new_rows: list[dict[str, Any]] = []
         changed: list[tuple[str, dict[str, Any]]] = []
@@ -320,6 +340,9 @@ class Store:
                     report.errors.append(
                         RecordError(row["where"], None, f"could not be stored: {reason}")
                     )
+        if callable(progress) and len(records) > embedded:
+            # Each text embedded stood for at least one record: the rest are done now.
+            progress(len(records) - embedded)
 
     # What the database raises when it refuses a value (sqlite3 raises OverflowError
     # itself, unwrapped, for an integer beyond 64 bits); _refused_value sorts these out
@@ -412,7 +435,7 @@ class Store:
         self._queued_events = self._queued_events or bool(queued)
 
     def _embeddings_for(
-        self, rows: dict[str, dict[str, Any]], existing: dict[str, Any], progress: bool
+        self, rows: dict[str, dict[str, Any]], existing: dict[str, Any], progress: IngestProgress
     ) -> dict[str, tuple[bytes, str]]:
         """Vectors for new or changed content; cached by content hash in the store."""
         out: dict[str, tuple[bytes, str]] = {}
@@ -1523,6 +1546,10 @@ def _summary_row(profile: str, plan: SummaryPlan) -> Memory:
         valid_until=plan.valid_until, session_id=plan.session_id, origin=plan.operation,
         protected=plan.protected, embedding_model=plan.embedding_model, meta=plan.meta,
     )
+
+
+def _no_progress(_: int) -> None:
+    pass
 
 
 def _group_by(items: Iterable[Any], key: Any) -> dict[Any, list[Any]]:

@@ -140,6 +140,8 @@ def test_bench_synthetic_from_the_cli_writes_every_step_and_flow(tmp_path: Path)
     assert code == 0
     data = json.loads(out.read_text())
     assert data["machine"]["cores"] >= 1
+    # The terminal's bar counts to the rows the bench gives.
+    assert len(data["results"]) == speed.expected_rows([400], ingest_sentences=64)
     assert data["command"].startswith("reverie bench synthetic --sizes 400 --profiles 1 ")
     rows = {r["task"]: r for r in data["results"]}
     for task, _ in speed.steps():

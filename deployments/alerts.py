@@ -18,8 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from uuid import UUID
 
-from models.errors import ConfigError
-from models.settings import get_settings
+from reverie.models.errors import ConfigError
+from reverie.models.settings import get_settings
 
 AUTOMATION_NAME = "reverie-run-failed"
 FAILED_STATES = ("prefect.flow-run.Failed", "prefect.flow-run.Crashed")
@@ -39,8 +39,8 @@ class AlertState:
 
 
 def reverie_flow_names() -> list[str]:
-    from flows.catalog import FLOWS
-    from flows.replay import FLOW_NAME as REPLAY
+    from reverie.flows.catalog import FLOWS
+    from reverie.flows.replay import FLOW_NAME as REPLAY
 
     return sorted({f.name for f in FLOWS.values()} | {REPLAY})
 

@@ -18,11 +18,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from deployments.progress import Bar
-from models.errors import ConfigError
-from models.events import api_configured
-from models.store import Store
-from models.timestamps import to_utc_naive
+from reverie.deployments.progress import Bar
+from reverie.models.errors import ConfigError
+from reverie.models.events import api_configured
+from reverie.models.store import Store
+from reverie.models.timestamps import to_utc_naive
 
 BACKFILL_TAG = "backfill"
 REPLAY_FLOW = "replay"
@@ -71,7 +71,7 @@ def backfill(
 ) -> BackfillReport:
     """Replay ``flow`` over the dates from ``start`` to ``end``. Everything is checked
     (flow, dates, profiles) before any run is made, so bad input creates nothing."""
-    from flows.catalog import FLOWS
+    from reverie.flows.catalog import FLOWS
 
     if flow not in FLOWS:
         raise ConfigError(f"unknown flow {flow!r}; choose one of {', '.join(sorted(FLOWS))}")
@@ -80,7 +80,7 @@ def backfill(
     store = store or Store()
     profiles = store.resolve_profiles(profile)
     whens = list(dates(start, end, every))
-    from flows.replay import MAX_DATES
+    from reverie.flows.replay import MAX_DATES
 
     if len(whens) > MAX_DATES:
         raise ConfigError(f"{len(whens)} dates is more than one backfill takes ({MAX_DATES})")
@@ -92,9 +92,9 @@ def backfill(
 def _locally(
     flow: str, whens: list[datetime], profile: str | list[str] | None, store: Store
 ) -> BackfillReport:
-    from flows.catalog import FLOWS
-    from flows.run import wait_for_run_history
-    from deployments.local_server import use_local_api
+    from reverie.flows.catalog import FLOWS
+    from reverie.flows.run import wait_for_run_history
+    from reverie.deployments.local_server import use_local_api
 
     report = BackfillReport(flow, "local")
     profiles = set(store.resolve_profiles(profile))
@@ -128,8 +128,8 @@ def _through_replays(
     profile whose replay of this flow is still queued or running gets no second one."""
     from prefect.deployments import run_deployment
 
-    from flows.catalog import FLOWS
-    from flows.replay import done_dates, replay_title
+    from reverie.flows.catalog import FLOWS
+    from reverie.flows.replay import done_dates, replay_title
 
     report = BackfillReport(flow, REPLAY_DEPLOYMENT)
     busy = _live_replays(flow)

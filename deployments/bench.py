@@ -23,14 +23,14 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from deployments.progress import Bar
-from models.config import ConsolidationConfig
-from models.errors import InputError
-from models.records import MemoryView
-from models.settings import using_database
-from models.store import Store
-from models.tables import HOT
-from tasks.similarity import top_k
+from reverie.deployments.progress import Bar
+from reverie.models.config import ConsolidationConfig
+from reverie.models.errors import InputError
+from reverie.models.records import MemoryView
+from reverie.models.settings import using_database
+from reverie.models.store import Store
+from reverie.models.tables import HOT
+from reverie.tasks.similarity import top_k
 
 ANSWERED_CATEGORIES = (1, 2, 3, 4)
 DEFAULT_BUDGET = 2000
@@ -209,8 +209,8 @@ def bench_locomo(
     config: ConsolidationConfig | None = None,
 ) -> LocomoResult:
     """Load, measure, consolidate (decay, then full consolidation), measure again."""
-    from models.db import dispose
-    from tasks.summarize import summarizer_for
+    from reverie.models.db import dispose
+    from reverie.tasks.summarize import summarizer_for
 
     conversations = load_locomo(path)
     config = config or ConsolidationConfig()
@@ -235,8 +235,8 @@ def bench_locomo(
 def _consolidate_and_measure(
     store: Store, conv: Conversation, offset_days: float, budget: int, config: ConsolidationConfig
 ) -> ConversationResult:
-    from flows.decay import decay
-    from flows.full_consolidation import full_consolidation
+    from reverie.flows.decay import decay
+    from reverie.flows.full_consolidation import full_consolidation
 
     report = store.ingest(conv.memories, profile=conv.profile)
     if report.errors:

@@ -16,14 +16,14 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from models.config import ConsolidationConfig
-from models.errors import ReverieError
-from models.store import Store
-from models.tables import Memory, Tombstone
-from models.timestamps import parse_timestamp
+from reverie.models.config import ConsolidationConfig
+from reverie.models.errors import ReverieError
+from reverie.models.store import Store
+from reverie.models.tables import Memory, Tombstone
+from reverie.models.timestamps import parse_timestamp
 
 if TYPE_CHECKING:
-    from flows.run import RunReport
+    from reverie.flows.run import RunReport
 
 EXIT_OK, EXIT_REJECTED, EXIT_ERROR = 0, 1, 2
 
@@ -274,8 +274,8 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
 def _store() -> Store:
     """The configured store, which must exist: reading a SQLite store that is not there
     would silently create an empty one (say, run from another folder)."""
-    from models.db import is_sqlite
-    from models.settings import DATABASE_URL_VARIABLE
+    from reverie.models.db import is_sqlite
+    from reverie.models.settings import DATABASE_URL_VARIABLE
 
     store = Store()
     path = store.url.removeprefix("sqlite:///")
@@ -300,13 +300,13 @@ def _print_json(data: Any) -> None:
 
 
 def _ingest(args: argparse.Namespace) -> int:
-    from models.backup import is_backup
+    from reverie.models.backup import is_backup
 
     if not args.file.is_file():
         raise ReverieError(f"no such file: {args.file}")
     if is_backup(args.file):
         return _restore(args)
-    from deployments.progress import Bar, on_terminal
+    from reverie.deployments.progress import Bar, on_terminal
 
     total = None
     if on_terminal():
@@ -334,8 +334,8 @@ def _ingest(args: argparse.Namespace) -> int:
 
 def _restore(args: argparse.Namespace) -> int:
     """A backup (``reverie export``) restores its profile as it was, all or nothing."""
-    from models.backup import restore
-    from models.ingest import read_jsonl
+    from reverie.models.backup import restore
+    from reverie.models.ingest import read_jsonl
 
     restored = restore(Store().url, read_jsonl(args.file), args.profile)
     if args.json:
@@ -359,7 +359,7 @@ def _run(args: argparse.Namespace) -> int:
         raise ReverieError("--scope, --session and --min-age-days apply to `run cold` only")
     thresholds = {"archive_threshold": args.archive_below, "delete_threshold": args.delete_below}
     if args.task in ("forget", "cold"):
-        from models.config import DEFAULT, with_forget_thresholds
+        from reverie.models.config import DEFAULT, with_forget_thresholds
 
         with_forget_thresholds(DEFAULT, args.archive_below, args.delete_below)  # one clear line
         extra.update(thresholds)
@@ -368,8 +368,8 @@ def _run(args: argparse.Namespace) -> int:
                            "`run cold` only")
     days = {"migrate_after_days": args.migrate_after_days, "ttl_days": args.ttl_days}
     if args.task == "cold-tier":
-        from flows.cold_tier import with_cold_tier
-        from models.config import DEFAULT
+        from reverie.flows.cold_tier import with_cold_tier
+        from reverie.models.config import DEFAULT
 
         with_cold_tier(DEFAULT, args.migrate_after_days, args.ttl_days)  # one clear line
         extra.update(days)
@@ -393,9 +393,9 @@ def _deletion_approved(args: argparse.Namespace) -> bool:
     """Whether `run forget` deletes without pausing for approval. A run that would delete
     with no Prefect API configured is refused before it starts: it would pause on a
     temporary server no one can answer, and hang until its approval times out."""
-    from models.config import preset, with_forget_thresholds
-    from models.events import api_configured
-    from models.settings import get_settings
+    from reverie.models.config import preset, with_forget_thresholds
+    from reverie.models.events import api_configured
+    from reverie.models.settings import get_settings
 
     if args.approve_deletion or args.dry_run:
         return bool(args.approve_deletion)
@@ -416,7 +416,7 @@ def _deletion_approved(args: argparse.Namespace) -> bool:
 
 
 def _run_flow(name: str, args: argparse.Namespace, **extra: Any) -> int:
-    from models.config import preset
+    from reverie.models.config import preset
 
     config: ConsolidationConfig | None = preset(args.preset) if args.preset else None
     as_of = args.as_of
@@ -450,8 +450,8 @@ def _run_flow(name: str, args: argparse.Namespace, **extra: Any) -> int:
 def _not_done(name: str, selected: str | list[str] | None, as_of: datetime) -> list[str]:
     """The selected profiles with no finished run of flow ``name`` at ``as_of`` (a run
     records a profile only when all its steps succeeded)."""
-    from flows.catalog import FLOWS
-    from models.timestamps import to_utc_naive
+    from reverie.flows.catalog import FLOWS
+    from reverie.models.timestamps import to_utc_naive
 
     store = _store()
     done = {r.profile_id for r in store.run_history(
@@ -468,9 +468,9 @@ def run_flow(
     **extra: Any,
 ) -> RunReport:
     """Run a flow by its short name in this process (against PREFECT_API_URL if set)."""
-    from deployments.local_server import use_local_api
-    from flows.catalog import FLOWS
-    from flows.run import wait_for_run_history
+    from reverie.deployments.local_server import use_local_api
+    from reverie.flows.catalog import FLOWS
+    from reverie.flows.run import wait_for_run_history
 
     use_local_api()
     report = FLOWS[name](profile=profile, as_of=as_of, dry_run=dry_run, config=config, **extra)
@@ -479,7 +479,7 @@ def run_flow(
 
 
 def _server(args: argparse.Namespace) -> int:
-    from deployments.local_server import prefect_home, running, stop
+    from reverie.deployments.local_server import prefect_home, running, stop
 
     home = prefect_home()
     if args.action == "stop":
@@ -503,7 +503,7 @@ def _approve(args: argparse.Namespace) -> int:
     from prefect.exceptions import FlowPauseTimeout, NotPausedError, ObjectNotFound
     from prefect.flow_runs import resume_flow_run
 
-    from models.events import api_configured
+    from reverie.models.events import api_configured
 
     if not api_configured():
         raise ReverieError("no Prefect API is configured: set PREFECT_API_URL to the server "
@@ -528,7 +528,7 @@ def _approve(args: argparse.Namespace) -> int:
 
 
 def _backfill(args: argparse.Namespace) -> int:
-    from deployments.backfill import backfill, parse_every
+    from reverie.deployments.backfill import backfill, parse_every
 
     report = backfill(
         args.flow, args.start, args.end,
@@ -542,7 +542,7 @@ def _backfill(args: argparse.Namespace) -> int:
             f"backfill of {report.flow} via {report.where}: {len(report.created)} run(s) made, "
             f"{len(report.skipped)} date(s) already done"
         )
-        from deployments.progress import on_terminal
+        from reverie.deployments.progress import on_terminal
 
         if not (sys.stdout.isatty() and on_terminal()):  # else each was shown as it ran
             for when in report.created:
@@ -559,9 +559,9 @@ def _backfill(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from deployments.status import as_json, collect, render
+    from reverie.deployments.status import as_json, collect, render
 
-    from models.settings import display_url
+    from reverie.models.settings import display_url
 
     store = _store()
     status = collect(store, args.profile, args.limit)
@@ -574,7 +574,7 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _session_end(args: argparse.Namespace) -> int:
-    from models.events import api_configured
+    from reverie.models.events import api_configured
 
     count = _store().end_session(args.profile, args.session)
     print(f"{args.profile}: session {count} ended")
@@ -587,8 +587,8 @@ def _session_end(args: argparse.Namespace) -> int:
 
 
 def _alerts(args: argparse.Namespace) -> int:
-    from deployments.alerts import ensure_failure_alerts
-    from models.events import api_configured
+    from reverie.deployments.alerts import ensure_failure_alerts
+    from reverie.models.events import api_configured
 
     if not api_configured():
         raise ReverieError("alerts live in a Prefect server: set PREFECT_API_URL")
@@ -602,7 +602,7 @@ def _alerts(args: argparse.Namespace) -> int:
 
 
 def _events(args: argparse.Namespace) -> int:
-    from models.outbox import waiting
+    from reverie.models.outbox import waiting
 
     pending = waiting(_store().url)
     if args.json:
@@ -619,7 +619,7 @@ def _events(args: argparse.Namespace) -> int:
 def _events_flush(args: argparse.Namespace) -> int:
     import time
 
-    from models.outbox import Outcome, flush
+    from reverie.models.outbox import Outcome, flush
 
     url = _store().url
     give_up = time.monotonic() + args.timeout
@@ -690,8 +690,8 @@ def _blocks(args: argparse.Namespace) -> int:
     if args.json:
         _print_json([b.model_dump() for b in blocks])
         return EXIT_OK
-    from models.settings import get_settings
-    from tasks.blocks import block_rules
+    from reverie.models.settings import get_settings
+    from reverie.tasks.blocks import block_rules
 
     rules = block_rules(get_settings().consolidation_config().blocks)
     if not blocks:
@@ -705,7 +705,7 @@ def _blocks(args: argparse.Namespace) -> int:
 
 
 def _recall(args: argparse.Namespace) -> int:
-    from tasks.recall import recall
+    from reverie.tasks.recall import recall
 
     hits = recall(_store(), args.profile, args.query, args.k, args.deep, args.track)
     if args.json:
@@ -745,9 +745,9 @@ def _memory_json(m: Memory | Any) -> dict[str, Any]:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from models.export import export_jsonl
+    from reverie.models.export import export_jsonl
 
-    from models.backup import backup_lines
+    from reverie.models.backup import backup_lines
 
     store = _store()
     store.resolve_profiles(args.profile)
@@ -775,15 +775,15 @@ def _sizes(text: str) -> list[int]:
 def _bench(args: argparse.Namespace) -> int:
     if args.bench == "synthetic":
         return _bench_synthetic(args)
-    from deployments.bench import bench_locomo, render_locomo
+    from reverie.deployments.bench import bench_locomo, render_locomo
 
     if not args.path.is_file():
         raise ReverieError(f"no such file: {args.path}")
-    from models.config import preset
+    from reverie.models.config import preset
 
     base = preset(args.preset) if args.preset else ConsolidationConfig()
     config = base.model_copy(update={"summarizer": args.summarizer})
-    from flows.temporary_server import keep_with_this_process
+    from reverie.flows.temporary_server import keep_with_this_process
 
     keep_with_this_process()
     result = bench_locomo(args.path, args.as_of_offset_days, args.budget, config)
@@ -799,10 +799,10 @@ def _bench_synthetic(args: argparse.Namespace) -> int:
     # Prefect reads these when it is first imported: keep its console to warnings.
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    from deployments.speed import as_json, bench_synthetic, render_markdown
-    from flows.temporary_server import keep_with_this_process
+    from reverie.deployments.speed import as_json, bench_synthetic, render_markdown
+    from reverie.flows.temporary_server import keep_with_this_process
 
-    from deployments.speed import FLOW_ORDER
+    from reverie.deployments.speed import FLOW_ORDER
 
     unknown = sorted(set(args.flow_list or ()) - set(FLOW_ORDER))
     if unknown:
@@ -844,13 +844,13 @@ def _bench_synthetic(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from deployments.serve import serve
+    from reverie.deployments.serve import serve
 
     return serve(args.port, args.home)
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from deployments.demo import run_demo
+    from reverie.deployments.demo import run_demo
 
     return run_demo(args.database)
 

@@ -13,11 +13,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from models.settings import using_database
-from models.store import Store
+from reverie.models.settings import using_database
+from reverie.models.store import Store
 
 if TYPE_CHECKING:
-    from tasks.step import StepReport
+    from reverie.tasks.step import StepReport
 
 SAMPLE_STORE = Path(__file__).resolve().parent / "sample" / "sample_store.jsonl"
 DEFAULT_DEMO_DB = Path(".reverie") / "demo.db"
@@ -26,7 +26,7 @@ DEMO_AS_OF = datetime(2025, 7, 1)
 
 
 def run_demo(database: Path | None = None) -> int:
-    from models.db import dispose
+    from reverie.models.db import dispose
 
     path = (database or DEFAULT_DEMO_DB).resolve()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -43,9 +43,9 @@ def run_demo(database: Path | None = None) -> int:
 
 
 def _demo(url: str, path: Path) -> int:
-    from deployments.local_server import use_local_api
-    from flows.full_consolidation import full_consolidation
-    from flows.run import wait_for_run_history
+    from reverie.deployments.local_server import use_local_api
+    from reverie.flows.full_consolidation import full_consolidation
+    from reverie.flows.run import wait_for_run_history
 
     store = Store(url)
     print(f"Reverie demo: store {path}")
@@ -94,13 +94,13 @@ def _command() -> str:
             return str(beside.relative_to(Path.cwd()))
         except ValueError:
             return str(beside)
-    return f"{Path(sys.executable).name} -m deployments.cli"
+    return f"{Path(sys.executable).name} -m reverie.deployments.cli"
 
 
 def _print_profile(
     store: Store, profile: str, before: dict[str, int], steps: dict[str, StepReport]
 ) -> None:
-    from tasks.blocks import SEPARATOR
+    from reverie.tasks.blocks import SEPARATOR
 
     after = store.counts(profile)
     dedup, decay = steps["dedup"], steps["decay_edges"]

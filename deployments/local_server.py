@@ -30,7 +30,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from models.errors import ReverieError
+from reverie.models.errors import ReverieError
 
 STATE_FILE = "reverie-local-server.json"
 LOG_FILE = "reverie-local-server.log"
@@ -64,9 +64,9 @@ def use_local_api() -> str | None:
     """Point this process at a Prefect API before a local flow runs: the shared local
     server (started if none answers) or, with ``REVERIE_LOCAL_SERVER=temporary``,
     Prefect's per-command one. Returns the shared server's UI address, or None."""
-    from flows.temporary_server import keep_with_this_process
-    from models.events import api_configured
-    from models.settings import get_settings
+    from reverie.flows.temporary_server import keep_with_this_process
+    from reverie.models.events import api_configured
+    from reverie.models.settings import get_settings
 
     if api_configured():
         return None
@@ -116,7 +116,7 @@ def _start(home: Path, idle_seconds: float) -> LocalServer:
     port = _free_port()
     log = open(home / LOG_FILE, "ab")  # noqa: SIM115 (the child keeps it)
     process = subprocess.Popen(
-        [sys.executable, "-m", "deployments.local_server", "--port", str(port),
+        [sys.executable, "-m", "reverie.deployments.local_server", "--port", str(port),
          "--idle-seconds", str(idle_seconds), "--home", str(home)],
         stdin=subprocess.DEVNULL, stdout=log, stderr=log, close_fds=True,
         # Its own session: ^C in the terminal that started it, or that terminal closing,

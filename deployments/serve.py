@@ -28,8 +28,8 @@ from pathlib import Path
 
 import psutil
 
-from models.errors import ConfigError, ReverieError
-from models.settings import DATABASE_URL_VARIABLE, get_settings, resolve_database_url
+from reverie.models.errors import ConfigError, ReverieError
+from reverie.models.settings import DATABASE_URL_VARIABLE, get_settings, resolve_database_url
 
 WORK_POOL = "reverie"
 PREFECT_DATABASE_VARIABLE = "PREFECT_API_DATABASE_CONNECTION_URL"
@@ -267,7 +267,7 @@ class EventFlusher:
         if time.monotonic() < self.due:
             return
         self.due = time.monotonic() + EVENT_FLUSH_SECONDS
-        from models.outbox import flush
+        from reverie.models.outbox import flush
 
         try:
             flush(self.store_url, api=self.api)
@@ -282,7 +282,7 @@ def failure_alerts(port: int) -> str:
     is still worth having."""
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    from deployments.alerts import ensure_failure_alerts
+    from reverie.deployments.alerts import ensure_failure_alerts
 
     try:
         with temporary_settings({PREFECT_API_URL: f"http://127.0.0.1:{port}/api"}):

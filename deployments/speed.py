@@ -40,14 +40,14 @@ from typing import Any
 
 import numpy as np
 
-from deployments.progress import Bar
-from deployments.synthetic import SyntheticSpec, records, sentence
-from models.config import ConsolidationConfig
-from models.db import dispose
-from models.settings import environment, using_database
-from models.store import Store
-from tasks.similarity import chosen_rows
-from tasks.step import StepArgs, StepFunction, run_step
+from reverie.deployments.progress import Bar
+from reverie.deployments.synthetic import SyntheticSpec, records, sentence
+from reverie.models.config import ConsolidationConfig
+from reverie.models.db import dispose
+from reverie.models.settings import environment, using_database
+from reverie.models.store import Store
+from reverie.tasks.similarity import chosen_rows
+from reverie.tasks.step import StepArgs, StepFunction, run_step
 
 # Above this many rows the exact baseline would take too long (quadratic): sample it.
 EXACT_BASELINE_LIMIT = 200_000
@@ -196,7 +196,7 @@ class SearchCheck:
 def check_search(vectors: np.ndarray, threshold: float, seed: int = 0) -> SearchCheck:
     """Time Reverie's all-pairs search and the exact baseline on ``vectors``; the recall
     of the search against the exact answer (sampled above ``EXACT_BASELINE_LIMIT``)."""
-    from tasks.similarity import similarity_pairs
+    from reverie.tasks.similarity import similarity_pairs
 
     n = len(vectors)
     started = time.perf_counter()
@@ -229,18 +229,18 @@ def _candidate_vectors(store: Store, profile: str, keep: Callable[[Any], bool]) 
 
 def steps() -> list[tuple[str, StepFunction]]:
     """Every step, in the order the flows run them (so each finds its inputs)."""
-    from tasks.blocks import compile_blocks
-    from tasks.cluster import cluster
-    from tasks.cold import consolidate_cold, mark_stalled
-    from tasks.compress import compress_fading
-    from tasks.creative import creative
-    from tasks.decay import decay
-    from tasks.dedup import dedup, dedup_new_summaries
-    from tasks.edge_decay import decay_edges
-    from tasks.forget import forget
-    from tasks.importance import graph_importance
-    from tasks.linking import link_summaries
-    from tasks.promote import promote
+    from reverie.tasks.blocks import compile_blocks
+    from reverie.tasks.cluster import cluster
+    from reverie.tasks.cold import consolidate_cold, mark_stalled
+    from reverie.tasks.compress import compress_fading
+    from reverie.tasks.creative import creative
+    from reverie.tasks.decay import decay
+    from reverie.tasks.dedup import dedup, dedup_new_summaries
+    from reverie.tasks.edge_decay import decay_edges
+    from reverie.tasks.forget import forget
+    from reverie.tasks.importance import graph_importance
+    from reverie.tasks.linking import link_summaries
+    from reverie.tasks.promote import promote
 
     return [
         ("decay", decay), ("dedup", dedup), ("compress_fading", compress_fading),
@@ -281,7 +281,7 @@ def bench_config() -> ConsolidationConfig:
 def _search_check(
     store: Store, profile: str, step: str, config: ConsolidationConfig
 ) -> SearchCheck:
-    from tasks import cluster, dedup
+    from reverie.tasks import cluster, dedup
 
     if step == "dedup":
         vectors = _candidate_vectors(store, profile, lambda m: dedup.is_candidate(m, AS_OF))
@@ -332,7 +332,7 @@ def bench_steps(url: str, spec: SyntheticSpec, config: ConsolidationConfig,
 
 def warm_up_prefect(folder: Path) -> None:
     """Start Prefect's ephemeral API before anything is timed (6-11 s, once)."""
-    from flows.lightweight_consolidation import lightweight_consolidation
+    from reverie.flows.lightweight_consolidation import lightweight_consolidation
 
     url = f"sqlite:///{folder / 'warm-up.db'}"
     spec = SyntheticSpec(20)
@@ -356,7 +356,7 @@ def bench_flows(url: str, twin: str, spec: SyntheticSpec, config: ConsolidationC
     """One row per flow, each as soon as measured: the flow through Prefect on ``url``,
     beside the same steps without Prefect on ``twin`` (an identical copy; both copies
     go through the flows in the same order, so each flow finds the same store)."""
-    from flows.catalog import FLOWS
+    from reverie.flows.catalog import FLOWS
 
     for name in (n for n in FLOW_ORDER if n in names):
         work = None
@@ -386,7 +386,7 @@ def task_runs(run_id: str | None, settle_seconds: float = 60.0) -> int | None:
         return None
     from prefect.client.orchestration import get_client
 
-    from flows.run import recorded_task_runs, wait_for_run_history
+    from reverie.flows.run import recorded_task_runs, wait_for_run_history
 
     wait_for_run_history(run_id)
     seen, deadline = -1, time.monotonic() + settle_seconds
@@ -408,8 +408,8 @@ def prefect_server(folder: Path) -> Iterator[Path]:
 
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    from deployments.serve import start_server, stop
-    from flows.temporary_server import bound_to_this_process
+    from reverie.deployments.serve import start_server, stop
+    from reverie.flows.temporary_server import bound_to_this_process
 
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -449,7 +449,7 @@ def server_health(log: Path) -> Result:
 
 def bench_ingest_throughput(sentences: int, folder: Path) -> list[Result]:
     """Ingest with embedding against the raw model on the same sentences."""
-    from models.embeddings import get_embedder
+    from reverie.models.embeddings import get_embedder
 
     rng = np.random.default_rng(11)
     texts = [sentence(int(rng.integers(500)), int(rng.integers(5000)), k, rng)
@@ -550,7 +550,7 @@ def bench_synthetic(
         if ingest_sentences:
             keep(bench_ingest_throughput(ingest_sentences, folder))
         else:
-            from models.embeddings import get_embedder
+            from reverie.models.embeddings import get_embedder
 
             # Steps embed the summaries they word afresh: load the model before timing.
             get_embedder().encode(["warm up"])

@@ -8,10 +8,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from models.events import api_configured
-from models.store import Store
-from models.tables import RunRecord
-from models.timestamps import to_utc_naive
+from reverie.models.events import api_configured
+from reverie.models.store import Store
+from reverie.models.tables import RunRecord
+from reverie.models.timestamps import to_utc_naive
 
 log = logging.getLogger(__name__)
 

@@ -15,8 +15,8 @@ import logging
 import re
 from collections.abc import Mapping
 
-from flows.run import RunReport
-from tasks.step import Change, StepReport
+from reverie.flows.run import RunReport
+from reverie.tasks.step import Change, StepReport
 
 # Prefect's artifact table is for reading, not for bulk data.
 MAX_TABLE_ROWS = 500

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 from prefect import Flow
 
-from flows.cluster import cluster
-from flows.cold_tier import cold_tier
-from flows.compress import compress
-from flows.consolidate_cold import consolidate_cold
-from flows.creative import creative
-from flows.decay import decay
-from flows.forget import forget
-from flows.full_consolidation import full_consolidation
-from flows.lightweight_consolidation import lightweight_consolidation
-from flows.run import RunReport
+from reverie.flows.cluster import cluster
+from reverie.flows.cold_tier import cold_tier
+from reverie.flows.compress import compress
+from reverie.flows.consolidate_cold import consolidate_cold
+from reverie.flows.creative import creative
+from reverie.flows.decay import decay
+from reverie.flows.forget import forget
+from reverie.flows.full_consolidation import full_consolidation
+from reverie.flows.lightweight_consolidation import lightweight_consolidation
+from reverie.flows.run import RunReport
 
 FLOWS: dict[str, Flow[..., RunReport]] = {
     "full": full_consolidation,

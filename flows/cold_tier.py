@@ -23,12 +23,12 @@ from typing import Annotated
 from prefect.futures import PrefectFuture
 from pydantic import Field
 
-from flows.parameters import AsOf, Config, DryRun, Profile
-from flows.run import RunReport, reverie_flow, run_for_profiles
-from models.config import ConsolidationConfig, with_overrides
-from models.settings import get_settings
-from tasks.cold_tier import expire_cold_task, expire_cold_unapproved_task, migrate_cold_task
-from tasks.step import StepBatch, StepReport
+from reverie.flows.parameters import AsOf, Config, DryRun, Profile
+from reverie.flows.run import RunReport, reverie_flow, run_for_profiles
+from reverie.models.config import ConsolidationConfig, with_overrides
+from reverie.models.settings import get_settings
+from reverie.tasks.cold_tier import expire_cold_task, expire_cold_unapproved_task, migrate_cold_task
+from reverie.tasks.step import StepBatch, StepReport
 
 FLOW_NAME = "cold-tier"
 

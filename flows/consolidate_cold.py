@@ -18,15 +18,15 @@ from typing import Annotated, Literal
 from prefect.futures import PrefectFuture
 from pydantic import Field
 
-from flows.parameters import ArchiveBelow, AsOf, Config, DeleteBelow, DryRun, Profile
-from flows.forget import AutoApprove
-from flows.run import RunReport, run_logger, reverie_flow, run_for_profiles
-from models.config import ColdConfig, with_forget_thresholds
-from models.errors import ConfigError
-from models.settings import get_settings
-from tasks.cold import consolidate_cold_task, mark_stalled_task
-from tasks.forget import forget_task
-from tasks.step import StepBatch, StepReport
+from reverie.flows.parameters import ArchiveBelow, AsOf, Config, DeleteBelow, DryRun, Profile
+from reverie.flows.forget import AutoApprove
+from reverie.flows.run import RunReport, run_logger, reverie_flow, run_for_profiles
+from reverie.models.config import ColdConfig, with_forget_thresholds
+from reverie.models.errors import ConfigError
+from reverie.models.settings import get_settings
+from reverie.tasks.cold import consolidate_cold_task, mark_stalled_task
+from reverie.tasks.forget import forget_task
+from reverie.tasks.step import StepBatch, StepReport
 
 FLOW_NAME = "consolidate-cold"
 

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from prefect.futures import PrefectFuture
 
-from flows.parameters import AsOf, Config, DryRun, Profile
-from flows.run import RunReport, reverie_flow, run_for_profiles
-from tasks.decay import decay_task
-from tasks.step import StepBatch, StepReport
+from reverie.flows.parameters import AsOf, Config, DryRun, Profile
+from reverie.flows.run import RunReport, reverie_flow, run_for_profiles
+from reverie.tasks.decay import decay_task
+from reverie.tasks.step import StepBatch, StepReport
 
 FLOW_NAME = "decay"
 

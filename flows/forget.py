@@ -40,15 +40,15 @@ from prefect.futures import PrefectFuture
 from prefect.input import RunInput
 from pydantic import Field
 
-from flows.parameters import ArchiveBelow, AsOf, Config, DeleteBelow, DryRun, Profile
-from flows.run import ProfileSelector, RunReport, reverie_flow, run_for_profiles
-from models.config import ConsolidationConfig, with_forget_thresholds
-from models.errors import ConfigError, ReverieError
-from models.events import api_configured
-from models.settings import get_settings
-from models.timestamps import parse_timestamp
-from tasks.forget import forget_task, forget_task_deleting
-from tasks.step import StepBatch, StepReport
+from reverie.flows.parameters import ArchiveBelow, AsOf, Config, DeleteBelow, DryRun, Profile
+from reverie.flows.run import ProfileSelector, RunReport, reverie_flow, run_for_profiles
+from reverie.models.config import ConsolidationConfig, with_forget_thresholds
+from reverie.models.errors import ConfigError, ReverieError
+from reverie.models.events import api_configured
+from reverie.models.settings import get_settings
+from reverie.models.timestamps import parse_timestamp
+from reverie.tasks.forget import forget_task, forget_task_deleting
+from reverie.tasks.step import StepBatch, StepReport
 
 FLOW_NAME = "forget"
 APPROVAL_ARTIFACT = "forget-approval"

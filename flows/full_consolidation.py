@@ -22,16 +22,16 @@ from __future__ import annotations
 
 from prefect.futures import PrefectFuture
 
-from flows.parameters import AsOf, Config, DryRun, Profile
-from flows.run import RunReport, reverie_flow, run_for_profiles
-from tasks.blocks import compile_blocks_task
-from tasks.compress import compress_fading_task
-from tasks.dedup import dedup_new_summaries_task, dedup_task
-from tasks.edge_decay import decay_edges_task
-from tasks.importance import graph_importance_task
-from tasks.linking import link_summaries_task
-from tasks.promote import promote_task
-from tasks.step import StepBatch, StepReport
+from reverie.flows.parameters import AsOf, Config, DryRun, Profile
+from reverie.flows.run import RunReport, reverie_flow, run_for_profiles
+from reverie.tasks.blocks import compile_blocks_task
+from reverie.tasks.compress import compress_fading_task
+from reverie.tasks.dedup import dedup_new_summaries_task, dedup_task
+from reverie.tasks.edge_decay import decay_edges_task
+from reverie.tasks.importance import graph_importance_task
+from reverie.tasks.linking import link_summaries_task
+from reverie.tasks.promote import promote_task
+from reverie.tasks.step import StepBatch, StepReport
 
 FLOW_NAME = "full-consolidation"
 

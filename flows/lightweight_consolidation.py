@@ -14,11 +14,11 @@ from __future__ import annotations
 
 from prefect.futures import PrefectFuture
 
-from flows.parameters import AsOf, Config, DryRun, Profile
-from flows.run import RunReport, reverie_flow, run_for_profiles
-from tasks.blocks import compile_blocks_task
-from tasks.edge_decay import decay_edges_task
-from tasks.step import StepBatch, StepReport
+from reverie.flows.parameters import AsOf, Config, DryRun, Profile
+from reverie.flows.run import RunReport, reverie_flow, run_for_profiles
+from reverie.tasks.blocks import compile_blocks_task
+from reverie.tasks.edge_decay import decay_edges_task
+from reverie.tasks.step import StepBatch, StepReport
 
 FLOW_NAME = "lightweight-consolidation"
 

@@ -17,8 +17,8 @@ from typing import Annotated, TypeVar
 from pydantic import Field
 from pydantic.fields import FieldInfo
 
-from models.config import ConsolidationConfig
-from models.ingest import PROFILE_NAME
+from reverie.models.config import ConsolidationConfig
+from reverie.models.ingest import PROFILE_NAME
 
 F = TypeVar("F", bound=Callable[..., object])
 

@@ -21,9 +21,9 @@ import threading
 from collections.abc import Sequence
 from uuid import UUID
 
-from models.errors import StoreError
-from models.events import api_configured
-from models.store import Store
+from reverie.models.errors import StoreError
+from reverie.models.events import api_configured
+from reverie.models.store import Store
 
 log = logging.getLogger(__name__)
 

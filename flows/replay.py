@@ -27,10 +27,10 @@ from typing import Annotated
 from prefect import flow
 from pydantic import Field
 
-from flows.parameters import documented
-from models.errors import ConfigError
-from models.store import Store
-from models.timestamps import to_utc_naive
+from reverie.flows.parameters import documented
+from reverie.models.errors import ConfigError
+from reverie.models.store import Store
+from reverie.models.timestamps import to_utc_naive
 
 FLOW_NAME = "replay"
 log = logging.getLogger(__name__)
@@ -80,7 +80,7 @@ def replay(
 ) -> ReplayReport:
     """Run ``flow`` for ``profile`` once per date, one date after another in as_of order,
     skipping the dates the store's run history already has."""
-    from flows.catalog import FLOWS
+    from reverie.flows.catalog import FLOWS
 
     if flow not in FLOWS:
         raise ConfigError(f"unknown flow {flow!r}; choose one of {', '.join(sorted(FLOWS))}")

@@ -26,18 +26,18 @@ from prefect import Flow, flow
 from prefect.futures import PrefectFuture
 from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
 
-from flows.parameters import documented
-from flows.profile_holds import ProfileHolds
-from models.config import ConsolidationConfig
-from models.db import copy_profiles, dispose
-from models.errors import StepFailedError
-from models.events import api_configured
-from models.settings import get_settings
-from models.store import Store
-from models.tables import RunRecord
-from models.timestamps import iso, to_utc_naive, utcnow
-from models.transient import retrying
-from tasks.step import (
+from reverie.flows.parameters import documented
+from reverie.flows.profile_holds import ProfileHolds
+from reverie.models.config import ConsolidationConfig
+from reverie.models.db import copy_profiles, dispose
+from reverie.models.errors import StepFailedError
+from reverie.models.events import api_configured
+from reverie.models.settings import get_settings
+from reverie.models.store import Store
+from reverie.models.tables import RunRecord
+from reverie.models.timestamps import iso, to_utc_naive, utcnow
+from reverie.models.transient import retrying
+from reverie.tasks.step import (
     STEP_RETRIES,
     STEP_RETRY_CAP_SECONDS,
     STEP_RETRY_FIRST_SECONDS,
@@ -46,7 +46,7 @@ from tasks.step import (
 )
 
 if TYPE_CHECKING:
-    from deployments.progress import Bar
+    from reverie.deployments.progress import Bar
 
 log = logging.getLogger(__name__)
 
@@ -290,7 +290,7 @@ def run_for_profiles(
     chunk (chunks run side by side), collect the steps' reports and publish them as
     artifacts. Profiles whose steps all succeeded are recorded as done; if any failed,
     the run fails at the end, naming them, after the others have finished."""
-    from flows.artifacts import publish
+    from reverie.flows.artifacts import publish
 
     plan = prepare_run(flow, profile, as_of, dry_run, config)
     report = RunReport(plan.flow, plan.profiles, iso(plan.as_of) or "", plan.dry_run, plan.run_id)
@@ -311,7 +311,7 @@ def run_for_profiles(
 def _user_ids(store_url: str, report: RunReport) -> dict[str, str]:
     """The ids users gave the memories the run's artifacts name (read from the real
     store: a dry run's scratch copy is gone by now, and holds the same ids)."""
-    from flows.artifacts import listed_targets
+    from reverie.flows.artifacts import listed_targets
 
     if report.run_id is None:
         return {}
@@ -558,7 +558,7 @@ class Progress:
             return
         from prefect.artifacts import create_progress_artifact
 
-        from flows.artifacts import artifact_key
+        from reverie.flows.artifacts import artifact_key
 
         self.artifact_id = create_progress_artifact(
             0.0, key=artifact_key(report, "progress"), description=self._describe({}))
@@ -589,7 +589,7 @@ class Progress:
         profile a bar of one would only flash at the end)."""
         if len(self.report.profiles) < 2:
             return None
-        from deployments.progress import Bar
+        from reverie.deployments.progress import Bar
 
         bar = Bar(len(self.report.profiles), self.report.flow, unit="profile")
         return bar if bar.active else None

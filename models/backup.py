@@ -30,9 +30,9 @@ from typing import Any
 
 from sqlalchemy import JSON, DateTime, LargeBinary, Table, insert, select
 
-from models import tables
-from models.db import PROFILE_TABLES, reading, writing
-from models.errors import InputError, RecordError, StoreError
+from reverie.models import tables
+from reverie.models.db import PROFILE_TABLES, reading, writing
+from reverie.models.errors import InputError, RecordError, StoreError
 
 FORMAT = "reverie_backup"
 VERSION = 1

@@ -15,7 +15,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from models.errors import ConfigError
+from reverie.models.errors import ConfigError
 
 
 class _Section(BaseModel):

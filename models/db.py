@@ -17,8 +17,8 @@ from pathlib import Path
 from sqlalchemy import Engine, create_engine, event, insert, inspect, select
 from sqlmodel import Session, SQLModel
 
-from models import tables
-from models.settings import resolve_database_url
+from reverie.models import tables
+from reverie.models.settings import resolve_database_url
 
 _BEGIN_OPTION = "reverie_sqlite_begin"
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from models.errors import EmbeddingError
+from reverie.models.errors import EmbeddingError
 
 MODEL_NAME = "all-MiniLM-L6-v2"
 DIMENSION = 384

@@ -32,7 +32,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
-from models.settings import get_settings
+from reverie.models.settings import get_settings
 
 
 class EventName(StrEnum):

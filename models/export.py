@@ -16,8 +16,8 @@ from typing import Any
 
 from sqlalchemy import select
 
-from models import tables
-from models.db import reading
+from reverie.models import tables
+from reverie.models.db import reading
 
 _ORDER: tuple[tuple[str, type, tuple[str, ...]], ...] = (
     ("memory", tables.Memory, ("id",)),

@@ -35,11 +35,11 @@ from sqlalchemy import delete, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlmodel import Session
 
-from models import events
-from models.db import reading, writing
-from models.events import ProfileEvent
-from models.tables import OutboxEvent
-from models.timestamps import utcnow
+from reverie.models import events
+from reverie.models.db import reading, writing
+from reverie.models.events import ProfileEvent
+from reverie.models.tables import OutboxEvent
+from reverie.models.timestamps import utcnow
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from models.tables import ACTIVE, HOT, PROMOTED
+from reverie.models.tables import ACTIVE, HOT, PROMOTED
 
 
 @dataclass(frozen=True, slots=True)

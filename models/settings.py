@@ -17,7 +17,7 @@ from typing import Literal
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from models.config import ConsolidationConfig, preset
+from reverie.models.config import ConsolidationConfig, preset
 
 DATABASE_URL_VARIABLE = "REVERIE_DATABASE_URL"
 

@@ -37,12 +37,12 @@ from sqlalchemy import (
 from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, StatementError
 from sqlmodel import Session
 
-from models import events, ids, outbox, tables
-from models.db import reading, writing
-from models.embeddings import DIMENSION, MODEL_NAME, from_blobs, get_embedder, to_blob
-from models.errors import AmbiguousIdError, NotFoundError, RecordError, StoreError
-from models.ingest import EdgeIn, MemoryIn, parse_record, read_jsonl
-from models.records import (
+from reverie.models import events, ids, outbox, tables
+from reverie.models.db import reading, writing
+from reverie.models.embeddings import DIMENSION, MODEL_NAME, from_blobs, get_embedder, to_blob
+from reverie.models.errors import AmbiguousIdError, NotFoundError, RecordError, StoreError
+from reverie.models.ingest import EdgeIn, MemoryIn, parse_record, read_jsonl
+from reverie.models.records import (
     BlockPlan,
     EdgeView,
     GraphScore,
@@ -52,8 +52,8 @@ from models.records import (
     RelevanceInputs,
     SummaryPlan,
 )
-from models.settings import Settings, get_settings, resolve_database_url
-from models.tables import (
+from reverie.models.settings import Settings, get_settings, resolve_database_url
+from reverie.models.tables import (
     ASSOCIATION,
     COLD,
     HOT,
@@ -63,7 +63,7 @@ from models.tables import (
     Profile,
     Tombstone,
 )
-from models.timestamps import utcnow
+from reverie.models.timestamps import utcnow
 
 log = logging.getLogger(__name__)
 

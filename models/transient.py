@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TypeVar
 
-from models.errors import TransientError
+from reverie.models.errors import TransientError
 
 T = TypeVar("T")
 

@@ -26,11 +26,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from datetime import datetime
 
-from models.config import BlocksConfig
-from models.records import BlockPlan, MemoryView
-from models.store import Store
-from tasks.step import Change, StepArgs, StepReport, preview, step_task
-from tasks.summarize import Summarizer, fallback_notes, summarizer_for
+from reverie.models.config import BlocksConfig
+from reverie.models.records import BlockPlan, MemoryView
+from reverie.models.store import Store
+from reverie.tasks.step import Change, StepArgs, StepReport, preview, step_task
+from reverie.tasks.summarize import Summarizer, fallback_notes, summarizer_for
 
 USER_PROFILE = "user_profile"
 PROJECT_CONTEXT = "project_context"

@@ -27,17 +27,17 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from models import ids
-from models.config import ClusterConfig
-from models.embeddings import to_blob
-from models.records import MemoryView, MetaPlan
-from models.store import Store
-from models.tables import META_MEMORY
-from tasks.decay import none_above_note, relevance_notes
-from tasks.graph import communities, components, similarity_graph
-from tasks.similarity import chosen_rows, similarity_pairs
-from tasks.step import Change, StepArgs, StepReport, preview, step_task
-from tasks.summarize import Summarizer, drop_vetoed, fallback_notes, summarizer_for
+from reverie.models import ids
+from reverie.models.config import ClusterConfig
+from reverie.models.embeddings import to_blob
+from reverie.models.records import MemoryView, MetaPlan
+from reverie.models.store import Store
+from reverie.models.tables import META_MEMORY
+from reverie.tasks.decay import none_above_note, relevance_notes
+from reverie.tasks.graph import communities, components, similarity_graph
+from reverie.tasks.similarity import chosen_rows, similarity_pairs
+from reverie.tasks.step import Change, StepArgs, StepReport, preview, step_task
+from reverie.tasks.summarize import Summarizer, drop_vetoed, fallback_notes, summarizer_for
 
 OPERATION = "cluster"
 EXEMPLAR_CHARS = 120

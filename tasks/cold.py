@@ -29,12 +29,12 @@ from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 
-from models.config import ColdConfig
-from models.records import MemoryView, SummaryPlan
-from models.store import Store
-from models.tables import COLD_LEARNING, SUMMARY_ORIGINS
-from tasks.step import Change, StepArgs, StepReport, preview, step_task
-from tasks.summarize import Summarizer, summarizer_for, summary_plan, write_summaries
+from reverie.models.config import ColdConfig
+from reverie.models.records import MemoryView, SummaryPlan
+from reverie.models.store import Store
+from reverie.models.tables import COLD_LEARNING, SUMMARY_ORIGINS
+from reverie.tasks.step import Change, StepArgs, StepReport, preview, step_task
+from reverie.tasks.summarize import Summarizer, summarizer_for, summary_plan, write_summaries
 
 OPERATION = COLD_LEARNING
 LEARNING_LAYER = "learning"

@@ -39,12 +39,12 @@ from datetime import datetime
 from enum import StrEnum
 from typing import NamedTuple
 
-from models.config import ColdTierConfig
-from models.records import MemoryView
-from models.store import Store
-from models.tables import COLD, COLD_EXPIRY, PROMOTED
-from tasks.forget import blocks_without
-from tasks.step import Change, StepArgs, StepReport, preview, step_task
+from reverie.models.config import ColdTierConfig
+from reverie.models.records import MemoryView
+from reverie.models.store import Store
+from reverie.models.tables import COLD, COLD_EXPIRY, PROMOTED
+from reverie.tasks.forget import blocks_without
+from reverie.tasks.step import Change, StepArgs, StepReport, preview, step_task
 
 DAY = 86_400.0
 

@@ -19,14 +19,14 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from models.config import CompressConfig
-from models.records import MemoryView, SummaryPlan
-from models.store import Store
-from models.tables import ACTIVE, COMPRESSED, META_MEMORY, SUMMARY_ORIGINS
-from tasks.decay import relevance_notes
-from tasks.similarity import radius_neighbours
-from tasks.step import Change, StepArgs, StepReport, preview, step_task
-from tasks.summarize import Summarizer, stand_ins, summarizer_for, summary_plan, write_summaries
+from reverie.models.config import CompressConfig
+from reverie.models.records import MemoryView, SummaryPlan
+from reverie.models.store import Store
+from reverie.models.tables import ACTIVE, COMPRESSED, META_MEMORY, SUMMARY_ORIGINS
+from reverie.tasks.decay import relevance_notes
+from reverie.tasks.similarity import radius_neighbours
+from reverie.tasks.step import Change, StepArgs, StepReport, preview, step_task
+from reverie.tasks.summarize import Summarizer, stand_ins, summarizer_for, summary_plan, write_summaries
 
 OPERATION = COMPRESSED
 

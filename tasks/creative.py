@@ -23,13 +23,13 @@ from datetime import datetime
 
 import numpy as np
 
-from models.config import CreativeConfig
-from models.records import MemoryView, NewEdge
-from models.store import Store
-from models.tables import CONTRADICTS, DISCOVERED
-from tasks.decay import none_above_note, relevance_notes
-from tasks.similarity import pair_similarities
-from tasks.step import Change, StepArgs, StepReport, step_task
+from reverie.models.config import CreativeConfig
+from reverie.models.records import MemoryView, NewEdge
+from reverie.models.store import Store
+from reverie.models.tables import CONTRADICTS, DISCOVERED
+from reverie.tasks.decay import none_above_note, relevance_notes
+from reverie.tasks.similarity import pair_similarities
+from reverie.tasks.step import Change, StepArgs, StepReport, step_task
 
 ALGORITHM = "creative_association"
 

@@ -33,10 +33,10 @@ from typing import NamedTuple
 
 import numpy as np
 
-from models.config import DecayConfig
-from models.records import MemoryView, RelevanceInputs
-from models.store import Store
-from tasks.step import Change, StepArgs, StepReport, step_logger, step_task
+from reverie.models.config import DecayConfig
+from reverie.models.records import MemoryView, RelevanceInputs
+from reverie.models.store import Store
+from reverie.tasks.step import Change, StepArgs, StepReport, step_logger, step_task
 
 SECONDS_PER_DAY = 86_400.0
 # Relevance bands reported after each run: (name, lower bound exclusive).

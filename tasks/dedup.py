@@ -30,15 +30,15 @@ from datetime import datetime
 
 import numpy as np
 
-from models.config import DedupConfig
-from models.embeddings import to_blob
-from models.records import MemoryView, SummaryPlan
-from models.store import Store
-from models.tables import DEDUP_SUMMARY, META_MEMORY, SUMMARY_ORIGINS
-from tasks.linking import needs_link
-from tasks.similarity import chosen_rows, radius_neighbours
-from tasks.step import Change, StepArgs, StepReport, preview, step_task
-from tasks.summarize import (
+from reverie.models.config import DedupConfig
+from reverie.models.embeddings import to_blob
+from reverie.models.records import MemoryView, SummaryPlan
+from reverie.models.store import Store
+from reverie.models.tables import DEDUP_SUMMARY, META_MEMORY, SUMMARY_ORIGINS
+from reverie.tasks.linking import needs_link
+from reverie.tasks.similarity import chosen_rows, radius_neighbours
+from reverie.tasks.step import Change, StepArgs, StepReport, preview, step_task
+from reverie.tasks.summarize import (
     Summarizer,
     stand_ins,
     summarizer_for,

@@ -15,11 +15,11 @@ import math
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
-from models.config import EdgeDecayConfig
-from models.records import EdgeView
-from models.store import Store
-from models.tables import ASSOCIATION
-from tasks.step import Change, StepArgs, StepReport, step_task
+from reverie.models.config import EdgeDecayConfig
+from reverie.models.records import EdgeView
+from reverie.models.store import Store
+from reverie.models.tables import ASSOCIATION
+from reverie.tasks.step import Change, StepArgs, StepReport, step_task
 
 SECONDS_PER_DAY = 86_400.0
 

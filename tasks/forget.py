@@ -51,14 +51,14 @@ from typing import Any, NamedTuple
 
 from prefect import Task
 
-from models.config import ConsolidationConfig, ForgetConfig
-from models.records import BlockPlan, MemoryView
-from models.store import Store
-from tasks.blocks import plan_blocks
-from tasks.cold import days_untouched, heat
-from tasks.decay import relevance_notes
-from tasks.step import Change, StepArgs, StepBatch, StepReport, preview, step_task
-from tasks.summarize import summarizer_for
+from reverie.models.config import ConsolidationConfig, ForgetConfig
+from reverie.models.records import BlockPlan, MemoryView
+from reverie.models.store import Store
+from reverie.tasks.blocks import plan_blocks
+from reverie.tasks.cold import days_untouched, heat
+from reverie.tasks.decay import relevance_notes
+from reverie.tasks.step import Change, StepArgs, StepBatch, StepReport, preview, step_task
+from reverie.tasks.summarize import summarizer_for
 
 
 class Action(StrEnum):

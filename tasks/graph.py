@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import igraph as ig
 import numpy as np
 
-from models.records import GraphScore
+from reverie.models.records import GraphScore
 
 # igraph's random generator is process-global; seeding it must not interleave.
 _rng_lock = threading.Lock()

@@ -8,9 +8,9 @@ yields the same scores and community numbers (see ``tasks.graph``).
 
 from __future__ import annotations
 
-from models.store import Store
-from tasks.graph import importance
-from tasks.step import Change, StepArgs, StepReport, step_task
+from reverie.models.store import Store
+from reverie.tasks.graph import importance
+from reverie.tasks.step import Change, StepArgs, StepReport, step_task
 
 TOP_REPORTED = 5
 

@@ -12,12 +12,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from models.config import LinkConfig
-from models.records import MemoryView, NewEdge
-from models.store import Store
-from models.tables import ASSOCIATION, SUMMARY_ORIGINS
-from tasks.similarity import radius_neighbours
-from tasks.step import Change, StepArgs, StepReport, step_task
+from reverie.models.config import LinkConfig
+from reverie.models.records import MemoryView, NewEdge
+from reverie.models.store import Store
+from reverie.models.tables import ASSOCIATION, SUMMARY_ORIGINS
+from reverie.tasks.similarity import radius_neighbours
+from reverie.tasks.step import Change, StepArgs, StepReport, step_task
 
 
 def needs_link(memory: MemoryView) -> bool:

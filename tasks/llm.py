@@ -82,9 +82,9 @@ from dataclasses import dataclass
 
 import httpx
 
-from models.records import MemoryView
-from models.settings import Settings, get_settings
-from models.text import clean_text, refuse_controls
+from reverie.models.records import MemoryView
+from reverie.models.settings import Settings, get_settings
+from reverie.models.text import clean_text, refuse_controls
 
 log = logging.getLogger(__name__)
 

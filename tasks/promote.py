@@ -13,11 +13,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from models.config import PromotionConfig
-from models.records import MemoryView
-from models.store import Store
-from models.tables import ACTIVE, PROMOTED
-from tasks.step import Change, StepArgs, StepReport, preview, step_task
+from reverie.models.config import PromotionConfig
+from reverie.models.records import MemoryView
+from reverie.models.store import Store
+from reverie.models.tables import ACTIVE, PROMOTED
+from reverie.tasks.step import Change, StepArgs, StepReport, preview, step_task
 
 
 def is_eligible(memory: MemoryView, as_of: datetime, config: PromotionConfig) -> bool:

@@ -10,10 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from models.records import MemoryView
-from models.store import Store
-from models.tables import COLD, HOT
-from tasks.similarity import top_k
+from reverie.models.records import MemoryView
+from reverie.models.store import Store
+from reverie.models.tables import COLD, HOT
+from reverie.tasks.similarity import top_k
 
 
 @dataclass(frozen=True, slots=True)

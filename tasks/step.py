@@ -24,10 +24,10 @@ from typing import Any
 from prefect import Task, task
 from prefect.cache_policies import NO_CACHE
 
-from models.config import ConsolidationConfig
-from models.settings import get_settings
-from models.store import Store
-from models.transient import retrying
+from reverie.models.config import ConsolidationConfig
+from reverie.models.settings import get_settings
+from reverie.models.store import Store
+from reverie.models.transient import retrying
 
 log = logging.getLogger("reverie.steps")
 

@@ -18,14 +18,14 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Protocol, TypeVar
 
-from models import ids
-from models.embeddings import to_blob
-from models.errors import ConfigError
-from models.records import MemoryView, MetaPlan, SummaryPlan
-from models.settings import get_settings
-from models.store import Store
-from models.tables import SUMMARY_ORIGINS
-from tasks.step import Change, StepReport
+from reverie.models import ids
+from reverie.models.embeddings import to_blob
+from reverie.models.errors import ConfigError
+from reverie.models.records import MemoryView, MetaPlan, SummaryPlan
+from reverie.models.settings import get_settings
+from reverie.models.store import Store
+from reverie.models.tables import SUMMARY_ORIGINS
+from reverie.tasks.step import Change, StepReport
 
 
 class Summarizer(Protocol):
@@ -76,7 +76,7 @@ class RulesSummarizer:
 
 
 def _llm() -> Summarizer:
-    from tasks.llm import LLMSummarizer
+    from reverie.tasks.llm import LLMSummarizer
 
     return LLMSummarizer()
 

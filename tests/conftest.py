@@ -27,9 +27,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy import create_engine, text
 
-from deployments.demo import SAMPLE_STORE
-from models.db import copy_profiles, dispose
-from models.store import Store
+from reverie.deployments.demo import SAMPLE_STORE
+from reverie.models.db import copy_profiles, dispose
+from reverie.models.store import Store
 
 TEST_POSTGRES = os.environ.get("REVERIE_TEST_POSTGRES")  # an admin URL, or unset
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from models.embeddings import DIMENSION
-from models.records import MemoryView
+from reverie.models.embeddings import DIMENSION
+from reverie.models.records import MemoryView
 
 AS_OF = datetime(2025, 7, 1)
 

@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from deployments.alerts import AUTOMATION_NAME, ensure_failure_alerts
-from deployments.serve import project_root, start_server, stop
-from models.errors import ConfigError
-from models.store import Store
+from reverie.deployments.alerts import AUTOMATION_NAME, ensure_failure_alerts
+from reverie.deployments.serve import project_root, start_server, stop
+from reverie.models.errors import ConfigError
+from reverie.models.store import Store
 
-from test_platform import AUTOMATION_SECONDS, free_port, wait_for
+from prefect_stack import EVENT_SECONDS, Stack, free_port, wait_for
 
 
 class Inbox:
@@ -60,7 +60,10 @@ def test_a_failed_run_notifies_the_operators_block_and_a_clean_one_does_not(
 
     port = free_port()
     api = f"http://127.0.0.1:{port}/api"
-    server = start_server(port, tmp_path / "prefect", tmp_path / "server.log")
+    home, log = tmp_path / "prefect", tmp_path / "server.log"
+    server = start_server(port, home, log)
+    # Reads of what the server did (its automation's firings, its runs); no worker here.
+    reads = Stack(port, home, log, sample_store, [server])
     env = {**os.environ, "PREFECT_API_URL": api, "REVERIE_DATABASE_URL": sample_store.url}
     try:
         with temporary_settings({PREFECT_API_URL: api}):
@@ -80,7 +83,7 @@ def test_a_failed_run_notifies_the_operators_block_and_a_clean_one_does_not(
             def run(profile: str) -> subprocess.CompletedProcess[str]:
                 # The flow itself, as a deployment's run would call it (the CLI refuses
                 # an unknown profile before any run starts).
-                code = ("from datetime import datetime; from flows.decay import decay; "
+                code = ("from datetime import datetime; from reverie.flows.decay import decay; "
                         f"decay(profile={profile!r}, as_of=datetime(2025, 7, 1))")
                 return subprocess.run(
                     [sys.executable, "-c", code], env=env, cwd=project_root(),
@@ -89,10 +92,24 @@ def test_a_failed_run_notifies_the_operators_block_and_a_clean_one_does_not(
 
             assert run("maya").returncode == 0
             assert run("nobody").returncode != 0
-            (message,) = wait_for(lambda: inbox.messages, AUTOMATION_SECONDS,
-                                  "the failure notification")
+            (message,) = wait_for(
+                lambda: inbox.messages, EVENT_SECONDS, "the failure notification",
+                progress=lambda: (len(reads.firings(AUTOMATION_NAME)),
+                                  len(reads.settled_firings(AUTOMATION_NAME))),
+                diagnose=lambda: "\n".join([reads.describe_automation(AUTOMATION_NAME),
+                                            reads.describe_runs(), reads.log_tail()]))
             assert "decay | nobody" in message["subject"] and "failed" in message["subject"]
             assert "no profile named 'nobody'" in message["body"]
+            # maya's clean run ended before nobody's started, and reached the server; the
+            # automation, which had it before nobody's failure, fired for that failure only.
+            (clean,) = [r for r in reads.runs() if r.name.startswith("decay | maya |")]
+            (failed,) = [r for r in reads.runs() if r.name.startswith("decay | nobody |")]
+            wait_for(lambda: reads.events(["prefect.flow-run.Completed"],
+                                          resource=f"prefect.flow-run.{clean.id}"),
+                     EVENT_SECONDS, "the server to have maya's run's Completed event")
+            (fired,) = reads.wait_firings(AUTOMATION_NAME, None, 1)
+            assert fired.payload["triggering_labels"] == {
+                "prefect.resource.id": f"prefect.flow-run.{failed.id}"}
             # Unset: the automation is paused, not left firing.
             assert not ensure_failure_alerts("").enabled
             with get_client(sync_client=True) as client:

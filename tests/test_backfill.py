@@ -6,11 +6,11 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from deployments.backfill import backfill, dates, parse_every
-from deployments.cli import EXIT_ERROR, EXIT_OK, main
-from flows.replay import replay
-from models.errors import ConfigError, NotFoundError
-from models.store import Store
+from reverie.deployments.backfill import backfill, dates, parse_every
+from reverie.deployments.cli import EXIT_ERROR, EXIT_OK, main
+from reverie.flows.replay import replay
+from reverie.models.errors import ConfigError, NotFoundError
+from reverie.models.store import Store
 
 START = datetime(2025, 7, 1)
 
@@ -35,7 +35,7 @@ def test_dates_include_both_ends() -> None:
 def test_a_local_backfill_of_seven_days_runs_seven_times_then_none(
     sample_store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("deployments.backfill.api_configured", lambda: False)
+    monkeypatch.setattr("reverie.deployments.backfill.api_configured", lambda: False)
     first = backfill("decay", START, START + timedelta(days=6), timedelta(days=1), "maya")
     assert first.where == "local" and len(first.created) == 7 and first.skipped == []
     assert len(sample_store.run_history(profile="maya", flow="decay", limit=None)) == 7
@@ -50,7 +50,7 @@ def test_a_local_backfill_of_seven_days_runs_seven_times_then_none(
 def test_backfill_from_the_cli(
     sample_store: Store, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr("deployments.backfill.api_configured", lambda: False)
+    monkeypatch.setattr("reverie.deployments.backfill.api_configured", lambda: False)
     args = ["backfill", "lightweight", "--from", "2025-07-01", "--to", "2025-07-03",
             "--profile", "raj"]
     assert main(args) == EXIT_OK
@@ -63,7 +63,7 @@ def test_backfill_from_the_cli(
 def test_bad_input_is_refused_before_any_run(
     sample_store: Store, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr("deployments.backfill.api_configured", lambda: False)
+    monkeypatch.setattr("reverie.deployments.backfill.api_configured", lambda: False)
     day = timedelta(days=1)
     with pytest.raises(ConfigError, match="unknown flow 'nightly'"):
         backfill("nightly", START, START, day, "maya")

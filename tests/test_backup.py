@@ -12,15 +12,15 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from models.backup import backup_lines, restore
-from models.config import ConsolidationConfig, ForgetConfig
-from models.errors import InputError, StoreError
-from models.export import export_jsonl
-from models.ingest import read_jsonl
-from models.store import Store
-from models.tables import RunRecord
-from tasks.forget import forget
-from tasks.step import StepArgs
+from reverie.models.backup import backup_lines, restore
+from reverie.models.config import ConsolidationConfig, ForgetConfig
+from reverie.models.errors import InputError, StoreError
+from reverie.models.export import export_jsonl
+from reverie.models.ingest import read_jsonl
+from reverie.models.store import Store
+from reverie.models.tables import RunRecord
+from reverie.tasks.forget import forget
+from reverie.tasks.step import StepArgs
 
 from conftest import TEST_POSTGRES
 from test_ingest_properties import AS_OF, PROFILE, Planned, batches, run_steps

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from deployments.bench import (
+from reverie.deployments.bench import (
     Question,
     answered,
     bench_locomo,
@@ -17,7 +17,7 @@ from deployments.bench import (
     session_date,
     words,
 )
-from deployments.cli import EXIT_OK, main
+from reverie.deployments.cli import EXIT_OK, main
 
 from factories import view
 

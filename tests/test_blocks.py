@@ -1,9 +1,9 @@
 from datetime import timedelta
 
-from models.config import BlocksConfig
-from models.records import MemoryView
-from models.tables import ARCHIVED, COLD
-from tasks.blocks import (
+from reverie.models.config import BlocksConfig
+from reverie.models.records import MemoryView
+from reverie.models.tables import ARCHIVED, COLD
+from reverie.tasks.blocks import (
     ACTIVE_DECISIONS,
     BEHAVIORAL_PATTERNS,
     BLOCK_TYPES,
@@ -18,7 +18,7 @@ from tasks.blocks import (
     fit_facts,
     plan_blocks,
 )
-from tasks.summarize import RulesSummarizer
+from reverie.tasks.summarize import RulesSummarizer
 
 from factories import AS_OF, view
 
@@ -182,7 +182,7 @@ def test_importance_breaks_ties_the_seeds_order_leaves_open() -> None:
 
 
 def test_each_block_states_its_rule() -> None:
-    from tasks.blocks import block_rules
+    from reverie.tasks.blocks import block_rules
 
     rules = block_rules(BlocksConfig(decision_min_access=4, facts_per_block=3))
     assert set(rules) == set(BLOCK_TYPES)

@@ -6,8 +6,8 @@ from collections import Counter
 
 import yaml
 
-from deployments.serve import project_root
-from flows.catalog import DEPLOYMENTS, FLOWS
+from reverie.deployments.serve import project_root
+from reverie.flows.catalog import DEPLOYMENTS, FLOWS
 
 
 def _deployments() -> list[dict]:

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from deployments.cli import EXIT_ERROR, EXIT_OK, EXIT_REJECTED, main
-from deployments.demo import SAMPLE_STORE
-from models.store import Store
+from reverie.deployments.cli import EXIT_ERROR, EXIT_OK, EXIT_REJECTED, main
+from reverie.deployments.demo import SAMPLE_STORE
+from reverie.models.store import Store
 
 from conftest import clone_sample
 
@@ -114,7 +114,7 @@ def test_consolidate_dry_run_and_real_run(
 def test_a_rerun_with_not_done_takes_only_the_profiles_that_failed(
     sample_store: Store, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from tasks import step as step_module
+    from reverie.tasks import step as step_module
 
     real = step_module.run_step
 
@@ -163,7 +163,7 @@ def test_a_run_without_a_prefect_api_leaves_its_whole_history_and_no_traceback(
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_API")}
     env.update({"PREFECT_HOME": str(home), "REVERIE_DATABASE_URL": store.url})
     done = subprocess.run(
-        [sys.executable, "-m", "deployments.cli", "consolidate", "full", "--all",
+        [sys.executable, "-m", "reverie.deployments.cli", "consolidate", "full", "--all",
          "--as-of", "2025-07-01", "--json"],
         env=env, cwd=Path(__file__).resolve().parent.parent, capture_output=True, text=True,
         timeout=300,
@@ -203,7 +203,7 @@ def test_every_user_error_is_one_line_and_exit_code_2(
     env = {**os.environ, "REVERIE_DATABASE_URL": sample_store.url}
     if argv == ["status"]:
         env["REVERIE_DATABASE_URL"] = f"sqlite:///{tmp_path / 'elsewhere' / 'reverie.db'}"
-    done = subprocess.run([sys.executable, "-m", "deployments.cli", *argv], env=env,
+    done = subprocess.run([sys.executable, "-m", "reverie.deployments.cli", *argv], env=env,
                           capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert done.returncode == EXIT_ERROR
     assert says in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
@@ -220,7 +220,7 @@ def test_the_default_store_is_the_same_from_any_folder_and_status_names_it(
     there.mkdir()
 
     def reverie(*argv: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "deployments.cli", *argv], env=env,
+        return subprocess.run([sys.executable, "-m", "reverie.deployments.cli", *argv], env=env,
                               cwd=cwd, capture_output=True, text=True, timeout=300)
 
     missing = reverie("status", cwd=there)

@@ -3,9 +3,9 @@ from datetime import timedelta
 import numpy as np
 import pytest
 
-from models.config import ClusterConfig
-from models.tables import META_MEMORY
-from tasks.cluster import (
+from reverie.models.config import ClusterConfig
+from reverie.models.tables import META_MEMORY
+from reverie.tasks.cluster import (
     dominant_kind,
     find_clusters,
     is_candidate,
@@ -13,7 +13,7 @@ from tasks.cluster import (
     plan_clusters,
     temporal_span_days,
 )
-from tasks.summarize import RulesSummarizer
+from reverie.tasks.summarize import RulesSummarizer
 
 from factories import AS_OF, at_cosine, axis, below, view
 

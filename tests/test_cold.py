@@ -2,9 +2,9 @@ from datetime import timedelta
 
 import pytest
 
-from models.config import ColdConfig
-from models.tables import COLD_LEARNING
-from tasks.cold import heat, is_candidate, plan_cold, plan_stalled
+from reverie.models.config import ColdConfig
+from reverie.models.tables import COLD_LEARNING
+from reverie.tasks.cold import heat, is_candidate, plan_cold, plan_stalled
 
 from factories import AS_OF, view
 
@@ -125,7 +125,7 @@ def test_the_model_words_the_learning_memory_and_the_rules_stand_in_when_it_cann
     memory's wording, checked like every wording; a refused answer keeps the rules'."""
     from datetime import UTC
 
-    from flows.consolidate_cold import consolidate_cold
+    from reverie.flows.consolidate_cold import consolidate_cold
 
     old = (AS_OF - timedelta(days=40)).replace(tzinfo=UTC).isoformat()
     notes = [{"id": f"n{i}", "content": f"billing export failed on node {i} during the night",

@@ -9,16 +9,16 @@ from datetime import timedelta
 
 import pytest
 
-from deployments.cli import EXIT_ERROR, EXIT_OK, main
-from flows.cold_tier import cold_tier
-from flows.lightweight_consolidation import lightweight_consolidation
-from models.config import ColdTierConfig
-from models.export import export_rows
-from models.ids import content_hash
-from models.store import Store
-from models.tables import COLD, COLD_EXPIRY, COLD_MIGRATION, HOT, PROMOTED, Tombstone
-from tasks.cold_tier import Action, plan_expiry, plan_migration
-from tasks.recall import recall
+from reverie.deployments.cli import EXIT_ERROR, EXIT_OK, main
+from reverie.flows.cold_tier import cold_tier
+from reverie.flows.lightweight_consolidation import lightweight_consolidation
+from reverie.models.config import ColdTierConfig
+from reverie.models.export import export_rows
+from reverie.models.ids import content_hash
+from reverie.models.store import Store
+from reverie.models.tables import COLD, COLD_EXPIRY, COLD_MIGRATION, HOT, PROMOTED, Tombstone
+from reverie.tasks.cold_tier import Action, plan_expiry, plan_migration
+from reverie.tasks.recall import recall
 
 from factories import AS_OF, view
 

@@ -2,10 +2,10 @@ from datetime import timedelta
 
 import numpy as np
 
-from models.config import CompressConfig
-from models.tables import COLD, COMPRESSED, DEDUP_SUMMARY, PROMOTED
-from tasks.compress import is_candidate, plan_compression, rules_wording
-from tasks.summarize import RulesSummarizer
+from reverie.models.config import CompressConfig
+from reverie.models.tables import COLD, COMPRESSED, DEDUP_SUMMARY, PROMOTED
+from reverie.tasks.compress import is_candidate, plan_compression, rules_wording
+from reverie.tasks.summarize import RulesSummarizer
 
 from factories import AS_OF, at_cosine, axis, below, view
 
@@ -92,8 +92,8 @@ def test_a_group_with_an_earlier_summary_is_built_from_its_originals() -> None:
 
 
 def test_a_pass_that_compresses_nothing_says_which_knob_held_it_back() -> None:
-    from models.config import CompressConfig
-    from tasks.compress import nothing_to_compress_note
+    from reverie.models.config import CompressConfig
+    from reverie.tasks.compress import nothing_to_compress_note
 
     config = CompressConfig(max_relevance=0.2, similarity=0.7, group_size=5)
     assert nothing_to_compress_note(4, config) == [

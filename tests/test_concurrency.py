@@ -15,15 +15,15 @@ from pathlib import Path
 
 import pytest
 
-from deployments.serve import project_root, start_server, stop
-from flows.artifacts import markdown
-from flows.lightweight_consolidation import lightweight_consolidation
-from flows.profile_holds import PREFECT_MIN_LEASE_SECONDS, ensure_profile_limits
-from models.errors import StepFailedError
-from models.store import Store
-from tasks import blocks
+from reverie.deployments.serve import project_root, start_server, stop
+from reverie.flows.artifacts import markdown
+from reverie.flows.lightweight_consolidation import lightweight_consolidation
+from reverie.flows.profile_holds import PREFECT_MIN_LEASE_SECONDS, ensure_profile_limits
+from reverie.models.errors import StepFailedError
+from reverie.models.store import Store
+from reverie.tasks import blocks
 
-from test_platform import free_port
+from prefect_stack import free_port
 
 AS_OF = datetime(2025, 7, 1)
 T0 = datetime(2026, 1, 1)
@@ -275,8 +275,8 @@ def test_a_long_run_renews_its_prefect_slots_against_its_own_api(
 
 HOLD_AND_SLEEP = """
 import sys, time
-from flows.profile_holds import ProfileHolds
-from models.store import Store
+from reverie.flows.profile_holds import ProfileHolds
+from reverie.models.store import Store
 holds = ProfileHolds(Store(sys.argv[1]), "local-doomed", None, 5.0).__enter__()
 holds.prepare(["maya"])
 assert holds.take(["maya"]) == ["maya"]
@@ -315,7 +315,7 @@ def test_a_profile_held_by_a_run_killed_with_its_server_comes_free_within_a_leas
             assert client.read_global_concurrency_limit_by_name(
                 "reverie-profile-maya").active_slots == 1
         done = subprocess.run(
-            [sys.executable, "-m", "deployments.cli", "consolidate", "lightweight", "--profile", "maya",
+            [sys.executable, "-m", "reverie.deployments.cli", "consolidate", "lightweight", "--profile", "maya",
              "--as-of", "2025-07-01"],
             env=env, cwd=project_root(), capture_output=True, text=True, timeout=400,
         )
@@ -345,7 +345,7 @@ def test_a_lease_taken_for_several_chunks_is_given_back_with_the_last(store: Sto
     slots come free once both chunks are given back, and none outlives the run."""
     from prefect.client.orchestration import get_client
 
-    from flows.profile_holds import ProfileHolds
+    from reverie.flows.profile_holds import ProfileHolds
 
     profiles = [f"split-{i}" for i in range(4)]
 

@@ -9,9 +9,9 @@ import pytest
 from prefect.utilities.callables import parameter_schema
 from pydantic import BaseModel, Field
 
-from flows.full_consolidation import full_consolidation
-from models import config as config_module
-from models.config import ConsolidationConfig, DedupConfig
+from reverie.flows.full_consolidation import full_consolidation
+from reverie.models import config as config_module
+from reverie.models.config import ConsolidationConfig, DedupConfig
 
 SECTIONS = sorted(
     (

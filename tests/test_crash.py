@@ -21,10 +21,10 @@ from pathlib import Path
 
 import pytest
 
-from flows.catalog import FLOWS
-from flows.decay import decay
-from models.export import export_jsonl
-from models.store import Store
+from reverie.flows.catalog import FLOWS
+from reverie.flows.decay import decay
+from reverie.models.export import export_jsonl
+from reverie.models.store import Store
 
 from conftest import TEST_POSTGRES, clone_sample
 from factories import at_cosine
@@ -60,8 +60,8 @@ HELD_COMMAND = """
 import os, sys, threading, time
 from contextlib import contextmanager
 
-import models.store
-import tasks.step
+import reverie.models.store
+import reverie.tasks.step
 
 kind, target = os.environ["HOLD"].split(":", 1)
 current = threading.local()
@@ -72,7 +72,7 @@ def hold():
     time.sleep(600)
 
 
-run_step = tasks.step.run_step
+run_step = reverie.tasks.step.run_step
 
 
 def held_run_step(name, fn, args):
@@ -83,7 +83,7 @@ def held_run_step(name, fn, args):
     return report
 
 
-writing = models.store.writing
+writing = reverie.models.store.writing
 
 
 @contextmanager
@@ -95,9 +95,9 @@ def held_writing(*args, **kwargs):
             hold()
 
 
-tasks.step.run_step = held_run_step
-models.store.writing = held_writing
-from deployments.cli import main
+reverie.tasks.step.run_step = held_run_step
+reverie.models.store.writing = held_writing
+from reverie.deployments.cli import main
 
 sys.exit(main(sys.argv[1:]))
 """

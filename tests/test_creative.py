@@ -2,9 +2,9 @@ from datetime import timedelta
 
 import numpy as np
 
-from models.config import CreativeConfig
-from models.tables import CONTRADICTS, DISCOVERED
-from tasks.creative import ALGORITHM, connection, draw_sample, is_candidate, plan_creative
+from reverie.models.config import CreativeConfig
+from reverie.models.tables import CONTRADICTS, DISCOVERED
+from reverie.tasks.creative import ALGORITHM, connection, draw_sample, is_candidate, plan_creative
 
 from factories import AS_OF, at_cosine, axis, view
 

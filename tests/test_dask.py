@@ -7,10 +7,10 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from flows.full_consolidation import full_consolidation
-from models.db import copy_profiles
-from models.export import export_jsonl
-from models.store import Store
+from reverie.flows.full_consolidation import full_consolidation
+from reverie.models.db import copy_profiles
+from reverie.models.export import export_jsonl
+from reverie.models.store import Store
 
 from factories import at_cosine, axis
 

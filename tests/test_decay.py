@@ -4,9 +4,9 @@ from datetime import UTC, timedelta
 import numpy as np
 import pytest
 
-from models.config import DecayConfig
-from models.records import RelevanceInputs
-from tasks.decay import distribution, plan_decay, relevance
+from reverie.models.config import DecayConfig
+from reverie.models.records import RelevanceInputs
+from reverie.tasks.decay import distribution, plan_decay, relevance
 
 from factories import AS_OF
 
@@ -99,14 +99,14 @@ def test_one_day_later_everything_scores_lower() -> None:
 
 
 def _decayed_at(store, as_of) -> None:
-    from models.tables import RunRecord
+    from reverie.models.tables import RunRecord
 
     store.record_runs([RunRecord(profile_id="p", flow="decay", as_of=as_of, started_at=as_of,
                                  finished_at=as_of)])
 
 
 def test_steps_say_when_the_relevance_they_act_on_is_more_than_a_day_old(store) -> None:
-    from tasks.decay import relevance_notes
+    from reverie.tasks.decay import relevance_notes
 
     assert relevance_notes(store, "p", AS_OF, scored=False) == [
         "no memory has a relevance score yet: run decay first"]
@@ -121,8 +121,8 @@ def test_steps_say_when_the_relevance_they_act_on_is_more_than_a_day_old(store) 
 
 
 def test_a_weekly_run_after_a_missed_decay_says_so_in_its_artifact(sample_store) -> None:
-    from flows.creative import creative
-    from flows.decay import decay
+    from reverie.flows.creative import creative
+    from reverie.flows.decay import decay
 
     decay(profile="maya", as_of=AS_OF)
     fresh = creative(profile="maya", as_of=AS_OF + timedelta(hours=2))
@@ -133,7 +133,7 @@ def test_a_weekly_run_after_a_missed_decay_says_so_in_its_artifact(sample_store)
 
 def test_a_step_that_finds_nothing_relevant_enough_says_so() -> None:
     from factories import view
-    from tasks.decay import none_above_note
+    from reverie.tasks.decay import none_above_note
 
     faded = [view("a", relevance=0.004), view("b", relevance=0.3)]
     (note,) = none_above_note(faded, 0.3, "cluster")

@@ -2,12 +2,12 @@ from datetime import timedelta
 
 import numpy as np
 
-from models.config import DedupConfig
-from models.tables import COLD, DEDUP_SUMMARY, PROMOTED
-from tasks.dedup import (
+from reverie.models.config import DedupConfig
+from reverie.models.tables import COLD, DEDUP_SUMMARY, PROMOTED
+from reverie.tasks.dedup import (
     duplicate_groups, is_candidate, nothing_merged_note, plan_dedup, representative_order,
 )
-from tasks.summarize import RulesSummarizer
+from reverie.tasks.summarize import RulesSummarizer
 
 from factories import AS_OF, at_cosine, axis, below, view
 

@@ -3,10 +3,10 @@ from datetime import timedelta
 
 import pytest
 
-from models.config import EdgeDecayConfig
-from models.records import EdgeView
-from models.tables import ASSOCIATION, CONSOLIDATION, SUMMARIZES
-from tasks.edge_decay import decayed_weight, plan_edge_decay
+from reverie.models.config import EdgeDecayConfig
+from reverie.models.records import EdgeView
+from reverie.models.tables import ASSOCIATION, CONSOLIDATION, SUMMARIZES
+from reverie.tasks.edge_decay import decayed_weight, plan_edge_decay
 
 from factories import AS_OF
 

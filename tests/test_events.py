@@ -11,12 +11,12 @@ from datetime import datetime, timedelta
 import pytest
 from sqlalchemy import select
 
-from models import events, outbox
-from models.db import reading, writing
-from models.events import crossings, session_events, stored_events
-from models.store import Store
-from models.tables import OutboxEvent
-from models.timestamps import utcnow
+from reverie.models import events, outbox
+from reverie.models.db import reading, writing
+from reverie.models.events import crossings, session_events, stored_events
+from reverie.models.store import Store
+from reverie.models.tables import OutboxEvent
+from reverie.models.timestamps import utcnow
 
 from factories import record
 
@@ -124,7 +124,7 @@ def test_events_are_written_in_the_transaction_of_the_ingest(
 def test_events_wait_while_the_api_is_down_and_go_in_order_once_it_answers(
     store: Store, api: FakeApi, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with caplog.at_level(logging.WARNING, logger="models.outbox"):
+    with caplog.at_level(logging.WARNING, logger="reverie.models.outbox"):
         assert store.ingest([record(f"fact {i}") for i in range(60)], profile="ana").stored == 60
     assert [r.getMessage() for r in caplog.records] == [
         f"could not send 2 event(s) to the Prefect API at {DOWN} (refused); 2 wait in the "
@@ -153,7 +153,7 @@ def test_the_real_send_to_a_dead_api_keeps_the_events_with_one_warning(
     with caplog.at_level(logging.WARNING):
         store.ingest([record(f"fact {i}") for i in range(50)], profile="ana")
     assert time.monotonic() - started < 2 * events.SEND_DEADLINE_SECONDS
-    assert [r.name for r in caplog.records if r.levelno >= logging.WARNING] == ["models.outbox"]
+    assert [r.name for r in caplog.records if r.levelno >= logging.WARNING] == ["reverie.models.outbox"]
     result = outbox.flush(store.url)
     assert result.outcome is outbox.Outcome.UNREACHABLE and result.sent == 0
     assert result.pending == 2 and result.error
@@ -213,7 +213,7 @@ def test_a_dead_senders_claim_lapses_and_its_events_are_sent(
 def test_the_events_command_lists_and_flushes(
     store: Store, api: FakeApi, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from deployments.cli import EXIT_ERROR, EXIT_OK, main
+    from reverie.deployments.cli import EXIT_ERROR, EXIT_OK, main
 
     assert store.profiles() == []  # opening the store makes it
     assert main(["events"]) == EXIT_OK and "no events waiting" in capsys.readouterr().out

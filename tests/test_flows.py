@@ -11,17 +11,17 @@ from uuid import UUID, uuid4
 import pytest
 from sqlalchemy.exc import OperationalError
 
-from flows.full_consolidation import full_consolidation
-from flows.lightweight_consolidation import lightweight_consolidation
-from flows.run import chunked, wait_for_run_history
-from models import store as store_module
-from models.errors import NotFoundError, StepFailedError
-from models.export import export_jsonl, export_rows
-from models.store import Store
-from models.tables import ASSOCIATION, COLD, CONSOLIDATION, DEDUP_SUMMARY, HOT
-from tasks import linking
-from tasks import step as step_module
-from tasks.blocks import BLOCK_TYPES
+from reverie.flows.full_consolidation import full_consolidation
+from reverie.flows.lightweight_consolidation import lightweight_consolidation
+from reverie.flows.run import chunked, wait_for_run_history
+from reverie.models import store as store_module
+from reverie.models.errors import NotFoundError, StepFailedError
+from reverie.models.export import export_jsonl, export_rows
+from reverie.models.store import Store
+from reverie.models.tables import ASSOCIATION, COLD, CONSOLIDATION, DEDUP_SUMMARY, HOT
+from reverie.tasks import linking
+from reverie.tasks import step as step_module
+from reverie.tasks.blocks import BLOCK_TYPES
 
 from conftest import clone_sample
 from prefect_reads import run_artifacts
@@ -388,7 +388,7 @@ def test_waiting_for_run_history_skips_with_an_api_and_gives_up_at_its_timeout(
     unknown = str(uuid4())
     # With an API configured there is nothing to wait for, even with no time to wait.
     assert wait_for_run_history(unknown, timeout=0)
-    monkeypatch.setattr("flows.run.api_configured", lambda: False)
+    monkeypatch.setattr("reverie.flows.run.api_configured", lambda: False)
     assert not wait_for_run_history(unknown, timeout=0)
     assert "had not recorded all task runs" in caplog.text
     # A run with no task runs settles at the second look.

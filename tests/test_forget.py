@@ -1,7 +1,7 @@
 from datetime import timedelta
 
-from models.config import ConsolidationConfig, ForgetConfig
-from tasks.forget import ARCHIVE, DELETE, NOT_APPROVED, PROTECTED, plan_forget
+from reverie.models.config import ConsolidationConfig, ForgetConfig
+from reverie.tasks.forget import ARCHIVE, DELETE, NOT_APPROVED, PROTECTED, plan_forget
 
 from factories import AS_OF, view
 
@@ -74,13 +74,13 @@ def test_unscored_cold_and_superseded_memories_are_not_considered() -> None:
 
 import pytest  # noqa: E402
 
-from deployments.cli import EXIT_ERROR, EXIT_OK, main  # noqa: E402
-from flows.decay import decay  # noqa: E402
-from flows.forget import forget  # noqa: E402
-from flows.lightweight_consolidation import lightweight_consolidation  # noqa: E402
-from models.config import preset, with_forget_thresholds  # noqa: E402
-from models.errors import ConfigError  # noqa: E402
-from models.store import Store  # noqa: E402
+from reverie.deployments.cli import EXIT_ERROR, EXIT_OK, main  # noqa: E402
+from reverie.flows.decay import decay  # noqa: E402
+from reverie.flows.forget import forget  # noqa: E402
+from reverie.flows.lightweight_consolidation import lightweight_consolidation  # noqa: E402
+from reverie.models.config import preset, with_forget_thresholds  # noqa: E402
+from reverie.models.errors import ConfigError  # noqa: E402
+from reverie.models.store import Store  # noqa: E402
 
 from factories import axis  # noqa: E402
 
@@ -156,10 +156,10 @@ def test_thresholds_override_the_config_only_where_given() -> None:
 from prefect.exceptions import FlowPauseTimeout  # noqa: E402
 from sqlalchemy import create_engine, text  # noqa: E402
 
-from flows.forget import APPROVAL_ARTIFACT, DeletionApproval, forget_with_approval  # noqa: E402
-from models.errors import ReverieError  # noqa: E402
-from models.export import export_jsonl  # noqa: E402
-from models.tables import Tombstone  # noqa: E402
+from reverie.flows.forget import APPROVAL_ARTIFACT, DeletionApproval, forget_with_approval  # noqa: E402
+from reverie.models.errors import ReverieError  # noqa: E402
+from reverie.models.export import export_jsonl  # noqa: E402
+from reverie.models.tables import Tombstone  # noqa: E402
 from prefect_reads import run_artifacts  # noqa: E402
 
 
@@ -285,7 +285,7 @@ def test_no_answer_in_time_writes_nothing(faded: Store, pauses) -> None:
 def test_without_a_prefect_api_a_deleting_run_refuses_instead_of_waiting(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr("flows.forget.api_configured", lambda: False)
+    monkeypatch.setattr("reverie.flows.forget.api_configured", lambda: False)
     config = with_forget_thresholds(preset("default"), None, 0.5)
     with pytest.raises(ConfigError, match="auto_approve_deletion=True"):
         forget_with_approval("mia", AS_OF, config, 60)
@@ -294,7 +294,7 @@ def test_without_a_prefect_api_a_deleting_run_refuses_instead_of_waiting(
 def test_the_cli_refuses_to_delete_without_an_api_or_approval(
     faded: Store, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("models.events.api_configured", lambda: False)
+    monkeypatch.setattr("reverie.models.events.api_configured", lambda: False)
     before = export_jsonl(faded.url, "mia")
     args = ["run", "forget", "--profile", "mia", "--as-of", AS_OF.isoformat()]
     assert main([*args, "--delete-below", "0.5"]) == EXIT_ERROR
@@ -338,9 +338,9 @@ import math  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from models.config import FORGET_BY_RISK  # noqa: E402
-from tasks.forget import forget as forget_step, forgetting_risk, risk_action  # noqa: E402
-from tasks.step import StepArgs  # noqa: E402
+from reverie.models.config import FORGET_BY_RISK  # noqa: E402
+from reverie.tasks.forget import forget as forget_step, forgetting_risk, risk_action  # noqa: E402
+from reverie.tasks.step import StepArgs  # noqa: E402
 
 RISK = ForgetConfig(policy="risk", delete_threshold=0.5)  # deletion armed
 MINUTE = timedelta(minutes=1)

@@ -9,68 +9,54 @@ machine), so it starts faster than tests/test_platform.py's.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
-from deployments.cli import EXIT_OK, main
-from deployments.serve import project_root, start_stack, stop
-from models.config import DEFAULT, ForgetConfig
-from models.db import dispose
-from models.store import Store
-from models.tables import Tombstone
-from tasks.decay import decay
-from tasks.forget import DELETE, plan_forget
-from tasks.step import StepArgs
+from reverie.deployments.cli import EXIT_OK, main
+from reverie.models.config import DEFAULT, ForgetConfig
+from reverie.models.store import Store
+from reverie.models.tables import Tombstone
+from reverie.tasks.decay import decay
+from reverie.tasks.forget import DELETE, plan_forget
+from reverie.tasks.step import StepArgs
 
-from conftest import TEST_POSTGRES, _create_postgres_database, _drop_postgres_database, clone_sample
+from conftest import clone_sample
 from prefect_reads import run_artifacts
-from test_platform import AS_OF, Stack, free_port, wait_for
+from prefect_stack import (
+    EVENT_SECONDS,
+    RUN_SECONDS,
+    Stack,
+    new_store_url,
+    running_stack,
+    wait_for,
+    write_prefect_file,
+)
 
+AS_OF = datetime(2025, 7, 1)
 DEPLOYMENT = "forget/operator"
 # Scored as of AS_OF, the sample's profiles have 19-33 unprotected memories below this.
 DELETE_BELOW = 0.1
 
 
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory, sample_template: Path) -> Iterator[Stack]:
-    from prefect.settings import PREFECT_API_URL, temporary_settings
-
-    folder = tmp_path_factory.mktemp("approval")
-    store_url = _create_postgres_database() if TEST_POSTGRES else f"sqlite:///{folder}/store.db"
-    store = clone_sample(sample_template, Store(store_url))
-    for profile in store.profiles():  # forget acts on the relevance decay stores
-        decay(store, StepArgs(store_url, profile, AS_OF, DEFAULT))
-    spec = yaml.safe_load((project_root() / "prefect.yaml").read_text())
+def _operator_only(spec: dict[str, Any]) -> None:
     spec["deployments"] = [d for d in spec["deployments"] if d["name"] == "operator"]
     assert spec["deployments"][0]["parameters"]["auto_approve_deletion"] is False
-    prefect_file = folder / "prefect.yaml"
-    prefect_file.write_text(yaml.safe_dump(spec, sort_keys=False))
 
-    port = free_port()
-    saved = {k: os.environ.get(k) for k in ("REVERIE_DATABASE_URL", "PREFECT_WORKER_QUERY_SECONDS")}
-    os.environ["REVERIE_DATABASE_URL"] = store_url
-    os.environ["PREFECT_WORKER_QUERY_SECONDS"] = "2"
-    log = folder / "stack.log"
-    processes = start_stack(port, folder / "prefect-home", log, prefect_file)
-    try:
-        with temporary_settings({PREFECT_API_URL: f"http://127.0.0.1:{port}/api"}):
-            yield Stack(f"http://127.0.0.1:{port}/api", f"http://127.0.0.1:{port}", store, log)
-    finally:
-        stop(processes)
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-        if TEST_POSTGRES:
-            _drop_postgres_database(store_url)
-        else:
-            dispose(store_url)
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory, sample_template: Path) -> Iterator[Stack]:
+    folder = tmp_path_factory.mktemp("approval")
+    with new_store_url(folder) as store_url:
+        store = clone_sample(sample_template, Store(store_url))
+        for profile in store.profiles():  # forget acts on the relevance decay stores
+            decay(store, StepArgs(store_url, profile, AS_OF, DEFAULT))
+        prefect_file = write_prefect_file(folder, _operator_only)
+        with running_stack(folder, store_url, prefect_file) as running:
+            yield running
 
 
 def candidates(store: Store, profile: str) -> set[str]:
@@ -89,13 +75,17 @@ def start(profile: str, **parameters: Any) -> Any:
 
 
 def wait_paused(stack: Stack, run_id: Any) -> Any:
+    seen: list[Any] = []
+
     def paused() -> Any:
-        with stack.client() as client:
-            run = client.read_flow_run(run_id)
-        assert not (run.state and run.state.is_final()), stack.log.read_text()[-3000:]
+        run = stack.read_run(run_id)
+        seen[:] = [run]
+        assert not (run.state and run.state.is_final()), stack.log_tail()
         return run if run.state and run.state.is_paused() else None
 
-    return wait_for(paused, 180, f"flow run {run_id} to pause for approval")
+    return wait_for(paused, RUN_SECONDS, f"flow run {run_id} to pause for approval",
+                    progress=lambda: seen[0].state_type if seen else None,
+                    diagnose=lambda: stack.describe_runs(seen) + "\n" + stack.log_tail())
 
 
 def approval_text(run_id: Any) -> str:
@@ -121,7 +111,7 @@ def test_an_approved_deletion_deletes_exactly_what_it_listed(stack: Stack) -> No
 
     assert main(["approve", str(run.id), "--reason", "checked the list"]) == EXIT_OK
     final = stack.wait_final(run.id)
-    assert final.state_type.value == "COMPLETED", stack.log.read_text()[-3000:]
+    assert final.state_type.value == "COMPLETED", stack.log_tail()
     assert live(stack.store, "leo-tutor") == before - doomed
     assert all(isinstance(stack.store.get(mid, profile="leo-tutor"), Tombstone) for mid in doomed)
     assert "**Approval:** approved" in approval_text(run.id)
@@ -142,4 +132,5 @@ def test_a_rejected_or_unanswered_deletion_deletes_nothing(stack: Stack) -> None
     assert "**Approval:** rejected" in approval_text(rejected.id)
     # The run's last artifact version may land just after the server marks it failed.
     wait_for(lambda: "**Approval:** no answer within 5 s" in approval_text(unanswered.id),
-             60, "the timed-out approval artifact")
+             EVENT_SECONDS, "the timed-out approval artifact",
+             diagnose=lambda: "its latest version:\n" + approval_text(unanswered.id))

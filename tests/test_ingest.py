@@ -8,13 +8,13 @@ import pytest
 from sqlalchemy import event, insert, select
 from sqlalchemy.exc import IntegrityError
 
-from models import ids
-from models.db import engine_for, reading, writing
-from models.embeddings import MODEL_NAME
-from models.export import export_jsonl
-from models.ingest import MAX_COUNT, MAX_METADATA_CHARS, MAX_METADATA_DEPTH, MAX_STABILITY
-from models.store import SUPPLIED_EMBEDDING, Store
-from models.tables import HOT, Memory, Profile
+from reverie.models import ids
+from reverie.models.db import engine_for, reading, writing
+from reverie.models.embeddings import MODEL_NAME
+from reverie.models.export import export_jsonl
+from reverie.models.ingest import MAX_COUNT, MAX_METADATA_CHARS, MAX_METADATA_DEPTH, MAX_STABILITY
+from reverie.models.store import SUPPLIED_EMBEDDING, Store
+from reverie.models.tables import HOT, Memory, Profile
 
 from factories import at_cosine, record
 
@@ -441,7 +441,7 @@ def test_a_value_the_database_refuses_loses_only_its_own_record(
 ) -> None:
     # Validation would refuse it first; lift the bound to reach the database's refusal
     # (beyond 64 bits for SQLite, beyond 32 for PostgreSQL's integer column).
-    monkeypatch.setattr("models.ingest.MAX_COUNT", 2**70)
+    monkeypatch.setattr("reverie.models.ingest.MAX_COUNT", 2**70)
     records = [{"content": f"{SECRET} ({k})"} for k in range(3)]
     records.insert(2, {"content": "a count past every column", "access_count": 2**63})
     report = store.ingest(records, profile="alice")
@@ -459,7 +459,7 @@ def test_a_refused_update_keeps_the_other_updates(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     store.ingest([{"id": k, "content": f"fact {k}"} for k in "abc"], profile="alice")
-    monkeypatch.setattr("models.ingest.MAX_COUNT", 2**70)
+    monkeypatch.setattr("reverie.models.ingest.MAX_COUNT", 2**70)
     report = store.ingest([{"id": "a", "content": "fact a", "access_count": 5},
                            {"id": "b", "content": "fact b", "access_count": 2**63},
                            {"id": "c", "content": "fact c", "access_count": 7}], profile="alice")

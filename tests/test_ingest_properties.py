@@ -25,23 +25,23 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from models.config import ConsolidationConfig
-from models.export import export_jsonl
-from models.embeddings import DIMENSION
-from models.errors import RecordError
-from models.ingest import MAX_COUNT, MAX_METADATA_DEPTH, MAX_STABILITY, parse_record
-from models.store import Store
-from tasks.blocks import compile_blocks
-from tasks.cluster import cluster
-from tasks.cold import consolidate_cold
-from tasks.compress import compress_fading
-from tasks.decay import decay
-from tasks.dedup import dedup, dedup_new_summaries
-from tasks.edge_decay import decay_edges
-from tasks.importance import graph_importance
-from tasks.linking import link_summaries
-from tasks.promote import promote
-from tasks.step import StepArgs
+from reverie.models.config import ConsolidationConfig
+from reverie.models.export import export_jsonl
+from reverie.models.embeddings import DIMENSION
+from reverie.models.errors import RecordError
+from reverie.models.ingest import MAX_COUNT, MAX_METADATA_DEPTH, MAX_STABILITY, parse_record
+from reverie.models.store import Store
+from reverie.tasks.blocks import compile_blocks
+from reverie.tasks.cluster import cluster
+from reverie.tasks.cold import consolidate_cold
+from reverie.tasks.compress import compress_fading
+from reverie.tasks.decay import decay
+from reverie.tasks.dedup import dedup, dedup_new_summaries
+from reverie.tasks.edge_decay import decay_edges
+from reverie.tasks.importance import graph_importance
+from reverie.tasks.linking import link_summaries
+from reverie.tasks.promote import promote
+from reverie.tasks.step import StepArgs
 
 from factories import at_cosine
 

@@ -13,18 +13,18 @@ from datetime import datetime
 
 import pytest
 
-from flows.artifacts import markdown
-from flows.full_consolidation import full_consolidation
-from flows.lightweight_consolidation import lightweight_consolidation
-from flows.run import RunReport
-from models.config import ConsolidationConfig
-from models.export import export_rows
-from models.settings import get_settings
-from models.store import Store
-from models.tables import DEDUP_SUMMARY
-from tasks import llm as llm_module
-from tasks.llm import LLMSummarizer, Rejected, breaker_for, check_answer, facts
-from tasks.summarize import RulesSummarizer, fallback_notes, summarizer_for
+from reverie.flows.artifacts import markdown
+from reverie.flows.full_consolidation import full_consolidation
+from reverie.flows.lightweight_consolidation import lightweight_consolidation
+from reverie.flows.run import RunReport
+from reverie.models.config import ConsolidationConfig
+from reverie.models.export import export_rows
+from reverie.models.settings import get_settings
+from reverie.models.store import Store
+from reverie.models.tables import DEDUP_SUMMARY
+from reverie.tasks import llm as llm_module
+from reverie.tasks.llm import LLMSummarizer, Rejected, breaker_for, check_answer, facts
+from reverie.tasks.summarize import RulesSummarizer, fallback_notes, summarizer_for
 
 from factories import view
 from llm_server import INJECTION, VAGUE

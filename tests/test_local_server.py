@@ -20,8 +20,8 @@ import httpx
 import pytest
 
 from conftest import clone_sample
-from deployments.local_server import STATE_FILE, LocalServer, stop
-from models.store import Store
+from reverie.deployments.local_server import STATE_FILE, LocalServer, stop
+from reverie.models.store import Store
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent
@@ -39,7 +39,7 @@ def local(sample_template: Path, new_store: Callable[[str], Store], tmp_path: Pa
                 "REVERIE_LOCAL_SERVER": "shared"})
 
     def reverie(*argv: str, idle: float = 600, background: bool = False) -> object:
-        command = [sys.executable, "-m", "deployments.cli", *argv]
+        command = [sys.executable, "-m", "reverie.deployments.cli", *argv]
         run_env = {**env, "REVERIE_LOCAL_SERVER_IDLE_SECONDS": str(idle)}
         if background:
             return subprocess.Popen(command, env=run_env, cwd=ROOT, text=True,

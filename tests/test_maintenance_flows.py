@@ -8,16 +8,16 @@ from datetime import timedelta
 
 import pytest
 
-from deployments.cli import EXIT_OK, main
-from deployments.status import FLOW_NAMES
-from flows.cluster import cluster
-from flows.creative import creative
-from flows.decay import decay
-from flows.forget import forget
-from models.config import ConsolidationConfig, ForgetConfig
-from models.export import export_jsonl, export_rows
-from models.store import Store
-from models.tables import COLD, CONTRADICTS, DISCOVERED, HOT, META_MEMORY, SUMMARIZES, Tombstone
+from reverie.deployments.cli import EXIT_OK, main
+from reverie.deployments.status import FLOW_NAMES
+from reverie.flows.cluster import cluster
+from reverie.flows.creative import creative
+from reverie.flows.decay import decay
+from reverie.flows.forget import forget
+from reverie.models.config import ConsolidationConfig, ForgetConfig
+from reverie.models.export import export_jsonl, export_rows
+from reverie.models.store import Store
+from reverie.models.tables import COLD, CONTRADICTS, DISCOVERED, HOT, META_MEMORY, SUMMARIZES, Tombstone
 
 from factories import AS_OF, at_cosine, axis
 from prefect_reads import run_artifacts
@@ -151,8 +151,8 @@ def test_artifacts_name_the_users_ids_and_each_profile_has_its_own_key(
 
 
 def test_profile_keys_are_prefects_spelling_and_never_shared() -> None:
-    from flows.artifacts import profile_key
-    from flows.run import RunReport
+    from reverie.flows.artifacts import profile_key
+    from reverie.flows.run import RunReport
 
     report = RunReport("full-consolidation", [], "2025-07-01", False, None)
     assert profile_key(report, "maya") == "full-consolidation-profile-maya"

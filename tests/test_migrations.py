@@ -13,13 +13,13 @@ from alembic.migration import MigrationContext
 from sqlalchemy import create_engine, inspect, text
 from sqlmodel import SQLModel
 
-from models import outbox
-from models.db import MIGRATIONS, dispose, engine_for, reading, writing
-from models.embeddings import DIMENSION, to_blob
-from models.settings import resolve_database_url
-from models.store import Store
-from models.events import session_events
-from models.tables import RunRecord
+from reverie.models import outbox
+from reverie.models.db import MIGRATIONS, dispose, engine_for, reading, writing
+from reverie.models.embeddings import DIMENSION, to_blob
+from reverie.models.settings import resolve_database_url
+from reverie.models.store import Store
+from reverie.models.events import session_events
+from reverie.models.tables import RunRecord
 
 HEAD = "0004"
 

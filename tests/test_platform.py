@@ -10,118 +10,44 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
-from deployments.backfill import backfill
-from deployments.serve import project_root, start_stack, stop
-from models.db import copy_profiles, dispose
-from models.store import Store
+from reverie.deployments.backfill import backfill
+from reverie.deployments.serve import project_root
+from reverie.models.db import copy_profiles
+from reverie.models.events import MEMORY_STORED, SESSION_ENDED, SESSION_THRESHOLD, STORE_THRESHOLD
+from reverie.models.store import Store
 
-from conftest import (
-    TEST_POSTGRES,
-    _create_postgres_database,
-    _drop_postgres_database,
-    clone_sample,
-)
+from conftest import clone_sample
+from prefect_stack import Stack, new_store_url, running_stack, write_prefect_file
 
-AS_OF = datetime(2025, 7, 1)
 IDLE_SECONDS = 10
-FINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
-# How long an automation may take to turn an event into a flow run. Usually a few
-# seconds; in a full test session on 2 cores the worker's flow-run processes compete
-# with the server and it has taken over 40 s. Waits end as soon as the run appears.
-AUTOMATION_SECONDS = 120
+# The deployments event-triggered runs belong to.
+EVENT_DEPLOYMENTS = ("on-demand", "sessions")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_for(check: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(1)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-
-
-class Stack:
-    def __init__(self, api: str, ui: str, store: Store, log: Path) -> None:
-        self.api, self.ui, self.store, self.log = api, ui, store, log
-
-    def client(self):  # type: ignore[no-untyped-def]
-        from prefect.client.orchestration import get_client
-
-        return get_client(sync_client=True)
-
-    def runs(self, deployment: str | None = None) -> list[Any]:
-        from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterName
-
-        deployments = None
-        if deployment:
-            deployments = DeploymentFilter(name=DeploymentFilterName(any_=[deployment]))
-        with self.client() as client:
-            return client.read_flow_runs(deployment_filter=deployments, limit=200)
-
-    def wait_final(self, run_id: Any, timeout: float = 180) -> Any:
-        def final() -> Any:
-            with self.client() as client:
-                run = client.read_flow_run(run_id)
-            return run if run.state_type and run.state_type.value in FINAL else None
-
-        return wait_for(final, timeout, f"flow run {run_id} to finish")
-
-
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory, sample_template: Path) -> Iterator[Stack]:
-    from prefect.settings import PREFECT_API_URL, temporary_settings
-
-    folder = tmp_path_factory.mktemp("platform")
-    store_url = _create_postgres_database() if TEST_POSTGRES else f"sqlite:///{folder}/store.db"
-    clone_sample(sample_template, Store(store_url))
-    spec = yaml.safe_load((project_root() / "prefect.yaml").read_text())
+def _shorten_idle_window(spec: dict[str, Any]) -> None:
     for deployment in spec["deployments"]:
         for trigger in deployment.get("triggers", []):
             if trigger.get("posture") == "Proactive":
                 trigger["within"] = IDLE_SECONDS
-    prefect_file = folder / "prefect.yaml"
-    prefect_file.write_text(yaml.safe_dump(spec, sort_keys=False))
 
-    port = free_port()
-    saved = {k: os.environ.get(k) for k in ("REVERIE_DATABASE_URL", "PREFECT_WORKER_QUERY_SECONDS")}
-    os.environ["REVERIE_DATABASE_URL"] = store_url
-    os.environ["PREFECT_WORKER_QUERY_SECONDS"] = "2"  # poll often: the test waits on it
-    log = folder / "stack.log"
-    processes = start_stack(port, folder / "prefect-home", log, prefect_file)
-    api = f"http://127.0.0.1:{port}/api"
-    try:
-        with temporary_settings({PREFECT_API_URL: api}):
-            yield Stack(api, f"http://127.0.0.1:{port}", Store(store_url), log)
-    finally:
-        stop(processes)
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-        if TEST_POSTGRES:
-            _drop_postgres_database(store_url)
-        else:
-            dispose(store_url)
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory, sample_template: Path) -> Iterator[Stack]:
+    folder = tmp_path_factory.mktemp("platform")
+    with new_store_url(folder) as store_url:
+        clone_sample(sample_template, Store(store_url))
+        prefect_file = write_prefect_file(folder, _shorten_idle_window)
+        with running_stack(folder, store_url, prefect_file) as running:
+            yield running
 
 
 def test_every_deployment_is_there_with_its_schedule(stack: Stack) -> None:
@@ -178,7 +104,7 @@ def test_a_triggered_run_completes_and_its_artifacts_are_readable(stack: Stack) 
     run = run_deployment("lightweight-consolidation/on-demand", timeout=0,
                          parameters={"profile": "leo-tutor", "as_of": "2025-07-01T00:00:00Z"})
     run = stack.wait_final(run.id)
-    assert run.state_type.value == "COMPLETED", stack.log.read_text()[-3000:]
+    assert run.state_type.value == "COMPLETED", stack.log_tail()
     assert run.name == "lightweight-consolidation | leo-tutor | as of 2025-07-01 00:00:00"
     from prefect_reads import run_artifacts
 
@@ -191,9 +117,7 @@ def test_a_triggered_run_completes_and_its_artifacts_are_readable(stack: Stack) 
 
 
 def _by_automation(stack: Stack, automation: str, profile: str) -> list[Any]:
-    return [r for r in stack.runs("on-demand") + stack.runs("sessions")
-            if r.created_by and r.created_by.display_value == automation
-            and r.parameters.get("profile") == profile]
+    return stack.runs_by_automation(automation, profile, EVENT_DEPLOYMENTS)
 
 
 def test_fifty_stores_trigger_one_lightweight_run_for_that_profile_only(stack: Stack) -> None:
@@ -202,25 +126,35 @@ def test_fifty_stores_trigger_one_lightweight_run_for_that_profile_only(stack: S
                        profile="events-a")
     stack.store.ingest([{"content": f"fact {i}", "embedding": vector} for i in range(30)],
                        profile="events-b")
-    wait_for(lambda: _by_automation(stack, "lightweight-every-50-stores", "events-a"),
-             AUTOMATION_SECONDS, "the store-threshold run")
-    time.sleep(3)  # a second run, or one for the other profile, would appear by now
-    assert len(_by_automation(stack, "lightweight-every-50-stores", "events-a")) == 1
-    assert _by_automation(stack, "lightweight-every-50-stores", "events-b") == []
+    stack.deliver_events()
+    # A store threshold for events-a; for events-b (30 stores) only the stores.
+    stack.wait_profile_events("events-a", {MEMORY_STORED: 1, STORE_THRESHOLD: 1})
+    stack.wait_profile_events("events-b", {MEMORY_STORED: 1, STORE_THRESHOLD: 0})
+    stack.wait_runs("lightweight-every-50-stores", "events-a", 1, EVENT_DEPLOYMENTS)
     # Both profiles then went idle: one idle run each.
     for profile in ("events-a", "events-b"):
-        wait_for(lambda p=profile: _by_automation(stack, "lightweight-when-idle", p),
-                 IDLE_SECONDS + AUTOMATION_SECONDS, f"the idle run for {profile}")
+        stack.wait_runs("lightweight-when-idle", profile, 1, EVENT_DEPLOYMENTS)
+    # The idle window has passed since the triggers service took in these events: the
+    # threshold automation had its chance at each. It fired once, for events-a, and that
+    # firing's action has ended, so no other run of it is on its way.
+    stack.wait_firings("lightweight-every-50-stores", "events-a", 1)
+    assert stack.firings("lightweight-every-50-stores", "events-b") == []
+    assert len(_by_automation(stack, "lightweight-every-50-stores", "events-a")) == 1
+    assert _by_automation(stack, "lightweight-every-50-stores", "events-b") == []
     assert len(_by_automation(stack, "lightweight-when-idle", "events-a")) == 1
 
 
 def test_session_ends_trigger_full_consolidation(stack: Stack) -> None:
     for n in range(1, 6):
         assert stack.store.end_session("raj", f"s{n}") == n
-    wait_for(lambda: len(_by_automation(stack, "full-at-session-end", "raj")) == 5,
-             AUTOMATION_SECONDS, "five session-end runs")
-    wait_for(lambda: _by_automation(stack, "full-every-few-sessions", "raj"),
-             AUTOMATION_SECONDS, "the fifth-session run")
+    # Each session end sends its events once, briefly; what a loaded machine did not get
+    # across in time waits in the store, as `reverie serve` would send it.
+    stack.deliver_events()
+    stack.wait_profile_events("raj", {SESSION_ENDED: 5, SESSION_THRESHOLD: 1})
+    stack.wait_runs("full-at-session-end", "raj", 5, EVENT_DEPLOYMENTS)
+    stack.wait_runs("full-every-few-sessions", "raj", 1, EVENT_DEPLOYMENTS)
+    # One fifth session, one firing, its action ended: no second run on its way.
+    stack.wait_firings("full-every-few-sessions", "raj", 1)
     assert len(_by_automation(stack, "full-every-few-sessions", "raj")) == 1
 
 
@@ -237,7 +171,7 @@ def test_a_backfill_replays_each_profile_in_order_and_ends_as_sequential_runs(
 ) -> None:
     from prefect.client.schemas.objects import StateType
 
-    from models.export import export_jsonl
+    from reverie.models.export import export_jsonl
 
     start, days, profiles = datetime(2025, 9, 1), 10, ["leo-tutor", "maya"]
     whens = [start + timedelta(days=d) for d in range(days)]
@@ -251,12 +185,13 @@ def test_a_backfill_replays_each_profile_in_order_and_ends_as_sequential_runs(
     again = backfill("decay", start, whens[-1], timedelta(days=1), profiles, stack.store)
     assert again.runs == [] and sorted(again.running) == profiles
     for run_id in first.runs:
-        assert stack.wait_final(run_id, timeout=300).state_type == StateType.COMPLETED
+        done = stack.wait_final(run_id, steps=lambda r=run_id: len(_decay_runs_of(stack, r)))
+        assert done.state_type == StateType.COMPLETED
     # Each profile's dates ran one after another, in as_of order.
     for run_id in first.runs:
         runs = sorted(_decay_runs_of(stack, run_id), key=lambda r: r.start_time)
         assert [r.parameters["as_of"][:10] for r in runs] == [w.date().isoformat() for w in whens]
-        assert all(a.end_time <= b.start_time for a, b in zip(runs, runs[1:]))
+        assert all(a.end_time <= b.start_time for a, b in zip(runs, runs[1:], strict=False))
     # The store ends as ten one-at-a-time runs through the same dates leave it. They run
     # in a process of their own: Prefect keeps one slot-acquiring service per limit name
     # per process, bound to the API it first used, and this process has used the
@@ -264,7 +199,7 @@ def test_a_backfill_replays_each_profile_in_order_and_ends_as_sequential_runs(
     runs = "\n".join(f"decay(profile={profiles!r}, as_of=datetime.fromisoformat({w.isoformat()!r}))"
                      for w in whens)
     subprocess.run(
-        [sys.executable, "-c", f"from datetime import datetime\nfrom flows.decay import decay\n{runs}"],
+        [sys.executable, "-c", f"from datetime import datetime\nfrom reverie.flows.decay import decay\n{runs}"],
         cwd=project_root(), check=True, timeout=600,
         env={**os.environ, "REVERIE_DATABASE_URL": reference.url, "PREFECT_API_URL": stack.api},
     )
@@ -306,7 +241,7 @@ def test_two_concurrent_runs_for_one_profile_never_overlap(stack: Stack) -> None
     params = {"profile": "leo-tutor", "as_of": "2025-09-01T00:00:00Z"}
     runs = [run_deployment("full-consolidation/nightly", parameters=params, timeout=0,
                            idempotency_key=f"concurrency-test-{i}") for i in range(2)]
-    assert all(stack.wait_final(r.id, 300).state_type == StateType.COMPLETED for r in runs)
+    assert all(stack.wait_final(r.id).state_type == StateType.COMPLETED for r in runs)
     history = sorted(
         (r for r in stack.store.run_history(profile="leo-tutor", limit=None)
          if r.flow == "full-consolidation"),

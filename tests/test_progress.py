@@ -21,11 +21,11 @@ from typing import Any, TextIO
 
 import pytest
 
-from deployments import speed
-from deployments.backfill import backfill
-from deployments.cli import EXIT_OK, EXIT_REJECTED, main
-from deployments.progress import Bar, on_terminal
-from models.store import Store
+from reverie.deployments import speed
+from reverie.deployments.backfill import backfill
+from reverie.deployments.cli import EXIT_OK, EXIT_REJECTED, main
+from reverie.deployments.progress import Bar, on_terminal
+from reverie.models.store import Store
 
 START = datetime(2025, 7, 1)
 # What a bar looks like: "desc:  33%|███▎      | 1/3 [00:00<00:01, 2.0row/s]".
@@ -193,7 +193,7 @@ def test_ingest_on_a_terminal_shows_a_bar_of_its_records_without_their_content(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     stderr_on(terminal, monkeypatch)
-    monkeypatch.setattr("deployments.progress.MIN_INTERVAL_SECONDS", 0)  # draw every step
+    monkeypatch.setattr("reverie.deployments.progress.MIN_INTERVAL_SECONDS", 0)  # draw every step
     assert main(["ingest", str(jsonl), "--profile", "ana"]) == EXIT_REJECTED
     text = terminal.settle()
     # Three records (the blank line is not one), counted as the ingest goes.
@@ -217,7 +217,7 @@ def test_ingest_piped_prints_its_report_and_no_bar(
 def test_an_ingest_counts_every_record_once_as_it_goes(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("models.store.INGEST_CHUNK", 2)  # several chunks
+    monkeypatch.setattr("reverie.models.store.INGEST_CHUNK", 2)  # several chunks
     records: list[dict[str, Any]] = [
         {"id": f"m{i}", "content": f"memory number {i} about a train", "profile": "ana"}
         for i in range(5)
@@ -257,7 +257,7 @@ def test_an_ingest_counts_every_record_once_as_it_goes(
 LOAD_THE_MODEL = """
 import transformers  # first, as a program using Reverie as a library may: before the
                      # variable that turns the loading bar off is set
-from models.embeddings import get_embedder
+from reverie.models.embeddings import get_embedder
 get_embedder().encode(["a sentence"])
 """
 
@@ -293,10 +293,10 @@ class _Watched:
 def test_a_local_backfill_lists_each_date_on_the_terminal_as_it_finishes(
     sample_store: Store, terminal: Terminal, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from flows.catalog import FLOWS
+    from reverie.flows.catalog import FLOWS
 
     stderr_on(terminal, monkeypatch)
-    monkeypatch.setattr("deployments.backfill.api_configured", lambda: False)
+    monkeypatch.setattr("reverie.deployments.backfill.api_configured", lambda: False)
     watched = _Watched(FLOWS["decay"], terminal)
     monkeypatch.setitem(FLOWS, "decay", watched)
     report = backfill("decay", START, START + timedelta(days=2), timedelta(days=1), "maya")
@@ -311,7 +311,7 @@ def test_a_local_backfill_lists_each_date_on_the_terminal_as_it_finishes(
 def test_a_piped_backfill_writes_no_bar(
     sample_store: Store, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr("deployments.backfill.api_configured", lambda: False)
+    monkeypatch.setattr("reverie.deployments.backfill.api_configured", lambda: False)
     assert main(["backfill", "decay", "--from", "2025-07-01", "--to", "2025-07-02",
                  "--all", "--json"]) == EXIT_OK
     out, err = capsys.readouterr()
@@ -326,7 +326,7 @@ def test_a_piped_backfill_writes_no_bar(
 def test_a_flow_over_several_profiles_shows_them_finishing_on_the_terminal(
     sample_store: Store, terminal: Terminal, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from flows.catalog import FLOWS
+    from reverie.flows.catalog import FLOWS
 
     stderr_on(terminal, monkeypatch)
     profiles = sample_store.profiles()
@@ -343,7 +343,7 @@ def test_a_flow_with_no_terminal_or_one_profile_draws_no_bar(
     sample_store: Store, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
     terminal: Terminal,
 ) -> None:
-    from flows.catalog import FLOWS
+    from reverie.flows.catalog import FLOWS
 
     FLOWS["decay"](profile=None, as_of=START)
     assert _no_bar(capsys.readouterr().err)
@@ -359,7 +359,7 @@ def test_bench_counts_its_rows_on_the_terminal_and_prints_them_clean(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, terminal: Terminal,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from tasks.decay import decay
+    from reverie.tasks.decay import decay
 
     stderr_on(terminal, monkeypatch)
     monkeypatch.setattr(speed, "steps", lambda: [("decay", decay)])

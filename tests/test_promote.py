@@ -1,8 +1,8 @@
 from datetime import timedelta
 
-from models.config import PromotionConfig
-from models.tables import ACTIVE, COLD, PROMOTED
-from tasks.promote import plan_promotions
+from reverie.models.config import PromotionConfig
+from reverie.models.tables import ACTIVE, COLD, PROMOTED
+from reverie.tasks.promote import plan_promotions
 
 from factories import AS_OF, view
 

@@ -7,17 +7,17 @@ from datetime import timedelta
 import numpy as np
 import pytest
 
-from deployments.cli import EXIT_ERROR, EXIT_OK, main
-from flows.compress import compress
-from flows.consolidate_cold import consolidate_cold
-from flows.decay import decay
-from flows.full_consolidation import full_consolidation
-from models.config import ConsolidationConfig, ForgetConfig
-from models.errors import NotFoundError, StoreError
-from models.export import export_rows
-from models.store import Store
-from models.tables import COLD, CONSOLIDATION, HOT, INGESTED, SUMMARY_ORIGINS
-from tasks.recall import recall
+from reverie.deployments.cli import EXIT_ERROR, EXIT_OK, main
+from reverie.flows.compress import compress
+from reverie.flows.consolidate_cold import consolidate_cold
+from reverie.flows.decay import decay
+from reverie.flows.full_consolidation import full_consolidation
+from reverie.models.config import ConsolidationConfig, ForgetConfig
+from reverie.models.errors import NotFoundError, StoreError
+from reverie.models.export import export_rows
+from reverie.models.store import Store
+from reverie.models.tables import COLD, CONSOLIDATION, HOT, INGESTED, SUMMARY_ORIGINS
+from reverie.tasks.recall import recall
 
 from factories import AS_OF, at_cosine, axis
 

@@ -6,21 +6,19 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
 import psutil
 import pytest
-import yaml
 from sqlalchemy import create_engine, text
 
-from deployments.serve import (
+from reverie.deployments.serve import (
     LEASE_STORAGE_VARIABLE,
     PREFECT_DATABASE_VARIABLE,
     READY,
@@ -33,10 +31,11 @@ from deployments.serve import (
     start_stack,
     stop,
 )
-from models.errors import ConfigError
-from models.store import Store
+from reverie.models.errors import ConfigError
+from reverie.models.store import Store
 
 from conftest import TEST_POSTGRES, _create_postgres_database, _drop_postgres_database
+from prefect_stack import RUN_SECONDS, free_port, wait_for, write_prefect_file
 from stubborn_flow import CHILD_MARKER
 
 # Past the stop's own bound: Python's start-up and the last SIGKILLs landing.
@@ -69,16 +68,14 @@ def test_prefects_own_database_on_postgresql_holds_the_runs(
     tmp_path: Path, sample_store: Store
 ) -> None:
     prefect_db = _create_postgres_database()
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     server = start_server(port, tmp_path / "home", tmp_path / "server.log", prefect_db)
     try:
         # A run in a process of its own, as a worker's would be.
         env = {**os.environ, "PREFECT_API_URL": f"http://127.0.0.1:{port}/api",
                "REVERIE_DATABASE_URL": sample_store.url}
         done = subprocess.run(
-            [sys.executable, "-m", "deployments.cli", "run", "decay", "--profile", "maya",
+            [sys.executable, "-m", "reverie.deployments.cli", "run", "decay", "--profile", "maya",
              "--as-of", "2025-07-01"],
             env=env, cwd=project_root(), capture_output=True, text=True, timeout=300,
         )
@@ -96,34 +93,18 @@ def test_prefects_own_database_on_postgresql_holds_the_runs(
     assert "database is locked" not in (tmp_path / "server.log").read_text()
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def _wait_for(check: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.5)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-
-
-def _stubborn_prefect_file(folder: Path) -> Path:
-    """A prefect.yaml deploying tests/stubborn_flow.py alone: quick to deploy."""
-    spec = yaml.safe_load((project_root() / "prefect.yaml").read_text())
+def _stubborn_only(spec: dict[str, Any]) -> None:
     spec["deployments"] = [{
         "name": "stubborn",
         "entrypoint": "tests/stubborn_flow.py:stubborn",
         "work_pool": {"name": WORK_POOL, "work_queue_name": "default"},
     }]
     spec.pop("definitions", None)
-    path = folder / "prefect.yaml"
-    path.write_text(yaml.safe_dump(spec, sort_keys=False))
-    return path
+
+
+def _stubborn_prefect_file(folder: Path) -> Path:
+    """A prefect.yaml deploying tests/stubborn_flow.py alone: quick to deploy."""
+    return write_prefect_file(folder, _stubborn_only)
 
 
 @pytest.fixture
@@ -178,32 +159,37 @@ def test_a_signal_to_serve_ends_everything_it_started_within_the_bound(
 ) -> None:
     from prefect.deployments import run_deployment
 
-    port = _free_port()
+    port = free_port()
     log = tmp_path / "serve.out"
     # As a shell starts a background job: with SIGINT ignored, which serve must undo.
     serve = subprocess.Popen(
         ["sh", "-c", 'trap "" INT; exec "$@"', "sh", sys.executable, "-c",
-         "import sys; from pathlib import Path; from deployments.serve import serve; "
+         "import sys; from pathlib import Path; from reverie.deployments.serve import serve; "
          "sys.exit(serve(int(sys.argv[1]), Path(sys.argv[2]), prefect_file=Path(sys.argv[3])))",
          str(port), str(tmp_path / "home"), str(_stubborn_prefect_file(tmp_path))],
         cwd=project_root(), stdout=log.open("wb"), stderr=subprocess.STDOUT,
     )
     tree: list[psutil.Process] = []
     try:
-        _wait_for(lambda: serve.poll() is not None or READY in log.read_text(), 180,
-                  "serve to be up")
+        wait_for(lambda: serve.poll() is not None or READY in log.read_text(), 180,
+                 "serve to be up", diagnose=lambda: log.read_text()[-3000:])
         assert serve.poll() is None, log.read_text()[-3000:]
         with _api(port) as client:
             run = run_deployment("stubborn/stubborn", timeout=0, parameters={"stubborn": stubborn})
 
+            states: list[Any] = []
+
             def running_with_child() -> psutil.Process | None:
                 state = client.read_flow_run(run.id).state_type
+                states[:] = [state]
                 assert state.value in ("SCHEDULED", "PENDING", "RUNNING"), state
                 children = psutil.Process(serve.pid).children(recursive=True)
                 return state.value == "RUNNING" and next(
                     (p for p in children if CHILD_MARKER in p.cmdline()), None)
 
-            child = _wait_for(running_with_child, 120, "the flow run and its child")
+            child = wait_for(running_with_child, RUN_SECONDS, "the flow run and its child",
+                             progress=lambda: states[:],
+                             diagnose=lambda: log.read_text()[-3000:])
         flow_run = child.parent()
         tree = psutil.Process(serve.pid).children(recursive=True)
         commands = [" ".join(p.cmdline()) for p in tree]
@@ -215,7 +201,7 @@ def test_a_signal_to_serve_ends_everything_it_started_within_the_bound(
         signalled = time.monotonic()
         serve.send_signal(signum)
         assert serve.wait(timeout=STOP_SECONDS + STOP_SLACK_SECONDS) == 0
-        _wait_for(lambda: all(_gone(p) for p in tree), 2, "the killed processes to end")
+        wait_for(lambda: all(_gone(p) for p in tree), 2, "the killed processes to end")
         assert time.monotonic() - signalled < STOP_SECONDS + STOP_SLACK_SECONDS
     finally:
         stop([serve])
@@ -232,7 +218,7 @@ def test_a_restart_keeps_the_pool_paused_with_its_concurrency_limit(
 
     home, log, prefect_file = tmp_path / "home", tmp_path / "stack.log", _stubborn_prefect_file(
         tmp_path)
-    port = _free_port()
+    port = free_port()
     processes = start_stack(port, home, log, prefect_file)
     try:
         with _api(port) as client:
@@ -240,7 +226,7 @@ def test_a_restart_keeps_the_pool_paused_with_its_concurrency_limit(
             client.update_work_pool(WORK_POOL, WorkPoolUpdate(is_paused=True, concurrency_limit=3))
     finally:
         stop(processes)
-    port = _free_port()
+    port = free_port()
     processes = start_stack(port, home, log, prefect_file)
     try:
         with _api(port) as client:

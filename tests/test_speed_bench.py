@@ -8,11 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from deployments import speed
-from deployments.cli import main
-from deployments.speed import Result, check_search, exact_pairs, judge, peak_rss
-from deployments.synthetic import SyntheticSpec, layout, records
-from models.errors import ConfigError
+from reverie.deployments import speed
+from reverie.deployments.cli import main
+from reverie.deployments.speed import Result, check_search, exact_pairs, judge, peak_rss
+from reverie.deployments.synthetic import SyntheticSpec, layout, records
+from reverie.models.errors import ConfigError
 
 
 def test_the_same_spec_gives_the_same_store() -> None:
@@ -82,7 +82,7 @@ def test_search_check_is_exact_below_the_limit_and_sampled_above(
 
 
 def test_cell_search_recall_against_the_exact_baseline(monkeypatch: pytest.MonkeyPatch) -> None:
-    from tasks import similarity
+    from reverie.tasks import similarity
 
     monkeypatch.setattr(similarity, "EXACT_LIMIT", 1000)  # force cells on a small set
     _, vectors = records(SyntheticSpec(6000))
@@ -168,7 +168,7 @@ def test_bench_synthetic_refuses_bad_sizes(capsys: pytest.CaptureFixture[str]) -
 def test_an_interrupted_bench_keeps_the_rows_it_measured(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tasks.decay import decay
+    from reverie.tasks.decay import decay
 
     def interrupted(store: object, args: object) -> None:
         raise KeyboardInterrupt
@@ -186,7 +186,7 @@ def test_an_interrupted_bench_keeps_the_rows_it_measured(
 @pytest.mark.usefixtures("prefect_api")
 @pytest.mark.parametrize("flow", sorted(speed.FLOW_STEPS))
 def test_the_work_a_flow_is_compared_with_is_the_steps_it_runs(flow: str, sample_store) -> None:
-    from flows.catalog import FLOWS
+    from reverie.flows.catalog import FLOWS
 
     report = FLOWS[flow](profile="maya", as_of=speed.AS_OF, dry_run=True,
                          config=speed.bench_config())

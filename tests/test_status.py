@@ -1,7 +1,7 @@
 from datetime import datetime
 
-from deployments.status import Status, render
-from models.tables import RunRecord
+from reverie.deployments.status import Status, render
+from reverie.models.tables import RunRecord
 
 T = datetime(2025, 7, 1)
 

@@ -4,13 +4,13 @@ from datetime import datetime, timedelta
 import pytest
 from sqlalchemy import update
 
-from models.db import writing
-from models.errors import AmbiguousIdError, NotFoundError
-from models.export import export_jsonl
-from models.records import NewEdge
-from models.store import Store
-from models.tables import ASSOCIATION, COLD, HOT, Memory, Tombstone
-from tasks.recall import recall
+from reverie.models.db import writing
+from reverie.models.errors import AmbiguousIdError, NotFoundError
+from reverie.models.export import export_jsonl
+from reverie.models.records import NewEdge
+from reverie.models.store import Store
+from reverie.models.tables import ASSOCIATION, COLD, HOT, Memory, Tombstone
+from reverie.tasks.recall import recall
 
 from factories import record
 
@@ -101,7 +101,7 @@ def test_counts_by_tier(store: Store) -> None:
 
 
 def test_whole_profile_id_lists_go_in_chunks(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
-    import models.store as store_module
+    import reverie.models.store as store_module
 
     monkeypatch.setattr(store_module, "IN_CHUNK", 2)
     store.ingest([record(f"fact {i}", id=f"f{i}") for i in range(7)], profile="p")
@@ -116,11 +116,11 @@ def test_whole_profile_id_lists_go_in_chunks(store: Store, monkeypatch: pytest.M
 def test_bulk_updates_write_every_chunk_and_only_the_named_profile(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import models.store
+    import reverie.models.store
 
     store.ingest([record(f"fact {k}", id=f"a{k}") for k in range(5)], profile="a")
     store.ingest([record("other", id="b0")], profile="b")
-    monkeypatch.setattr(models.store, "BULK_SET_CHUNK", 2)  # 5 rows: chunks of 2, 2 and 1
+    monkeypatch.setattr(reverie.models.store, "BULK_SET_CHUNK", 2)  # 5 rows: chunks of 2, 2 and 1
     ids = [m.id for m in store.memories("a")]
     other = store.memories("b")[0].id
     store.set_relevance("a", [(mid, k / 10) for k, mid in enumerate(ids)] + [(other, 0.9)])

@@ -15,13 +15,13 @@ import httpx
 import pytest
 from sqlalchemy.exc import IntegrityError, OperationalError
 
-from flows.lightweight_consolidation import lightweight_consolidation
-from models.errors import ConfigError, RecordError, TransientError
-from models.store import Store
-from models.transient import backoff, is_transient, retrying
+from reverie.flows.lightweight_consolidation import lightweight_consolidation
+from reverie.models.errors import ConfigError, RecordError, TransientError
+from reverie.models.store import Store
+from reverie.models.transient import backoff, is_transient, retrying
 
 from conftest import TEST_POSTGRES, _create_postgres_database, _drop_postgres_database, clone_sample
-from test_platform import free_port
+from prefect_stack import free_port
 
 
 def _status(code: int) -> httpx.HTTPStatusError:

@@ -6,7 +6,7 @@ from alembic import context
 from sqlalchemy import create_engine
 from sqlmodel import SQLModel
 
-import models.tables  # noqa: F401 - the tables the migrations describe
+import reverie.models.tables  # noqa: F401 - the tables the migrations describe
 
 target_metadata = SQLModel.metadata
 
@@ -16,7 +16,7 @@ def run() -> None:
     if connection is not None:
         _migrate(connection)
         return
-    from models.settings import get_settings, resolve_database_url
+    from reverie.models.settings import get_settings, resolve_database_url
 
     url = context.config.get_main_option("sqlalchemy.url") or get_settings().database_url
     with create_engine(resolve_database_url(url)).connect() as conn:

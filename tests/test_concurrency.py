@@ -115,11 +115,20 @@ def test_a_busy_profile_is_waited_for_then_refused(
 
 @pytest.mark.usefixtures("prefect_api")
 def test_a_busy_profile_holds_up_no_other_and_its_wait_is_reported(
-    sample_store: Store, run_log: list[str]
+    sample_store: Store, run_log: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A run works on the free profiles while it waits for a busy one, and holds each
     only while working on it: raj is given back while maya is still busy elsewhere."""
-    busy_for = 4.0
+    busy_for = 6.0
+    original = blocks.plan_blocks
+
+    def slow(*args, **kwargs):  # type: ignore[no-untyped-def]
+        # raj's hold must outlast a few of the watcher's samples: on a loaded machine
+        # its steps took less than one sample's gap, and the test saw no hold at all.
+        time.sleep(1.0)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(blocks, "plan_blocks", slow)
     sample_store.acquire_leases(["maya"], "someone-else", 600)
     samples: list[dict[str, str]] = []
     stop = threading.Event()

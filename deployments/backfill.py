@@ -94,7 +94,7 @@ def _locally(
 ) -> BackfillReport:
     from reverie.flows.catalog import FLOWS
     from reverie.flows.run import wait_for_run_history
-    from reverie.deployments.local_server import use_local_api
+    from reverie.deployments.local_server import local_api
 
     report = BackfillReport(flow, "local")
     profiles = set(store.resolve_profiles(profile))
@@ -108,8 +108,8 @@ def _locally(
                 bar.describe(f"{len(report.skipped)} already done")
                 bar.update()
                 continue
-            use_local_api()
-            last = flow_fn(profile=profile, as_of=when)
+            with local_api():  # each date: a server killed meanwhile is replaced
+                last = flow_fn(profile=profile, as_of=when)
             report.created.append(when.isoformat())
             bar.update()
             # Each date as it finishes: a backfill of many dates runs for minutes.

@@ -43,7 +43,7 @@ def run_demo(database: Path | None = None) -> int:
 
 
 def _demo(url: str, path: Path) -> int:
-    from reverie.deployments.local_server import use_local_api
+    from reverie.deployments.local_server import local_api
     from reverie.flows.full_consolidation import full_consolidation
     from reverie.flows.run import wait_for_run_history
 
@@ -58,8 +58,8 @@ def _demo(url: str, path: Path) -> int:
     before = {p: store.counts(p) for p in profiles}
 
     print(f"Running full consolidation as of {DEMO_AS_OF:%Y-%m-%d} (a Prefect flow)...")
-    ui = use_local_api()
-    report = full_consolidation(profile=None, as_of=DEMO_AS_OF)
+    with local_api() as ui:
+        report = full_consolidation(profile=None, as_of=DEMO_AS_OF)
     wait_for_run_history(report.run_id)
 
     steps: dict[str, dict[str, StepReport]] = defaultdict(dict)

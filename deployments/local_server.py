@@ -88,9 +88,30 @@ def use_local_api() -> str | None:
     return server.url
 
 
+@contextmanager
+def local_api() -> Iterator[str | None]:
+    """``use_local_api`` for the flow runs inside the ``with``, without Prefect's flow-run
+    heartbeats when the API is a local server (shared or temporary); a configured
+    ``PREFECT_API_URL`` keeps them. Heartbeats let an automation mark a run whose process
+    died as crashed, which nobody sets up on a private local server, and ending them
+    holds up every flow run by up to a second (Prefect's heartbeat thread looks for the
+    run's end once a second)."""
+    from reverie.models.events import api_configured
+
+    configured = api_configured()
+    url = use_local_api()
+    if configured:
+        yield url
+        return
+    from prefect.settings import temporary_settings
+
+    with temporary_settings(updates={"flows.heartbeat_frequency": None}):
+        yield url
+
+
 def running(home: Path) -> LocalServer | None:
     """The local server of ``home`` if it is alive and answers."""
-    server = _read_state(home)
+    server = read_state(home)
     if server is None or not _alive(server.pid):
         return None
     return server if _healthy(server.api_url) else None
@@ -99,7 +120,7 @@ def running(home: Path) -> LocalServer | None:
 def stop(home: Path) -> LocalServer | None:
     """Stop the local server of ``home``; the one stopped, or None if none ran."""
     with _locked(home):
-        server = _read_state(home)
+        server = read_state(home)
         if server is None:
             return None
         _end(server.pid)
@@ -109,7 +130,7 @@ def stop(home: Path) -> LocalServer | None:
 
 def _start(home: Path, idle_seconds: float) -> LocalServer:
     home.mkdir(parents=True, exist_ok=True)
-    stale = _read_state(home)
+    stale = read_state(home)
     if stale is not None and _alive(stale.pid):
         _end(stale.pid)  # alive but not answering: it would never serve a command again
     (home / STATE_FILE).unlink(missing_ok=True)
@@ -131,7 +152,7 @@ def _start(home: Path, idle_seconds: float) -> LocalServer:
             raise ReverieError(
                 f"the local Prefect server exited with code {process.returncode} while "
                 f"starting; see {home / LOG_FILE}")
-        server = _read_state(home)
+        server = read_state(home)
         if server is not None and server.pid == process.pid and _healthy(server.api_url):
             return server
         time.sleep(0.1)
@@ -144,10 +165,11 @@ def _point_prefect_at(api_url: str) -> None:
     # Through the environment, so that child processes (Dask workers) use it too, and
     # a refreshed global context, so that every thread of this process does (Prefect's
     # events worker runs in its own, outside any settings context a `with` would open).
-    from prefect.context import refresh_global_settings_context
-
     os.environ["PREFECT_API_URL"] = api_url
-    refresh_global_settings_context()
+    if "prefect.context" in sys.modules:  # else Prefect reads it when first imported
+        from prefect.context import refresh_global_settings_context
+
+        refresh_global_settings_context()
 
 
 def _keep_touching(home: Path, server: LocalServer) -> None:
@@ -183,7 +205,7 @@ def _locked(home: Path) -> Iterator[None]:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-def _read_state(home: Path) -> LocalServer | None:
+def read_state(home: Path) -> LocalServer | None:
     try:
         return LocalServer(**json.loads((home / STATE_FILE).read_text()))
     except (FileNotFoundError, ValueError, TypeError):
@@ -268,7 +290,7 @@ def _serve(home: Path, port: int, idle_seconds: float) -> None:
     me = LocalServer(os.getpid(), port, idle_seconds)
     threading.Thread(target=_stop_when_unused, args=(server, home, me), daemon=True).start()
     server.run()
-    if (current := _read_state(home)) is not None and current.pid == me.pid:
+    if (current := read_state(home)) is not None and current.pid == me.pid:
         (home / STATE_FILE).unlink(missing_ok=True)
 
 
@@ -283,7 +305,7 @@ def _stop_when_unused(server: object, home: Path, me: LocalServer) -> None:
         time.sleep(check)
         try:
             state = home / STATE_FILE
-            replaced = _read_state(home) != me
+            replaced = read_state(home) != me
             unused = time.time() - state.stat().st_mtime > me.idle_seconds
         except FileNotFoundError:
             replaced = True

@@ -230,3 +230,20 @@ def test_the_default_store_is_the_same_from_any_folder_and_status_names_it(
     assert shown.returncode == EXIT_OK, shown.stderr
     assert shown.stdout.startswith(f"store: sqlite:///{tmp_path / 'data' / 'reverie' / 'reverie.db'}")
     assert not (here / ".reverie").exists() and not (there / ".reverie").exists()
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly(tmp_path: Path) -> None:
+    # `reverie consolidations | head -1`: the rest of the output has nowhere to go.
+    store = Store(f"sqlite:///{tmp_path / 'pipe.db'}")
+    store.ingest_jsonl(SAMPLE_STORE)
+    env = {**os.environ, "REVERIE_DATABASE_URL": store.url}
+    command = [sys.executable, "-m", "reverie.deployments.cli", "export", "--profile", "maya"]
+    with subprocess.Popen(command, env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE) as process:
+        assert process.stdout is not None and process.stderr is not None
+        process.stdout.readline()
+        process.stdout.close()
+        error = process.stderr.read().decode()
+        code = process.wait(timeout=120)
+    assert "Traceback" not in error and "BrokenPipe" not in error, error
+    assert code == 1

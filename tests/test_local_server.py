@@ -20,10 +20,10 @@ import httpx
 import pytest
 
 from conftest import clone_sample
-from reverie.deployments.local_server import STATE_FILE, LocalServer, stop
+from reverie.deployments import local_server
+from reverie.deployments.local_server import LocalServer, local_api, read_state, stop
 from reverie.models.store import Store
 
-pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -52,12 +52,6 @@ def local(sample_template: Path, new_store: Callable[[str], Store], tmp_path: Pa
     stop(home)
 
 
-def _state(home: Path) -> LocalServer | None:
-    try:
-        return LocalServer(**json.loads((home / STATE_FILE).read_text()))
-    except FileNotFoundError:
-        return None
-
 
 def _alive(pid: int) -> bool:
     try:
@@ -84,6 +78,7 @@ def _wait(condition: Callable[[], bool], seconds: float, what: str) -> None:
         time.sleep(0.2)
 
 
+@pytest.mark.slow
 def test_commands_share_one_server_that_records_their_runs_and_stops_on_request(local) -> None:
     home = local.home
     first = local("consolidate", "lightweight", "--all", "--as-of", "2025-07-01", "--json")
@@ -91,14 +86,14 @@ def test_commands_share_one_server_that_records_their_runs_and_stops_on_request(
     assert "started a local Prefect server" in first.stderr
     # Prefect's console logs only with -v: the report is all a user sees.
     assert "| INFO" not in first.stderr and "Traceback" not in first.stderr, first.stderr
-    server = _state(home)
+    server = read_state(home)
     assert server is not None and _alive(server.pid)
 
     second = local("-v", "run", "decay", "--all", "--as-of", "2025-07-02", "--json")
     assert second.returncode == 0, second.stderr[-3000:]
     assert "started a local Prefect server" not in second.stderr
     assert "Finished in state Completed" in second.stderr  # -v shows Prefect's logs
-    assert _state(home) == server  # the same server, not a second one
+    assert read_state(home) == server  # the same server, not a second one
 
     runs = {json.loads(done.stdout)["run_id"] for done in (first, second)}
     _wait(lambda: runs <= set(_flow_runs(server)), 60, "both runs on the server")
@@ -111,15 +106,16 @@ def test_commands_share_one_server_that_records_their_runs_and_stops_on_request(
     stopped = local("server", "stop")
     assert server.url in stopped.stdout
     _wait(lambda: not _alive(server.pid), 30, "the stopped server to exit")
-    assert _state(home) is None
+    assert read_state(home) is None
     assert "no local Prefect server runs" in local("server", "stop").stdout
 
 
+@pytest.mark.slow
 def test_a_killed_server_is_replaced_and_its_runs_kept(local) -> None:
     home = local.home
     first = local("run", "decay", "--all", "--as-of", "2025-07-01", "--json")
     assert first.returncode == 0, first.stderr[-3000:]
-    killed = _state(home)
+    killed = read_state(home)
     assert killed is not None
     run = json.loads(first.stdout)["run_id"]
     _wait(lambda: run in _flow_runs(killed), 60, "the first run on the server")
@@ -129,12 +125,13 @@ def test_a_killed_server_is_replaced_and_its_runs_kept(local) -> None:
     second = local("run", "decay", "--all", "--as-of", "2025-07-02", "--json")
     assert second.returncode == 0, second.stderr[-3000:]
     assert "started a local Prefect server" in second.stderr
-    replacement = _state(home)
+    replacement = read_state(home)
     assert replacement is not None and replacement.pid != killed.pid
     # The same Prefect database: the run recorded before the kill is still there.
     assert run in _flow_runs(replacement)
 
 
+@pytest.mark.slow
 def test_commands_started_together_start_one_server_which_stops_when_unused(local) -> None:
     home = local.home
     commands = [local("run", "decay", "--profile", profile, "--as-of", "2025-07-01",
@@ -142,8 +139,36 @@ def test_commands_started_together_start_one_server_which_stops_when_unused(loca
     outputs = [command.communicate(timeout=300) for command in commands]
     assert [c.returncode for c in commands] == [0, 0], [err[-2000:] for _, err in outputs]
     assert sum("started a local Prefect server" in err for _, err in outputs) == 1
-    server = _state(home)
+    server = read_state(home)
     assert server is not None and server.idle_seconds == 10
     # Nobody uses it any more: it stops itself and takes its state file with it.
     _wait(lambda: not _alive(server.pid), 60, "the unused server to stop")
-    assert _state(home) is None
+    assert read_state(home) is None
+
+
+def _heartbeat_inside_local_api(monkeypatch: pytest.MonkeyPatch, configured: bool) -> object:
+    from prefect.settings import get_current_settings
+
+    monkeypatch.setattr(local_server, "use_local_api", lambda: "http://127.0.0.1:1")
+    monkeypatch.setattr("reverie.models.events.api_configured", lambda: configured)
+    with local_api() as url:
+        assert url == "http://127.0.0.1:1"
+        return get_current_settings().flows.heartbeat_frequency
+
+
+def test_flow_runs_on_a_local_server_send_no_heartbeats(monkeypatch: pytest.MonkeyPatch) -> None:
+    from prefect.settings import get_current_settings
+
+    default = get_current_settings().flows.heartbeat_frequency
+    assert default is not None  # Prefect's default sends them
+    assert _heartbeat_inside_local_api(monkeypatch, configured=False) is None
+    assert get_current_settings().flows.heartbeat_frequency == default  # only inside
+
+
+def test_flow_runs_on_a_configured_api_keep_their_heartbeats(
+    monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from prefect.settings import get_current_settings
+
+    default = get_current_settings().flows.heartbeat_frequency
+    assert _heartbeat_inside_local_api(monkeypatch, configured=True) == default

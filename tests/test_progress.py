@@ -298,7 +298,7 @@ def test_a_local_backfill_lists_each_date_on_the_terminal_as_it_finishes(
     stderr_on(terminal, monkeypatch)
     monkeypatch.setattr("reverie.deployments.backfill.api_configured", lambda: False)
     watched = _Watched(FLOWS["decay"], terminal)
-    monkeypatch.setitem(FLOWS, "decay", watched)
+    monkeypatch.setattr("reverie.flows.decay.decay", watched)
     report = backfill("decay", START, START + timedelta(days=2), timedelta(days=1), "maya")
     assert len(report.created) == 3
     assert watched.seen_before == [True, True]  # not all at the end

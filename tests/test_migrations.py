@@ -14,7 +14,7 @@ from sqlalchemy import create_engine, inspect, text
 from sqlmodel import SQLModel
 
 from reverie.models import outbox
-from reverie.models.db import MIGRATIONS, dispose, engine_for, reading, writing
+from reverie.models.db import MIGRATIONS, SCHEMA_HEAD, dispose, engine_for, reading, writing
 from reverie.models.embeddings import DIMENSION, to_blob
 from reverie.models.settings import resolve_database_url
 from reverie.models.store import Store
@@ -22,6 +22,14 @@ from reverie.models.events import session_events
 from reverie.models.tables import RunRecord
 
 HEAD = "0004"
+
+
+def test_the_schema_head_the_store_checks_is_the_newest_migration() -> None:
+    from alembic.script import ScriptDirectory
+
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    assert ScriptDirectory.from_config(config).get_current_head() == SCHEMA_HEAD == HEAD
 
 
 def alembic(url: str, target: str) -> None:

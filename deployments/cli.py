@@ -156,7 +156,8 @@ def _parser() -> argparse.ArgumentParser:
         description="Send the waiting events to the Prefect API ($PREFECT_API_URL), oldest "
                     "first. Exit code 0 once none is left.")
     f.add_argument("--timeout", type=float, default=30.0,
-                   help="seconds to keep sending, and to wait for another sender (default 30)")
+                   help="seconds to keep sending, to wait for another sender and to try again "
+                        "while the API does not answer (default 30)")
     f.add_argument("--json", action="store_true")
     f.set_defaults(handler=_events_flush)
 
@@ -626,14 +627,19 @@ def _events_flush(args: argparse.Namespace) -> int:
 
     url = _store().url
     give_up = time.monotonic() + args.timeout
-    sent = 0
+    sent, pause = 0, 0.5
     while True:
         result = flush(url, budget=max(0.0, give_up - time.monotonic()))
         sent += result.sent
-        # Another process is sending: it takes everything before it stops; wait for it.
-        if result.outcome is not Outcome.BUSY or time.monotonic() >= give_up:
+        left = give_up - time.monotonic()
+        # Another process is sending (it takes everything before it stops), or the API
+        # did not answer in time (a server starting or restarting): try again while
+        # --timeout lasts, less often each time.
+        if result.outcome not in (Outcome.BUSY, Outcome.UNREACHABLE) or left <= 0:
             break
-        time.sleep(0.5)
+        time.sleep(min(pause, left))
+        if result.outcome is Outcome.UNREACHABLE:
+            pause = min(pause * 2, 5.0)
     if args.json:
         _print_json({"outcome": result.outcome.value, "sent": sent,
                      "pending": result.pending, "error": result.error})
@@ -642,8 +648,9 @@ def _events_flush(args: argparse.Namespace) -> int:
     if result.pending == 0:
         return EXIT_OK
     reasons = {
-        Outcome.UNREACHABLE: f"the Prefect API did not take them ({result.error}); "
-                             "they stay in the store: flush again once it answers",
+        Outcome.UNREACHABLE: f"the Prefect API did not take them ({result.error}) in "
+                             f"{args.timeout:g} s; they stay in the store: flush again "
+                             "once it answers",
         Outcome.NO_API: "no Prefect API is configured: set PREFECT_API_URL",
         Outcome.BUSY: "another process is still sending them",
         Outcome.INCOMPLETE: "time ran out: flush again to send the rest",

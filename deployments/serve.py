@@ -96,10 +96,18 @@ def _prefect(*args: str) -> list[str]:
     return [found, *args]
 
 
-def wait_healthy(port: int, timeout: float = 90.0) -> None:
+def wait_healthy(port: int, timeout: float = 90.0,
+                 server: subprocess.Popen[bytes] | None = None, log: Path | None = None) -> None:
+    """Wait for the Prefect server on ``port`` to answer; fail at once if ``server``, its
+    process, exits meanwhile (a port taken, a database it cannot open), naming ``log``."""
     deadline = time.monotonic() + timeout
     url = f"http://127.0.0.1:{port}/api/health"
     while time.monotonic() < deadline:
+        if server is not None and server.poll() is not None:
+            where = f"; its log: {log}" if log is not None else ""
+            raise ReverieError(
+                f"the Prefect server exited with code {server.returncode} before it "
+                f"answered on {url}{where}")
         try:
             with urllib.request.urlopen(url, timeout=2) as response:
                 if response.status == 200:
@@ -123,7 +131,7 @@ def start_server(
         env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT, start_new_session=True,
     )
     try:
-        wait_healthy(port)
+        wait_healthy(port, server=server, log=log)
     except BaseException:
         stop([server])
         raise

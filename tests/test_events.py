@@ -223,11 +223,33 @@ def test_the_events_command_lists_and_flushes(
     assert main(["events", "flush", "--timeout", "1"]) == EXIT_ERROR
     out, err = capsys.readouterr()
     assert out == "sent 0, waiting 2\n"
-    assert "2 event(s) not sent: the Prefect API did not take them (refused)" in err
+    assert "2 event(s) not sent: the Prefect API did not take them (refused) in 1 s" in err
+    assert len(api.offered) >= 2  # tried again within the second, not once
     api.answer = None
     assert main(["events", "flush", "--json"]) == EXIT_OK
     assert json.loads(capsys.readouterr().out) == {
         "outcome": "delivered", "sent": 2, "pending": 0, "error": None}
+
+
+def test_flushing_tries_again_until_the_api_answers(
+    store: Store, api: FakeApi, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from reverie.deployments.cli import EXIT_OK, main
+
+    store.ingest([record(f"fact {i}") for i in range(50)], profile="ana")
+    refusing = api.send
+
+    def back_on_the_third_try(batch: list[events.ProfileEvent], url: str
+                              ) -> BaseException | None:
+        if len(api.offered) == 2:
+            api.answer = None  # the server is up again
+        return refusing(batch, url)
+
+    monkeypatch.setattr(events, "_send", back_on_the_third_try)
+    assert main(["events", "flush", "--timeout", "30"]) == EXIT_OK
+    assert capsys.readouterr().out == "sent 2, waiting 0\n"
+    assert len(api.offered) == 3 and api.delivered == [api.offered[-1]]
 
 
 def test_senders_at_the_same_time_send_each_event_once(

@@ -234,3 +234,18 @@ def test_a_restart_keeps_the_pool_paused_with_its_concurrency_limit(
     finally:
         stop(processes)
     assert (pool.is_paused, pool.concurrency_limit) == (True, 3)
+
+
+def test_a_server_that_cannot_start_is_reported_at_once_with_its_log(tmp_path: Path) -> None:
+    import socket
+
+    from reverie.models.errors import ReverieError
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        log = tmp_path / "server.log"
+        with pytest.raises(ReverieError, match=r"exited with code \d+ before it answered") as err:
+            start_server(port, tmp_path / "home", log)
+    assert str(log) in str(err.value)

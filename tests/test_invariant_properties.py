@@ -1,0 +1,208 @@
+"""Properties over generated stores: the invariants hold whatever the store holds.
+
+Each example is a store of two profiles with a few to a dozen memories each: kinds,
+entities and layers from small pools (so that cold consolidation finds notes), ages
+up to two years (so that decay, compression and promotion find work), vectors in a few
+near-duplicate directions (so that dedup and clustering group them; no embedding model
+is needed to ingest), and links between them. Then every step runs for one profile:
+
+- nothing is lost: every memory ingested is still there, hot or cold, with its words;
+- the other profile is untouched, and no consolidation names a memory of another;
+- each flow run again at the same ``as_of`` changes nothing;
+- undoing every consolidation brings back exactly the memories ingested, in the tiers
+  they had, and removes every summary;
+- a dry run of the whole full-consolidation flow writes nothing (run through Prefect).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from reverie.models.errors import StoreError
+from reverie.models.export import export_jsonl
+from reverie.models.store import UNDOABLE, Store
+from reverie.models.tables import COLD, HOT, INGESTED
+
+from factories import at_cosine
+from reverie.tasks.blocks import compile_blocks
+from reverie.tasks.cluster import cluster
+from reverie.tasks.cold import consolidate_cold
+from reverie.tasks.compress import compress_fading
+from reverie.tasks.decay import decay
+from reverie.tasks.dedup import dedup, dedup_new_summaries
+from reverie.tasks.edge_decay import decay_edges
+from reverie.tasks.importance import graph_importance
+from reverie.tasks.linking import link_summaries
+from reverie.tasks.promote import promote
+from reverie.tasks.step import StepArgs
+from test_ingest_properties import CONFIG, run_steps
+
+AS_OF = datetime(2026, 1, 1)
+PROFILES = ("ada", "bo")
+DIRECTIONS = [at_cosine(c, base=0, other=1).tolist() for c in (0.99, 0.985, 0.98)] + [
+    at_cosine(c, base=2, other=3).tolist() for c in (0.99, 0.97)] + [
+    at_cosine(0.2, base=4, other=5).tolist()]
+KINDS = ["semantic", "episodic", "decision", "preference", "pattern", "insight"]
+ENTITIES = [None, "billing", "onboarding"]
+LAYERS = [None, "implementation", "context", "emotion"]
+# The steps of each flow, in the order the flow runs them.
+FLOWS_STEPS = (
+    (decay,),
+    (dedup, compress_fading, dedup_new_summaries, decay_edges, promote, compile_blocks,
+     link_summaries, graph_importance),
+    (cluster,),
+    (consolidate_cold,),
+)
+# Each example is a new store (on PostgreSQL, a new database): a few dozen are plenty.
+SETTINGS = settings(
+    max_examples=40, deadline=None, database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
+                           HealthCheck.data_too_large])
+
+
+@st.composite
+def memory(draw: st.DrawFn, n: int) -> dict[str, Any]:
+    age = draw(st.integers(0, 730))
+    used = draw(st.integers(0, 6))
+    return {
+        "id": f"m{n}",
+        "content": f"Memory {n}: {draw(st.sampled_from(['the retry policy', 'the deploy', 'a lunch', 'the schema']))}",
+        "embedding": draw(st.sampled_from(DIRECTIONS)),
+        "kind": draw(st.sampled_from(KINDS)),
+        "entity": draw(st.sampled_from(ENTITIES)),
+        "layer": draw(st.sampled_from(LAYERS)),
+        "importance": draw(st.sampled_from([0.1, 0.5, 0.9])),
+        "confidence": draw(st.sampled_from([0.3, 0.8])),
+        "access_count": used,
+        "protected": draw(st.booleans()),
+        "created_at": (AS_OF - timedelta(days=age)).isoformat(),
+        "last_accessed_at": (AS_OF - timedelta(days=draw(st.integers(0, age)))).isoformat()
+        if used else None,
+    }
+
+
+@st.composite
+def profile_records(draw: st.DrawFn) -> list[dict[str, Any]]:
+    size = draw(st.integers(3, 12))
+    memories = [draw(memory(n)) for n in range(size)]
+    edges = [
+        {"type": "edge", "source": f"m{a}", "target": f"m{b}",
+         "weight": draw(st.sampled_from([0.3, 0.9]))}
+        for a, b in draw(st.sets(st.tuples(st.integers(0, size - 1), st.integers(0, size - 1))
+                                 .filter(lambda p: p[0] != p[1]), max_size=size))
+    ]
+    return [*memories, *edges]
+
+
+stores = st.fixed_dictionaries({p: profile_records() for p in PROFILES})
+_names = itertools.count()
+
+
+def _ingested(new_store: Callable[[str], Store], records: dict[str, list[dict[str, Any]]]
+              ) -> Store:
+    store = new_store(f"inv{next(_names)}")
+    for profile, rows in records.items():
+        report = store.ingest(rows, profile=profile)
+        assert not report.errors, report.errors
+    return store
+
+
+def _memories(store: Store, profile: str) -> dict[str, dict[str, Any]]:
+    return {m.external_id or m.id: {"id": m.id, "content": m.content, "tier": m.tier,
+                                    "origin": m.origin}
+            for m in store.memories(profile, tiers=(HOT, COLD))}
+
+
+def _undo_everything(store: Store, profile: str) -> None:
+    """Undo every undoable consolidation, newest first; one whose summary a later one
+    absorbed waits for that one (the store says so), as an operator would."""
+    left = [c.id for c in store.consolidations(profile, limit=10_000)
+            if c.operation in UNDOABLE and c.undone_at is None]
+    while left:
+        waiting = []
+        for ident in left:
+            try:
+                store.undo(ident, profile, at=AS_OF)
+            except StoreError as exc:
+                assert "first" in str(exc), str(exc)
+                waiting.append(ident)
+        assert len(waiting) < len(left), f"undo is stuck on {waiting}"
+        left = waiting
+
+
+@SETTINGS
+@given(records=stores)
+def test_steps_lose_nothing_touch_no_other_profile_and_repeat_to_nothing(
+    new_store: Callable[[str], Store], records: dict[str, list[dict[str, Any]]]
+) -> None:
+    store = _ingested(new_store, records)
+    ada, bo = PROFILES
+    before = _memories(store, ada)
+    other_before = export_jsonl(store.url, bo)
+
+    run_steps(store, ada, AS_OF)
+
+    after = _memories(store, ada)
+    for external, row in before.items():  # nothing lost, words unchanged
+        assert external in after, f"{external} is gone"
+        assert after[external]["content"] == row["content"]
+    assert export_jsonl(store.url, bo) == other_before  # the other profile is untouched
+    own = {row["id"] for row in after.values()}
+    for c in store.consolidations(ada, limit=10_000):
+        named = set(c.member_ids or []) | ({c.summary_id} if c.summary_id else set())
+        assert named <= own, f"{c.id} names memories of another profile"
+
+    # Each flow's steps, run again at once, change nothing. (Different flows feed one
+    # another: a meta-memory that clustering adds is new input for the next full
+    # consolidation's graph scores; and decay scores the summaries made after it ran.)
+    for flow in FLOWS_STEPS:
+        for step in flow:
+            step(store, StepArgs(store.url, ada, AS_OF, CONFIG))
+        once = export_jsonl(store.url, ada)
+        for step in flow:
+            step(store, StepArgs(store.url, ada, AS_OF, CONFIG))
+        assert export_jsonl(store.url, ada) == once, [s.__name__ for s in flow]
+
+
+@SETTINGS
+@given(records=stores)
+def test_undoing_every_consolidation_brings_back_exactly_what_was_ingested(
+    new_store: Callable[[str], Store], records: dict[str, list[dict[str, Any]]]
+) -> None:
+    store = _ingested(new_store, records)
+    ada = PROFILES[0]
+    before = _memories(store, ada)
+    run_steps(store, ada, AS_OF)
+    _undo_everything(store, ada)
+    restored = {k: v for k, v in _memories(store, ada).items()}
+    assert {k for k, v in restored.items() if v["origin"] != INGESTED} == set()
+    assert {k: (v["content"], v["tier"]) for k, v in restored.items()} == {
+        k: (v["content"], v["tier"]) for k, v in before.items()}
+    assert all(v["tier"] == HOT for v in before.values())
+
+
+@pytest.mark.usefixtures("prefect_api")
+@settings(SETTINGS, max_examples=8)
+@given(records=stores)
+def test_a_dry_run_of_full_consolidation_writes_nothing(
+    new_store: Callable[[str], Store], records: dict[str, list[dict[str, Any]]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from reverie.flows.full_consolidation import full_consolidation
+
+    store = _ingested(new_store, records)
+    monkeypatch.setenv("REVERIE_DATABASE_URL", store.url)
+    exports = {p: export_jsonl(store.url, p, include_run_ids=True) for p in PROFILES}
+    counts = {p: store.counts(p) for p in PROFILES}
+    report = full_consolidation(profile=list(PROFILES), as_of=AS_OF, dry_run=True)
+    assert report.dry_run
+    assert {p: export_jsonl(store.url, p, include_run_ids=True) for p in PROFILES} == exports
+    assert {p: store.counts(p) for p in PROFILES} == counts
+    assert store.run_history(flow="full-consolidation", as_of=AS_OF, limit=None) == []

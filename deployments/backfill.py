@@ -93,7 +93,7 @@ def _locally(
     flow: str, whens: list[datetime], profile: str | list[str] | None, store: Store
 ) -> BackfillReport:
     from reverie.flows.catalog import FLOWS
-    from reverie.flows.run import wait_for_run_history
+    from reverie.flows.runtime import wait_for_run_history
     from reverie.deployments.local_server import local_api
 
     report = BackfillReport(flow, "local")

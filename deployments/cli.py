@@ -24,7 +24,7 @@ from reverie.models.tables import Memory, Tombstone
 from reverie.models.timestamps import parse_timestamp
 
 if TYPE_CHECKING:
-    from reverie.flows.run import RunReport
+    from reverie.flows.report import RunReport
 
 EXIT_OK, EXIT_REJECTED, EXIT_ERROR = 0, 1, 2
 
@@ -472,7 +472,7 @@ def run_flow(
     """Run a flow by its short name in this process (against PREFECT_API_URL if set)."""
     from reverie.deployments.local_server import local_api
     from reverie.flows.catalog import FLOWS
-    from reverie.flows.run import wait_for_run_history
+    from reverie.flows.runtime import wait_for_run_history
 
     with local_api():
         report = FLOWS[name](
@@ -564,7 +564,6 @@ def _backfill(args: argparse.Namespace) -> int:
 
 def _status(args: argparse.Namespace) -> int:
     from reverie.deployments.status import as_json, collect, render
-
     from reverie.models.settings import display_url
 
     store = _store()
@@ -755,9 +754,8 @@ def _memory_json(m: Memory | Any) -> dict[str, Any]:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from reverie.models.export import export_jsonl
-
     from reverie.models.backup import backup_lines
+    from reverie.models.export import export_jsonl
 
     store = _store()
     store.resolve_profiles(args.profile)
@@ -809,10 +807,8 @@ def _bench_synthetic(args: argparse.Namespace) -> int:
     # Prefect reads these when it is first imported: keep its console to warnings.
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    from reverie.deployments.speed import as_json, bench_synthetic, render_markdown
+    from reverie.deployments.speed import FLOW_ORDER, as_json, bench_synthetic, render_markdown
     from reverie.flows.temporary_server import keep_with_this_process
-
-    from reverie.deployments.speed import FLOW_ORDER
 
     unknown = sorted(set(args.flow_list or ()) - set(FLOW_ORDER))
     if unknown:

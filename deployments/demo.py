@@ -45,7 +45,7 @@ def run_demo(database: Path | None = None) -> int:
 def _demo(url: str, path: Path) -> int:
     from reverie.deployments.local_server import local_api
     from reverie.flows.full_consolidation import full_consolidation
-    from reverie.flows.run import wait_for_run_history
+    from reverie.flows.runtime import wait_for_run_history
 
     store = Store(url)
     print(f"Reverie demo: store {path}")

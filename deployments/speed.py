@@ -386,7 +386,7 @@ def task_runs(run_id: str | None, settle_seconds: float = 60.0) -> int | None:
         return None
     from prefect.client.orchestration import get_client
 
-    from reverie.flows.run import recorded_task_runs, wait_for_run_history
+    from reverie.flows.runtime import recorded_task_runs, wait_for_run_history
 
     wait_for_run_history(run_id)
     seen, deadline = -1, time.monotonic() + settle_seconds

@@ -1,5 +1,5 @@
 """Turn a run's report into Prefect artifacts: a markdown summary, a table of changes,
-and a report per profile.
+a report per profile, and a progress bar while it runs.
 
 The summary and the table are keyed by flow (and dry run), so the Prefect UI shows
 each flow's history of reports; each profile's report is keyed by flow and profile
@@ -14,9 +14,14 @@ import hashlib
 import logging
 import re
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
+from uuid import UUID
 
-from reverie.flows.run import RunReport
+from reverie.flows.report import RunReport
 from reverie.tasks.step import Change, StepReport
+
+if TYPE_CHECKING:
+    from reverie.deployments.progress import Bar
 
 # Prefect's artifact table is for reading, not for bulk data.
 MAX_TABLE_ROWS = 500
@@ -87,7 +92,7 @@ def markdown(report: RunReport, external: Mapping[str, str] | None = None) -> st
             if report.skipped_profiles else []
         ),
         *(
-            [f"**Waited for busy profiles:** " + ", ".join(
+            ["**Waited for busy profiles:** " + ", ".join(
                 f"{p} {s:.1f} s" for p, s in sorted(report.waited.items())[:MAX_NAMED_PROFILES])
              + (f" and {len(report.waited) - MAX_NAMED_PROFILES} more"
                 if len(report.waited) > MAX_NAMED_PROFILES else "")
@@ -238,3 +243,65 @@ def publish(report: RunReport, external: Mapping[str, str] | None = None) -> Non
             table_rows[:MAX_TABLE_ROWS], key=artifact_key(report, name),
             description=f"{report.flow} {name}",
         )
+
+
+class RunProgress:
+    """A progress artifact (profiles finished out of all) while a Prefect run goes on;
+    its description names the profiles being waited for and who holds them.
+
+    A run of several profiles with a terminal on stderr, which is a command running the
+    flow in its own process (``reverie consolidate full --all``), also gets a bar there.
+    A run on a worker or a runner has none: Prefect reads its output through a pipe.
+    """
+
+    def __init__(self, report: RunReport) -> None:
+        self.report = report
+        self.artifact_id: UUID | None = None
+        self.shown: tuple[float, str] = (-1.0, "")
+        self.bar = self._terminal_bar()
+        if report.run_id is None or not report.profiles:
+            return
+        from prefect.artifacts import create_progress_artifact
+
+        self.artifact_id = create_progress_artifact(
+            0.0, key=artifact_key(report, "progress"), description=self._describe({}))
+
+    def update(self, done: int, waiting: dict[str, str]) -> None:
+        if self.bar is not None:
+            # A count only: profiles' names stay off the terminal (the artifact has them).
+            self.bar.describe(f"waiting for {len(waiting)} busy" if waiting else "")
+            self.bar.advance_to(done)
+        if self.artifact_id is None:
+            return
+        from prefect.artifacts import update_progress_artifact
+
+        progress = round(100.0 * done / max(len(self.report.profiles), 1), 1)
+        description = self._describe(waiting)
+        # At most ~100 updates, however many profiles: each is an API call.
+        if progress - self.shown[0] >= 1.0 or description != self.shown[1] or progress >= 100:
+            update_progress_artifact(self.artifact_id, progress, description=description)
+            self.shown = (progress, description)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+    def _terminal_bar(self) -> Bar | None:
+        """A bar over the run's profiles on this process's terminal, or None (for one
+        profile a bar of one would only flash at the end)."""
+        if len(self.report.profiles) < 2:
+            return None
+        from reverie.deployments.progress import Bar
+
+        bar = Bar(len(self.report.profiles), self.report.flow, unit="profile")
+        return bar if bar.active else None
+
+    def _describe(self, waiting: dict[str, str]) -> str:
+        text = f"{self.report.flow}: profiles finished, of {len(self.report.profiles)}"
+        if waiting:
+            shown = sorted(waiting.items())[:5]
+            text += "; waiting for " + "; ".join(f"{p} (held by {h})" for p, h in shown)
+            if len(waiting) > 5:
+                text += f" and {len(waiting) - 5} more"
+        return text

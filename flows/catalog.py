@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from prefect import Flow
 
-    from reverie.flows.run import RunReport
+    from reverie.flows.report import RunReport
 
 
 class FlowCatalog(Mapping[str, "Flow[..., RunReport]"]):

@@ -24,7 +24,9 @@ from prefect.futures import PrefectFuture
 from pydantic import Field
 
 from reverie.flows.parameters import AsOf, Config, DryRun, Profile
-from reverie.flows.run import RunReport, reverie_flow, run_for_profiles
+from reverie.flows.report import RunReport
+from reverie.flows.run import run_for_profiles
+from reverie.flows.runtime import reverie_flow
 from reverie.models.config import ConsolidationConfig, with_overrides
 from reverie.models.settings import get_settings
 from reverie.tasks.cold_tier import expire_cold_task, expire_cold_unapproved_task, migrate_cold_task

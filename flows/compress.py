@@ -9,11 +9,12 @@ Acts on the relevance the decay flow last stored.
 
 from __future__ import annotations
 
-
 from prefect.futures import PrefectFuture
 
 from reverie.flows.parameters import AsOf, Config, DryRun, Profile
-from reverie.flows.run import RunReport, reverie_flow, run_for_profiles
+from reverie.flows.report import RunReport
+from reverie.flows.run import run_for_profiles
+from reverie.flows.runtime import reverie_flow
 from reverie.tasks.compress import compress_fading_task
 from reverie.tasks.step import StepBatch, StepReport
 

@@ -18,9 +18,11 @@ from typing import Annotated, Literal
 from prefect.futures import PrefectFuture
 from pydantic import Field
 
-from reverie.flows.parameters import ArchiveBelow, AsOf, Config, DeleteBelow, DryRun, Profile
 from reverie.flows.forget import AutoApprove
-from reverie.flows.run import RunReport, run_logger, reverie_flow, run_for_profiles
+from reverie.flows.parameters import ArchiveBelow, AsOf, Config, DeleteBelow, DryRun, Profile
+from reverie.flows.report import RunReport
+from reverie.flows.run import run_for_profiles
+from reverie.flows.runtime import reverie_flow, run_logger
 from reverie.models.config import ColdConfig, with_forget_thresholds
 from reverie.models.errors import ConfigError
 from reverie.models.settings import get_settings

@@ -12,11 +12,12 @@ before it (``prefect.yaml`` does).
 
 from __future__ import annotations
 
-
 from prefect.futures import PrefectFuture
 
 from reverie.flows.parameters import AsOf, Config, DryRun, Profile
-from reverie.flows.run import RunReport, reverie_flow, run_for_profiles
+from reverie.flows.report import RunReport
+from reverie.flows.run import run_for_profiles
+from reverie.flows.runtime import reverie_flow
 from reverie.tasks.creative import creative_task
 from reverie.tasks.step import StepBatch, StepReport
 

@@ -41,7 +41,10 @@ from prefect.input import RunInput
 from pydantic import Field
 
 from reverie.flows.parameters import ArchiveBelow, AsOf, Config, DeleteBelow, DryRun, Profile
-from reverie.flows.run import ProfileSelector, RunReport, reverie_flow, run_for_profiles
+from reverie.flows.report import RunReport
+from reverie.flows.run import run_for_profiles
+from reverie.flows.runtime import reverie_flow
+from reverie.flows.workspace import ProfileSelector
 from reverie.models.config import ConsolidationConfig, with_forget_thresholds
 from reverie.models.errors import ConfigError, ReverieError
 from reverie.models.events import api_configured

@@ -19,11 +19,12 @@ to the graph. Chunks run side by side.
 
 from __future__ import annotations
 
-
 from prefect.futures import PrefectFuture
 
 from reverie.flows.parameters import AsOf, Config, DryRun, Profile
-from reverie.flows.run import RunReport, reverie_flow, run_for_profiles
+from reverie.flows.report import RunReport
+from reverie.flows.run import run_for_profiles
+from reverie.flows.runtime import reverie_flow
 from reverie.tasks.blocks import compile_blocks_task
 from reverie.tasks.compress import compress_fading_task
 from reverie.tasks.dedup import dedup_new_summaries_task, dedup_task

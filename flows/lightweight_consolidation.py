@@ -11,11 +11,12 @@ every 50 stores of a profile and whenever a session goes idle.
 
 from __future__ import annotations
 
-
 from prefect.futures import PrefectFuture
 
 from reverie.flows.parameters import AsOf, Config, DryRun, Profile
-from reverie.flows.run import RunReport, reverie_flow, run_for_profiles
+from reverie.flows.report import RunReport
+from reverie.flows.run import run_for_profiles
+from reverie.flows.runtime import reverie_flow
 from reverie.tasks.blocks import compile_blocks_task
 from reverie.tasks.edge_decay import decay_edges_task
 from reverie.tasks.step import StepBatch, StepReport

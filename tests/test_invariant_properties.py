@@ -29,8 +29,6 @@ from reverie.models.errors import StoreError
 from reverie.models.export import export_jsonl
 from reverie.models.store import UNDOABLE, Store
 from reverie.models.tables import COLD, HOT, INGESTED
-
-from factories import at_cosine
 from reverie.tasks.blocks import compile_blocks
 from reverie.tasks.cluster import cluster
 from reverie.tasks.cold import consolidate_cold
@@ -42,6 +40,8 @@ from reverie.tasks.importance import graph_importance
 from reverie.tasks.linking import link_summaries
 from reverie.tasks.promote import promote
 from reverie.tasks.step import StepArgs
+
+from factories import at_cosine
 from test_ingest_properties import CONFIG, run_steps
 
 AS_OF = datetime(2026, 1, 1)

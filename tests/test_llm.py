@@ -16,7 +16,7 @@ import pytest
 from reverie.flows.artifacts import markdown
 from reverie.flows.full_consolidation import full_consolidation
 from reverie.flows.lightweight_consolidation import lightweight_consolidation
-from reverie.flows.run import RunReport
+from reverie.flows.report import RunReport
 from reverie.models.config import ConsolidationConfig
 from reverie.models.export import export_rows
 from reverie.models.settings import get_settings

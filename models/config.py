@@ -17,6 +17,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from reverie.models.errors import ConfigError
 
+# Who words summaries: "auto" is "llm" when an LLM server is configured, else "rules".
+SummarizerName = Literal["auto", "rules", "llm"]
+
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -448,9 +451,7 @@ class ConsolidationConfig(_Section):
         "Migration of long-unused memories to the cold tier and expiry of long-cold ones "
         "(the cold-tier flow); both off by default."
     ))
-    # A str, not a Literal: tasks.summarize.register() can add summarizers by name, and
-    # an unknown name fails clearly when a step asks for it.
-    summarizer: str = Field("auto", min_length=1, description=(
+    summarizer: SummarizerName = Field("auto", description=(
         "Who words summaries, merged memories, meta-memories and the prose Core Memory "
         "blocks: 'rules' (deterministic, no model), 'llm' (the OpenAI-compatible server "
         "at REVERIE_LLM_BASE_URL, falling back to the rules on any failure), or 'auto' "

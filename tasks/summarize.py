@@ -19,6 +19,7 @@ from datetime import datetime
 from typing import Protocol, TypeVar
 
 from reverie.models import ids
+from reverie.models.config import SummarizerName
 from reverie.models.embeddings import to_blob
 from reverie.models.errors import ConfigError
 from reverie.models.records import MemoryView, MetaPlan, SummaryPlan
@@ -81,22 +82,18 @@ def _llm() -> Summarizer:
     return LLMSummarizer()
 
 
-_REGISTRY: dict[str, Callable[[], Summarizer]] = {"rules": RulesSummarizer, "llm": _llm}
+_FACTORIES: dict[str, Callable[[], Summarizer]] = {"rules": RulesSummarizer, "llm": _llm}
 
 
-def register(name: str, factory: Callable[[], Summarizer]) -> None:
-    _REGISTRY[name] = factory
-
-
-def summarizer_for(name: str) -> Summarizer:
+def summarizer_for(name: SummarizerName) -> Summarizer:
     """The summarizer called ``name``; "auto" is "llm" when an LLM server is configured."""
     if name == "auto":
         name = "llm" if get_settings().llm_base_url else "rules"
     try:
-        return _REGISTRY[name]()
-    except KeyError:
+        return _FACTORIES[name]()
+    except KeyError:  # the config's type admits no other name; a caller outside it might
         raise ConfigError(
-            f"unknown summarizer {name!r}; choose one of {', '.join(sorted(_REGISTRY))}"
+            f"unknown summarizer {name!r}; choose one of auto, {', '.join(sorted(_FACTORIES))}"
         ) from None
 
 

@@ -49,7 +49,7 @@ from reverie.models.config import ConsolidationConfig, with_forget_thresholds
 from reverie.models.errors import ConfigError, ReverieError
 from reverie.models.events import api_configured
 from reverie.models.settings import get_settings
-from reverie.models.timestamps import parse_timestamp
+from reverie.models.timestamps import DAY_SECONDS, parse_timestamp
 from reverie.tasks.forget import forget_task, forget_task_deleting
 from reverie.tasks.step import StepBatch, StepReport
 
@@ -58,7 +58,7 @@ APPROVAL_ARTIFACT = "forget-approval"
 # A pause holds its process (a worker's, or the CLI's): bounded. An hour suits someone
 # at hand; the operator deployment, scheduled at night, waits a day (prefect.yaml).
 DEFAULT_APPROVAL_SECONDS = 3_600
-MIN_APPROVAL_SECONDS, MAX_APPROVAL_SECONDS = 5, 7 * 86_400
+MIN_APPROVAL_SECONDS, MAX_APPROVAL_SECONDS = 5, int(7 * DAY_SECONDS)
 APPROVAL_POLL_SECONDS = 5
 # The approval artifact is read by a person: it lists this many deletions and profiles
 # (every one is approved all the same; the dry run's deletions table holds more).

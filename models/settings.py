@@ -18,6 +18,7 @@ from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from reverie.models.config import ConsolidationConfig, preset
+from reverie.models.timestamps import DAY_SECONDS
 
 DATABASE_URL_VARIABLE = "REVERIE_DATABASE_URL"
 
@@ -75,7 +76,7 @@ class Settings(BaseSettings):
     # after local_server_idle_seconds unused; "temporary": Prefect's own, a new server
     # for every command (5-10 s of start-up each).
     local_server: Literal["shared", "temporary"] = "shared"
-    local_server_idle_seconds: float = Field(1800.0, ge=10.0, le=7 * 86400.0)
+    local_server_idle_seconds: float = Field(1800.0, ge=10.0, le=7 * DAY_SECONDS)
 
     # A run that finds its profile busy (another run holds it) waits, or skips it.
     busy_profile: Literal["wait", "skip"] = "wait"

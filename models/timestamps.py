@@ -12,6 +12,13 @@ from datetime import UTC, date, datetime
 # (Python's datetime, the platform's time functions, PostgreSQL's timestamp).
 EARLIEST_TIME = datetime(1900, 1, 1)
 LATEST_TIME = datetime(2200, 12, 31, 23, 59, 59, 999_999)
+# Every rule speaks in days; every elapsed time is turned into them here.
+DAY_SECONDS = 86_400.0
+
+
+def days_between(earlier: datetime, later: datetime) -> float:
+    """Days from ``earlier`` to ``later`` (negative if ``later`` comes first)."""
+    return (later - earlier).total_seconds() / DAY_SECONDS
 
 
 def to_utc_naive(value: datetime) -> datetime:

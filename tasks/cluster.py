@@ -33,6 +33,7 @@ from reverie.models.embeddings import to_blob
 from reverie.models.records import MemoryView, MetaPlan
 from reverie.models.store import Store
 from reverie.models.tables import META_MEMORY
+from reverie.models.timestamps import days_between
 from reverie.tasks.decay import none_above_note, relevance_notes
 from reverie.tasks.graph import communities, components, similarity_graph
 from reverie.tasks.similarity import chosen_rows, similarity_pairs
@@ -70,7 +71,7 @@ def dominant_kind(members: Sequence[MemoryView]) -> str:
 
 def temporal_span_days(members: Sequence[MemoryView]) -> float:
     times = [m.created_at for m in members]
-    return round((max(times) - min(times)).total_seconds() / 86_400.0, 4)
+    return round(days_between(min(times), max(times)), 4)
 
 
 def rules_description(members: Sequence[MemoryView], kind: str, config: ClusterConfig) -> str:

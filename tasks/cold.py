@@ -33,6 +33,7 @@ from reverie.models.config import ColdConfig
 from reverie.models.records import MemoryView, SummaryPlan
 from reverie.models.store import Store
 from reverie.models.tables import COLD_LEARNING, SUMMARY_ORIGINS
+from reverie.models.timestamps import days_between
 from reverie.tasks.step import Change, StepArgs, StepReport, preview, step_task
 from reverie.tasks.summarize import Summarizer, summarizer_for, summary_plan, write_summaries
 
@@ -40,7 +41,6 @@ OPERATION = COLD_LEARNING
 LEARNING_LAYER = "learning"
 LEARNING_KIND = "insight"
 IN_PROGRESS, STALLED = "in_progress", "stalled"
-DAY = 86_400.0
 
 
 def heat(access_count: int, days_since_access: float, importance: float) -> float:
@@ -64,7 +64,7 @@ def heat(access_count: int, days_since_access: float, importance: float) -> floa
 
 def days_untouched(memory: MemoryView, as_of: datetime) -> float:
     touched = memory.last_accessed_at or memory.created_at
-    return (as_of - touched).total_seconds() / DAY
+    return days_between(touched, as_of)
 
 
 def is_candidate(memory: MemoryView, as_of: datetime, config: ColdConfig) -> bool:

@@ -43,10 +43,9 @@ from reverie.models.config import ColdTierConfig
 from reverie.models.records import MemoryView
 from reverie.models.store import Store
 from reverie.models.tables import COLD, COLD_EXPIRY, PROMOTED
+from reverie.models.timestamps import days_between
 from reverie.tasks.forget import blocks_without
 from reverie.tasks.step import Change, StepArgs, StepReport, preview, step_task
-
-DAY = 86_400.0
 
 
 class Action(StrEnum):
@@ -67,7 +66,7 @@ class Decision(NamedTuple):
 def days_unused(memory: MemoryView, as_of: datetime) -> float:
     """Days from the memory's last use (its last access, else its creation) to as_of."""
     used = memory.last_accessed_at or memory.created_at
-    return (as_of - used).total_seconds() / DAY
+    return days_between(used, as_of)
 
 
 def plan_migration(
@@ -120,7 +119,7 @@ def plan_expiry(
         if since is None:
             out.append(Decision(m, Action.EXEMPT, "no record of when it went cold"))
             continue
-        cold_days = (as_of - since).total_seconds() / DAY
+        cold_days = days_between(since, as_of)
         if cold_days < config.ttl_days:
             continue
         reason = (f"cold for {cold_days:.1f} days >= {config.ttl_days:g} (cold since "

@@ -27,6 +27,7 @@ from reverie.models.config import CreativeConfig
 from reverie.models.records import MemoryView, NewEdge
 from reverie.models.store import Store
 from reverie.models.tables import CONTRADICTS, DISCOVERED
+from reverie.models.timestamps import days_between
 from reverie.tasks.decay import none_above_note, relevance_notes
 from reverie.tasks.similarity import pair_similarities
 from reverie.tasks.step import Change, StepArgs, StepReport, step_task
@@ -59,7 +60,7 @@ def connection(a: MemoryView, b: MemoryView, sim: float, config: CreativeConfig)
     if a.kind != b.kind and sim > config.shared_theme_above:
         confidence = round(sim, 6)
         return NewEdge(a.id, b.id, DISCOVERED, confidence, "shares_theme", confidence)
-    apart_days = abs((a.created_at - b.created_at).total_seconds()) / 86_400.0
+    apart_days = abs(days_between(b.created_at, a.created_at))
     if apart_days <= config.parallel_within_days and sim < config.parallel_below:
         return NewEdge(a.id, b.id, DISCOVERED, 0.5, "parallel_context", 0.5)
     return None

@@ -36,9 +36,9 @@ import numpy as np
 from reverie.models.config import DecayConfig
 from reverie.models.records import MemoryView, RelevanceInputs
 from reverie.models.store import Store
+from reverie.models.timestamps import DAY_SECONDS, days_between
 from reverie.tasks.step import Change, StepArgs, StepReport, step_logger, step_task
 
-SECONDS_PER_DAY = 86_400.0
 # Relevance bands reported after each run: (name, lower bound exclusive).
 BANDS = (("high", 0.7), ("medium", 0.3), ("low", 0.1), ("archive", -np.inf))
 
@@ -48,8 +48,8 @@ def relevance(inputs: RelevanceInputs, as_of: datetime, config: DecayConfig) -> 
     now = as_of.replace(tzinfo=UTC).timestamp()
     created = np.where(np.isnan(inputs.created), now, inputs.created)
     accessed = np.where(np.isnan(inputs.accessed), created, inputs.accessed)
-    age_days = np.maximum(now - created, 0.0) / SECONDS_PER_DAY
-    idle_days = np.maximum(now - accessed, 0.0) / SECONDS_PER_DAY
+    age_days = np.maximum(now - created, 0.0) / DAY_SECONDS
+    idle_days = np.maximum(now - accessed, 0.0) / DAY_SECONDS
     access = np.where(
         idle_days * 24.0 <= config.recent_access_hours,
         1.0,
@@ -137,7 +137,7 @@ def relevance_notes(store: Store, profile: str, as_of: datetime, scored: bool) -
     last = store.run_history(profile=profile, flow=DECAY_FLOW, limit=1)
     if not last:
         return []
-    days = (as_of - last[0].as_of).total_seconds() / 86_400
+    days = days_between(last[0].as_of, as_of)
     if abs(days) <= STALE_RELEVANCE_DAYS:
         return []
     when = last[0].as_of.isoformat(sep=" ", timespec="minutes")

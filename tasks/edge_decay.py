@@ -19,13 +19,12 @@ from reverie.models.config import EdgeDecayConfig
 from reverie.models.records import EdgeView
 from reverie.models.store import Store
 from reverie.models.tables import ASSOCIATION
+from reverie.models.timestamps import days_between
 from reverie.tasks.step import Change, StepArgs, StepReport, step_task
-
-SECONDS_PER_DAY = 86_400.0
 
 
 def decayed_weight(edge: EdgeView, as_of: datetime, config: EdgeDecayConfig) -> float:
-    idle_days = (as_of - edge.last_strengthened_at).total_seconds() / SECONDS_PER_DAY
+    idle_days = days_between(edge.last_strengthened_at, as_of)
     if idle_days < config.inactive_days:
         return edge.base_weight
     return edge.base_weight * math.exp(-config.rate_per_day * idle_days)

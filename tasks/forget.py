@@ -54,6 +54,7 @@ from prefect import Task
 from reverie.models.config import ConsolidationConfig, ForgetConfig
 from reverie.models.records import BlockPlan, MemoryView
 from reverie.models.store import Store
+from reverie.models.timestamps import days_between
 from reverie.tasks.blocks import plan_blocks
 from reverie.tasks.cold import days_untouched, heat
 from reverie.tasks.decay import relevance_notes
@@ -131,7 +132,7 @@ def protection(memory: MemoryView, as_of: datetime, config: ForgetConfig) -> str
         return f"kind '{memory.kind}' is protected"
     if memory.importance >= config.protected_importance:
         return f"importance {memory.importance:g} >= {config.protected_importance:g}"
-    age_days = (as_of - memory.created_at).total_seconds() / 86_400.0
+    age_days = days_between(memory.created_at, as_of)
     if age_days < config.grace_period_days:
         return f"{age_days:.1f} days old, inside the {config.grace_period_days:g}-day grace period"
     return None

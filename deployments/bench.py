@@ -29,7 +29,7 @@ from reverie.models.errors import InputError
 from reverie.models.records import MemoryView
 from reverie.models.settings import using_database
 from reverie.models.store import Store
-from reverie.models.tables import HOT
+from reverie.models.tables import Tier
 from reverie.tasks.similarity import top_k
 
 ANSWERED_CATEGORIES = (1, 2, 3, 4)
@@ -143,7 +143,7 @@ class Snapshot:
 
 def measure(store: Store, profile: str, questions: Sequence[Question], budget: int) -> Snapshot:
     """Hot-tier size and the share of questions whose answer fits in the budgeted context."""
-    memories, vectors = store.snapshot(profile, (HOT,))
+    memories, vectors = store.snapshot(profile, (Tier.HOT,))
     chars = sum(len(m.content) for m in memories)
     if not questions or not memories:
         return Snapshot(len(memories), chars, 0, len(questions))

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from reverie.models.tables import ACTIVE, HOT, PROMOTED
+from reverie.models.tables import Lifecycle, Tier
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,9 +48,9 @@ class MemoryView:
     def is_live(self) -> bool:
         """In the working set: hot, not replaced by a summary, not archived."""
         return (
-            self.tier == HOT
+            self.tier == Tier.HOT
             and self.superseded_by is None
-            and self.lifecycle in (ACTIVE, PROMOTED)
+            and self.lifecycle in (Lifecycle.ACTIVE, Lifecycle.PROMOTED)
         )
 
     def valid_at(self, at: datetime) -> bool:

@@ -53,16 +53,7 @@ from reverie.models.records import (
     SummaryPlan,
 )
 from reverie.models.settings import Settings, get_settings, resolve_database_url
-from reverie.models.tables import (
-    ASSOCIATION,
-    COLD,
-    HOT,
-    CoreBlock,
-    Edge,
-    Memory,
-    Profile,
-    Tombstone,
-)
+from reverie.models.tables import CoreBlock, Edge, EdgeKind, Memory, Profile, Tier, Tombstone
 from reverie.models.timestamps import utcnow
 
 log = logging.getLogger(__name__)
@@ -127,7 +118,7 @@ def _metadata(raw: str | dict[str, Any] | None) -> dict[str, Any]:
 
 
 # Operations whose effects undo can reverse (a forget deletes rows; it cannot).
-UNDOABLE = frozenset({*tables.SUMMARY_ORIGINS, tables.META_MEMORY, tables.COLD_MIGRATION})
+UNDOABLE = frozenset({*tables.SUMMARY_ORIGINS, tables.Origin.META_MEMORY, tables.COLD_MIGRATION})
 # Operations that move memories to the cold tier, and where their audit names them.
 _TO_COLD = {**{op: "prior" for op in tables.SUMMARY_ORIGINS},
             "forget": "archived", tables.COLD_MIGRATION: "prior"}
@@ -575,7 +566,7 @@ class Store:
         return found
 
     def memories(
-        self, profile: str, tiers: Sequence[str] = (HOT,), ids_: Sequence[str] | None = None
+        self, profile: str, tiers: Sequence[str] = (Tier.HOT,), ids_: Sequence[str] | None = None
     ) -> list[MemoryView]:
         """The profile's memories in ``tiers``, ordered by id."""
         query = (
@@ -589,7 +580,7 @@ class Store:
         with reading(self.url) as s:
             return [_view(r) for r in s.execute(query)]
 
-    def memory_ids(self, profile: str, tiers: Sequence[str] = (HOT,)) -> list[str]:
+    def memory_ids(self, profile: str, tiers: Sequence[str] = (Tier.HOT,)) -> list[str]:
         with reading(self.url) as s:
             return list(
                 s.execute(
@@ -599,7 +590,7 @@ class Store:
             )
 
     def snapshot(
-        self, profile: str, tiers: Sequence[str] = (HOT,)
+        self, profile: str, tiers: Sequence[str] = (Tier.HOT,)
     ) -> tuple[list[MemoryView], np.ndarray]:
         """The profile's memories in ``tiers`` (ordered by id) and their vectors, row-aligned."""
         query = (
@@ -638,7 +629,7 @@ class Store:
                    type_coerce(_M.c.last_accessed_at, Text), _M.c.importance,
                    _M.c.confidence, _M.c.relevance)
             .where(_M.c.profile_id == profile)
-            .where(_M.c.tier == HOT)
+            .where(_M.c.tier == Tier.HOT)
             .where(_M.c.superseded_by.is_(None))
             .order_by(_M.c.id)
         )
@@ -695,7 +686,7 @@ class Store:
         query = (
             select(*_EDGE_VIEW_COLUMNS)
             .where(_E.c.profile_id == profile)
-            .where(_E.c.kind == ASSOCIATION)
+            .where(_E.c.kind == EdgeKind.ASSOCIATION)
             .where(or_(_E.c.last_strengthened_at <= idle_since, _E.c.weight != _E.c.base_weight))
             .order_by(_E.c.id)
         )
@@ -723,7 +714,8 @@ class Store:
             tombs = s.execute(
                 select(func.count()).select_from(Tombstone).where(Tombstone.profile_id == profile)
             ).scalar_one()
-        return {HOT: tiers.get(HOT, 0), COLD: tiers.get(COLD, 0), "tombstones": tombs}
+        return {Tier.HOT: tiers.get(Tier.HOT, 0), Tier.COLD: tiers.get(Tier.COLD, 0),
+                "tombstones": tombs}
 
     # --- run history -------------------------------------------------------------------
 
@@ -852,7 +844,7 @@ class Store:
                     m.last_accessed_at = at
             edges = s.execute(
                 select(Edge)
-                .where(Edge.kind == ASSOCIATION)
+                .where(Edge.kind == EdgeKind.ASSOCIATION)
                 .where(Edge.source_id.in_(wanted))
                 .where(Edge.target_id.in_(wanted))
             ).scalars()
@@ -927,10 +919,11 @@ class Store:
             s.flush()
             _put_vectors(s, {plan.summary_id: plan.embedding for plan in todo}, replace=False)
             _bulk_set(s, _M, ["tier", "lifecycle", "superseded_by"],
-                      [(mid, COLD, tables.ARCHIVED, by) for mid, by in replaced_by.items()],
+                      [(mid, Tier.COLD, tables.Lifecycle.ARCHIVED, by)
+                       for mid, by in replaced_by.items()],
                       _M.c.profile_id == profile)
             _upsert_edges(s, profile, [
-                NewEdge(plan.summary_id, member, tables.CONSOLIDATION, plan.link_weight)
+                NewEdge(plan.summary_id, member, tables.EdgeKind.CONSOLIDATION, plan.link_weight)
                 for plan in todo for member in plan.member_ids
             ], as_of, as_of)
             s.execute(insert(tables.Consolidation), audits)
@@ -1081,7 +1074,7 @@ class Store:
             for batch in _chunks(archive):
                 s.execute(
                     update(_M).where(_M.c.profile_id == profile).where(_M.c.id.in_(batch))
-                    .values(tier=COLD, lifecycle=tables.ARCHIVED)
+                    .values(tier=Tier.COLD, lifecycle=tables.Lifecycle.ARCHIVED)
                 )
             if delete_:
                 known = {
@@ -1147,12 +1140,12 @@ class Store:
                     .where(_M.c.profile_id == profile).where(_M.c.id.in_(batch))
                 )
             }
-            if len(prior) != len(wanted) or any(t != HOT for t, _, _ in prior.values()):
+            if len(prior) != len(wanted) or any(t != Tier.HOT for t, _, _ in prior.values()):
                 raise StoreError("cold migration: memories changed since they were read")
             for batch in _chunks(wanted):
                 s.execute(
                     update(_M).where(_M.c.profile_id == profile).where(_M.c.id.in_(batch))
-                    .values(tier=COLD, lifecycle=tables.ARCHIVED)
+                    .values(tier=Tier.COLD, lifecycle=tables.Lifecycle.ARCHIVED)
                 )
             s.add(tables.Consolidation(
                 id=audit_id, profile_id=profile, run_id=run_id,
@@ -1166,13 +1159,13 @@ class Store:
         with reading(self.url) as s:
             metas = s.execute(
                 select(_M.c.id).where(_M.c.profile_id == profile)
-                .where(_M.c.origin == tables.META_MEMORY)
+                .where(_M.c.origin == tables.Origin.META_MEMORY)
             ).scalars().all()
             out: dict[str, set[str]] = {mid: set() for mid in metas}
             for source, target in s.execute(
                 select(_E.c.source_id, _E.c.target_id)
                 .where(_E.c.profile_id == profile)
-                .where(_E.c.kind == tables.SUMMARIZES)
+                .where(_E.c.kind == tables.EdgeKind.SUMMARIZES)
             ):
                 if source in out:
                     out[source].add(target)
@@ -1197,7 +1190,7 @@ class Store:
             for batch in _chunks(meta_ids):
                 for source, target in s.execute(
                     select(_E.c.source_id, _E.c.target_id).where(_E.c.profile_id == profile)
-                    .where(_E.c.kind == tables.SUMMARIZES).where(_E.c.source_id.in_(batch))
+                    .where(_E.c.kind == tables.EdgeKind.SUMMARIZES).where(_E.c.source_id.in_(batch))
                 ):
                     members[source].add(target)
             stored = _stored_vectors(s, meta_ids)
@@ -1223,7 +1216,7 @@ class Store:
                 if row is None:
                     s.add(Memory(
                         id=plan.meta_id, profile_id=profile, kind=tables.META_KIND,
-                        origin=tables.META_MEMORY, created_at=as_of, **fields,
+                        origin=tables.Origin.META_MEMORY, created_at=as_of, **fields,
                     ))
                 elif (
                     had == set(plan.member_ids)
@@ -1240,12 +1233,12 @@ class Store:
                 for batch in _chunks(gone):
                     s.execute(
                         delete(_E).where(_E.c.profile_id == profile)
-                        .where(_E.c.kind == tables.SUMMARIZES)
+                        .where(_E.c.kind == tables.EdgeKind.SUMMARIZES)
                         .where(_E.c.source_id == plan.meta_id)
                         .where(_E.c.target_id.in_(batch))
                     )
                 new_edges += [
-                    NewEdge(plan.meta_id, member, tables.SUMMARIZES, 1.0)
+                    NewEdge(plan.meta_id, member, tables.EdgeKind.SUMMARIZES, 1.0)
                     for member in sorted(set(plan.member_ids) - had)
                 ]
                 audit = audits.get(audit_ids[plan.meta_id])
@@ -1293,12 +1286,12 @@ class Store:
             return
         with writing(self.url) as s:
             _bulk_set(s, _E, ["weight"], weights,
-                      _E.c.profile_id == profile, _E.c.kind == ASSOCIATION)
+                      _E.c.profile_id == profile, _E.c.kind == EdgeKind.ASSOCIATION)
             for batch in _chunks(prune):
                 s.execute(
                     delete(_E)
                     .where(_E.c.profile_id == profile)
-                    .where(_E.c.kind == ASSOCIATION)
+                    .where(_E.c.kind == EdgeKind.ASSOCIATION)
                     .where(_E.c.id.in_(batch))
                 )
 
@@ -1404,7 +1397,7 @@ def _upsert_timed_edges(
     wanted: dict[str, dict[str, Any]] = {}
     for edge, strengthened_at, created_at in edges:
         source, target = edge.source_id, edge.target_id
-        if edge.kind == ASSOCIATION and target < source:  # undirected: one canonical row
+        if edge.kind == EdgeKind.ASSOCIATION and target < source:  # undirected: one canonical row
             source, target = target, source
         eid = ids.edge_id(profile, edge.kind, source, target)
         row = wanted.get(eid)
@@ -1532,7 +1525,7 @@ def _as_planned(memory_id: str, prior: list[Any], absorbed: set[str]) -> bool:
     or an original of a summary it absorbs."""
     tier, _, superseded_by = prior
     if superseded_by is None:
-        return tier == HOT
+        return tier == Tier.HOT
     return memory_id not in absorbed and superseded_by in absorbed
 
 

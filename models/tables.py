@@ -9,46 +9,66 @@ same input can be compared line by line.
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Any
 
 from pydantic import NaiveDatetime
 from sqlalchemy import JSON, Column, Index, LargeBinary, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
-# Memory.tier
-HOT = "hot"  # the working set, searched by default
-COLD = "cold"  # kept, found by deep recall and by id
+# Closed vocabularies. Each is a StrEnum: a member is its string, so the columns hold
+# plain text and every stored value compares equal to the member that wrote it.
 
-# Memory.lifecycle
-ACTIVE = "active"
-PROMOTED = "promoted"
-ARCHIVED = "archived"
 
-# Memory.origin: who wrote the memory
-INGESTED = "ingest"
-DEDUP_SUMMARY = "dedup"  # stands for near-duplicates
-COMPRESSED = "compress"  # stands for a group of fading memories
-COLD_LEARNING = "cold"  # linksee's learning memory for cold notes on one entity
-META_MEMORY = "cluster"  # describes a cluster; its members stay as they are
+class Tier(StrEnum):
+    """Memory.tier."""
+
+    HOT = "hot"  # the working set, searched by default
+    COLD = "cold"  # kept, found by deep recall and by id
+
+
+class Lifecycle(StrEnum):
+    """Memory.lifecycle."""
+
+    ACTIVE = "active"
+    PROMOTED = "promoted"
+    ARCHIVED = "archived"
+
+
+class Origin(StrEnum):
+    """Memory.origin: who wrote the memory. A summary's origin is also the operation of
+    the consolidation that made it."""
+
+    INGESTED = "ingest"
+    DEDUP_SUMMARY = "dedup"  # stands for near-duplicates
+    COMPRESSED = "compress"  # stands for a group of fading memories
+    COLD_LEARNING = "cold"  # linksee's learning memory for cold notes on one entity
+    META_MEMORY = "cluster"  # describes a cluster; its members stay as they are
+
+
+class EdgeKind(StrEnum):
+    """Edge.kind."""
+
+    ASSOCIATION = "association"  # decays, can be pruned
+    CONSOLIDATION = "consolidation"  # summary -> original; provenance
+    SUMMARIZES = "summarizes"  # meta-memory -> member; provenance
+    CONTRADICTS = "contradicts"  # creative: two decisions pulling apart
+    DISCOVERED = "discovered"  # creative: subkind explains / shares_theme / parallel_context
+
+
 META_KIND = "meta"  # the kind of a meta-memory
 # Origins of memories that stand in for originals they superseded.
-SUMMARY_ORIGINS = frozenset({DEDUP_SUMMARY, COMPRESSED, COLD_LEARNING})
+SUMMARY_ORIGINS = frozenset({Origin.DEDUP_SUMMARY, Origin.COMPRESSED, Origin.COLD_LEARNING})
 # Memories Reverie derived from others: never raw material for dedup or clustering
 # on their own account.
-DERIVED_ORIGINS = SUMMARY_ORIGINS | {META_MEMORY}
+DERIVED_ORIGINS = SUMMARY_ORIGINS | {Origin.META_MEMORY}
 
 # Consolidation.operation of the cold tier's upkeep (the others are the origins above,
 # and "forget")
 COLD_MIGRATION = "migrate_cold"  # unused hot memories moved to cold; undoable
 COLD_EXPIRY = "expire_cold"  # long-cold memories turned into tombstones
 
-# Edge.kind
-ASSOCIATION = "association"  # decays, can be pruned
-CONSOLIDATION = "consolidation"  # summary -> original; provenance
-SUMMARIZES = "summarizes"  # meta-memory -> member; provenance
-CONTRADICTS = "contradicts"  # creative: two decisions pulling apart
-DISCOVERED = "discovered"  # creative: subkind explains / shares_theme / parallel_context
-PROVENANCE_KINDS = frozenset({CONSOLIDATION, SUMMARIZES})
+PROVENANCE_KINDS = frozenset({EdgeKind.CONSOLIDATION, EdgeKind.SUMMARIZES})
 
 
 class Profile(SQLModel, table=True):
@@ -86,10 +106,10 @@ class Memory(SQLModel, table=True):
     session_id: str | None = None
     status: str | None = None
     protected: bool = False
-    lifecycle: str = ACTIVE
-    tier: str = HOT
+    lifecycle: str = Lifecycle.ACTIVE.value
+    tier: str = Tier.HOT.value
     superseded_by: str | None = None
-    origin: str = INGESTED
+    origin: str = Origin.INGESTED.value
     # Set once a summary has been linked to its neighbours (step 6 is then done).
     linked_at: NaiveDatetime | None = None
     relevance: float | None = None

@@ -32,7 +32,7 @@ from reverie.models.config import ClusterConfig
 from reverie.models.embeddings import to_blob
 from reverie.models.records import MemoryView, MetaPlan
 from reverie.models.store import Store
-from reverie.models.tables import META_MEMORY
+from reverie.models.tables import Origin
 from reverie.models.timestamps import days_between
 from reverie.tasks.decay import none_above_note, relevance_notes
 from reverie.tasks.graph import communities, components, similarity_graph
@@ -47,7 +47,7 @@ EXEMPLAR_CHARS = 120
 def is_candidate(memory: MemoryView, config: ClusterConfig) -> bool:
     return (
         memory.is_live
-        and memory.origin != META_MEMORY
+        and memory.origin != Origin.META_MEMORY
         and memory.relevance is not None
         and memory.relevance > config.min_relevance
     )

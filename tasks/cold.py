@@ -32,12 +32,12 @@ from datetime import datetime, timedelta
 from reverie.models.config import ColdConfig
 from reverie.models.records import MemoryView, SummaryPlan
 from reverie.models.store import Store
-from reverie.models.tables import COLD_LEARNING, SUMMARY_ORIGINS
+from reverie.models.tables import SUMMARY_ORIGINS, Origin
 from reverie.models.timestamps import days_between
 from reverie.tasks.step import Change, StepArgs, StepReport, preview, step_task
 from reverie.tasks.summarize import Summarizer, summarizer_for, summary_plan, write_summaries
 
-OPERATION = COLD_LEARNING
+OPERATION = Origin.COLD_LEARNING
 LEARNING_LAYER = "learning"
 LEARNING_KIND = "insight"
 IN_PROGRESS, STALLED = "in_progress", "stalled"

@@ -42,7 +42,7 @@ from typing import NamedTuple
 from reverie.models.config import ColdTierConfig
 from reverie.models.records import MemoryView
 from reverie.models.store import Store
-from reverie.models.tables import COLD, COLD_EXPIRY, PROMOTED
+from reverie.models.tables import COLD_EXPIRY, Lifecycle, Tier
 from reverie.models.timestamps import days_between
 from reverie.tasks.forget import blocks_without
 from reverie.tasks.step import Change, StepArgs, StepReport, preview, step_task
@@ -89,7 +89,7 @@ def plan_migration(
         reason = f"unused for {idle:.1f} days >= {config.migrate_after_days:g}"
         if m.protected:
             out.append(Decision(m, Action.EXEMPT, "flagged protected"))
-        elif m.lifecycle == PROMOTED:
+        elif m.lifecycle == Lifecycle.PROMOTED:
             out.append(Decision(m, Action.EXEMPT, "promoted"))
         elif m.id in undone:
             out.append(Decision(m, Action.EXEMPT, reason + "; its migration was undone"))
@@ -113,7 +113,7 @@ def plan_expiry(
         return []
     out: list[Decision] = []
     for m in memories:
-        if m.tier != COLD:
+        if m.tier != Tier.COLD:
             continue
         since = cold_since.get(m.id)
         if since is None:
@@ -181,7 +181,7 @@ def migrate_cold(store: Store, args: StepArgs) -> StepReport:
 def expire_cold(store: Store, args: StepArgs, approved: bool = True) -> StepReport:
     """Turn the profile's memories cold for longer than the TTL into tombstones."""
     config = args.config.cold_tier
-    cold = store.memories(args.profile, (COLD,)) if config.ttl_days is not None else []
+    cold = store.memories(args.profile, (Tier.COLD,)) if config.ttl_days is not None else []
     since = store.cold_since(args.profile) if cold else {}
     decisions = plan_expiry(
         cold, since, store.superseding_ids(args.profile) if cold else set(), args.as_of,

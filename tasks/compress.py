@@ -22,21 +22,27 @@ import numpy as np
 from reverie.models.config import CompressConfig
 from reverie.models.records import MemoryView, SummaryPlan
 from reverie.models.store import Store
-from reverie.models.tables import ACTIVE, COMPRESSED, META_MEMORY, SUMMARY_ORIGINS
+from reverie.models.tables import SUMMARY_ORIGINS, Lifecycle, Origin
 from reverie.tasks.decay import relevance_notes
 from reverie.tasks.similarity import radius_neighbours
 from reverie.tasks.step import Change, StepArgs, StepReport, preview, step_task
-from reverie.tasks.summarize import Summarizer, stand_ins, summarizer_for, summary_plan, write_summaries
+from reverie.tasks.summarize import (
+    Summarizer,
+    stand_ins,
+    summarizer_for,
+    summary_plan,
+    write_summaries,
+)
 
-OPERATION = COMPRESSED
+OPERATION = Origin.COMPRESSED
 
 
 def is_candidate(memory: MemoryView, config: CompressConfig) -> bool:
     return (
         memory.is_live
-        and memory.lifecycle == ACTIVE
+        and memory.lifecycle == Lifecycle.ACTIVE
         and not memory.protected
-        and memory.origin != META_MEMORY
+        and memory.origin != Origin.META_MEMORY
         and memory.relevance is not None
         and memory.relevance < config.max_relevance
     )

@@ -26,7 +26,7 @@ import numpy as np
 from reverie.models.config import CreativeConfig
 from reverie.models.records import MemoryView, NewEdge
 from reverie.models.store import Store
-from reverie.models.tables import CONTRADICTS, DISCOVERED
+from reverie.models.tables import EdgeKind
 from reverie.models.timestamps import days_between
 from reverie.tasks.decay import none_above_note, relevance_notes
 from reverie.tasks.similarity import pair_similarities
@@ -53,16 +53,16 @@ def connection(a: MemoryView, b: MemoryView, sim: float, config: CreativeConfig)
     """The edge the first matching rule creates between ``a`` and ``b``, if any."""
     kinds = {a.kind, b.kind}
     if a.kind == b.kind == "decision" and sim < config.contradiction_below:
-        return NewEdge(a.id, b.id, CONTRADICTS, 0.6, confidence=0.6)
+        return NewEdge(a.id, b.id, EdgeKind.CONTRADICTS, 0.6, confidence=0.6)
     if kinds == {"insight", "pattern"} and sim > config.explains_above:
         insight, pattern = (a, b) if a.kind == "insight" else (b, a)
-        return NewEdge(insight.id, pattern.id, DISCOVERED, 0.7, "explains", 0.7)
+        return NewEdge(insight.id, pattern.id, EdgeKind.DISCOVERED, 0.7, "explains", 0.7)
     if a.kind != b.kind and sim > config.shared_theme_above:
         confidence = round(sim, 6)
-        return NewEdge(a.id, b.id, DISCOVERED, confidence, "shares_theme", confidence)
+        return NewEdge(a.id, b.id, EdgeKind.DISCOVERED, confidence, "shares_theme", confidence)
     apart_days = abs(days_between(b.created_at, a.created_at))
     if apart_days <= config.parallel_within_days and sim < config.parallel_below:
-        return NewEdge(a.id, b.id, DISCOVERED, 0.5, "parallel_context", 0.5)
+        return NewEdge(a.id, b.id, EdgeKind.DISCOVERED, 0.5, "parallel_context", 0.5)
     return None
 
 

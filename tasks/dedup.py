@@ -34,7 +34,7 @@ from reverie.models.config import DedupConfig
 from reverie.models.embeddings import to_blob
 from reverie.models.records import MemoryView, SummaryPlan
 from reverie.models.store import Store
-from reverie.models.tables import DEDUP_SUMMARY, META_MEMORY, SUMMARY_ORIGINS
+from reverie.models.tables import SUMMARY_ORIGINS, Origin
 from reverie.tasks.linking import needs_link
 from reverie.tasks.similarity import chosen_rows, radius_neighbours
 from reverie.tasks.step import Change, StepArgs, StepReport, preview, step_task
@@ -46,7 +46,7 @@ from reverie.tasks.summarize import (
     write_summaries,
 )
 
-OPERATION = DEDUP_SUMMARY
+OPERATION = Origin.DEDUP_SUMMARY
 _WORD = re.compile(r"\w+")
 
 
@@ -54,7 +54,7 @@ def is_candidate(memory: MemoryView, as_of: datetime) -> bool:
     return (
         memory.is_live
         and not memory.protected
-        and memory.origin != META_MEMORY
+        and memory.origin != Origin.META_MEMORY
         and memory.valid_at(as_of)
     )
 

@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 from reverie.models.config import EdgeDecayConfig
 from reverie.models.records import EdgeView
 from reverie.models.store import Store
-from reverie.models.tables import ASSOCIATION
+from reverie.models.tables import EdgeKind
 from reverie.models.timestamps import days_between
 from reverie.tasks.step import Change, StepArgs, StepReport, step_task
 
@@ -37,7 +37,7 @@ def plan_edge_decay(
     reweigh: list[tuple[EdgeView, float]] = []
     prune: list[tuple[EdgeView, float]] = []
     for edge in edges:
-        if edge.kind != ASSOCIATION:
+        if edge.kind != EdgeKind.ASSOCIATION:
             continue
         weight = decayed_weight(edge, as_of, config)
         if weight < config.prune_below:

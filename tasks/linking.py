@@ -15,7 +15,7 @@ import numpy as np
 from reverie.models.config import LinkConfig
 from reverie.models.records import MemoryView, NewEdge
 from reverie.models.store import Store
-from reverie.models.tables import ASSOCIATION, SUMMARY_ORIGINS
+from reverie.models.tables import SUMMARY_ORIGINS, EdgeKind
 from reverie.tasks.similarity import radius_neighbours
 from reverie.tasks.step import Change, StepArgs, StepReport, step_task
 
@@ -37,7 +37,8 @@ def plan_links(
         picked = [(j, s) for j, s in zip(found, sims, strict=True) if j != row]
         for j, sim in picked[: config.max_links]:
             edges.append(
-                NewEdge(memories[row].id, memories[int(j)].id, ASSOCIATION, round(float(sim), 6))
+                NewEdge(memories[row].id, memories[int(j)].id, EdgeKind.ASSOCIATION,
+                        round(float(sim), 6))
             )
     return [memories[i].id for i in rows], edges
 

@@ -16,7 +16,7 @@ from datetime import datetime
 from reverie.models.config import PromotionConfig
 from reverie.models.records import MemoryView
 from reverie.models.store import Store
-from reverie.models.tables import ACTIVE, PROMOTED
+from reverie.models.tables import Lifecycle
 from reverie.tasks.step import Change, StepArgs, StepReport, preview, step_task
 
 
@@ -37,13 +37,13 @@ def plan_promotions(
         if not m.is_live:
             continue
         eligible = is_eligible(m, as_of, config)
-        if m.lifecycle == ACTIVE and eligible:
+        if m.lifecycle == Lifecycle.ACTIVE and eligible:
             out.append(
-                (m, PROMOTED, f"used {m.access_count}x, trust {m.confidence:g}, valid")
+                (m, Lifecycle.PROMOTED, f"used {m.access_count}x, trust {m.confidence:g}, valid")
             )
-        elif m.lifecycle == PROMOTED and not eligible:
+        elif m.lifecycle == Lifecycle.PROMOTED and not eligible:
             why = "expired" if not m.valid_at(as_of) else "below the thresholds"
-            out.append((m, ACTIVE, why))
+            out.append((m, Lifecycle.ACTIVE, why))
     return out
 
 
@@ -55,7 +55,8 @@ def promote(store: Store, args: StepArgs) -> StepReport:
     store.set_lifecycles(profile, [(m.id, lifecycle) for m, lifecycle, _ in plan])
     report = StepReport("promote", profile, examined=len(memories))
     report.tally(len(plan), (
-        Change("promoted" if lifecycle == PROMOTED else "demoted", m.id, why, preview(m.content))
+        Change("promoted" if lifecycle == Lifecycle.PROMOTED else "demoted", m.id, why,
+               preview(m.content))
         for m, lifecycle, why in plan
     ))
     return report

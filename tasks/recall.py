@@ -12,7 +12,7 @@ from datetime import datetime
 
 from reverie.models.records import MemoryView
 from reverie.models.store import Store
-from reverie.models.tables import COLD, HOT
+from reverie.models.tables import Tier
 from reverie.tasks.similarity import top_k
 
 
@@ -36,7 +36,7 @@ def recall(
     at: datetime | None = None,
 ) -> list[Hit]:
     store.resolve_profiles(profile)
-    memories, vectors = store.snapshot(profile, (HOT, COLD) if deep else (HOT,))
+    memories, vectors = store.snapshot(profile, (Tier.HOT, Tier.COLD) if deep else (Tier.HOT,))
     if not memories or k <= 0:
         return []
     query_vector = store.embedder().encode([query])

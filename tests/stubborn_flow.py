@@ -27,8 +27,11 @@ _CHILD = (
 @flow
 def stubborn(stubborn: bool = True, seconds: float = 600.0) -> None:
     mode = "stubborn" if stubborn else "default"
+    if stubborn:
+        # Before the child starts: an ignored signal stays ignored across exec, so the
+        # child ignores SIGTERM from its first instruction, not only once its Python has
+        # started (a test that looks at it sooner, on a loaded machine, saw it default).
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
     subprocess.Popen([sys.executable, "-c", _CHILD, CHILD_MARKER, mode, str(seconds)],
                      start_new_session=True)
-    if stubborn:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
     time.sleep(seconds)

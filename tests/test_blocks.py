@@ -2,7 +2,7 @@ from datetime import timedelta
 
 from reverie.models.config import BlocksConfig
 from reverie.models.records import MemoryView
-from reverie.models.tables import ARCHIVED, COLD
+from reverie.models.tables import Lifecycle, Tier
 from reverie.tasks.blocks import (
     ACTIVE_DECISIONS,
     BEHAVIORAL_PATTERNS,
@@ -64,8 +64,8 @@ def test_ranked_blocks_take_the_top_five() -> None:
 
 def test_cold_archived_and_expired_memories_are_left_out() -> None:
     memories = [
-        view("cold", kind="semantic", tier=COLD, superseded_by="x"),
-        view("archived", kind="semantic", lifecycle=ARCHIVED),
+        view("cold", kind="semantic", tier=Tier.COLD, superseded_by="x"),
+        view("archived", kind="semantic", lifecycle=Lifecycle.ARCHIVED),
         view("expired", kind="semantic", valid_until=AS_OF),
         view("future", kind="semantic", valid_from=AS_OF + timedelta(hours=1)),
         view("live", kind="semantic", valid_until=AS_OF + timedelta(hours=1)),

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from reverie.models.config import ClusterConfig
-from reverie.models.tables import META_MEMORY
+from reverie.models.tables import Origin
 from reverie.tasks.cluster import (
     dominant_kind,
     find_clusters,
@@ -101,4 +101,4 @@ def test_continuing_an_earlier_meta_memory_needs_enough_overlap() -> None:
 def test_candidates_are_relevant_live_and_not_meta_memories() -> None:
     assert is_candidate(view("a", relevance=0.31), CONFIG)
     assert not is_candidate(view("a", relevance=0.3), CONFIG)
-    assert not is_candidate(view("a", relevance=0.9, origin=META_MEMORY), CONFIG)
+    assert not is_candidate(view("a", relevance=0.9, origin=Origin.META_MEMORY), CONFIG)

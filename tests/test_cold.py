@@ -3,7 +3,7 @@ from datetime import timedelta
 import pytest
 
 from reverie.models.config import ColdConfig
-from reverie.models.tables import COLD_LEARNING
+from reverie.models.tables import Origin
 from reverie.tasks.cold import heat, is_candidate, plan_cold, plan_stalled
 
 from factories import AS_OF, view
@@ -50,7 +50,7 @@ def test_only_unprotected_notes_of_the_cold_layers_with_an_entity() -> None:
 def test_one_note_is_not_a_group_two_are() -> None:
     assert plan_cold("p", [note("a"), note("b", entity="other")], AS_OF, CONFIG) == []
     (p,) = plan_cold("p", [note("a"), note("b")], AS_OF, CONFIG)
-    assert p.member_ids == ("a", "b") and p.operation == COLD_LEARNING
+    assert p.member_ids == ("a", "b") and p.operation == Origin.COLD_LEARNING
 
 
 def test_groups_are_by_entity_and_layer() -> None:

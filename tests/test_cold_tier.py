@@ -16,7 +16,7 @@ from reverie.models.config import ColdTierConfig
 from reverie.models.export import export_rows
 from reverie.models.ids import content_hash
 from reverie.models.store import Store
-from reverie.models.tables import COLD, COLD_EXPIRY, COLD_MIGRATION, HOT, PROMOTED, Tombstone
+from reverie.models.tables import COLD_EXPIRY, COLD_MIGRATION, Lifecycle, Tier, Tombstone
 from reverie.tasks.cold_tier import Action, plan_expiry, plan_migration
 from reverie.tasks.recall import recall
 
@@ -42,7 +42,7 @@ def expired(*memories, since, config=SEED_TTL, standing=frozenset(), approved=Tr
 def test_both_are_off_by_default() -> None:
     ancient = AS_OF - 10_000 * DAY
     assert migrated(view("a", created_at=ancient), config=ColdTierConfig()) == {}
-    assert expired(view("c", tier=COLD, created_at=ancient), since={"c": ancient},
+    assert expired(view("c", tier=Tier.COLD, created_at=ancient), since={"c": ancient},
                    config=ColdTierConfig()) == {}
 
 
@@ -70,7 +70,7 @@ def test_an_access_starts_the_count_again() -> None:
 def test_protected_promoted_and_undone_memories_stay_hot() -> None:
     old = AS_OF - 400 * DAY
     out = migrated(view("flag", created_at=old, protected=True),
-                   view("core", created_at=old, lifecycle=PROMOTED),
+                   view("core", created_at=old, lifecycle=Lifecycle.PROMOTED),
                    view("undo", created_at=old),
                    view("free", created_at=old), undone={"undo"})
     assert out["flag"] == (Action.EXEMPT, "flagged protected")
@@ -81,7 +81,7 @@ def test_protected_promoted_and_undone_memories_stay_hot() -> None:
 
 def test_only_live_hot_memories_are_migrated() -> None:
     old = AS_OF - 400 * DAY
-    assert migrated(view("c", created_at=old, tier=COLD),
+    assert migrated(view("c", created_at=old, tier=Tier.COLD),
                     view("s", created_at=old, superseded_by="m-summary")) == {}
 
 
@@ -90,7 +90,7 @@ def test_only_live_hot_memories_are_migrated() -> None:
 def test_expiry_at_180_days_cold_not_at_179() -> None:
     created = AS_OF - 400 * DAY
     since = {"a": AS_OF - 179 * DAY, "b": AS_OF - 180 * DAY, "c": AS_OF - 181 * DAY}
-    out = expired(*(view(k, tier=COLD, created_at=created) for k in since), since=since)
+    out = expired(*(view(k, tier=Tier.COLD, created_at=created) for k in since), since=since)
     assert "a" not in out
     assert out["b"] == (Action.EXPIRE, "cold for 180.0 days >= 180 (cold since 2025-01-02; "
                         "created 2024-05-27, last used never)")
@@ -98,14 +98,14 @@ def test_expiry_at_180_days_cold_not_at_179() -> None:
 
 
 def test_the_seeds_own_ttl_numbers_30_days_passed_at_35() -> None:
-    out = expired(view("w", tier=COLD), since={"w": AS_OF - 35 * DAY},
+    out = expired(view("w", tier=Tier.COLD), since={"w": AS_OF - 35 * DAY},
                   config=ColdTierConfig(ttl_days=30))
     assert out["w"][0] == Action.EXPIRE
 
 
 def test_what_is_never_expired() -> None:
     long_ago = AS_OF - 1000 * DAY
-    cold = dict(tier=COLD, created_at=long_ago - DAY)
+    cold = dict(tier=Tier.COLD, created_at=long_ago - DAY)
     out = expired(view("flag", protected=True, **cold), view("orig", superseded_by="s", **cold),
                   view("s", **cold), view("unknown", **cold), view("hot", created_at=long_ago),
                   since={k: long_ago for k in ("flag", "orig", "s", "hot")}, standing={"s"})
@@ -117,7 +117,7 @@ def test_what_is_never_expired() -> None:
 
 
 def test_unapproved_expiry_lists_and_keeps() -> None:
-    out = expired(view("c", tier=COLD), since={"c": AS_OF - 200 * DAY}, approved=False)
+    out = expired(view("c", tier=Tier.COLD), since={"c": AS_OF - 200 * DAY}, approved=False)
     assert out["c"][0] == Action.NOT_APPROVED and "not approved" in out["c"][1]
 
 
@@ -168,17 +168,17 @@ def test_migration_is_found_by_deep_recall_and_by_id_and_profiles_never_mix(
     migrate, expire = report.steps
     assert (migrate.step, expire.step) == ("migrate_cold", "expire_cold")
     assert migrate.facts["migrated"] == 1 and migrate.facts["exempt"] == 1
-    assert tiers(tiered, "p") == {"stale": COLD, "fresh": HOT, "pinned": HOT}
-    assert tiers(tiered, "q") == {"stale": HOT}
+    assert tiers(tiered, "p") == {"stale": Tier.COLD, "fresh": Tier.HOT, "pinned": Tier.HOT}
+    assert tiers(tiered, "q") == {"stale": Tier.HOT}
     assert all(h.memory.external_id != "stale" for h in recall(tiered, "p", "Ana's first car", k=3))
     deep = recall(tiered, "p", "Ana's first car", k=3, deep=True)
-    assert deep[0].memory.external_id == "stale" and deep[0].memory.tier == COLD
+    assert deep[0].memory.external_id == "stale" and deep[0].memory.tier == Tier.COLD
     assert main(["get", "stale", "--profile", "p", "--json"]) == EXIT_OK
     got = json.loads(capsys.readouterr().out)
-    assert got["tier"] == COLD and got["content"] == "Ana's first car was a red Fiat"
+    assert got["tier"] == Tier.COLD and got["content"] == "Ana's first car was a red Fiat"
     # Every profile at once: q decides on its own memories only.
     cold_tier(profile=None, as_of=AS_OF, migrate_after_days=7)
-    assert tiers(tiered, "q") == {"stale": COLD} and tiers(tiered, "p")["fresh"] == HOT
+    assert tiers(tiered, "q") == {"stale": Tier.COLD} and tiers(tiered, "p")["fresh"] == Tier.HOT
 
 
 @pytest.mark.usefixtures("prefect_api")
@@ -206,12 +206,12 @@ def test_undo_brings_a_migrated_memory_back_and_it_is_not_moved_again(
                 if r["type"] == "consolidation" and r["operation"] == COLD_MIGRATION]
     assert main(["undo", audit["id"], "--profile", "p"]) == EXIT_OK
     assert "1 memories restored" in capsys.readouterr().out
-    assert tiers(tiered, "p")["stale"] == HOT
+    assert tiers(tiered, "p")["stale"] == Tier.HOT
     restored = [r for r in state(tiered, "p") if r["type"] == "memory"]
     assert restored == [r for r in before if r["type"] == "memory"]
     later = cold_tier(profile="p", as_of=AS_OF + 30 * DAY, migrate_after_days=7)
     # 30 days on, 'fresh' is unused for 33 days and goes; 'stale' stays, as undone.
-    assert tiers(tiered, "p") == {"stale": HOT, "fresh": COLD, "pinned": HOT}
+    assert tiers(tiered, "p") == {"stale": Tier.HOT, "fresh": Tier.COLD, "pinned": Tier.HOT}
     assert any(c.action == "exempt" and "undone" in c.detail for c in later.steps[0].changes)
 
 
@@ -227,14 +227,14 @@ def test_expiry_at_the_ttl_leaves_a_tombstone_that_get_reads(
     unapproved = cold_tier(profile="p", as_of=AS_OF + 180 * DAY, ttl_days=180).steps[1]
     assert unapproved.facts == {"expired": 0, "exempt": 0, "not_approved": 1,
                                 "blocks_recompiled": 0}
-    assert tiers(tiered, "p")["stale"] == COLD
+    assert tiers(tiered, "p")["stale"] == Tier.COLD
     dry = cold_tier(profile="p", as_of=AS_OF + 180 * DAY, ttl_days=180, auto_approve_expiry=True,
                     dry_run=True)
-    assert dry.steps[1].facts["expired"] == 1 and tiers(tiered, "p")["stale"] == COLD
+    assert dry.steps[1].facts["expired"] == 1 and tiers(tiered, "p")["stale"] == Tier.COLD
     real = cold_tier(profile="p", as_of=AS_OF + 180 * DAY, ttl_days=180, auto_approve_expiry=True)
     assert real.comparable() == dry.comparable()
-    assert "stale" not in tiers(tiered, "p") and tiers(tiered, "q") == {"stale": HOT}
-    assert tiered.counts("p") == {HOT: 2, COLD: 0, "tombstones": 1}
+    assert "stale" not in tiers(tiered, "p") and tiers(tiered, "q") == {"stale": Tier.HOT}
+    assert tiered.counts("p") == {Tier.HOT: 2, Tier.COLD: 0, "tombstones": 1}
     tomb = tiered.get("stale", "p")
     assert isinstance(tomb, Tombstone) and tomb.memory_id == stale_id
     assert tomb.content_hash == content_hash("Ana's first car was a red Fiat")
@@ -264,4 +264,4 @@ def test_the_cli_runs_it_and_checks_its_options(
     err = capsys.readouterr().err
     assert "migrate_after_days" in err and "apply to `run cold-tier` only" in err
     assert main(["run", "cold-tier", *as_of, "--migrate-after-days", "7"]) == EXIT_OK
-    assert "migrate_cold" in capsys.readouterr().out and tiers(tiered, "p")["stale"] == COLD
+    assert "migrate_cold" in capsys.readouterr().out and tiers(tiered, "p")["stale"] == Tier.COLD

@@ -3,7 +3,7 @@ from datetime import timedelta
 import numpy as np
 
 from reverie.models.config import CompressConfig
-from reverie.models.tables import COLD, COMPRESSED, DEDUP_SUMMARY, PROMOTED
+from reverie.models.tables import Lifecycle, Origin, Tier
 from reverie.tasks.compress import is_candidate, plan_compression, rules_wording
 from reverie.tasks.summarize import RulesSummarizer
 
@@ -32,9 +32,9 @@ def test_relevance_must_be_strictly_below_020() -> None:
 
 
 def test_promoted_protected_and_cold_memories_are_not_compressed() -> None:
-    assert not is_candidate(view("a", relevance=0.1, lifecycle=PROMOTED), CONFIG)
+    assert not is_candidate(view("a", relevance=0.1, lifecycle=Lifecycle.PROMOTED), CONFIG)
     assert not is_candidate(view("a", relevance=0.1, protected=True), CONFIG)
-    assert not is_candidate(view("a", relevance=0.1, tier=COLD, superseded_by="s"), CONFIG)
+    assert not is_candidate(view("a", relevance=0.1, tier=Tier.COLD, superseded_by="s"), CONFIG)
 
 
 def test_cosine_exactly_070_joins_just_below_does_not() -> None:
@@ -47,7 +47,7 @@ def test_cosine_exactly_070_joins_just_below_does_not() -> None:
 def test_four_members_are_not_compressed_five_are() -> None:
     assert plan(*fading(4)) == []
     (p,) = plan(*fading(5))
-    assert p.member_ids == ("f0", "f1", "f2", "f3", "f4") and p.operation == COMPRESSED
+    assert p.member_ids == ("f0", "f1", "f2", "f3", "f4") and p.operation == Origin.COMPRESSED
 
 
 def test_a_group_stops_at_group_size() -> None:
@@ -81,11 +81,11 @@ def test_rules_wording_joins_in_order() -> None:
 
 def test_a_group_with_an_earlier_summary_is_built_from_its_originals() -> None:
     memories, vectors = fading(5)
-    memories[0] = view("s1", relevance=0.1, origin=DEDUP_SUMMARY, content="earlier summary",
+    memories[0] = view("s1", relevance=0.1, origin=Origin.DEDUP_SUMMARY, content="earlier summary",
                        created_at=memories[0].created_at)
-    originals = {"s1": [view("o1", tier=COLD, superseded_by="s1"),
-                        view("o2", tier=COLD, superseded_by="s1"),
-                        view("s0", tier=COLD, superseded_by="s1", origin=COMPRESSED)]}
+    originals = {"s1": [view("o1", tier=Tier.COLD, superseded_by="s1"),
+                        view("o2", tier=Tier.COLD, superseded_by="s1"),
+                        view("s0", tier=Tier.COLD, superseded_by="s1", origin=Origin.COMPRESSED)]}
     (p,) = plan(memories, vectors, originals)
     assert p.member_ids == ("f1", "f2", "f3", "f4", "o1", "o2")  # never the older summary s0
     assert p.absorbed_ids == ("s1",) and "earlier summary" not in p.content

@@ -3,7 +3,7 @@ from datetime import timedelta
 import numpy as np
 
 from reverie.models.config import CreativeConfig
-from reverie.models.tables import CONTRADICTS, DISCOVERED
+from reverie.models.tables import EdgeKind
 from reverie.tasks.creative import ALGORITHM, connection, draw_sample, is_candidate, plan_creative
 
 from factories import AS_OF, at_cosine, axis, view
@@ -18,21 +18,21 @@ def rule(a, b, sim):
 
 def test_two_decisions_far_apart_contradict_before_any_other_rule() -> None:
     a, b = view("a", kind="decision"), view("b", kind="decision")  # same week too
-    assert rule(a, b, 0.2) == (CONTRADICTS, None, 0.6)
-    assert rule(a, b, 0.3) != (CONTRADICTS, None, 0.6)  # strictly below 0.3
+    assert rule(a, b, 0.2) == (EdgeKind.CONTRADICTS, None, 0.6)
+    assert rule(a, b, 0.3) != (EdgeKind.CONTRADICTS, None, 0.6)  # strictly below 0.3
 
 
 def test_insight_explains_pattern_before_shared_theme() -> None:
     insight, pattern = view("z", kind="insight"), view("a", kind="pattern")
     edge = connection(pattern, insight, 0.8, CONFIG)
-    assert (edge.kind, edge.subkind, edge.confidence) == (DISCOVERED, "explains", 0.7)
+    assert (edge.kind, edge.subkind, edge.confidence) == (EdgeKind.DISCOVERED, "explains", 0.7)
     assert (edge.source_id, edge.target_id) == ("z", "a")
-    assert rule(insight, pattern, 0.5) != (DISCOVERED, "explains", 0.7)
+    assert rule(insight, pattern, 0.5) != (EdgeKind.DISCOVERED, "explains", 0.7)
 
 
 def test_different_kinds_share_a_theme_with_their_similarity_as_confidence() -> None:
     a, b = view("a", kind="semantic"), view("b", kind="episodic")
-    assert rule(a, b, 0.75) == (DISCOVERED, "shares_theme", 0.75)
+    assert rule(a, b, 0.75) == (EdgeKind.DISCOVERED, "shares_theme", 0.75)
     assert rule(a, b, 0.7) is None  # strictly above 0.7, and too similar for parallel
     assert rule(view("a"), view("b"), 0.9) is None  # same kind
 
@@ -40,7 +40,7 @@ def test_different_kinds_share_a_theme_with_their_similarity_as_confidence() -> 
 def test_parallel_context_within_seven_days() -> None:
     a = view("a", created_at=AS_OF)
     assert rule(a, view("b", created_at=AS_OF - timedelta(days=7)), 0.35) == (
-        DISCOVERED, "parallel_context", 0.5)
+        EdgeKind.DISCOVERED, "parallel_context", 0.5)
     assert rule(a, view("b", created_at=AS_OF - timedelta(days=7, seconds=1)), 0.35) is None
     assert rule(a, view("b", created_at=AS_OF), 0.4) is None  # strictly below 0.4
 

@@ -3,9 +3,13 @@ from datetime import timedelta
 import numpy as np
 
 from reverie.models.config import DedupConfig
-from reverie.models.tables import COLD, DEDUP_SUMMARY, PROMOTED
+from reverie.models.tables import Lifecycle, Origin, Tier
 from reverie.tasks.dedup import (
-    duplicate_groups, is_candidate, nothing_merged_note, plan_dedup, representative_order,
+    duplicate_groups,
+    is_candidate,
+    nothing_merged_note,
+    plan_dedup,
+    representative_order,
 )
 from reverie.tasks.summarize import RulesSummarizer
 
@@ -74,12 +78,12 @@ def test_a_memory_joins_only_the_first_group_that_claims_it() -> None:
 
 def test_protected_expired_superseded_and_cold_memories_are_not_candidates() -> None:
     assert is_candidate(view("x"), AS_OF)
-    assert is_candidate(view("x", lifecycle=PROMOTED), AS_OF)
+    assert is_candidate(view("x", lifecycle=Lifecycle.PROMOTED), AS_OF)
     assert not is_candidate(view("x", protected=True), AS_OF)
     assert not is_candidate(view("x", valid_until=AS_OF), AS_OF)
     assert is_candidate(view("x", valid_until=AS_OF + timedelta(seconds=1)), AS_OF)
     assert not is_candidate(view("x", valid_from=AS_OF + timedelta(days=1)), AS_OF)
-    assert not is_candidate(view("x", tier=COLD), AS_OF)
+    assert not is_candidate(view("x", tier=Tier.COLD), AS_OF)
     assert not is_candidate(view("x", superseded_by="s"), AS_OF)
 
 
@@ -102,7 +106,7 @@ def test_summary_takes_the_representatives_words_and_vector_and_merged_attribute
     assert (p.importance, p.stability, p.access_count, p.confidence) == (0.9, 2.0, 7, 0.8)
     assert p.created_at == AS_OF - timedelta(days=40)
     assert p.last_accessed_at == AS_OF - timedelta(days=2)
-    assert p.operation == DEDUP_SUMMARY
+    assert p.operation == Origin.DEDUP_SUMMARY
 
 
 def test_same_members_give_the_same_summary_id() -> None:
@@ -113,9 +117,9 @@ def test_same_members_give_the_same_summary_id() -> None:
 
 def test_a_group_absorbing_an_earlier_summary_stands_for_its_originals() -> None:
     memories, vectors = star([0.9, 0.9])
-    memories[1] = view("s1", content="member 1", origin=DEDUP_SUMMARY)
-    originals = {"s1": [view("o1", tier=COLD, superseded_by="s1"),
-                        view("o2", tier=COLD, superseded_by="s1")]}
+    memories[1] = view("s1", content="member 1", origin=Origin.DEDUP_SUMMARY)
+    originals = {"s1": [view("o1", tier=Tier.COLD, superseded_by="s1"),
+                        view("o2", tier=Tier.COLD, superseded_by="s1")]}
     (p,) = plan(memories, vectors, originals)
     assert p.member_ids == ("m2", "o1", "o2", "r")
     assert p.absorbed_ids == ("s1",)

@@ -5,7 +5,7 @@ import pytest
 
 from reverie.models.config import EdgeDecayConfig
 from reverie.models.records import EdgeView
-from reverie.models.tables import ASSOCIATION, CONSOLIDATION, SUMMARIZES
+from reverie.models.tables import EdgeKind
 from reverie.tasks.edge_decay import decayed_weight, plan_edge_decay
 
 from factories import AS_OF
@@ -14,7 +14,7 @@ CONFIG = EdgeDecayConfig()
 
 
 def edge(days_idle: float, base: float = 0.8, weight: float | None = None,
-         kind: str = ASSOCIATION) -> EdgeView:
+         kind: str = EdgeKind.ASSOCIATION) -> EdgeView:
     return EdgeView("e", "a", "b", kind, base if weight is None else weight, base,
                     AS_OF - timedelta(days=days_idle))
 
@@ -51,7 +51,7 @@ def test_weight_of_exactly_the_prune_bound_stays() -> None:
 
 
 def test_provenance_edges_never_decay_or_prune() -> None:
-    old = [edge(10_000, base=0.06, kind=CONSOLIDATION), edge(10_000, base=0.06, kind=SUMMARIZES)]
+    old = [edge(10_000, base=0.06, kind=EdgeKind.CONSOLIDATION), edge(10_000, base=0.06, kind=EdgeKind.SUMMARIZES)]
     assert plan_edge_decay(old, AS_OF, CONFIG) == ([], [])
 
 

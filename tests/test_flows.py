@@ -19,7 +19,7 @@ from reverie.models import store as store_module
 from reverie.models.errors import NotFoundError, StepFailedError
 from reverie.models.export import export_jsonl, export_rows
 from reverie.models.store import Store
-from reverie.models.tables import ASSOCIATION, COLD, CONSOLIDATION, DEDUP_SUMMARY, HOT
+from reverie.models.tables import EdgeKind, Origin, Tier
 from reverie.tasks import linking
 from reverie.tasks import step as step_module
 from reverie.tasks.blocks import BLOCK_TYPES
@@ -72,15 +72,15 @@ def test_full_consolidation_end_to_end(sample_store: Store) -> None:
         memories = {m["id"]: m for m in rows(sample_store, profile, "memory")}
         # Nothing lost: every ingested memory is still here, hot or cold.
         assert before <= set(memories)
-        assert {m["tier"] for m in memories.values()} <= {HOT, COLD}
-        summaries = {i for i, m in memories.items() if m["origin"] == DEDUP_SUMMARY}
+        assert {m["tier"] for m in memories.values()} <= {Tier.HOT, Tier.COLD}
+        summaries = {i for i, m in memories.items() if m["origin"] == Origin.DEDUP_SUMMARY}
         assert summaries and step(report, profile, "dedup").facts["groups"] == len(summaries)
         # Every cold original points at a hot summary joined to it by a provenance edge.
         provenance = {(e["source_id"], e["target_id"]) for e in rows(sample_store, profile, "edge")
-                      if e["kind"] == CONSOLIDATION}
+                      if e["kind"] == EdgeKind.CONSOLIDATION}
         for mid, m in memories.items():
-            if m["tier"] == COLD:
-                assert memories[m["superseded_by"]]["tier"] == HOT
+            if m["tier"] == Tier.COLD:
+                assert memories[m["superseded_by"]]["tier"] == Tier.HOT
                 assert (m["superseded_by"], mid) in provenance
                 assert m["pagerank"] is None
             else:
@@ -112,7 +112,7 @@ def test_a_later_run_decays_further_but_never_compounds(sample_store: Store) -> 
     lightweight_consolidation(profile="maya", as_of=later)
     assert export_jsonl(sample_store.url, "maya") == once
     for e in rows(sample_store, "maya", "edge"):
-        if e["kind"] == ASSOCIATION:
+        if e["kind"] == EdgeKind.ASSOCIATION:
             assert e["weight"] >= 0.05 and e["weight"] <= e["base_weight"]
 
 
@@ -153,7 +153,7 @@ def test_a_step_that_fails_mid_transaction_and_is_retried_ends_like_a_clean_run(
     original = store_module._upsert_edges
 
     def fail_once(s, profile, edges, *args):  # type: ignore[no-untyped-def]
-        if any(e.kind == CONSOLIDATION for e in edges) and not failures:
+        if any(e.kind == EdgeKind.CONSOLIDATION for e in edges) and not failures:
             failures.append(profile)  # after the summary rows and the members' update
             raise OperationalError("UPDATE edge ...", {}, Exception(
                 "injected: server closed the connection unexpectedly"))
@@ -310,7 +310,7 @@ def test_lightweight_consolidation_only_refreshes_blocks_and_edges(sample_store:
     report = lightweight_consolidation(profile="support-bot", as_of=AS_OF)
     assert {s.step for s in report.steps} == {"compile_blocks", "decay_edges"}
     memories = rows(sample_store, "support-bot", "memory")
-    assert all(m["tier"] == HOT for m in memories)
+    assert all(m["tier"] == Tier.HOT for m in memories)
     assert len(rows(sample_store, "support-bot", "block")) == 5
     assert step(report, "support-bot", "decay_edges").facts["pruned"] == 1
 

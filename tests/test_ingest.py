@@ -14,7 +14,7 @@ from reverie.models.embeddings import MODEL_NAME
 from reverie.models.export import export_jsonl
 from reverie.models.ingest import MAX_COUNT, MAX_METADATA_CHARS, MAX_METADATA_DEPTH, MAX_STABILITY
 from reverie.models.store import SUPPLIED_EMBEDDING, Store
-from reverie.models.tables import HOT, Memory, Profile
+from reverie.models.tables import Memory, Profile, Tier
 
 from factories import at_cosine, record
 
@@ -204,7 +204,7 @@ def test_python_api_names_records_by_position(store: Store) -> None:
 def test_ingest_counts_stores_per_profile_and_keeps_everything_hot(store: Store) -> None:
     report = store.ingest([record("one"), record("two")], profile="a")
     store.ingest([record("one")], profile="a", at=datetime(2030, 1, 1))  # a new memory
-    assert store.counts("a") == {HOT: 3, "cold": 0, "tombstones": 0}
+    assert store.counts("a") == {Tier.HOT: 3, "cold": 0, "tombstones": 0}
     with reading(store.url) as s:
         assert s.get(Profile, "a").store_count == 3
     assert len(report.stored_ids) == 2

@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 from reverie.models.errors import StoreError
 from reverie.models.export import export_jsonl
 from reverie.models.store import UNDOABLE, Store
-from reverie.models.tables import COLD, HOT, INGESTED
+from reverie.models.tables import Origin, Tier
 from reverie.tasks.blocks import compile_blocks
 from reverie.tasks.cluster import cluster
 from reverie.tasks.cold import consolidate_cold
@@ -117,7 +117,7 @@ def _ingested(new_store: Callable[[str], Store], records: dict[str, list[dict[st
 def _memories(store: Store, profile: str) -> dict[str, dict[str, Any]]:
     return {m.external_id or m.id: {"id": m.id, "content": m.content, "tier": m.tier,
                                     "origin": m.origin}
-            for m in store.memories(profile, tiers=(HOT, COLD))}
+            for m in store.memories(profile, tiers=(Tier.HOT, Tier.COLD))}
 
 
 def _undo_everything(store: Store, profile: str) -> None:
@@ -182,10 +182,10 @@ def test_undoing_every_consolidation_brings_back_exactly_what_was_ingested(
     run_steps(store, ada, AS_OF)
     _undo_everything(store, ada)
     restored = {k: v for k, v in _memories(store, ada).items()}
-    assert {k for k, v in restored.items() if v["origin"] != INGESTED} == set()
+    assert {k for k, v in restored.items() if v["origin"] != Origin.INGESTED} == set()
     assert {k: (v["content"], v["tier"]) for k, v in restored.items()} == {
         k: (v["content"], v["tier"]) for k, v in before.items()}
-    assert all(v["tier"] == HOT for v in before.values())
+    assert all(v["tier"] == Tier.HOT for v in before.values())
 
 
 @pytest.mark.usefixtures("prefect_api")

@@ -21,7 +21,7 @@ from reverie.models.config import ConsolidationConfig
 from reverie.models.export import export_rows
 from reverie.models.settings import get_settings
 from reverie.models.store import Store
-from reverie.models.tables import DEDUP_SUMMARY
+from reverie.models.tables import Origin
 from reverie.tasks import llm as llm_module
 from reverie.tasks.llm import LLMSummarizer, Rejected, breaker_for, check_answer, facts
 from reverie.tasks.summarize import RulesSummarizer, fallback_notes, summarizer_for
@@ -54,7 +54,7 @@ def rows(store: Store, profile: str, kind: str) -> list[dict]:
 
 def worded(store: Store, profile: str) -> tuple[list[str], dict[str, str]]:
     """Modes of the profile's dedup summaries, and of its blocks by type."""
-    summaries = {m["id"] for m in rows(store, profile, "memory") if m["origin"] == DEDUP_SUMMARY}
+    summaries = {m["id"] for m in rows(store, profile, "memory") if m["origin"] == Origin.DEDUP_SUMMARY}
     modes = [c["parameters"]["mode"] for c in rows(store, profile, "consolidation")
              if c["summary_id"] in summaries]
     return modes, {b["block_type"]: b["mode"] for b in rows(store, profile, "block")}

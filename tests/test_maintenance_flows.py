@@ -17,7 +17,7 @@ from reverie.flows.forget import forget
 from reverie.models.config import ConsolidationConfig, ForgetConfig
 from reverie.models.export import export_jsonl, export_rows
 from reverie.models.store import Store
-from reverie.models.tables import COLD, CONTRADICTS, DISCOVERED, HOT, META_MEMORY, SUMMARIZES, Tombstone
+from reverie.models.tables import EdgeKind, Origin, Tier, Tombstone
 
 from factories import AS_OF, at_cosine, axis
 from prefect_reads import run_artifacts
@@ -166,9 +166,9 @@ def test_creative_links_the_rule_matches(scored: Store) -> None:
         {"creative": {"sample_size": 100}}))
     ids = {m["id"]: m["external_id"] for m in rows(maintained, "memory")}
     found = {(e["kind"], e["subkind"], ids[e["source_id"]], ids[e["target_id"]])
-             for e in rows(maintained, "edge") if e["kind"] in (CONTRADICTS, DISCOVERED)}
-    assert (CONTRADICTS, None, "dec-1", "dec-2") in found or (CONTRADICTS, None, "dec-2", "dec-1") in found
-    assert (DISCOVERED, "explains", "ins", "pat") in found
+             for e in rows(maintained, "edge") if e["kind"] in (EdgeKind.CONTRADICTS, EdgeKind.DISCOVERED)}
+    assert (EdgeKind.CONTRADICTS, None, "dec-1", "dec-2") in found or (EdgeKind.CONTRADICTS, None, "dec-2", "dec-1") in found
+    assert (EdgeKind.DISCOVERED, "explains", "ins", "pat") in found
     edge = next(e for e in rows(maintained, "edge") if e["subkind"] == "explains")
     assert edge["confidence"] == 0.7 and edge["metadata"]["algorithm"] == "creative_association"
 
@@ -178,15 +178,15 @@ def test_cluster_keeps_one_meta_memory_per_cluster(scored: Store) -> None:
     cluster(profile="m", as_of=AS_OF)
     decay(profile="m", as_of=AS_OF + timedelta(days=1))
     cluster(profile="m", as_of=AS_OF + timedelta(days=1))
-    metas = [m for m in rows(maintained, "memory") if m["origin"] == META_MEMORY]
+    metas = [m for m in rows(maintained, "memory") if m["origin"] == Origin.META_MEMORY]
     assert len(metas) == 1
     meta = metas[0]
-    assert meta["tier"] == HOT and meta["metadata"]["cluster_size"] == 6
+    assert meta["tier"] == Tier.HOT and meta["metadata"]["cluster_size"] == 6
     assert meta["metadata"]["temporal_span_days"] == 5.0
-    members = {e["target_id"] for e in rows(maintained, "edge") if e["kind"] == SUMMARIZES}
+    members = {e["target_id"] for e in rows(maintained, "edge") if e["kind"] == EdgeKind.SUMMARIZES}
     topic = {m["id"] for m in rows(maintained, "memory") if (m["external_id"] or "").startswith("topic")}
     assert members == topic
-    assert all(m["tier"] == HOT and m["superseded_by"] is None
+    assert all(m["tier"] == Tier.HOT and m["superseded_by"] is None
                for m in rows(maintained, "memory") if m["id"] in topic)
 
 
@@ -199,7 +199,7 @@ def test_forget_deletes_archives_and_protects(scored: Store) -> None:
     assert step.facts == {"archived": 0, "deleted": 3, "protected": 4, "blocks_recompiled": 0}
     memories = by_external(maintained)
     for kept in ("old-flagged", "old-decision", "old-important", "young"):
-        assert memories[kept]["tier"] == HOT
+        assert memories[kept]["tier"] == Tier.HOT
     tombstones = {t["memory_id"]: t for t in rows(maintained, "tombstone")}
     assert set(tombstones) == {maintained.get(f"old-{k}", profile="m").memory_id for k in range(3)}
     stone = tombstones[old0]
@@ -210,7 +210,7 @@ def test_forget_deletes_archives_and_protects(scored: Store) -> None:
     assert not [e for e in rows(maintained, "edge") if old0 in (e["source_id"], e["target_id"])]
     # Nothing lost: every memory ever stored is hot, cold or a tombstone.
     now = {m["id"]: m["tier"] for m in rows(maintained, "memory")}
-    assert all(now.get(i) in (HOT, COLD) or i in tombstones for i in ingested)
+    assert all(now.get(i) in (Tier.HOT, Tier.COLD) or i in tombstones for i in ingested)
     (audit,) = rows(maintained, "consolidation")
     assert audit["operation"] == "forget" and sorted(audit["parameters"]["deleted"]) == sorted(tombstones)
 
@@ -220,7 +220,7 @@ def test_forget_archives_between_the_thresholds(scored: Store) -> None:
     config = ConsolidationConfig(forget=ForgetConfig(archive_threshold=0.2))
     forget(profile="m", as_of=AS_OF, config=config)
     memories = by_external(maintained)
-    assert {k for k, m in memories.items() if m["tier"] == COLD} == {"old-0", "old-1", "old-2"}
+    assert {k for k, m in memories.items() if m["tier"] == Tier.COLD} == {"old-0", "old-1", "old-2"}
     assert rows(maintained, "tombstone") == []
 
 
@@ -280,4 +280,4 @@ def test_an_undone_meta_memory_is_not_made_again(scored: Store) -> None:
     assert [r for r in export_rows(scored.url, "m") if r["type"] != "consolidation"] == before
     again = cluster(profile="m", as_of=AS_OF)
     assert again.changed() == 0 and again.steps[0].changes[0].action == "vetoed"
-    assert not [m for m in rows(scored, "memory") if m["origin"] == META_MEMORY]
+    assert not [m for m in rows(scored, "memory") if m["origin"] == Origin.META_MEMORY]

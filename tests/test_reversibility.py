@@ -16,7 +16,7 @@ from reverie.models.config import ConsolidationConfig, ForgetConfig
 from reverie.models.errors import NotFoundError, StoreError
 from reverie.models.export import export_rows
 from reverie.models.store import Store
-from reverie.models.tables import COLD, CONSOLIDATION, HOT, INGESTED, SUMMARY_ORIGINS
+from reverie.models.tables import SUMMARY_ORIGINS, EdgeKind, Origin, Tier
 from reverie.tasks.recall import recall
 
 from factories import AS_OF, at_cosine, axis
@@ -77,11 +77,11 @@ def test_compression_replaces_fading_memories_by_a_summary(fading_store: Store) 
     rows = memories(fading_store)
     (summary,) = [m for m in rows.values() if m["origin"] in SUMMARY_ORIGINS]
     originals = [m for m in rows.values() if m["superseded_by"] == summary["id"]]
-    assert len(originals) == 5 and all(m["tier"] == COLD for m in originals)
+    assert len(originals) == 5 and all(m["tier"] == Tier.COLD for m in originals)
     assert summary["content"].startswith("Summary: hiked trail number 0 in spring | ")
-    assert summary["tier"] == HOT and summary["embedding_sha256"]
+    assert summary["tier"] == Tier.HOT and summary["embedding_sha256"]
     edges = [r for r in export_rows(fading_store.url, "p") if r["type"] == "edge"]
-    assert sorted((e["kind"], e["weight"]) for e in edges) == [(CONSOLIDATION, 0.8)] * 5
+    assert sorted((e["kind"], e["weight"]) for e in edges) == [(EdgeKind.CONSOLIDATION, 0.8)] * 5
     # The summary has a vector of its own words, not one of its originals'.
     vector = fading_store.vector(summary["id"])
     words = fading_store.embedder().encode([summary["content"]])[0]
@@ -91,9 +91,9 @@ def test_compression_replaces_fading_memories_by_a_summary(fading_store: Store) 
 def test_deep_recall_finds_originals_and_names_their_summary(fading_store: Store) -> None:
     compress(profile="p", as_of=AS_OF)
     hot = recall(fading_store, "p", "hiked trail number 3", k=20)
-    assert all(h.memory.tier == HOT for h in hot)
+    assert all(h.memory.tier == Tier.HOT for h in hot)
     deep = recall(fading_store, "p", "hiked trail number 3", k=20, deep=True)
-    cold = [h for h in deep if h.memory.tier == COLD]
+    cold = [h for h in deep if h.memory.tier == Tier.COLD]
     summary = next(m for m in memories(fading_store).values() if m["origin"] == "compress")
     assert cold and all(h.superseded_by == summary["id"] for h in cold)
 
@@ -196,20 +196,20 @@ def test_no_summary_of_a_summary_after_three_runs(store: Store) -> None:
     rows = memories(store)
     summaries = {i for i, m in rows.items() if m["origin"] in SUMMARY_ORIGINS}
     assert len(summaries) == 3
-    hot = [i for i in summaries if rows[i]["tier"] == HOT]
+    hot = [i for i in summaries if rows[i]["tier"] == Tier.HOT]
     assert len(hot) == 1
     for edge in (r for r in export_rows(store.url, "p") if r["type"] == "edge"):
-        assert rows[edge["target_id"]]["origin"] == INGESTED  # provenance only to originals
+        assert rows[edge["target_id"]]["origin"] == Origin.INGESTED  # provenance only to originals
     (latest,) = hot
     assert sum(m["superseded_by"] == latest for m in rows.values()) == 13 + 1  # + retired one
     audit = {r["summary_id"]: r for r in export_rows(store.url, "p") if r["type"] == "consolidation"}
-    assert all(rows[m]["origin"] == INGESTED for m in audit[latest]["member_ids"])
+    assert all(rows[m]["origin"] == Origin.INGESTED for m in audit[latest]["member_ids"])
     # The retired summaries cannot be undone before the one that absorbed them.
     retired = next(i for i in summaries if rows[i]["superseded_by"] == latest)
     with pytest.raises(StoreError, match="undo c-"):
         store.undo(retired, "p")
     store.undo(latest, "p")
-    assert memories(store)[retired]["tier"] == HOT
+    assert memories(store)[retired]["tier"] == Tier.HOT
 
 
 @pytest.mark.parametrize("flow_fn", [compress, consolidate_cold], ids=["compress", "cold"])

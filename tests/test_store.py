@@ -9,7 +9,7 @@ from reverie.models.errors import AmbiguousIdError, NotFoundError
 from reverie.models.export import export_jsonl
 from reverie.models.records import NewEdge
 from reverie.models.store import Store
-from reverie.models.tables import ASSOCIATION, COLD, HOT, Memory, Tombstone
+from reverie.models.tables import EdgeKind, Memory, Tier, Tombstone
 from reverie.tasks.recall import recall
 
 from factories import record
@@ -43,8 +43,8 @@ def test_get_returns_the_tombstone_of_a_deleted_memory(store: Store) -> None:
 def test_record_access_counts_and_strengthens_co_accessed_edges(store: Store) -> None:
     store.ingest([record("a", id="a"), record("b", id="b"), record("c", id="c")], profile="p")
     a, b, c = (store.get(x).id for x in "abc")
-    store.add_edges("p", [NewEdge(a, b, ASSOCIATION, 0.5), NewEdge(a, c, ASSOCIATION, 0.98),
-                          NewEdge(b, c, ASSOCIATION, 0.3)], T0)
+    store.add_edges("p", [NewEdge(a, b, EdgeKind.ASSOCIATION, 0.5), NewEdge(a, c, EdgeKind.ASSOCIATION, 0.98),
+                          NewEdge(b, c, EdgeKind.ASSOCIATION, 0.3)], T0)
     later = T0 + timedelta(days=40)
     assert store.record_access([a, b, c, a], later) == 3
     assert store.get(a).access_count == 1 and store.get(a).last_accessed_at == later
@@ -63,7 +63,7 @@ def test_recall_searches_hot_and_deep_adds_cold(store: Store) -> None:
                   record("Maya deploys with Argo CD", id="deploy")], profile="p")
     cat = store.get("cat").id
     with writing(store.url) as s:
-        s.execute(update(Memory).where(Memory.id == cat).values(tier=COLD, superseded_by="m-sum"))
+        s.execute(update(Memory).where(Memory.id == cat).values(tier=Tier.COLD, superseded_by="m-sum"))
     hot = recall(store, "p", "what is the name of the cat", k=5)
     assert [h.memory.external_id for h in hot] == ["deploy"]
     deep = recall(store, "p", "what is the name of the cat", k=5, deep=True)
@@ -97,7 +97,7 @@ def test_export_is_canonical_and_hides_run_ids(store: Store) -> None:
 
 def test_counts_by_tier(store: Store) -> None:
     store.ingest([record("x")], profile="p")
-    assert store.counts("p") == {HOT: 1, COLD: 0, "tombstones": 0}
+    assert store.counts("p") == {Tier.HOT: 1, Tier.COLD: 0, "tombstones": 0}
 
 
 def test_whole_profile_id_lists_go_in_chunks(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -110,7 +110,7 @@ def test_whole_profile_id_lists_go_in_chunks(store: Store, monkeypatch: pytest.M
         s.execute(update(Memory).where(Memory.id.in_(ids_[:5])).values(superseded_by="m-sum"))
     assert len(store.originals_of("p", ["m-sum", "m-other"])["m-sum"]) == 5
     store.forget("p", ids_[:3], [(i, 0.0, "test") for i in ids_[3:]], T0, None, {})
-    assert store.counts("p") == {HOT: 0, COLD: 3, "tombstones": 4}
+    assert store.counts("p") == {Tier.HOT: 0, Tier.COLD: 3, "tombstones": 4}
 
 
 def test_bulk_updates_write_every_chunk_and_only_the_named_profile(

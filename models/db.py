@@ -90,15 +90,13 @@ def _create_engine(url: str) -> Engine:
 def migrate(engine: Engine) -> None:
     """Bring the store's schema to the latest revision. A new store gets the tables at
     once (and is marked current); an older one is upgraded revision by revision."""
-    with engine.connect() as conn:
-        if _revision(conn) == SCHEMA_HEAD:
-            return
-    from alembic import command
-    from alembic.config import Config
-    from alembic.migration import MigrationContext
-
     with engine.begin() as conn:
-        current = MigrationContext.configure(conn).get_current_revision()
+        current = _revision(conn)
+        if current == SCHEMA_HEAD:
+            return
+        from alembic import command
+        from alembic.config import Config
+
         present = set(inspect(conn).get_table_names())
         config = Config()
         config.set_main_option("script_location", str(MIGRATIONS))

@@ -19,10 +19,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from conftest import clone_sample
 from reverie.deployments import local_server
 from reverie.deployments.local_server import LocalServer, local_api, read_state, stop
 from reverie.models.store import Store
+
+from conftest import clone_sample
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -50,7 +51,6 @@ def local(sample_template: Path, new_store: Callable[[str], Store], tmp_path: Pa
     reverie.home = home  # type: ignore[attr-defined]
     yield reverie
     stop(home)
-
 
 
 def _alive(pid: int) -> bool:

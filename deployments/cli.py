@@ -714,7 +714,7 @@ def _blocks(args: argparse.Namespace) -> int:
 
 
 def _recall(args: argparse.Namespace) -> int:
-    from reverie.tasks.recall import recall
+    from reverie.engines.recall import recall
 
     hits = recall(_store(), args.profile, args.query, args.k, args.deep, args.track)
     if args.json:
@@ -783,7 +783,7 @@ def _sizes(text: str) -> list[int]:
 def _bench(args: argparse.Namespace) -> int:
     if args.bench == "synthetic":
         return _bench_synthetic(args)
-    from reverie.deployments.bench import bench_locomo, render_locomo
+    from reverie.benchmarks.locomo import bench_locomo, render_locomo
 
     if not args.path.is_file():
         raise ReverieError(f"no such file: {args.path}")
@@ -807,7 +807,7 @@ def _bench_synthetic(args: argparse.Namespace) -> int:
     # Prefect reads these when it is first imported: keep its console to warnings.
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    from reverie.deployments.speed import FLOW_ORDER, as_json, bench_synthetic, render_markdown
+    from reverie.benchmarks.speed import FLOW_ORDER, as_json, bench_synthetic, render_markdown
     from reverie.flows.temporary_server import keep_with_this_process
 
     unknown = sorted(set(args.flow_list or ()) - set(FLOW_ORDER))
@@ -856,7 +856,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from reverie.deployments.demo import run_demo
+    from reverie.demo.run import run_demo
 
     return run_demo(args.database)
 

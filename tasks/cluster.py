@@ -35,8 +35,8 @@ from reverie.models.store import Store
 from reverie.models.tables import Origin
 from reverie.models.timestamps import days_between
 from reverie.tasks.decay import none_above_note, relevance_notes
-from reverie.tasks.graph import communities, components, similarity_graph
-from reverie.tasks.similarity import chosen_rows, similarity_pairs
+from reverie.engines.graph import communities, components, similarity_graph
+from reverie.engines.similarity import chosen_rows, similarity_pairs
 from reverie.tasks.step import Change, StepArgs, StepReport, preview, step_task
 from reverie.tasks.summarize import Summarizer, drop_vetoed, fallback_notes, summarizer_for
 

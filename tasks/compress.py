@@ -24,7 +24,7 @@ from reverie.models.records import MemoryView, SummaryPlan
 from reverie.models.store import Store
 from reverie.models.tables import SUMMARY_ORIGINS, Lifecycle, Origin
 from reverie.tasks.decay import relevance_notes
-from reverie.tasks.similarity import radius_neighbours
+from reverie.engines.similarity import radius_neighbours
 from reverie.tasks.step import Change, StepArgs, StepReport, preview, step_task
 from reverie.tasks.summarize import (
     Summarizer,

@@ -29,7 +29,7 @@ from reverie.models.store import Store
 from reverie.models.tables import EdgeKind
 from reverie.models.timestamps import days_between
 from reverie.tasks.decay import none_above_note, relevance_notes
-from reverie.tasks.similarity import pair_similarities
+from reverie.engines.similarity import pair_similarities
 from reverie.tasks.step import Change, StepArgs, StepReport, step_task
 
 ALGORITHM = "creative_association"

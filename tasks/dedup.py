@@ -36,7 +36,7 @@ from reverie.models.records import MemoryView, SummaryPlan
 from reverie.models.store import Store
 from reverie.models.tables import SUMMARY_ORIGINS, Origin
 from reverie.tasks.linking import needs_link
-from reverie.tasks.similarity import chosen_rows, radius_neighbours
+from reverie.engines.similarity import chosen_rows, radius_neighbours
 from reverie.tasks.step import Change, StepArgs, StepReport, preview, step_task
 from reverie.tasks.summarize import (
     Summarizer,

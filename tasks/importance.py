@@ -9,7 +9,7 @@ yields the same scores and community numbers (see ``tasks.graph``).
 from __future__ import annotations
 
 from reverie.models.store import Store
-from reverie.tasks.graph import importance
+from reverie.engines.graph import importance
 from reverie.tasks.step import Change, StepArgs, StepReport, step_task
 
 TOP_REPORTED = 5

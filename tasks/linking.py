@@ -16,7 +16,7 @@ from reverie.models.config import LinkConfig
 from reverie.models.records import MemoryView, NewEdge
 from reverie.models.store import Store
 from reverie.models.tables import SUMMARY_ORIGINS, EdgeKind
-from reverie.tasks.similarity import radius_neighbours
+from reverie.engines.similarity import radius_neighbours
 from reverie.tasks.step import Change, StepArgs, StepReport, step_task
 
 

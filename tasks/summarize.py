@@ -77,7 +77,7 @@ class RulesSummarizer:
 
 
 def _llm() -> Summarizer:
-    from reverie.tasks.llm import LLMSummarizer
+    from reverie.engines.llm import LLMSummarizer
 
     return LLMSummarizer()
 

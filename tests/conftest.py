@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import create_engine, text
 
-from reverie.deployments.demo import SAMPLE_STORE
+from reverie.demo.run import SAMPLE_STORE
 from reverie.models.db import copy_profiles, dispose
 from reverie.models.store import Store
 

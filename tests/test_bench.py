@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from reverie.deployments.bench import (
+from reverie.benchmarks.locomo import (
     Question,
     answered,
     bench_locomo,

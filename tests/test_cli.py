@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from reverie.deployments.cli import EXIT_ERROR, EXIT_OK, EXIT_REJECTED, main
-from reverie.deployments.demo import SAMPLE_STORE
+from reverie.demo.run import SAMPLE_STORE
 from reverie.models.store import Store
 
 from conftest import clone_sample
@@ -183,7 +183,7 @@ def test_a_run_without_a_prefect_api_leaves_its_whole_history_and_no_traceback(
 def test_the_demo_module_leaves_prefect_unimported_so_its_log_level_applies() -> None:
     # The demo sets Prefect's console level before Prefect is first imported; an import
     # of Prefect at the top of the module would print every task run at INFO.
-    probe = "import sys, deployments.demo; print('prefect' in sys.modules)"
+    probe = "import sys, reverie.demo.run; print('prefect' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                           cwd=Path(__file__).resolve().parent.parent, timeout=120)
     assert done.stdout.strip() == "False", done.stderr[-2000:]

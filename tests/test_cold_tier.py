@@ -18,7 +18,7 @@ from reverie.models.ids import content_hash
 from reverie.models.store import Store
 from reverie.models.tables import COLD_EXPIRY, COLD_MIGRATION, Lifecycle, Tier, Tombstone
 from reverie.tasks.cold_tier import Action, plan_expiry, plan_migration
-from reverie.tasks.recall import recall
+from reverie.engines.recall import recall
 
 from factories import AS_OF, view
 

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from reverie.deployments.bench import load_locomo
-from reverie.deployments.synthetic import SyntheticSpec, records
+from reverie.benchmarks.locomo import load_locomo
+from reverie.benchmarks.synthetic import SyntheticSpec, records
 from reverie.flows.decay import decay
 from reverie.flows.full_consolidation import full_consolidation
 from reverie.models.export import export_jsonl
 from reverie.models.store import Store
-from reverie.tasks.graph import build_graph, importance
+from reverie.engines.graph import build_graph, importance
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("prefect_api")]
 

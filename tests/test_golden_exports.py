@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from reverie.deployments.bench import load_locomo
-from reverie.deployments.demo import DEMO_AS_OF
+from reverie.benchmarks.locomo import load_locomo
+from reverie.demo.run import DEMO_AS_OF
 from reverie.flows.catalog import FLOWS
 from reverie.models.config import ConsolidationConfig
 from reverie.models.export import export_jsonl

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from reverie.tasks.graph import build_graph, canonical_labels, components, importance, similarity_graph
+from reverie.engines.graph import build_graph, canonical_labels, components, importance, similarity_graph
 
 
 def test_same_graph_same_scores_whatever_the_input_order() -> None:

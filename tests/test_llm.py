@@ -22,8 +22,8 @@ from reverie.models.export import export_rows
 from reverie.models.settings import get_settings
 from reverie.models.store import Store
 from reverie.models.tables import Origin
-from reverie.tasks import llm as llm_module
-from reverie.tasks.llm import LLMSummarizer, Rejected, breaker_for, check_answer, facts
+from reverie.engines import llm as llm_module
+from reverie.engines.llm import LLMSummarizer, Rejected, breaker_for, check_answer, facts
 from reverie.tasks.summarize import RulesSummarizer, fallback_notes, summarizer_for
 
 from factories import view

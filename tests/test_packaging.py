@@ -28,7 +28,7 @@ def test_the_wheel_holds_one_top_level_package_and_the_command(tmp_path: Path) -
     assert "reverie" in tops and all(
         t == "reverie" or (t.startswith("reverie-") and t.endswith(".dist-info")) for t in tops)
     for module in ("flows/catalog.py", "tasks/dedup.py", "models/store.py",
-                   "deployments/cli.py", "deployments/sample/sample_store.jsonl",
+                   "deployments/cli.py", "demo/sample/sample_store.jsonl",
                    "models/migrations/alembic.ini"):
         assert f"reverie/{module}" in names
     assert not any(n.startswith("reverie/tests/") for n in names)

@@ -21,7 +21,7 @@ from typing import Any, TextIO
 
 import pytest
 
-from reverie.deployments import speed
+from reverie.benchmarks import speed
 from reverie.deployments.backfill import backfill
 from reverie.deployments.cli import EXIT_OK, EXIT_REJECTED, main
 from reverie.deployments.progress import Bar, on_terminal

@@ -17,7 +17,7 @@ from reverie.models.errors import NotFoundError, StoreError
 from reverie.models.export import export_rows
 from reverie.models.store import Store
 from reverie.models.tables import SUMMARY_ORIGINS, EdgeKind, Origin, Tier
-from reverie.tasks.recall import recall
+from reverie.engines.recall import recall
 
 from factories import AS_OF, at_cosine, axis
 

@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from reverie.tasks import similarity
-from reverie.tasks.similarity import chosen_rows, radius_neighbours, similarity_pairs, top_k
+from reverie.engines import similarity
+from reverie.engines.similarity import chosen_rows, radius_neighbours, similarity_pairs, top_k
 
 from factories import at_cosine, axis, below
 

@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from reverie.deployments import speed
+from reverie.benchmarks import speed
 from reverie.deployments.cli import main
-from reverie.deployments.speed import Result, check_search, exact_pairs, judge, peak_rss
-from reverie.deployments.synthetic import SyntheticSpec, layout, records
+from reverie.benchmarks.speed import Result, check_search, exact_pairs, judge, peak_rss
+from reverie.benchmarks.synthetic import SyntheticSpec, layout, records
 from reverie.models.errors import ConfigError
 
 
@@ -82,7 +82,7 @@ def test_search_check_is_exact_below_the_limit_and_sampled_above(
 
 
 def test_cell_search_recall_against_the_exact_baseline(monkeypatch: pytest.MonkeyPatch) -> None:
-    from reverie.tasks import similarity
+    from reverie.engines import similarity
 
     monkeypatch.setattr(similarity, "EXACT_LIMIT", 1000)  # force cells on a small set
     _, vectors = records(SyntheticSpec(6000))

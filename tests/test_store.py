@@ -10,7 +10,7 @@ from reverie.models.export import export_jsonl
 from reverie.models.records import NewEdge
 from reverie.models.store import Store
 from reverie.models.tables import EdgeKind, Memory, Tier, Tombstone
-from reverie.tasks.recall import recall
+from reverie.engines.recall import recall
 
 from factories import record
 

@@ -13,7 +13,7 @@ from datetime import datetime
 from reverie.models.records import MemoryView
 from reverie.models.store import Store
 from reverie.models.tables import Tier
-from reverie.tasks.similarity import top_k
+from reverie.engines.similarity import top_k
 
 
 @dataclass(frozen=True, slots=True)

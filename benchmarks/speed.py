@@ -41,12 +41,12 @@ from typing import Any
 import numpy as np
 
 from reverie.deployments.progress import Bar
-from reverie.deployments.synthetic import SyntheticSpec, records, sentence
+from reverie.benchmarks.synthetic import SyntheticSpec, records, sentence
 from reverie.models.config import ConsolidationConfig
 from reverie.models.db import dispose
 from reverie.models.settings import environment, using_database
 from reverie.models.store import Store
-from reverie.tasks.similarity import chosen_rows
+from reverie.engines.similarity import chosen_rows
 from reverie.tasks.step import StepArgs, StepFunction, run_step
 
 # Above this many rows the exact baseline would take too long (quadratic): sample it.
@@ -196,7 +196,7 @@ class SearchCheck:
 def check_search(vectors: np.ndarray, threshold: float, seed: int = 0) -> SearchCheck:
     """Time Reverie's all-pairs search and the exact baseline on ``vectors``; the recall
     of the search against the exact answer (sampled above ``EXACT_BASELINE_LIMIT``)."""
-    from reverie.tasks.similarity import similarity_pairs
+    from reverie.engines.similarity import similarity_pairs
 
     n = len(vectors)
     started = time.perf_counter()

@@ -30,7 +30,7 @@ from reverie.models.records import MemoryView
 from reverie.models.settings import using_database
 from reverie.models.store import Store
 from reverie.models.tables import Tier
-from reverie.tasks.similarity import top_k
+from reverie.engines.similarity import top_k
 
 ANSWERED_CATEGORIES = (1, 2, 3, 4)
 DEFAULT_BUDGET = 2000

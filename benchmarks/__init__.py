@@ -1,0 +1,1 @@
+"""Benchmarks: quality on LoCoMo, speed on synthetic stores, and the stores they make."""

@@ -1,0 +1,1 @@
+"""The demo: a sample store and the command that consolidates it."""

@@ -23,14 +23,14 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from reverie.deployments.progress import Bar
+from reverie.engines.similarity import top_k
+from reverie.flows.progress import Bar
 from reverie.models.config import ConsolidationConfig
 from reverie.models.errors import InputError
 from reverie.models.records import MemoryView
 from reverie.models.settings import using_database
 from reverie.models.store import Store
 from reverie.models.tables import Tier
-from reverie.engines.similarity import top_k
 
 ANSWERED_CATEGORIES = (1, 2, 3, 4)
 DEFAULT_BUDGET = 2000

@@ -32,7 +32,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import ExitStack, contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -40,13 +40,13 @@ from typing import Any
 
 import numpy as np
 
-from reverie.deployments.progress import Bar
 from reverie.benchmarks.synthetic import SyntheticSpec, records, sentence
+from reverie.engines.similarity import chosen_rows
+from reverie.flows.progress import Bar
 from reverie.models.config import ConsolidationConfig
 from reverie.models.db import dispose
 from reverie.models.settings import environment, using_database
 from reverie.models.store import Store
-from reverie.engines.similarity import chosen_rows
 from reverie.tasks.step import StepArgs, StepFunction, run_step
 
 # Above this many rows the exact baseline would take too long (quadratic): sample it.
@@ -400,41 +400,6 @@ def task_runs(run_id: str | None, settle_seconds: float = 60.0) -> int | None:
     return seen
 
 
-@contextmanager
-def prefect_server(folder: Path) -> Iterator[Path]:
-    """A real Prefect server on loopback for the bench's flows (its database: SQLite in
-    ``folder``, or PREFECT_API_DATABASE_CONNECTION_URL); yields its log."""
-    import socket
-
-    from prefect.settings import PREFECT_API_URL, temporary_settings
-
-    from reverie.deployments.serve import start_server, stop
-    from reverie.flows.temporary_server import bound_to_this_process
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    log = folder / "prefect-server.log"
-    # At INFO the server logs every request with its status: server_health counts 5xx.
-    with environment("PREFECT_SERVER_LOGGING_LEVEL", "INFO"):
-        server = bound_to_this_process(
-            lambda: start_server(port, folder / "prefect-home", log))
-    api = f"http://127.0.0.1:{port}/api"
-    from prefect.events.worker import EventsWorker
-    from prefect.logging.handlers import APILogHandler
-
-    try:
-        with environment("PREFECT_API_URL", api), temporary_settings({PREFECT_API_URL: api}):
-            try:
-                yield log
-            finally:
-                # What the flows logged and emitted is still queued: send it to this server.
-                APILogHandler().flush()
-                EventsWorker.drain_all(timeout=30, at_exit=False)
-    finally:
-        stop([server])
-
-
 def server_health(log: Path) -> Result:
     """What the server's log says went wrong under the bench's load."""
     text = log.read_text(errors="replace") if log.exists() else ""
@@ -519,17 +484,18 @@ def bench_synthetic(
     checks: bool = True,
     ingest_sentences: int = DEFAULT_INGEST_SENTENCES,
     progress: Callable[[Result], None] | None = None,
-    server: bool = False,
+    server: Callable[[Path], AbstractContextManager[Path]] | None = None,
     step_rows: bool = True,
     flow_names: Sequence[str] = FLOW_ORDER,
 ) -> list[Result]:
     """Every measurement for every size, each row judged against its target. With
-    ``server`` the flows go through a real Prefect server started for the bench. On a
+    ``server`` (given a folder, it starts a real Prefect server there and yields its
+    log: the CLI passes ``deployments.serve.loopback_server``) the flows go through it. On a
     terminal a bar on stderr counts the rows; ``progress`` (which may print) is called
     with the bar cleared."""
     config = bench_config()
     results: list[Result] = []
-    total = expected_rows(sizes, embeddings, flows, checks, ingest_sentences, server,
+    total = expected_rows(sizes, embeddings, flows, checks, ingest_sentences, server is not None,
                           step_rows, flow_names)
 
     def keep(rows: Iterable[Result]) -> None:
@@ -545,7 +511,7 @@ def bench_synthetic(
     with tempfile.TemporaryDirectory(prefix="reverie-bench-") as name, ExitStack() as stack:
         bar = stack.enter_context(Bar(total, "bench", unit="row"))
         folder = Path(name)
-        log = stack.enter_context(prefect_server(folder)) if flows and server else None
+        log = stack.enter_context(server(folder)) if flows and server else None
         bar.describe("loading the model")
         if ingest_sentences:
             keep(bench_ingest_throughput(ingest_sentences, folder))

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 from collections import defaultdict
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -25,7 +27,12 @@ DEFAULT_DEMO_DB = Path(".reverie") / "demo.db"
 DEMO_AS_OF = datetime(2025, 7, 1)
 
 
-def run_demo(database: Path | None = None) -> int:
+def run_demo(
+    database: Path | None, api: Callable[[], AbstractContextManager[str | None]]
+) -> int:
+    """Ingest the sample store into ``database`` and consolidate it, with the flow's runs
+    recorded by the Prefect API that ``api`` makes current (it yields the UI's address,
+    or None when there is no UI to show): the CLI passes its local server."""
     from reverie.models.db import dispose
 
     path = (database or DEFAULT_DEMO_DB).resolve()
@@ -39,11 +46,10 @@ def run_demo(database: Path | None = None) -> int:
     os.environ.setdefault("PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL", "WARNING")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     with using_database(url):
-        return _demo(url, path)
+        return _demo(url, path, api)
 
 
-def _demo(url: str, path: Path) -> int:
-    from reverie.deployments.local_server import local_api
+def _demo(url: str, path: Path, api: Callable[[], AbstractContextManager[str | None]]) -> int:
     from reverie.flows.full_consolidation import full_consolidation
     from reverie.flows.runtime import wait_for_run_history
 
@@ -58,7 +64,7 @@ def _demo(url: str, path: Path) -> int:
     before = {p: store.counts(p) for p in profiles}
 
     print(f"Running full consolidation as of {DEMO_AS_OF:%Y-%m-%d} (a Prefect flow)...")
-    with local_api() as ui:
+    with api() as ui:
         report = full_consolidation(profile=None, as_of=DEMO_AS_OF)
     wait_for_run_history(report.run_id)
 

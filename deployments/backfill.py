@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from reverie.deployments.progress import Bar
+from reverie.flows.progress import Bar
 from reverie.models.errors import ConfigError
 from reverie.models.events import api_configured
 from reverie.models.store import Store
@@ -92,9 +92,9 @@ def backfill(
 def _locally(
     flow: str, whens: list[datetime], profile: str | list[str] | None, store: Store
 ) -> BackfillReport:
+    from reverie.deployments.local_server import local_api
     from reverie.flows.catalog import FLOWS
     from reverie.flows.runtime import wait_for_run_history
-    from reverie.deployments.local_server import local_api
 
     report = BackfillReport(flow, "local")
     profiles = set(store.resolve_profiles(profile))

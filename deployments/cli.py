@@ -308,7 +308,7 @@ def _ingest(args: argparse.Namespace) -> int:
         raise ReverieError(f"no such file: {args.file}")
     if is_backup(args.file):
         return _restore(args)
-    from reverie.deployments.progress import Bar, on_terminal
+    from reverie.flows.progress import Bar, on_terminal
 
     total = None
     if on_terminal():
@@ -546,7 +546,7 @@ def _backfill(args: argparse.Namespace) -> int:
             f"backfill of {report.flow} via {report.where}: {len(report.created)} run(s) made, "
             f"{len(report.skipped)} date(s) already done"
         )
-        from reverie.deployments.progress import on_terminal
+        from reverie.flows.progress import on_terminal
 
         if not (sys.stdout.isatty() and on_terminal()):  # else each was shown as it ran
             for when in report.created:
@@ -808,6 +808,7 @@ def _bench_synthetic(args: argparse.Namespace) -> int:
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     from reverie.benchmarks.speed import FLOW_ORDER, as_json, bench_synthetic, render_markdown
+    from reverie.deployments.serve import loopback_server
     from reverie.flows.temporary_server import keep_with_this_process
 
     unknown = sorted(set(args.flow_list or ()) - set(FLOW_ORDER))
@@ -842,7 +843,8 @@ def _bench_synthetic(args: argparse.Namespace) -> int:
 
     results = bench_synthetic(
         args.sizes, args.profiles, args.duplicate_share, args.embeddings, args.flows,
-        args.checks, args.ingest_sentences, progress, server=args.server,
+        args.checks, args.ingest_sentences, progress,
+        server=loopback_server if args.server else None,
         step_rows=args.step_rows, flow_names=args.flow_list or FLOW_ORDER,
     )
     print(render_markdown(results))  # the files already hold every row
@@ -857,8 +859,9 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _demo(args: argparse.Namespace) -> int:
     from reverie.demo.run import run_demo
+    from reverie.deployments.local_server import local_api
 
-    return run_demo(args.database)
+    return run_demo(args.database, local_api)
 
 
 def console() -> NoReturn:

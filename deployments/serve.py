@@ -23,13 +23,19 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import psutil
 
 from reverie.models.errors import ConfigError, ReverieError
-from reverie.models.settings import DATABASE_URL_VARIABLE, get_settings, resolve_database_url
+from reverie.models.settings import (
+    DATABASE_URL_VARIABLE,
+    environment,
+    get_settings,
+    resolve_database_url,
+)
 
 WORK_POOL = "reverie"
 PREFECT_DATABASE_VARIABLE = "PREFECT_API_DATABASE_CONNECTION_URL"
@@ -339,3 +345,38 @@ def serve(
         return 0
     finally:
         stop(processes)
+
+
+@contextmanager
+def loopback_server(folder: Path) -> Iterator[Path]:
+    """A real Prefect server on loopback for this process's flows, the bench's (its
+    database: SQLite in ``folder``, or PREFECT_API_DATABASE_CONNECTION_URL); yields its
+    log. Logs and events the flows queued are sent to it before it stops."""
+    import socket
+
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from reverie.flows.temporary_server import bound_to_this_process
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    log = folder / "prefect-server.log"
+    # At INFO the server logs every request with its status: server_health counts 5xx.
+    with environment("PREFECT_SERVER_LOGGING_LEVEL", "INFO"):
+        server = bound_to_this_process(
+            lambda: start_server(port, folder / "prefect-home", log))
+    api = f"http://127.0.0.1:{port}/api"
+    from prefect.events.worker import EventsWorker
+    from prefect.logging.handlers import APILogHandler
+
+    try:
+        with environment("PREFECT_API_URL", api), temporary_settings({PREFECT_API_URL: api}):
+            try:
+                yield log
+            finally:
+                # What the flows logged and emitted is still queued: send it to this server.
+                APILogHandler().flush()
+                EventsWorker.drain_all(timeout=30, at_exit=False)
+    finally:
+        stop([server])

@@ -10,10 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+from reverie.engines.similarity import top_k
 from reverie.models.records import MemoryView
 from reverie.models.store import Store
 from reverie.models.tables import Tier
-from reverie.engines.similarity import top_k
 
 
 @dataclass(frozen=True, slots=True)

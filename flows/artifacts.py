@@ -21,7 +21,7 @@ from reverie.flows.report import RunReport
 from reverie.tasks.step import Change, StepReport
 
 if TYPE_CHECKING:
-    from reverie.deployments.progress import Bar
+    from reverie.flows.progress import Bar
 
 # Prefect's artifact table is for reading, not for bulk data.
 MAX_TABLE_ROWS = 500
@@ -292,7 +292,7 @@ class RunProgress:
         profile a bar of one would only flash at the end)."""
         if len(self.report.profiles) < 2:
             return None
-        from reverie.deployments.progress import Bar
+        from reverie.flows.progress import Bar
 
         bar = Bar(len(self.report.profiles), self.report.flow, unit="profile")
         return bar if bar.active else None

@@ -24,7 +24,7 @@ import pytest
 from reverie.benchmarks import speed
 from reverie.deployments.backfill import backfill
 from reverie.deployments.cli import EXIT_OK, EXIT_REJECTED, main
-from reverie.deployments.progress import Bar, on_terminal
+from reverie.flows.progress import Bar, on_terminal
 from reverie.models.store import Store
 
 START = datetime(2025, 7, 1)
@@ -193,7 +193,7 @@ def test_ingest_on_a_terminal_shows_a_bar_of_its_records_without_their_content(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     stderr_on(terminal, monkeypatch)
-    monkeypatch.setattr("reverie.deployments.progress.MIN_INTERVAL_SECONDS", 0)  # draw every step
+    monkeypatch.setattr("reverie.flows.progress.MIN_INTERVAL_SECONDS", 0)  # draw every step
     assert main(["ingest", str(jsonl), "--profile", "ana"]) == EXIT_REJECTED
     text = terminal.settle()
     # Three records (the blank line is not one), counted as the ingest goes.

@@ -86,24 +86,28 @@ def backfill(
         raise ConfigError(f"{len(whens)} dates is more than one backfill takes ({MAX_DATES})")
     if api_configured():
         return _through_replays(flow, whens, profiles, store)
-    return _locally(flow, whens, profile, store)
+    return _locally(flow, whens, profile, profiles, store)
 
 
 def _locally(
-    flow: str, whens: list[datetime], profile: str | list[str] | None, store: Store
+    flow: str, whens: list[datetime], profile: str | list[str] | None, profiles: list[str],
+    store: Store,
 ) -> BackfillReport:
+    """Each date a flow run in this process. The flow is given the operator's selector
+    (``profile``, None for all), as a scheduled run would be; ``profiles`` is what it
+    resolved to, for telling which dates are already done."""
     from reverie.deployments.local_server import local_api
     from reverie.flows.catalog import FLOWS
     from reverie.flows.runtime import wait_for_run_history
 
     report = BackfillReport(flow, "local")
-    profiles = set(store.resolve_profiles(profile))
+    wanted = set(profiles)
     flow_fn = FLOWS[flow]
     with Bar(len(whens), f"backfill {flow}", unit="date") as bar:
         for when in whens:
             done = {r.profile_id
                     for r in store.run_history(flow=flow_fn.name, as_of=when, limit=None)}
-            if profiles <= done:
+            if wanted <= done:
                 report.skipped.append(when.isoformat())
                 bar.describe(f"{len(report.skipped)} already done")
                 bar.update()

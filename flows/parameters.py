@@ -4,6 +4,12 @@ Prefect builds a deployment's run form and its parameter schema from these: the
 descriptions are the form's help text, and with ``enforce_parameter_schema`` the
 server refuses a run whose profile or as_of is malformed when it is created, not
 when it starts.
+
+Each flow still spells out its own signature with these types, though the signatures
+look alike: ``prefect deploy`` builds a deployment's schema from the source text of the
+function that prefect.yaml's entrypoint names (Prefect's
+``parameter_schema_from_entrypoint`` reads the file, it does not import it), so a flow
+made by a factory would deploy with no parameters.
 """
 
 from __future__ import annotations

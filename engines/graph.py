@@ -66,18 +66,35 @@ def importance(
     ]
 
 
+# Leiden iterations before communities are taken as they stand; stable partitions take
+# a handful.
+LEIDEN_MAX_ITERATIONS = 100
+
+
 def communities(graph: ig.Graph, seed: int = 0) -> list[int]:
     """Leiden (modularity) community of each vertex, reproducible for a given seed."""
     weights = "weight" if graph.ecount() and "weight" in graph.es.attributes() else None
     with _rng_lock:
         ig.set_random_number_generator(random.Random(seed))
         try:
-            membership = graph.community_leiden(
-                objective_function="modularity", weights=weights, n_iterations=-1
-            ).membership
+            # igraph's n_iterations=-1 iterates until an iteration moves no vertex,
+            # with no cap: a property test's store once kept it busy for 20 minutes.
+            # The same iterations one at a time, capped, give igraph's partition
+            # wherever igraph's own loop ends (tests/test_graph.py holds them equal).
+            labels = canonical_labels(graph.community_leiden(
+                objective_function="modularity", weights=weights, n_iterations=1
+            ).membership)
+            for _ in range(LEIDEN_MAX_ITERATIONS - 1):
+                moved = canonical_labels(graph.community_leiden(
+                    objective_function="modularity", weights=weights, n_iterations=1,
+                    initial_membership=labels,
+                ).membership)
+                if moved == labels:
+                    break
+                labels = moved
         finally:
             ig.set_random_number_generator(random)
-    return canonical_labels(membership)
+    return labels
 
 
 def similarity_graph(n: int, i: np.ndarray, j: np.ndarray, sims: np.ndarray) -> ig.Graph:

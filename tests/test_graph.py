@@ -1,7 +1,14 @@
 import numpy as np
 import pytest
 
-from reverie.engines.graph import build_graph, canonical_labels, components, importance, similarity_graph
+from reverie.engines.graph import (
+    build_graph,
+    canonical_labels,
+    communities,
+    components,
+    importance,
+    similarity_graph,
+)
 
 
 def test_same_graph_same_scores_whatever_the_input_order() -> None:
@@ -40,3 +47,25 @@ def test_components_of_a_similarity_graph() -> None:
     graph = similarity_graph(5, np.array([0, 3]), np.array([1, 4]), np.array([0.9, 0.8]))
     assert components(graph) == [0, 0, 1, 2, 2]
     assert graph.es["weight"] == pytest.approx([0.9, 0.8])
+
+
+def test_leiden_one_iteration_at_a_time_finds_igraphs_own_partition() -> None:
+    # communities() iterates Leiden itself, with a cap, instead of igraph's
+    # n_iterations=-1 (which can oscillate for ever): where igraph's loop ends, the
+    # partition must be the same.
+    import random as stdlib_random
+
+    import igraph as ig
+
+    rng = stdlib_random.Random(7)
+    for trial in range(60):
+        graph = ig.Graph.Erdos_Renyi(n=rng.randint(2, 120), p=rng.uniform(0.02, 0.3))
+        graph.es["weight"] = [rng.random() for _ in range(graph.ecount())]
+        ig.set_random_number_generator(stdlib_random.Random(trial))
+        try:
+            weights = "weight" if graph.ecount() else None
+            expected = canonical_labels(graph.community_leiden(
+                objective_function="modularity", weights=weights, n_iterations=-1).membership)
+        finally:
+            ig.set_random_number_generator(stdlib_random)
+        assert communities(graph, seed=trial) == expected, trial

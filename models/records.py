@@ -6,6 +6,7 @@ of these, and the store writes the plan in one transaction. None holds a session
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -145,6 +146,24 @@ class RelevanceInputs:
     confidence: Any  # np.ndarray[float64], NaN = unknown
     relationships: Any  # np.ndarray[int64]: edges touching the memory
     relevance: Any  # np.ndarray[float64], NaN = never scored
+
+
+@dataclass(frozen=True, slots=True)
+class RelevanceSpread:
+    """How a profile's hot memories are scored, from one aggregate query: what a step
+    that reads only some rows still reports about all of them."""
+
+    hot: int  # hot memories
+    scored: int  # hot memories with a relevance score
+    live_scored: int  # live ones (see MemoryView.is_live) with a score
+    live_highest: float | None  # their highest score
+
+    @classmethod
+    def of(cls, memories: Sequence[MemoryView]) -> RelevanceSpread:
+        """The same figures from rows already read."""
+        live = [m.relevance for m in memories if m.is_live and m.relevance is not None]
+        return cls(len(memories), sum(m.relevance is not None for m in memories), len(live),
+                   max(live, default=None))
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,6 +26,7 @@ from sqlalchemy import (
     Table,
     Text,
     bindparam,
+    case,
     delete,
     func,
     insert,
@@ -50,10 +51,20 @@ from reverie.models.records import (
     MetaPlan,
     NewEdge,
     RelevanceInputs,
+    RelevanceSpread,
     SummaryPlan,
 )
 from reverie.models.settings import Settings, get_settings, resolve_database_url
-from reverie.models.tables import CoreBlock, Edge, EdgeKind, Memory, Profile, Tier, Tombstone
+from reverie.models.tables import (
+    CoreBlock,
+    Edge,
+    EdgeKind,
+    Lifecycle,
+    Memory,
+    Profile,
+    Tier,
+    Tombstone,
+)
 from reverie.models.timestamps import utcnow
 
 log = logging.getLogger(__name__)
@@ -80,6 +91,12 @@ _VIEW_COLUMNS = [
     # profile is read per step.
     type_coerce(_M.c.metadata, Text).label("meta"),
 ]
+
+# MemoryView.is_live as SQL: hot, not replaced by a summary, not archived.
+_LIVE = (
+    (_M.c.tier == Tier.HOT) & _M.c.superseded_by.is_(None)
+    & _M.c.lifecycle.in_([Lifecycle.ACTIVE, Lifecycle.PROMOTED])
+)
 
 _EDGE_VIEW_COLUMNS = [_E.c[f.name] for f in dataclass_fields(EdgeView)]
 
@@ -566,9 +583,11 @@ class Store:
         return found
 
     def memories(
-        self, profile: str, tiers: Sequence[str] = (Tier.HOT,), ids_: Sequence[str] | None = None
+        self, profile: str, tiers: Sequence[str] = (Tier.HOT,), ids_: Sequence[str] | None = None,
+        relevance_below: float | None = None,
     ) -> list[MemoryView]:
-        """The profile's memories in ``tiers``, ordered by id."""
+        """The profile's memories in ``tiers``, ordered by id; only ``ids_`` if given,
+        only those scored below ``relevance_below`` if given."""
         query = (
             select(*_VIEW_COLUMNS)
             .where(_M.c.profile_id == profile)
@@ -577,8 +596,35 @@ class Store:
         )
         if ids_ is not None:
             query = query.where(_M.c.id.in_(list(ids_)))
+        if relevance_below is not None:
+            query = query.where(_M.c.relevance < relevance_below)
         with reading(self.url) as s:
             return [_view(r) for r in s.execute(query)]
+
+    def live_ids(self, profile: str, relevance_above: float) -> list[str]:
+        """Ids of the profile's live memories (MemoryView.is_live) scored above
+        ``relevance_above`` and with a vector (as ``snapshot`` reads them), ordered by
+        id: a step that samples draws from these and reads only what it drew."""
+        query = (
+            select(_M.c.id).select_from(_WITH_VECTOR)
+            .where(_M.c.profile_id == profile).where(_LIVE)
+            .where(_M.c.relevance > relevance_above).order_by(_M.c.id)
+        )
+        with reading(self.url) as s:
+            return list(s.execute(query).scalars())
+
+    def relevance_spread(self, profile: str) -> RelevanceSpread:
+        """How the profile's hot memories are scored (RelevanceSpread), in one query."""
+        live_score = case((_LIVE, _M.c.relevance), else_=None)
+        query = (
+            select(func.count(), func.count(_M.c.relevance), func.count(live_score),
+                   func.max(live_score))
+            .where(_M.c.profile_id == profile).where(_M.c.tier == Tier.HOT)
+        )
+        with reading(self.url) as s:
+            hot, scored, live_scored, highest = s.execute(query).one()
+        return RelevanceSpread(hot, scored, live_scored,
+                               None if highest is None else float(highest))
 
     def memory_ids(self, profile: str, tiers: Sequence[str] = (Tier.HOT,)) -> list[str]:
         with reading(self.url) as s:
@@ -590,9 +636,10 @@ class Store:
             )
 
     def snapshot(
-        self, profile: str, tiers: Sequence[str] = (Tier.HOT,)
+        self, profile: str, tiers: Sequence[str] = (Tier.HOT,), ids_: Sequence[str] | None = None
     ) -> tuple[list[MemoryView], np.ndarray]:
-        """The profile's memories in ``tiers`` (ordered by id) and their vectors, row-aligned."""
+        """The profile's memories in ``tiers`` and their vectors, row-aligned: ordered by
+        id, or only ``ids_`` in their order."""
         query = (
             select(*_VIEW_COLUMNS, _V.c.embedding).select_from(_WITH_VECTOR)
             .where(_M.c.profile_id == profile)
@@ -600,7 +647,14 @@ class Store:
             .order_by(_M.c.id)
         )
         with reading(self.url) as s:
-            rows = s.execute(query).all()
+            if ids_ is None:
+                rows = s.execute(query).all()
+            else:
+                # In the order given, which came from the store's own ORDER BY (its
+                # collation may not be Python's).
+                found = {r.id: r for batch in _chunks(ids_)
+                         for r in s.execute(query.where(_M.c.id.in_(batch)))}
+                rows = [found[i] for i in ids_ if i in found]
         views = [_view(r) for r in rows]
         return views, from_blobs([r[-1] for r in rows])
 

@@ -23,13 +23,13 @@ from datetime import datetime
 
 import numpy as np
 
+from reverie.engines.similarity import pair_similarities
 from reverie.models.config import CreativeConfig
 from reverie.models.records import MemoryView, NewEdge
 from reverie.models.store import Store
 from reverie.models.tables import EdgeKind
 from reverie.models.timestamps import days_between
 from reverie.tasks.decay import none_above_note, relevance_notes
-from reverie.engines.similarity import pair_similarities
 from reverie.tasks.step import Change, StepArgs, StepReport, step_task
 
 ALGORITHM = "creative_association"
@@ -94,23 +94,24 @@ def plan_creative(
 def creative(store: Store, args: StepArgs) -> StepReport:
     """Link pairs of a reproducible sample of relevant memories by the four rules."""
     config = args.config.creative
-    memories, vectors = store.snapshot(args.profile)
-    rows = [i for i, m in enumerate(memories) if is_candidate(m, config)]
-    picked = [rows[k] for k in draw_sample(len(rows), config.sample_size, args.profile, args.as_of)]
-    sample = [memories[i] for i in picked]
+    # Only the sample is read: what this costs follows the sample, not the profile.
+    # The candidates are is_candidate's memories, drawn by id in the store's order.
+    candidates = store.live_ids(args.profile, relevance_above=config.min_relevance)
+    drawn = draw_sample(len(candidates), config.sample_size, args.profile, args.as_of)
+    sample, vectors = store.snapshot(args.profile, ids_=[candidates[k] for k in drawn])
     linked = store.linked_pairs(args.profile, [m.id for m in sample])
-    edges, skipped = plan_creative(sample, vectors[picked], linked, args.as_of, config)
+    edges, skipped = plan_creative(sample, vectors, linked, args.as_of, config)
     store.add_edges(args.profile, edges, args.as_of)
     pairs = len(sample) * (len(sample) - 1) // 2
     report = StepReport("creative", args.profile, examined=pairs, skipped=skipped)
-    report.notes += relevance_notes(
-        store, args.profile, args.as_of, any(m.relevance is not None for m in memories))
-    report.notes += none_above_note(memories, config.min_relevance, "sample for associations")
+    spread = store.relevance_spread(args.profile)
+    report.notes += relevance_notes(store, args.profile, args.as_of, spread.scored > 0)
+    report.notes += none_above_note(spread, config.min_relevance, "sample for associations")
     for e in edges:
         label = e.kind if e.subkind is None else f"{e.kind}/{e.subkind}"
         detail = f"{label}, confidence {e.confidence:.3f}"
         report.record(Change("linked", f"{e.source_id} -> {e.target_id}", detail))
-    report.facts = {"candidates": len(rows), "sample": len(sample)}
+    report.facts = {"candidates": len(candidates), "sample": len(sample)}
     return report
 
 

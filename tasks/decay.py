@@ -34,7 +34,7 @@ from typing import NamedTuple
 import numpy as np
 
 from reverie.models.config import DecayConfig
-from reverie.models.records import MemoryView, RelevanceInputs
+from reverie.models.records import MemoryView, RelevanceInputs, RelevanceSpread
 from reverie.models.store import Store
 from reverie.models.timestamps import DAY_SECONDS, days_between
 from reverie.tasks.step import Change, StepArgs, StepReport, step_logger, step_task
@@ -148,12 +148,14 @@ def relevance_notes(store: Store, profile: str, as_of: datetime, scored: bool) -
     return [note]
 
 
-def none_above_note(memories: Sequence[MemoryView], floor: float, doing: str) -> list[str]:
+def none_above_note(
+    memories: Sequence[MemoryView] | RelevanceSpread, floor: float, doing: str
+) -> list[str]:
     """Why a step that takes memories of relevance above ``floor`` did nothing, when
     that is why: scores exist, and none is above (say, decay ran for a date long after
-    the memories were last used)."""
-    scores = [m.relevance for m in memories if m.is_live and m.relevance is not None]
-    if not scores or max(scores) > floor:
+    the memories were last used). Given the rows, or their RelevanceSpread."""
+    spread = memories if isinstance(memories, RelevanceSpread) else RelevanceSpread.of(memories)
+    if spread.live_highest is None or spread.live_highest > floor:
         return []
-    return [f"no memory's relevance is above {floor:g} (the highest of {len(scores)} is "
-            f"{max(scores):.3f}): nothing to {doing}"]
+    return [f"no memory's relevance is above {floor:g} (the highest of {spread.live_scored} "
+            f"is {spread.live_highest:.3f}): nothing to {doing}"]

@@ -244,21 +244,26 @@ def forget(
     """Archive or delete the profile's least relevant (policy 'risk': most at risk)
     unprotected memories, if enabled (deleting only ``deletable`` when given)."""
     config = args.config.forget
-    memories = store.memories(args.profile)
+    spread = store.relevance_spread(args.profile)
+    # The thresholds policy can only select memories scored below a threshold: only
+    # those are read, so a run costs what it forgets, not the profile's size.
+    below = None if config.policy == "risk" else max(config.archive_threshold,
+                                                     config.delete_threshold)
+    memories = store.memories(args.profile, relevance_below=below)
     decisions = plan_forget(
         memories, store.superseding_ids(args.profile), args.as_of, config, deletable)
     archive = [d.memory.id for d in decisions if d.action == ARCHIVE]
     doomed = [(d.memory.id, tombstone_score(d), d.reason)
               for d in decisions if d.action == DELETE]
     forgotten = {d.memory.id for d in decisions if d.action in (ARCHIVE, DELETE)}
-    blocks, notes = blocks_without(
-        memories, forgotten, [b.source_ids for b in store.blocks(args.profile)], args.as_of,
-        args.config,
-    )
+    sources = [b.source_ids for b in store.blocks(args.profile)]
+    if below is not None and any(forgotten.intersection(ids) for ids in sources):
+        memories = store.memories(args.profile)  # blocks are compiled from the whole profile
+    blocks, notes = blocks_without(memories, forgotten, sources, args.as_of, args.config)
     rewritten = store.forget(
         args.profile, archive, doomed, args.as_of, args.run_id, config.model_dump(), blocks
     )
-    report = StepReport("forget", args.profile, examined=len(memories), notes=notes)
+    report = StepReport("forget", args.profile, examined=spread.hot, notes=notes)
     if config.policy == "risk":
         report.notes.append(
             f"policy risk (linksee's forget sweep): archive at risk >= "
@@ -268,8 +273,7 @@ def forget(
     elif config.archive_threshold == 0.0 and config.delete_threshold == 0.0:
         report.notes.append("forgetting is off: both thresholds are 0.0")
     else:
-        report.notes += relevance_notes(store, args.profile, args.as_of,
-                                        any(m.relevance is not None for m in memories))
+        report.notes += relevance_notes(store, args.profile, args.as_of, spread.scored > 0)
     unapproved = sum(d.action == NOT_APPROVED for d in decisions)
     if unapproved:
         report.notes.append(f"{unapproved} memories below the delete threshold kept: "

@@ -1,0 +1,58 @@
+"""Steps that read part of a profile (creative's sample, forget's candidates) read
+exactly what their rules would have picked from the whole profile.
+
+Creative draws its sample from ``Store.live_ids`` and forget (thresholds policy) reads
+``Store.memories(relevance_below=...)``, so that what they cost follows what they
+change. Over generated stores, after every step has run (so that there are summaries,
+cold and superseded memories, archived and promoted ones), each query must agree with
+the pure rule applied to every row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from hypothesis import given
+from hypothesis import strategies as st
+from test_invariant_properties import AS_OF, SETTINGS, _ingested, stores
+
+from reverie.models.config import CreativeConfig
+from reverie.models.records import RelevanceSpread
+from reverie.models.store import Store
+from reverie.models.tables import Lifecycle
+from reverie.tasks import creative
+
+from test_ingest_properties import run_steps
+
+THRESHOLDS = st.sampled_from([0.0, 0.05, 0.3, 0.5, 0.99])
+
+
+@SETTINGS
+@given(records=stores, floor=THRESHOLDS, below=THRESHOLDS, draw=st.randoms())
+def test_partial_reads_match_the_rules_over_the_whole_profile(
+    new_store: Callable[[str], Store], records: dict[str, list[dict[str, Any]]],
+    floor: float, below: float, draw: Any,
+) -> None:
+    store = _ingested(new_store, records)
+    run_steps(store, "ada", AS_OF)
+    for profile in ("ada", "bo"):
+        # Every lifecycle on hot rows too, whatever the steps left: the queries must
+        # follow MemoryView.is_live, not what the steps happen to produce.
+        hot_ids = store.memory_ids(profile)
+        store.set_lifecycles(profile, [(i, draw.choice(list(Lifecycle))) for i in
+                                       draw.sample(hot_ids, len(hot_ids) // 3)])
+        everything, vectors = store.snapshot(profile)
+        config = CreativeConfig(min_relevance=floor)
+        assert store.live_ids(profile, relevance_above=floor) == [
+            m.id for m in everything if creative.is_candidate(m, config)]
+
+        hot = store.memories(profile)
+        assert store.relevance_spread(profile) == RelevanceSpread.of(hot)
+        assert store.memories(profile, relevance_below=below) == [
+            m for m in hot if m.relevance is not None and m.relevance < below]
+
+        rows = draw.sample(range(len(everything)), len(everything) // 2)
+        some, some_vectors = store.snapshot(profile, ids_=[everything[i].id for i in rows])
+        assert some == [everything[i] for i in rows]
+        assert (some_vectors == vectors[rows]).all()

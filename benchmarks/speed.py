@@ -43,7 +43,7 @@ import numpy as np
 from reverie.benchmarks.synthetic import SyntheticSpec, records, sentence
 from reverie.engines.similarity import chosen_rows
 from reverie.flows.progress import Bar
-from reverie.models.config import ConsolidationConfig
+from reverie.models.config import ConsolidationConfig, SearchConfig
 from reverie.models.db import dispose
 from reverie.models.settings import environment, using_database
 from reverie.models.store import Store
@@ -193,14 +193,16 @@ class SearchCheck:
         )
 
 
-def check_search(vectors: np.ndarray, threshold: float, seed: int = 0) -> SearchCheck:
-    """Time Reverie's all-pairs search and the exact baseline on ``vectors``; the recall
-    of the search against the exact answer (sampled above ``EXACT_BASELINE_LIMIT``)."""
+def check_search(vectors: np.ndarray, threshold: float, seed: int = 0,
+                 search: SearchConfig | None = None) -> SearchCheck:
+    """Time Reverie's all-pairs search (as ``search`` says, else by default) and the
+    exact baseline on ``vectors``; the recall of the search against the exact answer
+    (sampled above ``EXACT_BASELINE_LIMIT``)."""
     from reverie.engines.similarity import similarity_pairs
 
     n = len(vectors)
     started = time.perf_counter()
-    i, j, _ = similarity_pairs(vectors, threshold)
+    i, j, _ = similarity_pairs(vectors, threshold, search or SearchConfig())
     search_seconds = time.perf_counter() - started
     found = i.astype(np.int64) * n + j
     if n <= EXACT_BASELINE_LIMIT:
@@ -291,7 +293,7 @@ def _search_check(
             store, profile, lambda m: cluster.is_candidate(m, config.cluster)
         )
         threshold = config.cluster.similarity
-    return check_search(vectors, threshold)
+    return check_search(vectors, threshold, search=config.search)
 
 
 def bench_search(vectors: np.ndarray, config: ConsolidationConfig) -> list[Result]:
@@ -299,7 +301,7 @@ def bench_search(vectors: np.ndarray, config: ConsolidationConfig) -> list[Resul
     only their candidates (cluster: relevance above 0.3), this is the search at full
     size, where the most pairs sit near the threshold."""
     with measured("pair search, all memories", len(vectors), 1) as row:
-        check = check_search(vectors, config.cluster.similarity)
+        check = check_search(vectors, config.cluster.similarity, search=config.search)
     row.seconds = check.search_seconds
     row.baseline_seconds, row.recall = check.baseline_seconds, check.recall
     row.notes.append(f"at cosine >= {config.cluster.similarity}; {check.describe()}")

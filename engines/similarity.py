@@ -6,11 +6,12 @@ similarity is exactly the threshold counts. FAISS's own range search is strict
 (``> radius``), so the radius is widened by one float32 step and the result
 filtered with ``>=``.
 
-All-pairs searches (dedup, clustering) are exact up to ``EXACT_LIMIT`` rows. Above it
-they go by cells: spherical k-means splits the set into cells of about
-``ROWS_PER_CELL`` rows, every row is also listed in its second-nearest cell, and each
-cell is compared in one dense product with the rows of its ``CELL_PROBES`` nearest
-cells (at most ``MAX_CELLS``; past that, cells hold more rows). Exact search of 100k x
+All-pairs searches (dedup, compression, clustering) are exact up to
+``SearchConfig.exact_limit`` rows. Above it they go by cells: spherical k-means splits
+the set into cells of about ``rows_per_cell`` rows, every row is also listed in its
+second-nearest cell, and each cell is compared in one dense product with the rows of
+its ``cell_probes`` nearest cells (at most ``MAX_CELLS``; past that, cells hold more
+rows). Exact search of 100k x
 100k takes about 50 s on two cores, cells about 6 s at a recall above 0.99 on clustered
 data (BENCHMARKS.md measures it). The price: a pair the
 cells miss may be found by a later run, so above the limit a repeated run is not
@@ -26,17 +27,17 @@ from typing import TypeVar
 import faiss
 import numpy as np
 
+from reverie.models.config import SearchConfig
+
 # Query rows per range search: bounds the memory FAISS allocates for results.
 QUERY_CHUNK = 4096
-# Largest set searched exactly; above it all-pairs searches go by cells.
-EXACT_LIMIT = 20_000
-ROWS_PER_CELL = 100
 # Beyond this many cells, cells grow instead: k-means and assigning rows to cells cost
 # rows x cells, which at a million rows and 10,000 cells is minutes.
 MAX_CELLS = 4096
-CELL_PROBES = 8
 TRAIN_ROWS_PER_CELL = 40
 CELL_SEED = 1234
+
+DEFAULT_SEARCH = SearchConfig()
 
 Row = TypeVar("Row")
 
@@ -88,15 +89,17 @@ def _hits(
 
 
 def radius_neighbours(
-    vectors: np.ndarray, threshold: float, queries: np.ndarray | None = None
+    vectors: np.ndarray, threshold: float, queries: np.ndarray | None = None,
+    search: SearchConfig = DEFAULT_SEARCH,
 ) -> Neighbours:
     """All rows of ``vectors`` with similarity >= ``threshold`` to each query row.
 
-    Without ``queries`` every row is a query and a row is not its own neighbour.
+    Without ``queries`` every row is a query and a row is not its own neighbour (an
+    all-pairs search, as ``search`` says); with them, always exact.
     """
     vectors = _check(vectors)
     if queries is None:
-        i, j, sims = similarity_pairs(vectors, threshold)
+        i, j, sims = similarity_pairs(vectors, threshold, search)
         rows = np.concatenate([i, j])
         idx = np.concatenate([j, i])
         sims = np.concatenate([sims, sims])
@@ -124,14 +127,14 @@ def _per_row(rows: np.ndarray, idx: np.ndarray, sims: np.ndarray, count: int) ->
 
 
 def similarity_pairs(
-    vectors: np.ndarray, threshold: float
+    vectors: np.ndarray, threshold: float, search: SearchConfig = DEFAULT_SEARCH
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Every unordered pair of rows (i < j) with similarity >= ``threshold``, as arrays
     (i, j, similarity) sorted by (i, j). Vectorised: no Python loop over pairs.
-    Exact up to ``EXACT_LIMIT`` rows, by cells above it."""
+    Exact up to ``search.exact_limit`` rows, by cells above it."""
     vectors = _check(vectors)
-    if len(vectors) > EXACT_LIMIT:
-        found = _cell_hits(vectors, threshold)
+    if len(vectors) > search.exact_limit:
+        found = _cell_hits(vectors, threshold, search)
     elif len(vectors):
         found = _hits(vectors, vectors, threshold)
     else:
@@ -152,11 +155,11 @@ def similarity_pairs(
 
 
 def _cell_hits(
-    vectors: np.ndarray, threshold: float
+    vectors: np.ndarray, threshold: float, search: SearchConfig
 ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """Hits (row, other row, similarity) found cell by cell; see the module docstring."""
     n, dim = vectors.shape
-    cells = min(MAX_CELLS, max(2, n // ROWS_PER_CELL))
+    cells = min(MAX_CELLS, max(2, n // search.rows_per_cell))
     rng = np.random.default_rng(CELL_SEED)
     sample = np.sort(rng.choice(n, min(n, cells * TRAIN_ROWS_PER_CELL), replace=False))
     kmeans = faiss.Kmeans(dim, cells, niter=10, seed=CELL_SEED, spherical=True)
@@ -167,7 +170,7 @@ def _cell_hits(
     centroids = kmeans.centroids / np.linalg.norm(kmeans.centroids, axis=1, keepdims=True)
     closeness = centroids @ centroids.T
     np.fill_diagonal(closeness, np.inf)  # a cell always probes itself first
-    probes = np.argsort(-closeness, axis=1, kind="stable")[:, :CELL_PROBES]
+    probes = np.argsort(-closeness, axis=1, kind="stable")[:, :search.cell_probes]
     bound = np.float32(threshold)
     for cell in range(cells):
         mine = own[cell]

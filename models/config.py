@@ -240,6 +240,11 @@ class DecayConfig(_Section):
     default_confidence: float = Field(0.5, ge=0.0, le=1.0, description=(
         "Confidence (0-1) assumed for a memory whose confidence is not known."
     ))
+    stale_after_days: float = Field(1.0, ge=0.0, le=3650.0, description=(
+        "Steps that act on stored relevance (compress, creative, cluster, forget) say so "
+        "in their report and log when the profile's last decay ran for a date more than "
+        "this many days from their own as_of."
+    ))
     importance_threshold: float | None = Field(None, ge=0.0, le=1.0, description=(
         "If set, only memories at least this important (0-1) are decayed; the others keep "
         "the relevance they had. Empty (None) decays all. AutoMem's "
@@ -261,11 +266,12 @@ class CreativeConfig(_Section):
     ))
     contradiction_below: float = Field(0.3, ge=-1.0, le=1.0, description=(
         "Rule 1: two decisions with similarity strictly below this get a 'contradicts' "
-        "edge (confidence 0.6). Lower is stricter."
+        "edge (contradiction_confidence). Lower is stricter."
     ))
     explains_above: float = Field(0.5, ge=-1.0, le=1.0, description=(
         "Rule 2: an insight and a pattern with similarity strictly above this get a "
-        "'discovered/explains' edge from the insight (confidence 0.7). Higher is stricter."
+        "'discovered/explains' edge from the insight (explains_confidence). Higher is "
+        "stricter."
     ))
     shared_theme_above: float = Field(0.7, ge=-1.0, le=1.0, description=(
         "Rule 3: memories of different kinds with similarity strictly above this get a "
@@ -274,11 +280,20 @@ class CreativeConfig(_Section):
     parallel_below: float = Field(0.4, ge=-1.0, le=1.0, description=(
         "Rule 4: memories created within parallel_within_days of each other with "
         "similarity strictly below this get a 'discovered/parallel_context' edge "
-        "(confidence 0.5). Lower is stricter."
+        "(parallel_confidence). Lower is stricter."
     ))
     parallel_within_days: float = Field(7.0, ge=0.0, description=(
         "Rule 4: most days between two memories' creation for them to count as parallel "
         "context. Lower is stricter."
+    ))
+    contradiction_confidence: float = Field(0.6, ge=0.0, le=1.0, description=(
+        "Rule 1: the confidence (and weight) of a 'contradicts' edge."
+    ))
+    explains_confidence: float = Field(0.7, ge=0.0, le=1.0, description=(
+        "Rule 2: the confidence (and weight) of a 'discovered/explains' edge."
+    ))
+    parallel_confidence: float = Field(0.5, ge=0.0, le=1.0, description=(
+        "Rule 4: the confidence (and weight) of a 'discovered/parallel_context' edge."
     ))
 
 
@@ -309,7 +324,11 @@ class ClusterConfig(_Section):
     ))
     exemplars: int = Field(3, ge=1, le=20, description=(
         "How many members, most important first, a meta-memory worded by the rules "
-        "quotes (120 characters each at most)."
+        "quotes (exemplar_chars each at most)."
+    ))
+    exemplar_chars: int = Field(120, ge=20, le=5000, description=(
+        "Longest quote of one member in a meta-memory worded by the rules, in characters; "
+        "a longer member is cut and ends in an ellipsis."
     ))
 
 
@@ -407,6 +426,26 @@ class ColdTierConfig(_Section):
     ))
 
 
+class SearchConfig(_Section):
+    """How the all-pairs similarity searches (dedup, compression, clustering) find their
+    pairs: every pair compared up to ``exact_limit`` rows; above it, by cells (spherical
+    k-means), each cell compared with its nearest cells. Cells trade a little recall for
+    time; BENCHMARKS.md measures both. Not a seed's: Reverie's own."""
+
+    exact_limit: int = Field(20_000, ge=2, le=100_000_000, description=(
+        "Largest set of memories searched exactly, every pair compared; above it the "
+        "search goes by cells. Exact search of 100k memories takes about 50 s on two cores."
+    ))
+    rows_per_cell: int = Field(100, ge=10, le=1_000_000, description=(
+        "Memories per cell above exact_limit (at most 4,096 cells; past that, cells hold "
+        "more): smaller cells, less work per cell."
+    ))
+    cell_probes: int = Field(8, ge=1, le=4096, description=(
+        "Cells each cell is compared with, itself and its nearest: more probes find more "
+        "of the pairs near a threshold, in proportionally more time."
+    ))
+
+
 class ConsolidationConfig(_Section):
     """Every knob of every consolidation step, one section per step; bounded and
     immutable. A field left out keeps its default."""
@@ -450,6 +489,9 @@ class ConsolidationConfig(_Section):
     cold_tier: ColdTierConfig = Field(ColdTierConfig(), description=(
         "Migration of long-unused memories to the cold tier and expiry of long-cold ones "
         "(the cold-tier flow); both off by default."
+    ))
+    search: SearchConfig = Field(SearchConfig(), description=(
+        "All-pairs similarity search, exact or by cells (dedup, compression, cluster)."
     ))
     summarizer: SummarizerName = Field("auto", description=(
         "Who words summaries, merged memories, meta-memories and the prose Core Memory "

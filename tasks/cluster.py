@@ -27,21 +27,20 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from reverie.engines.graph import communities, components, similarity_graph
+from reverie.engines.similarity import DEFAULT_SEARCH, chosen_rows, similarity_pairs
 from reverie.models import ids
-from reverie.models.config import ClusterConfig
+from reverie.models.config import ClusterConfig, SearchConfig
 from reverie.models.embeddings import to_blob
 from reverie.models.records import MemoryView, MetaPlan
 from reverie.models.store import Store
 from reverie.models.tables import Origin
 from reverie.models.timestamps import days_between
 from reverie.tasks.decay import none_above_note, relevance_notes
-from reverie.engines.graph import communities, components, similarity_graph
-from reverie.engines.similarity import chosen_rows, similarity_pairs
 from reverie.tasks.step import Change, StepArgs, StepReport, preview, step_task
 from reverie.tasks.summarize import Summarizer, drop_vetoed, fallback_notes, summarizer_for
 
 OPERATION = "cluster"
-EXEMPLAR_CHARS = 120
 
 
 def is_candidate(memory: MemoryView, config: ClusterConfig) -> bool:
@@ -53,9 +52,12 @@ def is_candidate(memory: MemoryView, config: ClusterConfig) -> bool:
     )
 
 
-def find_clusters(vectors: np.ndarray, config: ClusterConfig, seed: int = 0) -> list[list[int]]:
+def find_clusters(
+    vectors: np.ndarray, config: ClusterConfig, seed: int = 0,
+    search: SearchConfig = DEFAULT_SEARCH,
+) -> list[list[int]]:
     """Row groups of at least ``min_cluster_size``, each sorted, ordered by first row."""
-    i, j, sims = similarity_pairs(vectors, config.similarity)
+    i, j, sims = similarity_pairs(vectors, config.similarity, search)
     graph = similarity_graph(len(vectors), i, j, sims)
     labels = components(graph) if config.method == "components" else communities(graph, seed)
     groups: dict[int, list[int]] = {}
@@ -78,7 +80,8 @@ def rules_description(members: Sequence[MemoryView], kind: str, config: ClusterC
     span = temporal_span_days(members)
     best = sorted(members, key=lambda m: (-m.importance, m.id))[: config.exemplars]
     examples = " | ".join(
-        m.content if len(m.content) <= EXEMPLAR_CHARS else m.content[: EXEMPLAR_CHARS - 1] + "…"
+        m.content if len(m.content) <= config.exemplar_chars
+        else m.content[: config.exemplar_chars - 1] + "…"
         for m in best
     )
     return f"Pattern of {len(members)} related {kind} memories over {span:.0f} days: {examples}"
@@ -116,10 +119,11 @@ def plan_clusters(
     config: ClusterConfig,
     summarizer: Summarizer,
     seed: int = 0,
+    search: SearchConfig = DEFAULT_SEARCH,
 ) -> list[MetaPlan]:
     """One MetaPlan per cluster among the candidates (rows of ``memories``/``vectors``)."""
     candidates, cand_vectors = chosen_rows(memories, vectors, lambda m: is_candidate(m, config))
-    groups = find_clusters(cand_vectors, config, seed)
+    groups = find_clusters(cand_vectors, config, seed, search)
     clusters = [[candidates[r] for r in g] for g in groups]
     cluster_ids = [[m.id for m in c] for c in clusters]
     continued = match_existing(cluster_ids, existing, config.reuse_overlap)
@@ -165,7 +169,7 @@ def cluster(store: Store, args: StepArgs) -> StepReport:
     summarizer = summarizer_for(args.config.summarizer)
     plans = plan_clusters(
         args.profile, memories, vectors, existing, config, summarizer,
-        args.config.graph.community_seed,
+        args.config.graph.community_seed, args.config.search,
     )
     report = StepReport(
         "cluster", args.profile, examined=sum(is_candidate(m, config) for m in memories)
@@ -181,7 +185,8 @@ def cluster(store: Store, args: StepArgs) -> StepReport:
             )
             report.record(Change(action, plan.meta_id, detail, preview(plan.content)))
     report.notes += relevance_notes(
-        store, args.profile, args.as_of, any(m.relevance is not None for m in memories))
+        store, args.profile, args.as_of, any(m.relevance is not None for m in memories),
+        args.config.decay)
     report.notes += none_above_note(memories, config.min_relevance, "cluster")
     report.notes += fallback_notes(summarizer)
     report.facts = {"clusters": len(plans), "clustered": sum(len(p.member_ids) for p in plans)}

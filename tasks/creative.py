@@ -10,8 +10,9 @@ is tested against four rules, in order; the first that matches creates a typed e
 3. different kinds, similarity > 0.7       -> ``discovered/shares_theme`` (confidence = similarity)
 4. created within 7 days, similarity < 0.4 -> ``discovered/parallel_context`` (0.5)
 
-Edges carry their confidence (also their weight), when they were discovered and by
-which algorithm. Once linked, a pair is skipped, so a second run adds nothing.
+The thresholds and confidences above are CreativeConfig's defaults. Edges carry their
+confidence (also their weight), when they were discovered and by which algorithm.
+Once linked, a pair is skipped, so a second run adds nothing.
 """
 
 from __future__ import annotations
@@ -53,16 +54,21 @@ def connection(a: MemoryView, b: MemoryView, sim: float, config: CreativeConfig)
     """The edge the first matching rule creates between ``a`` and ``b``, if any."""
     kinds = {a.kind, b.kind}
     if a.kind == b.kind == "decision" and sim < config.contradiction_below:
-        return NewEdge(a.id, b.id, EdgeKind.CONTRADICTS, 0.6, confidence=0.6)
+        confidence = config.contradiction_confidence
+        return NewEdge(a.id, b.id, EdgeKind.CONTRADICTS, confidence, confidence=confidence)
     if kinds == {"insight", "pattern"} and sim > config.explains_above:
         insight, pattern = (a, b) if a.kind == "insight" else (b, a)
-        return NewEdge(insight.id, pattern.id, EdgeKind.DISCOVERED, 0.7, "explains", 0.7)
+        confidence = config.explains_confidence
+        return NewEdge(insight.id, pattern.id, EdgeKind.DISCOVERED, confidence, "explains",
+                       confidence)
     if a.kind != b.kind and sim > config.shared_theme_above:
         confidence = round(sim, 6)
         return NewEdge(a.id, b.id, EdgeKind.DISCOVERED, confidence, "shares_theme", confidence)
     apart_days = abs(days_between(b.created_at, a.created_at))
     if apart_days <= config.parallel_within_days and sim < config.parallel_below:
-        return NewEdge(a.id, b.id, EdgeKind.DISCOVERED, 0.5, "parallel_context", 0.5)
+        confidence = config.parallel_confidence
+        return NewEdge(a.id, b.id, EdgeKind.DISCOVERED, confidence, "parallel_context",
+                       confidence)
     return None
 
 
@@ -105,7 +111,8 @@ def creative(store: Store, args: StepArgs) -> StepReport:
     pairs = len(sample) * (len(sample) - 1) // 2
     report = StepReport("creative", args.profile, examined=pairs, skipped=skipped)
     spread = store.relevance_spread(args.profile)
-    report.notes += relevance_notes(store, args.profile, args.as_of, spread.scored > 0)
+    report.notes += relevance_notes(store, args.profile, args.as_of, spread.scored > 0,
+                                    args.config.decay)
     report.notes += none_above_note(spread, config.min_relevance, "sample for associations")
     for e in edges:
         label = e.kind if e.subkind is None else f"{e.kind}/{e.subkind}"

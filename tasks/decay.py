@@ -21,8 +21,8 @@ The steps that select on relevance (compression, creative, cluster, forget) use 
 score decay stored last and do not rescore: their own writes (edges, archives) change
 the inputs, so a rescoring step would change the store again in a second run of the
 same date. Instead each says, in its report (so the run's artifact) and its log, when
-the profile's last recorded decay ran for a date more than ``STALE_RELEVANCE_DAYS``
-from its own ``as_of``: the daily schedule runs decay an hour before the others.
+the profile's last recorded decay ran for a date more than ``stale_after_days`` (a
+DecayConfig field) from its own ``as_of``: the daily schedule runs decay an hour before the others.
 """
 
 from __future__ import annotations
@@ -123,22 +123,25 @@ def decay(store: Store, args: StepArgs) -> StepReport:
 decay_task = step_task("decay", decay)
 
 
-# How far the last decay's as_of may be from a step's before the step says so.
-STALE_RELEVANCE_DAYS = 1.0
 DECAY_FLOW = "decay"
+DEFAULT_DECAY = DecayConfig()
 
 
-def relevance_notes(store: Store, profile: str, as_of: datetime, scored: bool) -> list[str]:
+def relevance_notes(
+    store: Store, profile: str, as_of: datetime, scored: bool,
+    config: DecayConfig = DEFAULT_DECAY,
+) -> list[str]:
     """What a step acting on stored relevance tells about it: that there is none yet, or
-    that the profile's last recorded decay ran for a date more than a day before (or
-    after) the step's ``as_of``. Logged as a warning too; never memory content."""
+    that the profile's last recorded decay ran for a date more than
+    ``config.stale_after_days`` before (or after) the step's ``as_of``. Logged as a
+    warning too; never memory content."""
     if not scored:
         return ["no memory has a relevance score yet: run decay first"]
     last = store.run_history(profile=profile, flow=DECAY_FLOW, limit=1)
     if not last:
         return []
     days = days_between(last[0].as_of, as_of)
-    if abs(days) <= STALE_RELEVANCE_DAYS:
+    if abs(days) <= config.stale_after_days:
         return []
     when = last[0].as_of.isoformat(sep=" ", timespec="minutes")
     note = (f"relevance is {days:.1f} days older than as_of (last decay as of {when}): "

@@ -30,13 +30,13 @@ from datetime import datetime
 
 import numpy as np
 
-from reverie.models.config import DedupConfig
+from reverie.engines.similarity import DEFAULT_SEARCH, chosen_rows, radius_neighbours
+from reverie.models.config import DedupConfig, SearchConfig
 from reverie.models.embeddings import to_blob
 from reverie.models.records import MemoryView, SummaryPlan
 from reverie.models.store import Store
 from reverie.models.tables import SUMMARY_ORIGINS, Origin
 from reverie.tasks.linking import needs_link
-from reverie.engines.similarity import chosen_rows, radius_neighbours
 from reverie.tasks.step import Change, StepArgs, StepReport, preview, step_task
 from reverie.tasks.summarize import (
     Summarizer,
@@ -70,11 +70,12 @@ def representative_order(memories: Sequence[MemoryView]) -> list[int]:
 
 
 def duplicate_groups(
-    vectors: np.ndarray, order: Sequence[int], config: DedupConfig
+    vectors: np.ndarray, order: Sequence[int], config: DedupConfig,
+    search: SearchConfig = DEFAULT_SEARCH,
 ) -> list[list[int]]:
     """Row groups, each led by its representative; every member is within the
     threshold of the representative. Rows are claimed by the first group they join."""
-    neighbours = radius_neighbours(vectors, config.similarity)
+    neighbours = radius_neighbours(vectors, config.similarity, search=search)
     claimed = np.zeros(len(vectors), dtype=bool)
     groups: list[list[int]] = []
     for rep in order:
@@ -95,6 +96,7 @@ def plan_dedup(
     as_of: datetime,
     config: DedupConfig,
     summarizer: Summarizer,
+    search: SearchConfig = DEFAULT_SEARCH,
 ) -> list[SummaryPlan]:
     """One SummaryPlan per group of near-duplicates among the candidates.
 
@@ -104,7 +106,8 @@ def plan_dedup(
     """
     candidates, cand_vectors = chosen_rows(memories, vectors, lambda m: is_candidate(m, as_of))
     plans: list[SummaryPlan] = []
-    for group in duplicate_groups(cand_vectors, representative_order(candidates), config):
+    order = representative_order(candidates)
+    for group in duplicate_groups(cand_vectors, order, config, search):
         hot = [candidates[i] for i in group]
         rep = hot[0]
         members, _ = stand_ins(hot, originals)
@@ -179,7 +182,7 @@ def _merge(
     summarizer = summarizer_for(config.summarizer)
     plans = plan_dedup(
         profile, memories, vectors, store.originals_of(profile, summaries), as_of,
-        config.dedup, summarizer,
+        config.dedup, summarizer, config.search,
     )
     if not plans:
         report.notes += nothing_merged_note(report.examined, config.dedup)

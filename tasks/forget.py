@@ -273,7 +273,8 @@ def forget(
     elif config.archive_threshold == 0.0 and config.delete_threshold == 0.0:
         report.notes.append("forgetting is off: both thresholds are 0.0")
     else:
-        report.notes += relevance_notes(store, args.profile, args.as_of, spread.scored > 0)
+        report.notes += relevance_notes(store, args.profile, args.as_of, spread.scored > 0,
+                                        args.config.decay)
     unapproved = sum(d.action == NOT_APPROVED for d in decisions)
     if unapproved:
         report.notes.append(f"{unapproved} memories below the delete threshold kept: "

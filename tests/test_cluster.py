@@ -11,6 +11,7 @@ from reverie.tasks.cluster import (
     is_candidate,
     match_existing,
     plan_clusters,
+    rules_description,
     temporal_span_days,
 )
 from reverie.tasks.summarize import RulesSummarizer
@@ -102,3 +103,11 @@ def test_candidates_are_relevant_live_and_not_meta_memories() -> None:
     assert is_candidate(view("a", relevance=0.31), CONFIG)
     assert not is_candidate(view("a", relevance=0.3), CONFIG)
     assert not is_candidate(view("a", relevance=0.9, origin=Origin.META_MEMORY), CONFIG)
+
+
+def test_a_rules_description_quotes_each_exemplar_up_to_its_configured_length() -> None:
+    members = [view("a", content="x" * 30, importance=0.9), view("b", content="short")]
+    text = rules_description(members, "semantic", ClusterConfig(exemplar_chars=20))
+    assert "x" * 19 + "…" in text and "x" * 20 not in text and "short" in text
+    whole = rules_description(members, "semantic", ClusterConfig(exemplar_chars=30))
+    assert "x" * 30 in whole and "…" not in whole

@@ -74,3 +74,15 @@ def test_only_relevant_live_memories_are_candidates() -> None:
     assert not is_candidate(view("a", relevance=0.3), CONFIG)
     assert not is_candidate(view("a"), CONFIG)  # never scored
     assert not is_candidate(view("a", relevance=0.9, superseded_by="s"), CONFIG)
+
+
+def test_each_rule_gives_its_configured_confidence() -> None:
+    config = CreativeConfig(contradiction_confidence=0.9, explains_confidence=0.2,
+                            parallel_confidence=0.35)
+    decisions = view("a", kind="decision"), view("b", kind="decision")
+    assert connection(*decisions, 0.2, config).confidence == 0.9
+    insight, pattern = view("z", kind="insight"), view("a", kind="pattern")
+    edge = connection(insight, pattern, 0.6, config)
+    assert (edge.subkind, edge.confidence, edge.weight) == ("explains", 0.2, 0.2)
+    edge = connection(view("a", created_at=AS_OF), view("b", created_at=AS_OF), 0.35, config)
+    assert (edge.subkind, edge.confidence) == ("parallel_context", 0.35)

@@ -118,6 +118,10 @@ def test_steps_say_when_the_relevance_they_act_on_is_more_than_a_day_old(store) 
     (later,) = relevance_notes(store, "p", AS_OF - timedelta(days=3), True)
     assert later.startswith("relevance was computed as of") and "3.0 days after" in later
     assert relevance_notes(store, "other", AS_OF + timedelta(days=9), True) == []
+    # The day is a knob: a week's tolerance takes the same 3 days without a note.
+    week = DecayConfig(stale_after_days=7.0)
+    assert relevance_notes(store, "p", AS_OF - timedelta(days=3), True, week) == []
+    assert relevance_notes(store, "p", AS_OF + timedelta(days=7, seconds=1), True, week)
 
 
 def test_a_weekly_run_after_a_missed_decay_says_so_in_its_artifact(sample_store) -> None:

@@ -3,6 +3,7 @@ import pytest
 
 from reverie.engines import similarity
 from reverie.engines.similarity import chosen_rows, radius_neighbours, similarity_pairs, top_k
+from reverie.models.config import SearchConfig
 
 from factories import at_cosine, axis, below
 
@@ -90,20 +91,17 @@ def clustered(n: int, dim: int = 48, seed: int = 5) -> np.ndarray:
     return (v / np.linalg.norm(v, axis=1, keepdims=True)).astype(np.float32)
 
 
-def test_large_sets_go_by_cells_with_high_recall_and_no_false_pairs(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_large_sets_go_by_cells_with_high_recall_and_no_false_pairs() -> None:
     vectors = clustered(4000)
     exact = set(zip(*similarity_pairs(vectors, 0.8)[:2], strict=True))
-    monkeypatch.setattr(similarity, "EXACT_LIMIT", 1000)
-    monkeypatch.setattr(similarity, "ROWS_PER_CELL", 50)
-    i, j, s = similarity_pairs(vectors, 0.8)
+    cells = SearchConfig(exact_limit=1000, rows_per_cell=50)
+    i, j, s = similarity_pairs(vectors, 0.8, cells)
     found = set(zip(i, j, strict=True))
     assert len(found & exact) / len(exact) >= 0.99
     assert found <= exact and np.all(i < j) and np.all(s >= np.float32(0.8))
     # The same input always gives the same answer.
-    again = similarity_pairs(vectors, 0.8)
+    again = similarity_pairs(vectors, 0.8, cells)
     assert all(np.array_equal(a, b) for a, b in zip(again, (i, j, s), strict=True))
     # Neighbour lists built from the pairs are symmetric.
-    lists = radius_neighbours(vectors, 0.8)
+    lists = radius_neighbours(vectors, 0.8, search=cells)
     assert sum(len(x) for x in lists.indices) == 2 * len(i)

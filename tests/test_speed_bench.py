@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 
 from reverie.benchmarks import speed
-from reverie.deployments.cli import main
 from reverie.benchmarks.speed import Result, check_search, exact_pairs, judge, peak_rss
 from reverie.benchmarks.synthetic import SyntheticSpec, layout, records
+from reverie.deployments.cli import main
+from reverie.models.config import SearchConfig
 from reverie.models.errors import ConfigError
 
 
@@ -81,12 +82,10 @@ def test_search_check_is_exact_below_the_limit_and_sampled_above(
     assert sampled.estimated and sampled.recall == 1.0 and 0 < sampled.exact_pairs < full.exact_pairs
 
 
-def test_cell_search_recall_against_the_exact_baseline(monkeypatch: pytest.MonkeyPatch) -> None:
-    from reverie.engines import similarity
-
-    monkeypatch.setattr(similarity, "EXACT_LIMIT", 1000)  # force cells on a small set
+def test_cell_search_recall_against_the_exact_baseline() -> None:
     _, vectors = records(SyntheticSpec(6000))
-    check = check_search(vectors, 0.75)
+    # Cells on a small set.
+    check = check_search(vectors, 0.75, search=SearchConfig(exact_limit=1000))
     assert 0.98 <= check.recall <= 1.0
 
 

@@ -117,6 +117,55 @@ def radius_neighbours(
     )
 
 
+def nearest_within(
+    vectors: np.ndarray, rows: Sequence[int], threshold: float, k: int
+) -> Neighbours:
+    """For each of ``rows`` (rows of ``vectors``): its ``k`` most similar other rows at
+    similarity >= ``threshold``, best first, ties by index. What
+    ``radius_neighbours(vectors, threshold, queries=vectors[rows])`` lists, without the
+    row itself, cut to ``k``; but held in memory ``len(rows) x k`` whatever the
+    threshold lets through (a low threshold among alike memories returns thousands
+    per row, which at a million memories was gigabytes)."""
+    vectors = _check(vectors)
+    n, bound = len(vectors), np.float32(threshold)
+    if n == 0 or k <= 0:
+        empty = [np.zeros(0, np.int64) for _ in rows]
+        return Neighbours(empty, [np.zeros(0, np.float32) for _ in rows])
+    index = _index(vectors)
+    # k others, the row itself, and one more: a tie across the cut shows as the last
+    # one found equalling the k-th kept.
+    want = min(k + 2, n)
+    indices: list[np.ndarray] = []
+    similarities: list[np.ndarray] = []
+    for start in range(0, len(rows), QUERY_CHUNK):
+        chunk = np.asarray(rows[start : start + QUERY_CHUNK], dtype=np.int64)
+        found_sims, found_idx = index.search(vectors[chunk], want)
+        for row, sims, idx in zip(chunk, found_sims, found_idx, strict=True):
+            kept_idx, kept_sims = _best_others(row, idx, sims, bound, k)
+            if want < n and len(kept_idx) == k and sims[-1] == kept_sims[-1]:
+                # Rows beyond those found may tie with the k-th: take every row at
+                # least that similar and choose among them by index.
+                _, all_sims, all_idx = index.range_search(
+                    vectors[row : row + 1],
+                    float(np.nextafter(kept_sims[-1], np.float32(-np.inf))))
+                kept_idx, kept_sims = _best_others(row, all_idx, all_sims, bound, k)
+            indices.append(kept_idx)
+            similarities.append(kept_sims)
+    return Neighbours(indices, similarities)
+
+
+def _best_others(
+    row: int, idx: np.ndarray, sims: np.ndarray, bound: np.float32, k: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The ``k`` best of (idx, sims) other than ``row`` and at least ``bound``, best
+    first, ties by index."""
+    idx = idx.astype(np.int64)
+    keep = (idx != row) & (idx >= 0) & (sims >= bound)
+    idx, sims = idx[keep], sims[keep]
+    order = np.lexsort((idx, -sims))[:k]
+    return idx[order], sims[order]
+
+
 def _per_row(rows: np.ndarray, idx: np.ndarray, sims: np.ndarray, count: int) -> Neighbours:
     order = np.lexsort((idx, -sims, rows))
     rows, idx, sims = rows[order], idx[order], sims[order]

@@ -12,11 +12,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from reverie.engines.similarity import nearest_within
 from reverie.models.config import LinkConfig
 from reverie.models.records import MemoryView, NewEdge
 from reverie.models.store import Store
 from reverie.models.tables import SUMMARY_ORIGINS, EdgeKind
-from reverie.engines.similarity import radius_neighbours
 from reverie.tasks.step import Change, StepArgs, StepReport, step_task
 
 
@@ -31,11 +31,10 @@ def plan_links(
     rows = [i for i, m in enumerate(memories) if needs_link(m)]
     if not rows:
         return [], []
-    neighbours = radius_neighbours(vectors, config.similarity, queries=vectors[rows])
+    neighbours = nearest_within(vectors, rows, config.similarity, config.max_links)
     edges: list[NewEdge] = []
     for row, found, sims in zip(rows, neighbours.indices, neighbours.similarities, strict=True):
-        picked = [(j, s) for j, s in zip(found, sims, strict=True) if j != row]
-        for j, sim in picked[: config.max_links]:
+        for j, sim in zip(found, sims, strict=True):
             edges.append(
                 NewEdge(memories[row].id, memories[int(j)].id, EdgeKind.ASSOCIATION,
                         round(float(sim), 6))

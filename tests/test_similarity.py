@@ -1,8 +1,16 @@
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from reverie.engines import similarity
-from reverie.engines.similarity import chosen_rows, radius_neighbours, similarity_pairs, top_k
+from reverie.engines.similarity import (
+    chosen_rows,
+    nearest_within,
+    radius_neighbours,
+    similarity_pairs,
+    top_k,
+)
 from reverie.models.config import SearchConfig
 
 from factories import at_cosine, axis, below
@@ -105,3 +113,32 @@ def test_large_sets_go_by_cells_with_high_recall_and_no_false_pairs() -> None:
     # Neighbour lists built from the pairs are symmetric.
     lists = radius_neighbours(vectors, 0.8, search=cells)
     assert sum(len(x) for x in lists.indices) == 2 * len(i)
+
+
+@settings(max_examples=60, deadline=None, database=None)
+@given(
+    n=st.integers(1, 300), k=st.integers(0, 12), seed=st.integers(0, 2**32 - 1),
+    threshold=st.sampled_from([0.0, 0.5, 0.7, 0.9, 1.0]),
+    spread=st.sampled_from([0.0, 0.1, 0.5]), duplicates=st.booleans(),
+)
+def test_nearest_within_is_the_radius_search_cut_to_k(
+    n: int, k: int, seed: int, threshold: float, spread: float, duplicates: bool
+) -> None:
+    """Linking's bounded search lists exactly what the range search would, without the
+    row itself, cut to k: ties across the cut (exact duplicates) included."""
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(size=(max(1, n // 10), 16))
+    v = centres[rng.integers(0, len(centres), n)] + spread * rng.normal(size=(n, 16))
+    if duplicates:
+        v[rng.integers(0, n, n // 3)] = v[0]
+    v = (v / np.linalg.norm(v, axis=1, keepdims=True)).astype(np.float32)
+    rows = sorted(rng.choice(n, size=min(n, 40), replace=False).tolist())
+    bounded = nearest_within(v, rows, threshold, k)
+    ranged = radius_neighbours(v, threshold, queries=v[rows])
+    for row, idx, sims, all_idx, all_sims in zip(
+        rows, bounded.indices, bounded.similarities, ranged.indices, ranged.similarities,
+        strict=True,
+    ):
+        others = all_idx != row
+        assert idx.tolist() == all_idx[others][:k].tolist()
+        assert np.array_equal(sims, all_sims[others][:k])

@@ -30,13 +30,13 @@ from datetime import datetime
 
 import numpy as np
 
+from reverie.engines.similarity import chosen_rows, radius_neighbours
 from reverie.models.config import DedupConfig
-from reverie.models.embeddings import to_blob
 from reverie.models.records import MemoryView, SummaryPlan
 from reverie.models.store import Store
 from reverie.models.tables import SUMMARY_ORIGINS, Origin
+from reverie.models.vectors import to_blob
 from reverie.tasks.linking import needs_link
-from reverie.engines.similarity import chosen_rows, radius_neighbours
 from reverie.tasks.step import Change, StepArgs, StepReport, preview, step_task
 from reverie.tasks.summarize import (
     Summarizer,

@@ -224,6 +224,8 @@ class OpenVinoEmbedder:
     def __init__(self, path: Path, batch_size: int, cache_dir: Path) -> None:
         self.name = model_name(path)
         self.batch_size = batch_size
+        self._path = path
+        self._fallback: TorchEmbedder | None = None
         folder = cached_model(path, cache_dir)
         try:
             manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
@@ -247,6 +249,8 @@ class OpenVinoEmbedder:
         embedder = cls.__new__(cls)
         embedder.name = folder.name
         embedder.batch_size = batch_size
+        embedder._path = folder
+        embedder._fallback = None
         embedder._setup(folder, max_seq_length)
         return embedder
 
@@ -268,6 +272,17 @@ class OpenVinoEmbedder:
         self._lock = threading.Lock()
 
     def encode(self, texts: list[str], progress: Progress = False) -> np.ndarray:
+        if self._fallback is None:
+            try:
+                return self._encode(texts, progress)
+            except Exception as exc:  # noqa: BLE001 - the slow path still works
+                # The type only: a message could quote what was being embedded.
+                log.warning("OpenVINO failed to embed (%s): PyTorch embeds from now on",
+                            type(exc).__name__)
+                self._fallback = load_torch(self._path, self.batch_size)
+        return self._fallback.encode(texts, progress)
+
+    def _encode(self, texts: list[str], progress: Progress) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dimension), dtype=np.float32)
         tokens = [e.ids for e in self._tokenizer.encode_batch(texts)]

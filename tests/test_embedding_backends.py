@@ -183,6 +183,23 @@ def test_a_corrupted_cache_falls_back_to_pytorch_and_is_removed(
     assert np.array_equal(model.encode(texts), reference.encode(texts))
 
 
+def test_a_failure_while_embedding_falls_back_to_pytorch(
+    ov_cache: Path, reference: TorchEmbedder, caplog: pytest.LogCaptureFixture
+) -> None:
+    model = OpenVinoEmbedder(MODEL, 64, ov_cache)
+
+    class Broken:
+        def infer(self, inputs: object) -> None:
+            raise RuntimeError("device lost")
+
+    model._request = Broken()  # type: ignore[assignment]
+    texts = ["a sentence", "another one"]
+    with caplog.at_level(logging.WARNING):
+        got = model.encode(texts)
+    assert np.array_equal(got, reference.encode(texts))
+    assert any("PyTorch embeds from now on" in r.getMessage() for r in caplog.records)
+
+
 def test_an_export_that_does_not_match_is_not_kept(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:

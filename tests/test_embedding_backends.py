@@ -200,6 +200,33 @@ def test_a_failure_while_embedding_falls_back_to_pytorch(
     assert any("PyTorch embeds from now on" in r.getMessage() for r in caplog.records)
 
 
+def test_an_export_that_fails_its_load_check_is_not_used(
+    ov_cache: Path, tmp_path: Path, reference: TorchEmbedder,
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The probe check at load runs OpenVINO itself: were it to hand over to PyTorch, it
+    would pass on PyTorch's vectors and a broken export would be taken for a good one."""
+    import shutil
+
+    (export,) = [p for p in ov_cache.iterdir() if (p / MANIFEST).exists()]
+    shutil.copytree(export, tmp_path / export.name)
+    real_setup = OpenVinoEmbedder._setup
+
+    class Broken:
+        def infer(self, inputs: object) -> None:
+            raise RuntimeError("device lost")
+
+    def broken_setup(self: OpenVinoEmbedder, folder: Path, max_seq_length: int) -> None:
+        real_setup(self, folder, max_seq_length)
+        self._request = Broken()  # type: ignore[assignment]
+
+    monkeypatch.setattr(OpenVinoEmbedder, "_setup", broken_setup)
+    with caplog.at_level(logging.WARNING, logger=LOG):
+        model = embedding.load(MODEL, 64, EmbeddingBackend.OPENVINO, tmp_path)
+    assert model is reference
+    assert any("unusable" in r.getMessage() for r in caplog.records if r.name == LOG)
+
+
 def test_an_export_that_does_not_match_is_not_kept(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -294,3 +294,23 @@ def test_an_ingest_on_openvino_never_imports_torch(ov_cache: Path, tmp_path: Pat
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split() == ["OpenVinoEmbedder", "False", "False"], done.stderr[-3000:]
+
+
+def test_bench_embedding_compares_both_backends_from_the_cli(
+    ov_cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from reverie.benchmarks.embedding import summaries
+    from reverie.deployments.cli import main
+
+    assert summaries(["a", "b", "c", "d", "e", "f"]) == ["Summary: a | b | c | d | e"]
+    monkeypatch.setenv("REVERIE_EMBEDDING_CACHE_DIR", str(ov_cache))
+    out = tmp_path / "embed.json"
+    assert main(["bench", "embedding", "--sentences", "32", "--json", str(out)]) == 0
+    rows = {r["workload"]: r for r in json.loads(out.read_text())}
+    assert set(rows) == {"short synthetic sentences", "5-memory summaries of synthetic sentences",
+                         "ingest + embed (Store.ingest)"}
+    assert rows["short synthetic sentences"]["min_cosine"] >= MIN_COSINE
+    assert rows["ingest + embed (Store.ingest)"]["n"] == 32
+    assert "| short synthetic sentences | 32 |" in capsys.readouterr().out
+    assert main(["bench", "embedding", "--locomo", str(tmp_path / "absent.json")]) != 0

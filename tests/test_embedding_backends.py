@@ -314,3 +314,24 @@ def test_bench_embedding_compares_both_backends_from_the_cli(
     assert rows["ingest + embed (Store.ingest)"]["n"] == 32
     assert "| short synthetic sentences | 32 |" in capsys.readouterr().out
     assert main(["bench", "embedding", "--locomo", str(tmp_path / "absent.json")]) != 0
+
+
+EXPORT = """
+import sys
+from pathlib import Path
+from reverie.engines.embedding import default_model_path
+from reverie.engines.openvino_embedder import cached_model
+print(cached_model(default_model_path(), Path(sys.argv[1])))
+"""
+
+
+@pytest.mark.slow
+def test_two_processes_exporting_at_once_agree_on_one_export(tmp_path: Path) -> None:
+    racers = [subprocess.Popen([sys.executable, "-c", EXPORT, str(tmp_path)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+              for _ in range(2)]
+    results = [racer.communicate(timeout=600) for racer in racers]
+    assert [r.returncode for r in racers] == [0, 0], [err[-2000:] for _, err in results]
+    folders = {out.strip() for out, _ in results}
+    assert len(folders) == 1
+    assert [p.name for p in tmp_path.iterdir()] == [Path(folders.pop()).name]

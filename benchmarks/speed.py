@@ -416,7 +416,7 @@ def server_health(log: Path) -> Result:
 
 def bench_ingest_throughput(sentences: int, folder: Path) -> list[Result]:
     """Ingest with embedding against the raw model on the same sentences."""
-    from reverie.models.embeddings import get_embedder
+    from reverie.engines.embedding import get_embedder
 
     rng = np.random.default_rng(11)
     texts = [sentence(int(rng.integers(500)), int(rng.integers(5000)), k, rng)
@@ -518,7 +518,7 @@ def bench_synthetic(
         if ingest_sentences:
             keep(bench_ingest_throughput(ingest_sentences, folder))
         else:
-            from reverie.models.embeddings import get_embedder
+            from reverie.engines.embedding import get_embedder
 
             # Steps embed the summaries they word afresh: load the model before timing.
             get_embedder().encode(["warm up"])

@@ -25,8 +25,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from reverie.models.embeddings import DIMENSION
 from reverie.models.errors import ConfigError
+from reverie.models.vectors import DIMENSION
 
 # Variance shares of a vector: shared direction, topic, subtopic, noise.
 COMMON, TOPIC, SUBTOPIC, NOISE = 0.10, 0.38, 0.30, 0.22

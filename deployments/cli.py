@@ -234,6 +234,15 @@ def _parser() -> argparse.ArgumentParser:
                         "(its database: $PREFECT_API_DATABASE_CONNECTION_URL, else SQLite)")
     b.add_argument("--json", type=Path, dest="json_out", help="write the results as JSON")
     b.add_argument("--markdown", type=Path, help="write the results table as markdown")
+    b = bench.add_parser(
+        "embedding", help="OpenVINO against PyTorch embeddings: speed and closeness, same run"
+    )
+    b.add_argument("--locomo", type=Path, default=None,
+                   help="a LoCoMo-format file: its turns, summaries of them, and every "
+                        "sentence compared (default: synthetic sentences only)")
+    b.add_argument("--sentences", type=int, default=2048,
+                   help="synthetic sentences per workload and for the ingest (default 2048)")
+    b.add_argument("--json", type=Path, dest="json_out", help="also write the rows as JSON")
 
     p = command("alerts", _alerts, "Announce failed and crashed Reverie runs through a "
                 "Prefect notification block (the reverie-run-failed automation).")
@@ -783,6 +792,8 @@ def _sizes(text: str) -> list[int]:
 def _bench(args: argparse.Namespace) -> int:
     if args.bench == "synthetic":
         return _bench_synthetic(args)
+    if args.bench == "embedding":
+        return _bench_embedding(args)
     from reverie.benchmarks.locomo import bench_locomo, render_locomo
 
     if not args.path.is_file():
@@ -798,6 +809,21 @@ def _bench(args: argparse.Namespace) -> int:
     print(render_locomo(result))
     if args.json_out:
         args.json_out.write_text(json.dumps(result.as_json(), indent=2) + "\n", encoding="utf-8")
+    return EXIT_OK
+
+
+def _bench_embedding(args: argparse.Namespace) -> int:
+    from reverie.benchmarks.embedding import bench_embedding, render_embedding
+
+    if args.locomo is not None and not args.locomo.is_file():
+        raise ReverieError(f"no such file: {args.locomo}")
+    if args.sentences < 16:
+        raise ReverieError(f"--sentences must be at least 16, got {args.sentences}")
+    rows = bench_embedding(args.locomo, args.sentences)
+    print(render_embedding(rows))
+    if args.json_out:
+        args.json_out.write_text(json.dumps([r.as_json() for r in rows], indent=2) + "\n",
+                                 encoding="utf-8")
     return EXIT_OK
 
 

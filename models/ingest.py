@@ -20,10 +20,10 @@ from typing import Any
 
 import numpy as np
 
-from reverie.models.embeddings import normalise
 from reverie.models.errors import RecordError
 from reverie.models.text import clean_text, has_visible_text
 from reverie.models.timestamps import in_record_range, parse_timestamp
+from reverie.models.vectors import normalise
 
 PROFILE_NAME = re.compile(r"^[\w.@:+\-]{1,128}$")
 MAX_SHORT_TEXT = 256

@@ -38,9 +38,9 @@ from sqlalchemy import (
 from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, StatementError
 from sqlmodel import Session
 
+from reverie.engines.embedding import get_embedder
 from reverie.models import events, ids, outbox, tables
 from reverie.models.db import reading, writing
-from reverie.models.embeddings import DIMENSION, MODEL_NAME, from_blobs, get_embedder, to_blob
 from reverie.models.errors import AmbiguousIdError, NotFoundError, RecordError, StoreError
 from reverie.models.ingest import EdgeIn, MemoryIn, parse_record, read_jsonl
 from reverie.models.records import (
@@ -66,6 +66,7 @@ from reverie.models.tables import (
     Tombstone,
 )
 from reverie.models.timestamps import utcnow
+from reverie.models.vectors import DIMENSION, MODEL_NAME, from_blobs, to_blob
 
 log = logging.getLogger(__name__)
 

@@ -31,11 +31,11 @@ from reverie.engines.graph import communities, components, similarity_graph
 from reverie.engines.similarity import DEFAULT_SEARCH, chosen_rows, similarity_pairs
 from reverie.models import ids
 from reverie.models.config import ClusterConfig, SearchConfig
-from reverie.models.embeddings import to_blob
 from reverie.models.records import MemoryView, MetaPlan
 from reverie.models.store import Store
 from reverie.models.tables import Origin
 from reverie.models.timestamps import days_between
+from reverie.models.vectors import to_blob
 from reverie.tasks.decay import none_above_note, relevance_notes
 from reverie.tasks.step import Change, StepArgs, StepReport, preview, step_task
 from reverie.tasks.summarize import Summarizer, drop_vetoed, fallback_notes, summarizer_for

@@ -32,10 +32,10 @@ import numpy as np
 
 from reverie.engines.similarity import DEFAULT_SEARCH, chosen_rows, radius_neighbours
 from reverie.models.config import DedupConfig, SearchConfig
-from reverie.models.embeddings import to_blob
 from reverie.models.records import MemoryView, SummaryPlan
 from reverie.models.store import Store
 from reverie.models.tables import SUMMARY_ORIGINS, Origin
+from reverie.models.vectors import to_blob
 from reverie.tasks.linking import needs_link
 from reverie.tasks.step import Change, StepArgs, StepReport, preview, step_task
 from reverie.tasks.summarize import (

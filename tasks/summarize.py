@@ -20,12 +20,12 @@ from typing import Protocol, TypeVar
 
 from reverie.models import ids
 from reverie.models.config import SummarizerName
-from reverie.models.embeddings import to_blob
 from reverie.models.errors import ConfigError
 from reverie.models.records import MemoryView, MetaPlan, SummaryPlan
 from reverie.models.settings import get_settings
 from reverie.models.store import Store
 from reverie.models.tables import SUMMARY_ORIGINS
+from reverie.models.vectors import to_blob
 from reverie.tasks.step import Change, StepReport
 
 

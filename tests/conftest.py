@@ -18,6 +18,9 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 # ends with it: a shared local server would outlive the test and its temporary folder.
 # tests/test_local_server.py covers the shared one.
 os.environ.setdefault("REVERIE_LOCAL_SERVER", "temporary")
+# Golden exports hash vectors: PyTorch's, bit for bit. OpenVINO's match them to cosine
+# 0.999 but not bit for bit; tests/test_embedding_backends.py compares the two.
+os.environ["REVERIE_EMBEDDING_BACKEND"] = "torch"
 
 import shutil
 import uuid

@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from reverie.models.embeddings import DIMENSION
 from reverie.models.records import MemoryView
+from reverie.models.vectors import DIMENSION
 
 AS_OF = datetime(2025, 7, 1)
 

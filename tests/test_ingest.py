@@ -10,11 +10,11 @@ from sqlalchemy.exc import IntegrityError
 
 from reverie.models import ids
 from reverie.models.db import engine_for, reading, writing
-from reverie.models.embeddings import MODEL_NAME
 from reverie.models.export import export_jsonl
 from reverie.models.ingest import MAX_COUNT, MAX_METADATA_CHARS, MAX_METADATA_DEPTH, MAX_STABILITY
 from reverie.models.store import SUPPLIED_EMBEDDING, Store
 from reverie.models.tables import Memory, Profile, Tier
+from reverie.models.vectors import MODEL_NAME
 
 from factories import at_cosine, record
 

@@ -26,11 +26,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from reverie.models.config import ConsolidationConfig
-from reverie.models.export import export_jsonl
-from reverie.models.embeddings import DIMENSION
 from reverie.models.errors import RecordError
+from reverie.models.export import export_jsonl
 from reverie.models.ingest import MAX_COUNT, MAX_METADATA_DEPTH, MAX_STABILITY, parse_record
 from reverie.models.store import Store
+from reverie.models.vectors import DIMENSION
 from reverie.tasks.blocks import compile_blocks
 from reverie.tasks.cluster import cluster
 from reverie.tasks.cold import consolidate_cold

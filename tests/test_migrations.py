@@ -15,11 +15,11 @@ from sqlmodel import SQLModel
 
 from reverie.models import outbox
 from reverie.models.db import MIGRATIONS, SCHEMA_HEAD, dispose, engine_for, reading, writing
-from reverie.models.embeddings import DIMENSION, to_blob
+from reverie.models.events import session_events
 from reverie.models.settings import resolve_database_url
 from reverie.models.store import Store
-from reverie.models.events import session_events
 from reverie.models.tables import RunRecord
+from reverie.models.vectors import DIMENSION, to_blob
 
 HEAD = "0004"
 

@@ -257,7 +257,7 @@ def test_an_ingest_counts_every_record_once_as_it_goes(
 LOAD_THE_MODEL = """
 import transformers  # first, as a program using Reverie as a library may: before the
                      # variable that turns the loading bar off is set
-from reverie.models.embeddings import get_embedder
+from reverie.engines.embedding import get_embedder
 get_embedder().encode(["a sentence"])
 """
 

@@ -1,0 +1,69 @@
+"""Plain vector helpers: the stored vectors' shape, their bytes, and checking a vector a
+caller supplies. No model here: engines/embedding.py loads one."""
+
+from __future__ import annotations
+
+from numbers import Real
+
+import numpy as np
+
+# The name stored beside vectors of the packaged model, whichever backend computed them:
+# both give the same vectors (cosine >= 0.999, engines/openvino_embedder.py checks it).
+MODEL_NAME = "all-MiniLM-L6-v2"
+DIMENSION = 384
+UNIT_TOLERANCE = 1e-6
+
+
+def to_blob(vector: np.ndarray) -> bytes:
+    return np.ascontiguousarray(vector, dtype=np.float32).tobytes()
+
+
+def from_blobs(blobs: list[bytes], dimension: int = DIMENSION) -> np.ndarray:
+    """Stack stored vectors into one (n, dimension) float32 matrix."""
+    if not blobs:
+        return np.zeros((0, dimension), dtype=np.float32)
+    return np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(len(blobs), -1).copy()
+
+
+def normalise(vector: object, dimension: int = DIMENSION) -> np.ndarray:
+    """Check a caller-supplied vector and scale it to unit length.
+
+    Raises ValueError naming what is wrong (not a list of real numbers, dimension,
+    non-finite values, a length that is zero or beyond floating point).
+    """
+    if isinstance(vector, np.ndarray):
+        # Bools and strings would be converted silently (True -> 1.0, "1" -> 1.0).
+        if vector.dtype.kind not in "iuf":
+            raise ValueError("embedding must be a list of numbers")
+        elements: object = vector
+    elif isinstance(vector, (list, tuple)):
+        if len(vector) != dimension:
+            raise ValueError(f"embedding must have {dimension} numbers, got {len(vector)}")
+        # numbers.Real: numpy's float32 scalars (from list(array)) are numbers too.
+        if not all(isinstance(x, Real) and not isinstance(x, bool) for x in vector):
+            raise ValueError("embedding must be a list of numbers (not strings, bools or lists)")
+        elements = vector
+    else:
+        raise ValueError("embedding must be a list of numbers")
+    try:
+        arr = np.asarray(elements, dtype=np.float64)
+    except OverflowError:  # an integer beyond any float
+        raise ValueError("embedding contains a number beyond floating point") from None
+    if arr.ndim != 1 or arr.shape[0] != dimension:
+        raise ValueError(f"embedding must have {dimension} numbers, got shape {list(arr.shape)}")
+    if not np.all(np.isfinite(arr)):
+        raise ValueError("embedding contains NaN or infinity")
+    # Scaled by its largest element first: squaring 1e200 (or 1e-200) overflows (or
+    # vanishes) although the vector's length is an ordinary number.
+    largest = float(np.max(np.abs(arr)))
+    if largest == 0.0:
+        raise ValueError("embedding is all zeros")
+    scaled = arr / largest
+    norm = largest * float(np.linalg.norm(scaled))
+    if not np.isfinite(norm):
+        raise ValueError("embedding is too long: its length is beyond floating point")
+    # Leave an already-unit vector exactly as given: rescaling by a norm of 0.9999999
+    # would nudge its similarities off a threshold the caller placed them on.
+    if abs(norm - 1.0) <= UNIT_TOLERANCE:
+        return arr.astype(np.float32)
+    return (scaled / np.linalg.norm(scaled)).astype(np.float32)

@@ -1,0 +1,337 @@
+"""The OpenVINO backend gives PyTorch's vectors, faster; whatever fails, PyTorch takes over.
+
+One export per test session, in a temporary cache folder (the suite itself runs on
+PyTorch: conftest pins REVERIE_EMBEDDING_BACKEND=torch).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from pydantic import ValidationError
+
+from reverie.engines import embedding
+from reverie.engines.embedding import TorchEmbedder, default_model_path, get_embedder
+from reverie.models.errors import EmbeddingError
+from reverie.models.settings import EmbeddingBackend, Settings, get_settings
+from reverie.models.vectors import DIMENSION
+
+ov = pytest.importorskip("openvino")
+from reverie.engines import openvino_embedder  # noqa: E402
+from reverie.engines.openvino_embedder import (  # noqa: E402
+    MANIFEST,
+    MIN_COSINE,
+    OpenVinoEmbedder,
+    cached_model,
+    length_buckets,
+    min_cosine,
+    padded,
+)
+
+LOCOMO = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo" / "locomo3.json"
+MODEL = default_model_path()
+LOG = "reverie.engines.embedding"
+
+
+def locomo_sentences(path: Path) -> list[str]:
+    """Every sentence of the LoCoMo file: each turn, each observed fact, each question."""
+    texts: list[str] = []
+    for sample in json.loads(path.read_text(encoding="utf-8")):
+        for key, turns in sample["conversation"].items():
+            if key.startswith("session_") and isinstance(turns, list):
+                texts += [turn["text"] for turn in turns]
+        for by_speaker in sample["observation"].values():
+            for facts in by_speaker.values():
+                texts += [fact for fact, _ in facts]
+        texts += [q["question"] for q in sample["qa"]]
+    return texts
+
+
+@pytest.fixture(scope="session")
+def ov_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("openvino-cache")
+    cached_model(MODEL, folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def reference() -> TorchEmbedder:
+    return embedding.load_torch(MODEL, 64)
+
+
+@pytest.fixture(scope="session")
+def fast(ov_cache: Path) -> OpenVinoEmbedder:
+    return OpenVinoEmbedder(MODEL, 64, ov_cache)
+
+
+@pytest.mark.skipif(not LOCOMO.exists(), reason=f"LoCoMo dev set not found at {LOCOMO}")
+def test_openvino_matches_pytorch_on_the_locomo_dev_set(
+    fast: OpenVinoEmbedder, reference: TorchEmbedder
+) -> None:
+    # Every 4th sentence (over 500, from every conversation): all of them take PyTorch
+    # 80 s on two cores. `reverie bench embedding` checks every one (BENCHMARKS.md).
+    texts = locomo_sentences(LOCOMO)[::4]
+    assert len(texts) > 500
+    started = time.perf_counter()
+    got = fast.encode(texts)
+    fast_seconds = time.perf_counter() - started
+    started = time.perf_counter()
+    expected = reference.encode(texts)
+    torch_seconds = time.perf_counter() - started
+    cosines = np.sum(got.astype(np.float64) * expected, axis=1)
+    worst = int(np.argmin(cosines))
+    assert cosines[worst] >= MIN_COSINE, f"sentence {worst}: cosine {cosines[worst]:.5f}"
+    assert np.allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-5)
+    # Timed in the same run, so a slower machine slows both: the fast path is faster.
+    assert fast_seconds < torch_seconds, (fast_seconds, torch_seconds)
+
+
+def test_rows_come_back_in_input_order_across_length_buckets(
+    fast: OpenVinoEmbedder, reference: TorchEmbedder
+) -> None:
+    # Lengths interleaved so that sorting by length moves nearly every text, and more
+    # texts than one batch so that rows cross buckets.
+    texts = [("word " * (1 + (k * 37) % 90)) + f"number {k}" for k in range(150)]
+    got = fast.encode(texts)
+    expected = reference.encode(texts)
+    assert min_cosine(got, expected) >= MIN_COSINE
+    # Each row is its own text's, not a neighbour's of similar length.
+    assert np.array_equal(np.argmax(got @ expected.T, axis=1), np.arange(len(texts)))
+
+
+def test_length_buckets_sort_by_length_and_keep_ties_in_order() -> None:
+    assert length_buckets([5, 1, 3, 1, 9], 2) == [[1, 3], [2, 0], [4]]
+    assert length_buckets([], 4) == []
+    ids, mask = padded([[7, 8, 9], [7]], pad_id=0)
+    assert ids.tolist() == [[7, 8, 9], [7, 0, 0]]
+    assert mask.tolist() == [[1, 1, 1], [1, 0, 0]]
+
+
+def test_empty_input_gives_no_rows(fast: OpenVinoEmbedder, reference: TorchEmbedder) -> None:
+    for model in (fast, reference):
+        assert model.encode([]).shape == (0, DIMENSION)
+        assert model.encode([""]).shape == (1, DIMENSION)
+
+
+def test_truncation_matches_past_the_token_limit(
+    fast: OpenVinoEmbedder, reference: TorchEmbedder
+) -> None:
+    long = " ".join(f"token{k}" for k in range(2000))
+    texts = [long, long + " a different ending that is cut off", "short"]
+    got = fast.encode(texts)
+    assert min_cosine(got, reference.encode(texts)) >= MIN_COSINE
+    # Both long texts are cut at the same token: the same vector.
+    assert float(got[0] @ got[1]) > 0.9999
+
+
+def test_progress_is_told_every_text_once(fast: OpenVinoEmbedder) -> None:
+    counts: list[int] = []
+    fast.encode([f"text {k}" for k in range(130)], progress=counts.append)
+    assert counts == [64, 64, 2]
+
+
+def test_a_bad_backend_setting_names_the_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(EmbeddingError, match="embedding_backend must be one of auto"):
+        get_embedder(backend="fastest")
+    monkeypatch.setenv("REVERIE_EMBEDDING_BACKEND", "fastest")
+    with pytest.raises(ValidationError, match="embedding_backend") as raised:
+        get_settings()
+    assert "'auto', 'openvino' or 'torch'" in str(raised.value)
+    assert Settings(embedding_backend="openvino").embedding_backend is EmbeddingBackend.OPENVINO
+    monkeypatch.setenv("REVERIE_EMBEDDING_CACHE_DIR", "")
+    with pytest.raises(ValidationError, match="embedding_cache_dir"):
+        get_settings()
+
+
+def test_auto_falls_back_to_pytorch_when_openvino_is_not_installed(
+    ov_cache: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setitem(sys.modules, "openvino", None)  # import openvino: ImportError
+    monkeypatch.delitem(sys.modules, "reverie.engines.openvino_embedder")
+    with caplog.at_level(logging.WARNING, logger=LOG):
+        model = embedding.load(MODEL, 64, EmbeddingBackend.AUTO, ov_cache)
+    assert isinstance(model, TorchEmbedder)
+    (record,) = [r for r in caplog.records if r.name == LOG]
+    assert "OpenVINO is not installed" in record.getMessage()
+
+
+def test_a_corrupted_cache_falls_back_to_pytorch_and_is_removed(
+    ov_cache: Path, tmp_path: Path, reference: TorchEmbedder,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    import shutil
+
+    (export,) = [p for p in ov_cache.iterdir() if (p / MANIFEST).exists()]
+    broken = tmp_path / "cache"
+    shutil.copytree(export, broken / export.name)
+    weights = broken / export.name / "model.bin"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    with caplog.at_level(logging.WARNING, logger=LOG):
+        model = embedding.load(MODEL, 64, EmbeddingBackend.OPENVINO, broken)
+    assert model is reference
+    assert any("unusable" in r.getMessage() for r in caplog.records if r.name == LOG)
+    assert not (broken / export.name).exists()  # the next load exports afresh
+    texts = ["the vectors are PyTorch's own"]
+    assert np.array_equal(model.encode(texts), reference.encode(texts))
+
+
+def test_a_failure_while_embedding_falls_back_to_pytorch(
+    ov_cache: Path, reference: TorchEmbedder, caplog: pytest.LogCaptureFixture
+) -> None:
+    model = OpenVinoEmbedder(MODEL, 64, ov_cache)
+
+    class Broken:
+        def infer(self, inputs: object) -> None:
+            raise RuntimeError("device lost")
+
+    model._request = Broken()  # type: ignore[assignment]
+    texts = ["a sentence", "another one"]
+    with caplog.at_level(logging.WARNING):
+        got = model.encode(texts)
+    assert np.array_equal(got, reference.encode(texts))
+    assert any("PyTorch embeds from now on" in r.getMessage() for r in caplog.records)
+
+
+def test_an_export_that_fails_its_load_check_is_not_used(
+    ov_cache: Path, tmp_path: Path, reference: TorchEmbedder,
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The probe check at load runs OpenVINO itself: were it to hand over to PyTorch, it
+    would pass on PyTorch's vectors and a broken export would be taken for a good one."""
+    import shutil
+
+    (export,) = [p for p in ov_cache.iterdir() if (p / MANIFEST).exists()]
+    shutil.copytree(export, tmp_path / export.name)
+    real_setup = OpenVinoEmbedder._setup
+
+    class Broken:
+        def infer(self, inputs: object) -> None:
+            raise RuntimeError("device lost")
+
+    def broken_setup(self: OpenVinoEmbedder, folder: Path, max_seq_length: int) -> None:
+        real_setup(self, folder, max_seq_length)
+        self._request = Broken()  # type: ignore[assignment]
+
+    monkeypatch.setattr(OpenVinoEmbedder, "_setup", broken_setup)
+    with caplog.at_level(logging.WARNING, logger=LOG):
+        model = embedding.load(MODEL, 64, EmbeddingBackend.OPENVINO, tmp_path)
+    assert model is reference
+    assert any("unusable" in r.getMessage() for r in caplog.records if r.name == LOG)
+
+
+def test_an_export_that_does_not_match_is_not_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(openvino_embedder, "MIN_COSINE", 1.01)  # no export can pass
+    with caplog.at_level(logging.WARNING, logger=LOG):
+        model = embedding.load(MODEL, 64, EmbeddingBackend.OPENVINO, tmp_path)
+    assert isinstance(model, TorchEmbedder)
+    assert any("not kept" in r.getMessage() for r in caplog.records if r.name == LOG)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_second_load_reuses_the_export(
+    ov_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (export,) = [p for p in ov_cache.iterdir() if (p / MANIFEST).exists()]
+    before = {p.name: p.stat().st_mtime_ns for p in export.iterdir()}
+
+    def no_export(*args: object) -> None:
+        raise AssertionError("exported again")
+
+    monkeypatch.setattr(openvino_embedder, "export", no_export)
+    monkeypatch.setattr(embedding, "load_torch", no_export)
+    model = OpenVinoEmbedder(MODEL, 64, ov_cache)
+    assert model.encode(["still here"]).shape == (1, DIMENSION)
+    assert {p.name: p.stat().st_mtime_ns for p in export.iterdir()} == before
+
+
+def test_two_exports_racing_leave_one_complete_export(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A second export finishes while the first is still exporting: the first's rename
+    then finds the folder taken, and uses it."""
+    real_export = openvino_embedder.export
+    raced: list[Path] = []
+
+    def export_while_another_finishes(path: Path, folder: Path, reference: TorchEmbedder) -> None:
+        if not raced:
+            raced.append(folder)
+            raced.append(cached_model(path, tmp_path))  # the other process, first to finish
+        real_export(path, folder, reference)
+
+    monkeypatch.setattr(openvino_embedder, "export", export_while_another_finishes)
+    first = cached_model(MODEL, tmp_path)
+    assert raced[1] == first and raced[0] != first
+    assert [p.name for p in tmp_path.iterdir()] == [first.name]  # no half-built folders
+    assert OpenVinoEmbedder(MODEL, 64, tmp_path).encode(["ok"]).shape == (1, DIMENSION)
+
+
+INGEST_WITHOUT_TORCH = """
+import sys
+from reverie.models.store import Store
+store = Store(sys.argv[1])
+report = store.ingest([{"content": f"sentence number {k}", "profile": "p"} for k in range(50)])
+assert report.stored == 50, report
+print(type(store.embedder()).__name__, "torch" in sys.modules, "sentence_transformers" in sys.modules)
+"""
+
+
+def test_an_ingest_on_openvino_never_imports_torch(ov_cache: Path, tmp_path: Path) -> None:
+    env = {**os.environ, "REVERIE_EMBEDDING_BACKEND": "openvino",
+           "REVERIE_EMBEDDING_CACHE_DIR": str(ov_cache), "REVERIE_EMIT_EVENTS": "false"}
+    done = subprocess.run(
+        [sys.executable, "-c", INGEST_WITHOUT_TORCH, f"sqlite:///{tmp_path / 'p.db'}"],
+        env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["OpenVinoEmbedder", "False", "False"], done.stderr[-3000:]
+
+
+def test_bench_embedding_compares_both_backends_from_the_cli(
+    ov_cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from reverie.benchmarks.embedding import summaries
+    from reverie.deployments.cli import main
+
+    assert summaries(["a", "b", "c", "d", "e", "f"]) == ["Summary: a | b | c | d | e"]
+    monkeypatch.setenv("REVERIE_EMBEDDING_CACHE_DIR", str(ov_cache))
+    out = tmp_path / "embed.json"
+    assert main(["bench", "embedding", "--sentences", "32", "--json", str(out)]) == 0
+    rows = {r["workload"]: r for r in json.loads(out.read_text())}
+    assert set(rows) == {"short synthetic sentences", "5-memory summaries of synthetic sentences",
+                         "ingest + embed (Store.ingest)"}
+    assert rows["short synthetic sentences"]["min_cosine"] >= MIN_COSINE
+    assert rows["ingest + embed (Store.ingest)"]["n"] == 32
+    assert "| short synthetic sentences | 32 |" in capsys.readouterr().out
+    assert main(["bench", "embedding", "--locomo", str(tmp_path / "absent.json")]) != 0
+
+
+EXPORT = """
+import sys
+from pathlib import Path
+from reverie.engines.embedding import default_model_path
+from reverie.engines.openvino_embedder import cached_model
+print(cached_model(default_model_path(), Path(sys.argv[1])))
+"""
+
+
+@pytest.mark.slow
+def test_two_processes_exporting_at_once_agree_on_one_export(tmp_path: Path) -> None:
+    racers = [subprocess.Popen([sys.executable, "-c", EXPORT, str(tmp_path)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+              for _ in range(2)]
+    results = [racer.communicate(timeout=600) for racer in racers]
+    assert [r.returncode for r in racers] == [0, 0], [err[-2000:] for _, err in results]
+    folders = {out.strip() for out, _ in results}
+    assert len(folders) == 1
+    assert [p.name for p in tmp_path.iterdir()] == [Path(folders.pop()).name]

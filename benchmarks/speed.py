@@ -285,6 +285,7 @@ def _search_check(
 ) -> SearchCheck:
     from reverie.tasks import cluster, dedup
 
+    search = config.search
     if step == "dedup":
         vectors = _candidate_vectors(store, profile, lambda m: dedup.is_candidate(m, AS_OF))
         threshold = config.dedup.similarity
@@ -293,7 +294,8 @@ def _search_check(
             store, profile, lambda m: cluster.is_candidate(m, config.cluster)
         )
         threshold = config.cluster.similarity
-    return check_search(vectors, threshold, search=config.search)
+        search = search.model_copy(update={"cell_probes": config.cluster.cell_probes})
+    return check_search(vectors, threshold, search=search)
 
 
 def bench_search(vectors: np.ndarray, config: ConsolidationConfig) -> list[Result]:

@@ -123,7 +123,8 @@ def plan_clusters(
 ) -> list[MetaPlan]:
     """One MetaPlan per cluster among the candidates (rows of ``memories``/``vectors``)."""
     candidates, cand_vectors = chosen_rows(memories, vectors, lambda m: is_candidate(m, config))
-    groups = find_clusters(cand_vectors, config, seed, search)
+    probing = search.model_copy(update={"cell_probes": config.cell_probes})
+    groups = find_clusters(cand_vectors, config, seed, probing)
     clusters = [[candidates[r] for r in g] for g in groups]
     cluster_ids = [[m.id for m in c] for c in clusters]
     continued = match_existing(cluster_ids, existing, config.reuse_overlap)

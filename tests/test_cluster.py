@@ -111,3 +111,21 @@ def test_a_rules_description_quotes_each_exemplar_up_to_its_configured_length() 
     assert "x" * 19 + "…" in text and "x" * 20 not in text and "short" in text
     whole = rules_description(members, "semantic", ClusterConfig(exemplar_chars=30))
     assert "x" * 30 in whole and "…" not in whole
+
+
+def test_cluster_searches_with_its_own_probes() -> None:
+    """Above the exact limit cluster probes as many cells as its own knob says, whatever
+    the shared search section says."""
+    from reverie.models.config import SearchConfig
+
+    rng = np.random.default_rng(2)
+    centres = rng.normal(size=(40, 32))
+    v = centres[np.repeat(np.arange(40), 12)] + 0.35 * rng.normal(size=(480, 32))
+    v = (v / np.linalg.norm(v, axis=1, keepdims=True)).astype(np.float32)
+    exact = find_clusters(v, CONFIG)
+    scarce = SearchConfig(exact_limit=10, rows_per_cell=10, cell_probes=1)
+    config = ClusterConfig(similarity=CONFIG.similarity, cell_probes=4096)
+    members = [view(f"m{i:03d}", relevance=0.9) for i in range(len(v))]
+    plans = plan_clusters("p", members, v, {}, config, RulesSummarizer(), search=scarce)
+    assert [list(p.member_ids) for p in plans] == [[f"m{i:03d}" for i in g] for g in exact]
+    assert find_clusters(v, CONFIG, search=scarce) != exact  # one probe alone misses some

@@ -142,3 +142,15 @@ def test_nearest_within_is_the_radius_search_cut_to_k(
         others = all_idx != row
         assert idx.tolist() == all_idx[others][:k].tolist()
         assert np.array_equal(sims, all_sims[others][:k])
+
+
+def test_probing_every_cell_is_the_exact_search_and_fewer_probes_find_less() -> None:
+    vectors = clustered(3000)
+    exact = similarity_pairs(vectors, 0.8)
+    everywhere = SearchConfig(exact_limit=100, rows_per_cell=50, cell_probes=4096)
+    i, j, sims = similarity_pairs(vectors, 0.8, everywhere)
+    # The same pairs; similarities to float32 rounding (FAISS sums in another order).
+    assert np.array_equal(i, exact[0]) and np.array_equal(j, exact[1])
+    assert np.allclose(sims, exact[2], atol=1e-6)
+    one = similarity_pairs(vectors, 0.8, everywhere.model_copy(update={"cell_probes": 1}))
+    assert 0 < len(one[0]) < len(exact[0])

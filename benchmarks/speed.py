@@ -246,7 +246,8 @@ def steps() -> list[tuple[str, StepFunction]]:
 
     return [
         ("decay", decay), ("dedup", dedup), ("compress_fading", compress_fading),
-        ("dedup_new_summaries", dedup_new_summaries), ("decay_edges", decay_edges), ("promote", promote), ("compile_blocks", compile_blocks),
+        ("dedup_new_summaries", dedup_new_summaries), ("decay_edges", decay_edges),
+        ("promote", promote), ("compile_blocks", compile_blocks),
         ("link_summaries", link_summaries), ("graph_importance", graph_importance),
         ("creative", creative), ("cluster", cluster), ("consolidate_cold", consolidate_cold),
         ("forget", forget), ("mark_stalled", mark_stalled),

@@ -4,8 +4,8 @@ Searches the hot tier; ``deep`` adds the cold tier, where superseded originals l
 and a hit on one of them says which summary replaced it. With ``track`` the hits
 count as accessed, which strengthens the associations among them.
 
-A summary is found by what it stands for: its score is the best of its own vector and
-its originals' (its recall keys). A short question about one fact is closer to the one
+A summary is found by what it stands for: its score is the best of its originals'
+vectors (its recall keys), not its own. A short question about one fact is closer to the one
 original that holds it than to a summary of eight; without keys, compressing a fact
 would make it harder to find. Keys are only the originals outside the tiers searched:
 deep recall ranks the originals themselves, and a summary whose originals are all
@@ -92,8 +92,8 @@ def plan_candidates(
 
 
 def rank(candidates: Candidates, queries: np.ndarray, k: int) -> list[list[tuple[int, float]]]:
-    """Per query, the ``k`` best candidate rows with their scores, best first; a row's
-    score is the best of its own vector and its keys'."""
+    """Per query, the ``k`` best candidate rows with their scores, best first; a row
+    with keys scores as its best key, any other as its own vector."""
     n = len(candidates.memories)
     if n == 0 or k <= 0:
         return [[] for _ in range(len(queries))]
@@ -103,8 +103,11 @@ def rank(candidates: Candidates, queries: np.ndarray, k: int) -> list[list[tuple
             [(int(i), float(s)) for s, i in zip(srow, irow, strict=True) if i >= 0]
             for srow, irow in zip(sims, idx, strict=True)
         ]
-    owners = np.concatenate([np.arange(n, dtype=np.int64), candidates.key_owners])
-    every = np.vstack([candidates.vectors, candidates.key_vectors])
+    # A summary with keys is scored by them alone: its own vector blurs its members
+    # together, and is never closer to a question than the member that answers it.
+    keyless = np.setdiff1d(np.arange(n, dtype=np.int64), candidates.key_owners)
+    owners = np.concatenate([keyless, candidates.key_owners])
+    every = np.vstack([candidates.vectors[keyless], candidates.key_vectors])
     # A row repeats at most once per key, so k + keys places hold k distinct rows.
     sims, idx = top_k(every, queries, min(len(every), k + len(candidates.key_owners)))
     out: list[list[tuple[int, float]]] = []

@@ -8,7 +8,7 @@ itself, most similar first, until the group holds ``max_group_size`` (8); a grou
 smaller than ``min_group_size`` (2) is not compressed. Each group becomes one summary:
 the model's compression (the prompt asks it to keep names, dates, numbers and
 preferences) preceded by its members' dates or, without a model, the members' words
-grouped by day with no phrase said twice; the highest importance, the mean stability,
+grouped by day with no word said twice; the highest importance, the mean stability,
 the highest access count, a fresh embedding, and a provenance link of weight 0.8 to
 each original. The originals move to the cold tier, superseded by it.
 
@@ -86,31 +86,11 @@ def day(at: datetime) -> str:
     return f"{at.day} {at:%B %Y}"
 
 
-# A phrase of this many words that an earlier member already said is not said again.
-REPEATED_PHRASE_WORDS = 3
 _EDGE_PUNCTUATION = ".,;:!?\"'()[]"
 
 
 def _norm(token: str) -> str:
     return token.strip(_EDGE_PUNCTUATION).lower()
-
-
-def _unsaid(tokens: list[str], said: set[tuple[str, ...]]) -> list[str]:
-    """``tokens`` less every run of REPEATED_PHRASE_WORDS words already in ``said``: each
-    word dropped was said before, so the summary keeps every word its members used."""
-    n = REPEATED_PHRASE_WORDS
-    norms = [_norm(t) for t in tokens]
-    drop = [False] * len(tokens)
-    for i in range(len(tokens) - n + 1):
-        if tuple(norms[i:i + n]) in said:
-            drop[i:i + n] = [True] * n
-    return [t for t, d in zip(tokens, drop, strict=True) if not d]
-
-
-def _phrases(tokens: list[str]) -> set[tuple[str, ...]]:
-    norms = [_norm(t) for t in tokens]
-    n = REPEATED_PHRASE_WORDS
-    return {tuple(norms[i:i + n]) for i in range(len(norms) - n + 1)}
 
 
 def shared_subject(members: Sequence[MemoryView]) -> str | None:
@@ -122,10 +102,10 @@ def shared_subject(members: Sequence[MemoryView]) -> str | None:
 def rules_wording(members: Sequence[MemoryView]) -> str:
     """The members' words, compactly: grouped by the day they were written ("8 May 2023:
     a; b. 12 May: c.", the year once until it changes), the shared subject said once,
-    and no phrase said twice. Every word of every member stays, so every name, number
-    and date does."""
+    and no word said twice. Every word of every member stays, so every name, number and
+    date does; without a model, a summary is a digest of words, not prose."""
     subject = shared_subject(members)
-    said: set[tuple[str, ...]] = set()
+    said: set[str] = set()
     days: list[tuple[datetime, list[str]]] = []
     stripped = False
     for m in members:
@@ -133,9 +113,12 @@ def rules_wording(members: Sequence[MemoryView]) -> str:
         if (subject and len(tokens) > 1 and tokens[0] == subject
                 and tokens[1][:1].islower()):
             tokens, stripped = tokens[1:], True
-        # A member with nothing new is said whole: its date is a fact too.
-        kept = _unsaid(tokens, said) or tokens
-        said |= _phrases(tokens)
+            said.add(_norm(subject))
+        # A word already said is not said again (the summary keeps every word its
+        # members used, names, numbers and dates among them, once); a member with
+        # nothing new is said whole: its date is a fact too.
+        kept = [t for t in tokens if _norm(t) not in said] or tokens
+        said |= {_norm(t) for t in tokens}
         text = " ".join(kept).rstrip(".;")
         if days and days[-1][0].date() == m.created_at.date():
             days[-1][1].append(text)

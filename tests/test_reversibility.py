@@ -13,7 +13,7 @@ from reverie.flows.consolidate_cold import consolidate_cold
 from reverie.flows.decay import decay
 from reverie.flows.full_consolidation import full_consolidation
 from reverie.models.config import ConsolidationConfig, DedupConfig, ForgetConfig
-from reverie.models.errors import NotFoundError, StoreError
+from reverie.models.errors import NotFoundError
 from reverie.models.export import export_rows
 from reverie.models.store import Store
 from reverie.models.tables import SUMMARY_ORIGINS, EdgeKind, Origin, Tier

@@ -254,14 +254,18 @@ def test_undo_through_the_cli(fading_store: Store, capsys: pytest.CaptureFixture
 def test_llm_compression_and_its_fallback(fading_store: Store, llm) -> None:
     config = ConsolidationConfig(summarizer="llm")
     dry = compress(profile="p", as_of=AS_OF, config=config, dry_run=True)
-    assert dry.steps[0].changes[0].preview == "hiked trail number 0 in spring 1 4 5 6"
+    first, last = AS_OF - timedelta(days=300), AS_OF - timedelta(days=294)
+    span = f"{first.day} {first:%B %Y} to {last.day} {last:%B %Y}"
+    # The model's words, after its members' dates (the summary itself is dated as_of).
+    assert dry.steps[0].changes[0].preview.startswith(
+        f"{span}: hiked trail number 0 in spring 1 2 3")
     llm.behaviour = "error"
     report = compress(profile="p", as_of=AS_OF, config=config)
     (step,) = report.steps
-    assert step.changes[0].preview.startswith("Summary: hiked trail")
+    assert step.changes[0].preview.startswith(f"{first.day} {first:%B %Y}: hiked trail")
     assert step.notes == ["llm: 1 wording(s) fell back to rules (compress: HTTP 500)"]
     summary = next(m for m in memories(fading_store).values() if m["origin"] == "compress")
-    assert summary["content"].startswith("Summary: ")
+    assert summary["content"].startswith(f"{first.day} {first:%B %Y}: hiked trail")
 
 
 def test_llm_words_the_prose_blocks(sample_store: Store, llm) -> None:

@@ -7,8 +7,10 @@ store, and for every question of categories 1 to 4 checks whether the answer is 
 found, before and after consolidation (decay, then full consolidation, at the last
 session's date plus an offset): every word of the normalised answer must appear in the
 best-ranked hot memories that fit a context budget (content plus date; 2,000
-characters), ranked by similarity to the question. A budget, not a top-k: a summary
-that concatenates five memories takes five memories' room.
+characters, and half of it), ranked by recall (``engines.recall``: a summary by its
+originals). A budget, not a top-k: a summary of five memories takes their room. Recall
+is reported per LoCoMo category, and once more by deep recall (cold tier included):
+an answer deep recall found before consolidation and not after is counted as lost.
 """
 
 from __future__ import annotations

@@ -60,7 +60,8 @@ def is_candidate(memory: MemoryView, config: CompressConfig) -> bool:
 def fading_groups(
     memories: Sequence[MemoryView], vectors: np.ndarray, config: CompressConfig
 ) -> list[list[int]]:
-    """Rows grouped greedily around seeds taken oldest first; only full groups."""
+    """Rows grouped greedily around seeds taken oldest first, most similar first, up to
+    max_group_size; a seed that gathers fewer than min_group_size is left alone."""
     neighbours = radius_neighbours(vectors, config.similarity)
     claimed = np.zeros(len(memories), dtype=bool)
     groups: list[list[int]] = []

@@ -7,8 +7,10 @@ store, and for every question of categories 1 to 4 checks whether the answer is 
 found, before and after consolidation (decay, then full consolidation, at the last
 session's date plus an offset): every word of the normalised answer must appear in the
 best-ranked hot memories that fit a context budget (content plus date; 2,000
-characters), ranked by similarity to the question. A budget, not a top-k: a summary
-that concatenates five memories takes five memories' room.
+characters, and half of it), ranked by recall (``engines.recall``: a summary by its
+originals). A budget, not a top-k: a summary of five memories takes their room. Recall
+is reported per LoCoMo category, and once more by deep recall (cold tier included):
+an answer deep recall found before consolidation and not after is counted as lost.
 """
 
 from __future__ import annotations
@@ -18,19 +20,19 @@ import re
 import string
 import tempfile
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from reverie.engines.similarity import top_k
+from reverie.engines.recall import Candidates, candidates_for, rank
 from reverie.flows.progress import Bar
 from reverie.models.config import ConsolidationConfig
 from reverie.models.errors import InputError
 from reverie.models.records import MemoryView
 from reverie.models.settings import using_database
 from reverie.models.store import Store
-from reverie.models.tables import Tier
 
 ANSWERED_CATEGORIES = (1, 2, 3, 4)
 DEFAULT_BUDGET = 2000
@@ -129,31 +131,62 @@ def budgeted_context(ranked: Sequence[MemoryView], budget: int) -> str:
     return "\n".join(lines)
 
 
+class Category(StrEnum):
+    """LoCoMo's question categories, by the number its files give them."""
+
+    MULTI_HOP = "multi-hop"
+    TEMPORAL = "temporal"
+    OPEN_DOMAIN = "open-domain"
+    SINGLE_HOP = "single-hop"
+
+
+CATEGORIES = {1: Category.MULTI_HOP, 2: Category.TEMPORAL, 3: Category.OPEN_DOMAIN,
+              4: Category.SINGLE_HOP}
+
+
 @dataclass
 class Snapshot:
+    """One side of the bench: the hot tier's size, and per question whether its answer
+    was found within each budget (hot tier) and within the first budget by deep recall
+    (cold tier included)."""
+
     hot: int
     chars: int
-    found: int
-    asked: int
+    categories: list[str]
+    found: dict[int, list[bool]]
+    deep: list[bool]
 
     @property
-    def recall(self) -> float:
-        return round(self.found / self.asked, 4) if self.asked else 0.0
+    def asked(self) -> int:
+        return len(self.categories)
+
+    def recall(self, budget: int, category: str | None = None) -> float:
+        hits = [f for f, c in zip(self.found[budget], self.categories, strict=True)
+                if category is None or c == category]
+        return round(sum(hits) / len(hits), 4) if hits else 0.0
 
 
-def measure(store: Store, profile: str, questions: Sequence[Question], budget: int) -> Snapshot:
-    """Hot-tier size and the share of questions whose answer fits in the budgeted context."""
-    memories, vectors = store.snapshot(profile, (Tier.HOT,))
-    chars = sum(len(m.content) for m in memories)
-    if not questions or not memories:
-        return Snapshot(len(memories), chars, 0, len(questions))
+def measure(store: Store, profile: str, questions: Sequence[Question],
+            budgets: Sequence[int]) -> Snapshot:
+    """Hot-tier size and, per question, whether its answer fits in each budgeted context
+    (hot tier) and in the first budget's context of deep recall."""
+    hot = candidates_for(store, profile, deep=False)
+    chars = sum(len(m.content) for m in hot.memories)
+    categories = [CATEGORIES[q.category] for q in questions]
+    if not questions:
+        return Snapshot(len(hot.memories), chars, categories, {b: [] for b in budgets}, [])
     query_vectors = store.embedder().encode([q.text for q in questions])
-    _, ranks = top_k(vectors, query_vectors, min(len(memories), RANKED))
-    found = sum(
-        answered(q, budgeted_context([memories[i] for i in row if i >= 0], budget))
-        for q, row in zip(questions, ranks, strict=True)
-    )
-    return Snapshot(len(memories), chars, found, len(questions))
+
+    def found_in(candidates: Candidates, budget: int) -> list[bool]:
+        ranked = rank(candidates, query_vectors, min(len(candidates.memories), RANKED))
+        return [
+            answered(q, budgeted_context([candidates.memories[r] for r, _ in best], budget))
+            for q, best in zip(questions, ranked, strict=True)
+        ]
+
+    deep = found_in(candidates_for(store, profile, deep=True), budgets[0])
+    return Snapshot(len(hot.memories), chars, categories,
+                    {b: found_in(hot, b) for b in budgets}, deep)
 
 
 @dataclass
@@ -164,6 +197,11 @@ class ConversationResult:
     before: Snapshot
     after: Snapshot
 
+    @property
+    def lost(self) -> int:
+        """Answers deep recall found before consolidation and not after."""
+        return sum(b and not a for b, a in zip(self.before.deep, self.after.deep, strict=True))
+
 
 @dataclass
 class LocomoResult:
@@ -172,22 +210,60 @@ class LocomoResult:
     summarizer: str
     conversations: list[ConversationResult] = field(default_factory=list)
 
+    @property
+    def budgets(self) -> tuple[int, ...]:
+        return budgets_for(self.budget)
+
+    def recall(self, side: str, budget: int, category: str | None = None) -> float:
+        hits = [
+            f for c in self.conversations
+            for f, cat in zip(getattr(c, side).found[budget], getattr(c, side).categories,
+                              strict=True)
+            if category is None or cat == category
+        ]
+        return round(sum(hits) / len(hits), 4) if hits else 0.0
+
+    def deep_recall(self, side: str) -> float:
+        hits = [f for c in self.conversations for f in getattr(c, side).deep]
+        return round(sum(hits) / len(hits), 4) if hits else 0.0
+
     def totals(self) -> dict[str, Any]:
         def total(side: str, attr: str) -> int:
             return sum(getattr(getattr(c, side), attr) for c in self.conversations)
 
-        asked = total("before", "asked")
-        return {
+        out: dict[str, Any] = {
             "hot_before": total("before", "hot"),
             "hot_after": total("after", "hot"),
             "chars_before": total("before", "chars"),
             "chars_after": total("after", "chars"),
-            "recall_before": round(total("before", "found") / asked, 4) if asked else 0.0,
-            "recall_after": round(total("after", "found") / asked, 4) if asked else 0.0,
-            "questions": asked,
+            "recall_before": self.recall("before", self.budget),
+            "recall_after": self.recall("after", self.budget),
         }
+        for budget in self.budgets[1:]:
+            out[f"recall_{budget}_before"] = self.recall("before", budget)
+            out[f"recall_{budget}_after"] = self.recall("after", budget)
+        out |= {
+            "deep_recall_before": self.deep_recall("before"),
+            "deep_recall_after": self.deep_recall("after"),
+            "lost": sum(c.lost for c in self.conversations),
+            "questions": total("before", "asked"),
+            "categories": {
+                str(cat): {
+                    "questions": sum(c.before.categories.count(cat) for c in self.conversations),
+                    **{f"recall_{b}_{side}": self.recall(side, b, cat)
+                       for b in self.budgets for side in ("before", "after")},
+                }
+                for cat in Category
+            },
+        }
+        return out
 
     def as_json(self) -> dict[str, Any]:
+        def side(s: Snapshot) -> dict[str, Any]:
+            return {"hot": s.hot, "chars": s.chars, "asked": s.asked,
+                    **{f"recall_{b}": s.recall(b) for b in self.budgets},
+                    "deep_found": sum(s.deep)}
+
         return {
             **self.totals(),
             "budget": self.budget,
@@ -195,11 +271,16 @@ class LocomoResult:
             "summarizer": self.summarizer,
             "conversations": [
                 {"profile": c.profile, "as_of": c.as_of, "questions": c.questions,
-                 "before": {**asdict(c.before), "recall": c.before.recall},
-                 "after": {**asdict(c.after), "recall": c.after.recall}}
+                 "before": side(c.before), "after": side(c.after), "lost": c.lost}
                 for c in self.conversations
             ],
         }
+
+
+def budgets_for(budget: int) -> tuple[int, ...]:
+    """The budget asked for, then half of it: a summary that fits 2,000 characters of
+    context but crowds 1,000 is not yet good enough."""
+    return (budget, budget // 2) if budget >= 2 else (budget,)
 
 
 def bench_locomo(
@@ -241,31 +322,58 @@ def _consolidate_and_measure(
     report = store.ingest(conv.memories, profile=conv.profile)
     if report.errors:
         raise InputError(f"{conv.profile}: {report.errors[0]}")
-    before = measure(store, conv.profile, conv.questions, budget)
+    budgets = budgets_for(budget)
+    before = measure(store, conv.profile, conv.questions, budgets)
     as_of = conv.last_session + timedelta(days=offset_days)
     decay(profile=conv.profile, as_of=as_of, config=config)
     full_consolidation(profile=conv.profile, as_of=as_of, config=config)
-    after = measure(store, conv.profile, conv.questions, budget)
+    after = measure(store, conv.profile, conv.questions, budgets)
     return ConversationResult(conv.profile, as_of.isoformat(), len(conv.questions), before, after)
 
 
 def render_locomo(result: LocomoResult) -> str:
+    short = result.budgets[-1]
     lines = [
-        f"LoCoMo: answers found in a {result.budget}-character context (summarizer "
-        f"{result.summarizer}, {result.as_of_offset_days:g} days after the last session)",
+        f"LoCoMo: answers found in a {result.budget}- and a {short}-character context "
+        f"(summarizer {result.summarizer}, {result.as_of_offset_days:g} days after the last "
+        "session); deep: cold tier included; lost: found by deep recall before, not after",
         f"{'conversation':<16} {'questions':>9} {'hot before':>10} {'after':>6} "
-        f"{'chars before':>12} {'after':>7} {'recall before':>13} {'after':>6}",
+        f"{'chars before':>12} {'after':>7} {f'r@{result.budget} before':>14} {'after':>6} "
+        f"{f'r@{short} before':>13} {'after':>6} {'deep before':>11} {'after':>6} {'lost':>5}",
     ]
-    for c in result.conversations:
-        lines.append(
-            f"{c.profile:<16} {c.questions:>9} {c.before.hot:>10} {c.after.hot:>6} "
-            f"{c.before.chars:>12} {c.after.chars:>7} {c.before.recall:>13.3f} "
-            f"{c.after.recall:>6.3f}"
+
+    def row(name: str, questions: int, hot: tuple[int, int], chars: tuple[int, int],
+            long: tuple[float, float], brief: tuple[float, float],
+            deep: tuple[float, float], lost: int | str) -> str:
+        return (
+            f"{name:<16} {questions:>9} {hot[0]:>10} {hot[1]:>6} {chars[0]:>12} {chars[1]:>7} "
+            f"{long[0]:>14.3f} {long[1]:>6.3f} {brief[0]:>13.3f} {brief[1]:>6.3f} "
+            f"{deep[0]:>11.3f} {deep[1]:>6.3f} {lost:>5}"
         )
+
+    def share(found: list[bool]) -> float:
+        return sum(found) / len(found) if found else 0.0
+
+    for c in result.conversations:
+        lines.append(row(
+            c.profile, c.questions, (c.before.hot, c.after.hot), (c.before.chars, c.after.chars),
+            (c.before.recall(result.budget), c.after.recall(result.budget)),
+            (c.before.recall(short), c.after.recall(short)),
+            (share(c.before.deep), share(c.after.deep)), c.lost,
+        ))
     t = result.totals()
-    lines.append(
-        f"{'total':<16} {t['questions']:>9} {t['hot_before']:>10} {t['hot_after']:>6} "
-        f"{t['chars_before']:>12} {t['chars_after']:>7} {t['recall_before']:>13.3f} "
-        f"{t['recall_after']:>6.3f}"
-    )
+    lines.append(row(
+        "total", t["questions"], (t["hot_before"], t["hot_after"]),
+        (t["chars_before"], t["chars_after"]), (t["recall_before"], t["recall_after"]),
+        (result.recall("before", short), result.recall("after", short)),
+        (t["deep_recall_before"], t["deep_recall_after"]), t["lost"],
+    ))
+    lines.append(f"{'category':<16} {'questions':>9} {f'r@{result.budget} before':>14} "
+                 f"{'after':>6} {f'r@{short} before':>13} {'after':>6}")
+    for cat, v in t["categories"].items():
+        lines.append(
+            f"{cat:<16} {v['questions']:>9} {v[f'recall_{result.budget}_before']:>14.3f} "
+            f"{v[f'recall_{result.budget}_after']:>6.3f} {v[f'recall_{short}_before']:>13.3f} "
+            f"{v[f'recall_{short}_after']:>6.3f}"
+        )
     return "\n".join(lines)

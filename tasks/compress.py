@@ -1,30 +1,37 @@
 """Compression of fading memories (cognitive-memory), a step of full consolidation.
 
-Candidates are live hot memories that are active (not promoted), unprotected, and
-whose stored relevance is below ``max_relevance`` (0.20; the decay flow scores it).
-Within each kind, memories are taken oldest first as group seeds; a seed gathers
-unclaimed candidates at cosine >= ``similarity`` (0.70) to itself, most similar first,
-until the group holds ``group_size`` (5); a group that cannot reach that size is not
-compressed. Each group becomes one summary: the model's compression (the prompt asks
-it to keep names, dates, numbers and preferences) or, without one, ``"Summary: "``
-and the members' words joined by ``" | "``; the highest importance, the mean
-stability, the highest access count, a fresh embedding, and a provenance link of
-weight 0.8 to each original. The originals move to the cold tier, superseded by it.
-A group holding an earlier summary stands for that summary's originals instead.
+Candidates are live hot memories that are active (not promoted), unprotected, not
+summaries themselves, and whose stored relevance is below ``max_relevance`` (0.20; the
+decay flow scores it). Within each kind and entity, memories are taken oldest first as
+group seeds; a seed gathers unclaimed candidates at cosine >= ``similarity`` (0.60) to
+itself, most similar first, until the group holds ``max_group_size`` (8); a group
+smaller than ``min_group_size`` (2) is not compressed. Each group becomes one summary:
+the model's compression (the prompt asks it to keep names, dates, numbers and
+preferences) preceded by its members' dates or, without a model, the members' words
+grouped by day with no word said twice; the highest importance, the mean stability,
+the highest access count, a fresh embedding, and a provenance link of weight 0.8 to
+each original. The originals move to the cold tier, superseded by it.
+
+A summary is dated when it is written (as_of), not at its oldest member: dated at its
+oldest member, it would be born fading and the next group would absorb it again, a
+merge treadmill that rewords the same facts run after run. Its members' dates stay in
+its words and in its metadata (``members_from``, ``members_until``, ``member_dates``),
+and it is never compressed again.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 
 import numpy as np
 
+from reverie.engines.similarity import radius_neighbours
 from reverie.models.config import CompressConfig
 from reverie.models.records import MemoryView, SummaryPlan
 from reverie.models.store import Store
-from reverie.models.tables import SUMMARY_ORIGINS, Lifecycle, Origin
+from reverie.models.tables import DERIVED_ORIGINS, SUMMARY_ORIGINS, Lifecycle, Origin
 from reverie.tasks.decay import relevance_notes
-from reverie.engines.similarity import radius_neighbours
 from reverie.tasks.step import Change, StepArgs, StepReport, preview, step_task
 from reverie.tasks.summarize import (
     Summarizer,
@@ -38,11 +45,13 @@ OPERATION = Origin.COMPRESSED
 
 
 def is_candidate(memory: MemoryView, config: CompressConfig) -> bool:
+    # A summary is never compressed again: it was written fresh, and compressing it would
+    # only reword its originals once more (the merge treadmill).
     return (
         memory.is_live
         and memory.lifecycle == Lifecycle.ACTIVE
         and not memory.protected
-        and memory.origin != Origin.META_MEMORY
+        and memory.origin not in DERIVED_ORIGINS
         and memory.relevance is not None
         and memory.relevance < config.max_relevance
     )
@@ -51,7 +60,8 @@ def is_candidate(memory: MemoryView, config: CompressConfig) -> bool:
 def fading_groups(
     memories: Sequence[MemoryView], vectors: np.ndarray, config: CompressConfig
 ) -> list[list[int]]:
-    """Rows grouped greedily around seeds taken oldest first; only full groups."""
+    """Rows grouped greedily around seeds taken oldest first, most similar first, up to
+    max_group_size; a seed that gathers fewer than min_group_size is left alone."""
     neighbours = radius_neighbours(vectors, config.similarity)
     claimed = np.zeros(len(memories), dtype=bool)
     groups: list[list[int]] = []
@@ -63,35 +73,107 @@ def fading_groups(
             continue
         group = [seed]
         for other in neighbours.indices[seed]:
-            if len(group) >= config.group_size:
+            if len(group) >= config.max_group_size:
                 break
             if not claimed[other]:
                 group.append(int(other))
-        if len(group) >= config.group_size:
+        if len(group) >= config.min_group_size:
             claimed[group] = True
             groups.append(group)
     return groups
 
 
+def day(at: datetime) -> str:
+    return f"{at.day} {at:%B %Y}"
+
+
+_EDGE_PUNCTUATION = ".,;:!?\"'()[]"
+
+
+def _norm(token: str) -> str:
+    return token.strip(_EDGE_PUNCTUATION).lower()
+
+
+def shared_subject(members: Sequence[MemoryView]) -> str | None:
+    """The entity every member is about, when they agree on one."""
+    entities = {m.entity for m in members}
+    return entities.pop() if len(entities) == 1 and None not in entities else None
+
+
 def rules_wording(members: Sequence[MemoryView]) -> str:
-    return "Summary: " + " | ".join(m.content for m in members)
+    """The members' words, compactly: grouped by the day they were written ("8 May 2023:
+    a; b. 12 May: c.", the year once until it changes), the shared subject said once,
+    and no word said twice. Every word of every member stays, so every name, number and
+    date does; without a model, a summary is a digest of words, not prose."""
+    subject = shared_subject(members)
+    said: set[str] = set()
+    days: list[tuple[datetime, list[str]]] = []
+    stripped = False
+    for m in members:
+        tokens = m.content.split()
+        if (subject and len(tokens) > 1 and tokens[0] == subject
+                and tokens[1][:1].islower()):
+            tokens, stripped = tokens[1:], True
+            said.add(_norm(subject))
+        # A word already said is not said again (the summary keeps every word its
+        # members used, names, numbers and dates among them, once); a member with
+        # nothing new is said whole: its date is a fact too.
+        kept = [t for t in tokens if _norm(t) not in said] or tokens
+        said |= {_norm(t) for t in tokens}
+        text = " ".join(kept).rstrip(".;")
+        if days and days[-1][0].date() == m.created_at.date():
+            days[-1][1].append(text)
+        else:
+            days.append((m.created_at, [text]))
+    parts: list[str] = []
+    year = None
+    for at, texts in days:
+        when = f"{at.day} {at:%B}" if at.year == year else day(at)
+        year = at.year
+        parts.append(f"{when}: {'; '.join(texts)}.")
+    body = " ".join(parts)
+    return f"{subject} - {body}" if stripped else body
+
+
+def dated(wording: str, members: Sequence[MemoryView]) -> str:
+    """A model's wording, preceded by when its members were written: the summary itself
+    is dated when it is written."""
+    first, last = day(members[0].created_at), day(members[-1].created_at)
+    return f"{first}: {wording}" if first == last else f"{first} to {last}: {wording}"
+
+
+def member_dates(members: Sequence[MemoryView]) -> dict[str, object]:
+    """Metadata of a summary: when its members were written (it is dated itself when it
+    is written, so a reader needs these to place what it says in time)."""
+    return {
+        "members_from": members[0].created_at.isoformat(),
+        "members_until": members[-1].created_at.isoformat(),
+        "member_dates": {m.id: m.created_at.isoformat() for m in members},
+    }
 
 
 def plan_compression(
     profile: str,
+    as_of: datetime,
     memories: Sequence[MemoryView],
     vectors: np.ndarray,
     originals: dict[str, list[MemoryView]],
     config: CompressConfig,
     summarizer: Summarizer,
 ) -> list[SummaryPlan]:
-    """One summary plan per full group of fading memories of the same kind."""
+    """One summary plan per group of similar fading memories of the same kind and entity."""
     plans: list[SummaryPlan] = []
     rows = [i for i, m in enumerate(memories) if is_candidate(m, config)]
-    for kind in sorted({memories[i].kind for i in rows}):
-        same_kind = [i for i in rows if memories[i].kind == kind]
-        candidates = [memories[i] for i in same_kind]
-        for group in fading_groups(candidates, vectors[same_kind], config):
+
+    def about(i: int) -> tuple[str, str]:
+        return memories[i].kind, memories[i].entity or ""
+
+    # One entity per summary: its subject is said once, and facts about two people never
+    # blur into one memory.
+    for kind, entity in sorted({about(i) for i in rows}):
+        same = [i for i in rows if about(i) == (kind, entity)]
+        candidates = [memories[i] for i in same]
+        for group in fading_groups(candidates, vectors[same], config):
             hot = [candidates[i] for i in group]
             members, _ = stand_ins(hot, originals)
             ordered = sorted(members, key=lambda m: (m.created_at, m.id))
@@ -99,13 +181,17 @@ def plan_compression(
             parameters = {
                 "max_relevance": config.max_relevance,
                 "similarity": config.similarity,
-                "group_size": config.group_size,
+                "min_group_size": config.min_group_size,
+                "max_group_size": config.max_group_size,
                 "mode": summarizer.mode if wording else "rules",
             }
             plans.append(
                 summary_plan(
-                    profile, OPERATION, hot, originals, wording or rules_wording(ordered),
+                    profile, OPERATION, hot, originals,
+                    dated(wording, ordered) if wording else rules_wording(ordered),
                     hot[0], parameters, link_weight=config.link_weight,
+                    # Fresh: a summary dated at its oldest member would be born fading.
+                    created_at=as_of, meta={**hot[0].meta, **member_dates(ordered)},
                 )
             )
     return plans
@@ -113,10 +199,10 @@ def plan_compression(
 
 def nothing_to_compress_note(fading: int, config: CompressConfig) -> list[str]:
     """Why a pass compressed nothing, in the terms of its knobs."""
-    if fading < config.group_size:
+    if fading < config.min_group_size:
         return [f"{fading} fading memories (relevance below {config.max_relevance:g}); a "
-                f"compression group needs {config.group_size}"]
-    return [f"no {config.group_size} of the {fading} fading memories are alike at cosine "
+                f"compression group needs {config.min_group_size}"]
+    return [f"no {config.min_group_size} of the {fading} fading memories are alike at cosine "
             f">= {config.similarity:g}"]
 
 
@@ -127,7 +213,7 @@ def compress_fading(store: Store, args: StepArgs) -> StepReport:
     summaries = [m.id for m in memories if m.origin in SUMMARY_ORIGINS]
     summarizer = summarizer_for(args.config.summarizer)
     plans = plan_compression(
-        args.profile, memories, vectors, store.originals_of(args.profile, summaries),
+        args.profile, args.as_of, memories, vectors, store.originals_of(args.profile, summaries),
         config, summarizer,
     )
     report = StepReport(

@@ -14,6 +14,7 @@ from reverie.benchmarks.locomo import (
     bench_locomo,
     budgeted_context,
     load_locomo,
+    render_locomo,
     session_date,
     words,
 )
@@ -63,6 +64,13 @@ def test_bench_reports_size_and_recall_before_and_after(tmp_path: Path) -> None:
     assert 0.0 <= totals["recall_after"] <= 1.0
     (conv,) = result.conversations
     assert conv.as_of == "2023-07-16T18:40:00"
+    # Half the budget too, per category, and deep recall: nothing it found is lost.
+    assert 0.0 <= totals["recall_1000_before"] <= totals["recall_before"]
+    assert sum(c["questions"] for c in totals["categories"].values()) == 4
+    assert set(totals["categories"]) == {"single-hop", "temporal", "open-domain", "multi-hop"}
+    assert totals["deep_recall_before"] == 0.75 and totals["lost"] == 0
+    text = render_locomo(result)
+    assert "lost" in text and "single-hop" in text and "r@1000" in text
 
 
 @pytest.mark.usefixtures("prefect_api")
@@ -74,7 +82,8 @@ def test_bench_from_the_cli_writes_json(tmp_path: Path, capsys: pytest.CaptureFi
     assert "tiny-1" in capsys.readouterr().out
     data = json.loads(out.read_text())
     for key in ("hot_before", "hot_after", "chars_before", "chars_after", "recall_before",
-                "recall_after"):
+                "recall_after", "recall_10_before", "recall_10_after", "deep_recall_before",
+                "deep_recall_after", "lost", "categories"):
         assert key in data
     assert data["budget"] == 20 and data["conversations"][0]["profile"] == "tiny-1"
     assert data["recall_before"] == 0.0  # no memory and its date fit in 20 characters

@@ -1,6 +1,8 @@
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from reverie.models.config import CompressConfig
 from reverie.models.tables import Lifecycle, Origin, Tier
@@ -20,8 +22,8 @@ def fading(n: int, cos: float = 0.9, **fields):
     return memories, vectors
 
 
-def plan(memories, vectors, originals=None):
-    return plan_compression("p", memories, np.stack(vectors), originals or {}, CONFIG,
+def plan(memories, vectors, originals=None, config=CONFIG):
+    return plan_compression("p", AS_OF, memories, np.stack(vectors), originals or {}, config,
                             RulesSummarizer())
 
 
@@ -37,28 +39,71 @@ def test_promoted_protected_and_cold_memories_are_not_compressed() -> None:
     assert not is_candidate(view("a", relevance=0.1, tier=Tier.COLD, superseded_by="s"), CONFIG)
 
 
-def test_cosine_exactly_070_joins_just_below_does_not() -> None:
-    assert len(plan(*fading(5, 0.70))) == 1
-    memories, vectors = fading(5, 0.70)
-    vectors[4] = at_cosine(below(0.70), other=4)
+def test_cosine_exactly_060_joins_just_below_does_not() -> None:
+    assert len(plan(*fading(2, 0.60))) == 1
+    memories, vectors = fading(2, 0.60)
+    vectors[1] = at_cosine(below(0.60), other=1)
     assert plan(memories, vectors) == []
 
 
-def test_four_members_are_not_compressed_five_are() -> None:
-    assert plan(*fading(4)) == []
-    (p,) = plan(*fading(5))
-    assert p.member_ids == ("f0", "f1", "f2", "f3", "f4") and p.operation == Origin.COMPRESSED
+def test_one_member_is_not_compressed_two_are() -> None:
+    assert plan(*fading(1)) == []
+    (p,) = plan(*fading(2))
+    assert p.member_ids == ("f0", "f1") and p.operation == Origin.COMPRESSED
 
 
-def test_a_group_stops_at_group_size() -> None:
-    (p,) = plan(*fading(7))
-    assert len(p.member_ids) == 5
+def test_a_group_stops_at_eight_the_ninth_starts_no_group_alone() -> None:
+    (p,) = plan(*fading(8))
+    assert len(p.member_ids) == 8
+    (p,) = plan(*fading(9))  # the ninth, alone, is not a group
+    assert len(p.member_ids) == 8
+
+
+def test_group_sizes_are_bounded_and_ordered() -> None:
+    import pytest
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError):
+        CompressConfig(min_group_size=1)
+    with pytest.raises(ValidationError):
+        CompressConfig(min_group_size=5, max_group_size=4)
+    (p,) = plan(*fading(3), config=CompressConfig(min_group_size=3, max_group_size=3))
+    assert plan(*fading(2), config=CompressConfig(min_group_size=3)) == []
 
 
 def test_only_memories_of_the_same_kind_are_grouped() -> None:
-    memories, vectors = fading(5)
-    memories[4] = view("f4", relevance=0.1, kind="episodic", created_at=memories[4].created_at)
+    memories, vectors = fading(2)
+    memories[1] = view("f1", relevance=0.1, kind="episodic", created_at=memories[1].created_at)
     assert plan(memories, vectors) == []
+
+
+def test_only_memories_about_the_same_entity_are_grouped() -> None:
+    memories, vectors = fading(3, entity="Ann")
+    memories[2] = view("f2", relevance=0.1, entity="Bob", created_at=memories[2].created_at)
+    (p,) = plan(memories, vectors)
+    assert p.member_ids == ("f0", "f1") and p.entity == "Ann"
+
+
+def test_a_summary_is_never_compressed_again() -> None:
+    for origin in (Origin.COMPRESSED, Origin.DEDUP_SUMMARY, Origin.COLD_LEARNING,
+                   Origin.META_MEMORY):
+        assert not is_candidate(view("s", relevance=0.01, origin=origin), CONFIG)
+    memories, vectors = fading(3)
+    memories[0] = view("s1", relevance=0.1, origin=Origin.COMPRESSED, content="earlier",
+                       created_at=memories[0].created_at)
+    (p,) = plan(memories, vectors)
+    assert p.member_ids == ("f1", "f2") and p.absorbed_ids == ()
+
+
+def test_a_summary_is_fresh_and_keeps_its_members_dates() -> None:
+    memories, vectors = fading(3)
+    (p,) = plan(memories, vectors)
+    assert p.created_at == AS_OF  # not the oldest member's date: it would be born fading
+    assert p.meta["members_from"] == memories[0].created_at.isoformat()
+    assert p.meta["members_until"] == memories[2].created_at.isoformat()
+    assert p.meta["member_dates"] == {m.id: m.created_at.isoformat() for m in memories}
+    for m in memories:
+        assert f"{m.created_at.day} {m.created_at:%B}" in p.content
 
 
 def test_summary_attributes_max_importance_mean_stability_max_access() -> None:
@@ -72,30 +117,62 @@ def test_summary_attributes_max_importance_mean_stability_max_access() -> None:
     (p,) = plan(memories, vectors)
     assert (p.importance, p.stability, p.access_count) == (0.9, 3.0, 7)
     assert p.link_weight == 0.8 and p.embedding is None  # embedded afresh when written
-    assert p.content == "Summary: fact 0 | fact 1 | fact 2 | fact 3 | fact 4"
+    d = memories[0].created_at
+    assert p.content.startswith(f"{d.day} {d:%B %Y}: fact 0.")
 
 
-def test_rules_wording_joins_in_order() -> None:
-    assert rules_wording([view("a", content="x"), view("b", content="y")]) == "Summary: x | y"
+def test_rules_wording_groups_by_day_says_the_year_once_and_the_subject_once() -> None:
+    may8, may12, jan2 = datetime(2023, 5, 8, 13), datetime(2023, 5, 12), datetime(2024, 1, 2)
+    members = [
+        view("a", entity="Ann", created_at=may8, content="Ann adopted a cat named Tom."),
+        view("b", entity="Ann", created_at=may8, content="Ann feeds the cat twice a day."),
+        view("c", entity="Ann", created_at=may12, content="Ann ran 5 km in Oslo."),
+        view("d", entity="Ann", created_at=jan2, content="Ann's race in Oslo was fun."),
+    ]
+    assert rules_wording(members) == (
+        "Ann - 8 May 2023: adopted a cat named Tom; feeds the twice day. "
+        "12 May: ran 5 km in Oslo. 2 January 2024: Ann's race was fun.")
 
 
-def test_a_group_with_an_earlier_summary_is_built_from_its_originals() -> None:
-    memories, vectors = fading(5)
-    memories[0] = view("s1", relevance=0.1, origin=Origin.DEDUP_SUMMARY, content="earlier summary",
-                       created_at=memories[0].created_at)
-    originals = {"s1": [view("o1", tier=Tier.COLD, superseded_by="s1"),
-                        view("o2", tier=Tier.COLD, superseded_by="s1"),
-                        view("s0", tier=Tier.COLD, superseded_by="s1", origin=Origin.COMPRESSED)]}
-    (p,) = plan(memories, vectors, originals)
-    assert p.member_ids == ("f1", "f2", "f3", "f4", "o1", "o2")  # never the older summary s0
-    assert p.absorbed_ids == ("s1",) and "earlier summary" not in p.content
+def test_rules_wording_does_not_say_a_word_twice_but_says_each_date() -> None:
+    members = [view("a", content="Bo went to the LGBTQ support group."),
+               view("b", content="Bo liked the LGBTQ support group a lot."),
+               view("c", content="Bo went to the LGBTQ support group.",
+                    created_at=AS_OF - timedelta(days=1))]
+    wording = rules_wording(members)
+    assert wording.count("LGBTQ") == 2 and wording.count("support") == 2  # c: nothing new
+    assert wording.count("liked") == 1
+
+
+_WORD = st.text(alphabet="abcdefghijKLMNOP0123456789'-", min_size=1, max_size=6)
+_SENTENCE = st.lists(st.one_of(_WORD, st.sampled_from(["the", "Ann", "May", "2023", "3."])),
+                     min_size=1, max_size=12).map(" ".join)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(_SENTENCE, st.integers(0, 800), st.sampled_from(["Ann", None])),
+                min_size=1, max_size=8))
+def test_rules_wording_keeps_every_word_name_number_and_date(rows) -> None:
+    from reverie.benchmarks.locomo import words
+
+    members = sorted(
+        (view(f"m{i}", content=text, entity=entity,
+              created_at=datetime(2022, 1, 1) + timedelta(days=days))
+         for i, (text, days, entity) in enumerate(rows)),
+        key=lambda m: (m.created_at, m.id))
+    wording = rules_wording(members)
+    for m in members:
+        assert words(m.content) <= words(wording)
+        d = m.created_at
+        assert {str(d.day), d.strftime("%B").lower(), str(d.year)} <= words(wording)
 
 
 def test_a_pass_that_compresses_nothing_says_which_knob_held_it_back() -> None:
     from reverie.models.config import CompressConfig
     from reverie.tasks.compress import nothing_to_compress_note
 
-    config = CompressConfig(max_relevance=0.2, similarity=0.7, group_size=5)
+    config = CompressConfig(max_relevance=0.2, similarity=0.7, min_group_size=5,
+                            max_group_size=8)
     assert nothing_to_compress_note(4, config) == [
         "4 fading memories (relevance below 0.2); a compression group needs 5"]
     assert nothing_to_compress_note(5, config) == [

@@ -34,13 +34,13 @@ def star(cosines):
 
 
 def test_cosine_exactly_at_threshold_joins_the_group() -> None:
-    plans = plan(*star([0.85, 0.85]))
+    plans = plan(*star([0.80, 0.80]))
     assert len(plans) == 1
     assert plans[0].member_ids == ("m1", "m2", "r")
 
 
 def test_cosine_just_below_threshold_does_not_join() -> None:
-    assert plan(*star([0.85, below(0.85)])) == []
+    assert plan(*star([0.80, below(0.80)])) == []
 
 
 def test_a_pair_is_not_merged_but_three_are() -> None:
@@ -54,9 +54,9 @@ def test_min_group_size_is_a_setting() -> None:
 
 
 def test_groups_do_not_chain_through_members() -> None:
-    # a - b - c - d, each neighbour 0.9 apart, a and c, b and d, a and d far apart.
-    t = np.float32(0.9)
-    s = np.float32(np.sqrt(1 - 0.9**2))
+    # a - b - c - d, each neighbour 0.85 apart, a and c, b and d, a and d far apart.
+    t = np.float32(0.85)
+    s = np.float32(np.sqrt(1 - 0.85**2))
     a = axis(0)
     b = (t * a + s * axis(1)).astype(np.float32)
     c = (t * b + s * axis(2)).astype(np.float32)

@@ -356,12 +356,12 @@ def test_the_dedup_boundary_holds_through_ingest_and_the_flow(store: Store) -> N
             {"profile": profile, "id": f"{profile}-rep", "content": "the one with most words here",
              "embedding": axis(0).tolist()},
             {"profile": profile, "id": f"{profile}-a", "content": "member a",
-             "embedding": at_cosine(0.85, other=1).tolist()},
+             "embedding": at_cosine(0.80, other=1).tolist()},
             {"profile": profile, "id": f"{profile}-b", "content": "member b",
              "embedding": at_cosine(cos, other=2).tolist()},
         ]
 
-    assert not store.ingest(three("at", 0.85) + three("below", below(0.85))).errors
+    assert not store.ingest(three("at", 0.80) + three("below", below(0.80))).errors
     report = full_consolidation(profile=None, as_of=AS_OF)
     assert step(report, "at", "dedup").facts["groups"] == 1
     assert step(report, "below", "dedup").facts["groups"] == 0

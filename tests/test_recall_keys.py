@@ -1,0 +1,60 @@
+"""Recall keys: a hot summary is found by its cold originals; deep recall ranks the
+originals themselves and leaves out a summary whose originals are all there."""
+
+import numpy as np
+
+from reverie.engines.recall import plan_candidates, rank, tiers_for
+from reverie.models.tables import Origin, Tier
+
+from factories import axis, view
+
+
+def store():
+    """A hot summary s of two cold originals (about axes 1 and 2), an unrelated hot memory
+    h (axis 3), and a summary t absorbed by s (cold)."""
+    memories = [
+        view("h"),
+        view("o1", tier=Tier.COLD, superseded_by="s"),
+        view("o2", tier=Tier.COLD, superseded_by="s"),
+        view("s", origin=Origin.COMPRESSED),
+        view("t", origin=Origin.DEDUP_SUMMARY, tier=Tier.COLD, superseded_by="s"),
+    ]
+    vectors = np.stack([axis(3), axis(1), axis(2), axis(0), axis(4)])
+    return memories, vectors
+
+
+def ids(candidates, best):
+    return [candidates.memories[row].id for row, _ in best]
+
+
+def test_a_hot_summary_scores_as_its_best_original_not_itself() -> None:
+    candidates = plan_candidates(*store(), tiers_for(deep=False))
+    assert [m.id for m in candidates.memories] == ["h", "s"]
+    assert sorted(candidates.key_owners.tolist()) == [1, 1]  # o1 and o2, never t
+    [best] = rank(candidates, axis(2)[None, :], 2)
+    assert ids(candidates, best) == ["s", "h"] and best[0][1] == 1.0
+    [best] = rank(candidates, axis(0)[None, :], 2)
+    assert best[0][1] == 0.0  # its own vector is not a key
+    [best] = rank(candidates, axis(3)[None, :], 1)
+    assert ids(candidates, best) == ["h"]  # keys never crowd out the k asked for
+
+
+def test_without_keys_the_summary_is_ranked_by_its_own_vector() -> None:
+    memories, vectors = store()
+    candidates = plan_candidates(memories[:1] + memories[3:4], vectors[[0, 3]], (Tier.HOT,))
+    [best] = rank(candidates, axis(0)[None, :], 5)
+    assert ids(candidates, best) == ["s", "h"] and len(candidates.key_owners) == 0
+
+
+def test_deep_recall_ranks_originals_not_their_summaries() -> None:
+    candidates = plan_candidates(*store(), tiers_for(deep=True))
+    assert [m.id for m in candidates.memories] == ["h", "o1", "o2"]
+    assert len(candidates.key_owners) == 0  # no original counted twice
+    [best] = rank(candidates, axis(1)[None, :], 1)
+    assert ids(candidates, best) == ["o1"]
+
+
+def test_a_summary_without_originals_is_a_memory_like_any_other() -> None:
+    memories, vectors = store()
+    lone = plan_candidates([memories[3]], vectors[[3]], tiers_for(deep=True))
+    assert [m.id for m in lone.memories] == ["s"]

@@ -26,8 +26,8 @@ from datetime import datetime
 
 import numpy as np
 
-from reverie.engines.similarity import radius_neighbours
-from reverie.models.config import CompressConfig
+from reverie.engines.similarity import DEFAULT_SEARCH, radius_neighbours
+from reverie.models.config import CompressConfig, SearchConfig
 from reverie.models.records import MemoryView, SummaryPlan
 from reverie.models.store import Store
 from reverie.models.tables import DERIVED_ORIGINS, SUMMARY_ORIGINS, Lifecycle, Origin
@@ -58,11 +58,12 @@ def is_candidate(memory: MemoryView, config: CompressConfig) -> bool:
 
 
 def fading_groups(
-    memories: Sequence[MemoryView], vectors: np.ndarray, config: CompressConfig
+    memories: Sequence[MemoryView], vectors: np.ndarray, config: CompressConfig,
+    search: SearchConfig = DEFAULT_SEARCH,
 ) -> list[list[int]]:
     """Rows grouped greedily around seeds taken oldest first, most similar first, up to
     max_group_size; a seed that gathers fewer than min_group_size is left alone."""
-    neighbours = radius_neighbours(vectors, config.similarity)
+    neighbours = radius_neighbours(vectors, config.similarity, search=search)
     claimed = np.zeros(len(memories), dtype=bool)
     groups: list[list[int]] = []
     def age_order(i: int) -> tuple[object, str]:
@@ -160,6 +161,7 @@ def plan_compression(
     originals: dict[str, list[MemoryView]],
     config: CompressConfig,
     summarizer: Summarizer,
+    search: SearchConfig = DEFAULT_SEARCH,
 ) -> list[SummaryPlan]:
     """One summary plan per group of similar fading memories of the same kind and entity."""
     plans: list[SummaryPlan] = []
@@ -173,7 +175,7 @@ def plan_compression(
     for kind, entity in sorted({about(i) for i in rows}):
         same = [i for i in rows if about(i) == (kind, entity)]
         candidates = [memories[i] for i in same]
-        for group in fading_groups(candidates, vectors[same], config):
+        for group in fading_groups(candidates, vectors[same], config, search):
             hot = [candidates[i] for i in group]
             members, _ = stand_ins(hot, originals)
             ordered = sorted(members, key=lambda m: (m.created_at, m.id))
@@ -214,13 +216,14 @@ def compress_fading(store: Store, args: StepArgs) -> StepReport:
     summarizer = summarizer_for(args.config.summarizer)
     plans = plan_compression(
         args.profile, args.as_of, memories, vectors, store.originals_of(args.profile, summaries),
-        config, summarizer,
+        config, summarizer, args.config.search,
     )
     report = StepReport(
         "compress_fading", args.profile, examined=sum(is_candidate(m, config) for m in memories)
     )
     report.notes += relevance_notes(
-        store, args.profile, args.as_of, any(m.relevance is not None for m in memories))
+        store, args.profile, args.as_of, any(m.relevance is not None for m in memories),
+        args.config.decay)
     if not plans:
         report.notes += nothing_to_compress_note(report.examined, config)
     plans = write_summaries(

@@ -21,6 +21,7 @@ and it is never compressed again.
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Sequence
 from datetime import datetime
 
@@ -167,13 +168,13 @@ def plan_compression(
     plans: list[SummaryPlan] = []
     rows = [i for i, m in enumerate(memories) if is_candidate(m, config)]
 
-    def about(i: int) -> tuple[str, str]:
-        return memories[i].kind, memories[i].entity or ""
-
     # One entity per summary: its subject is said once, and facts about two people never
     # blur into one memory.
-    for kind, entity in sorted({about(i) for i in rows}):
-        same = [i for i in rows if about(i) == (kind, entity)]
+    subjects: dict[tuple[str, str], list[int]] = defaultdict(list)
+    for i in rows:
+        subjects[memories[i].kind, memories[i].entity or ""].append(i)
+    for key in sorted(subjects):
+        same = subjects[key]
         candidates = [memories[i] for i in same]
         for group in fading_groups(candidates, vectors[same], config, search):
             hot = [candidates[i] for i in group]

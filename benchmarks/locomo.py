@@ -24,10 +24,14 @@ from pathlib import Path
 from typing import Any
 
 from reverie.engines.similarity import top_k
+from reverie.flows.event_delivery import deliver, wanted
 from reverie.flows.progress import Bar
 from reverie.models.config import ConsolidationConfig
+from reverie.models.embeddings import get_embedder
 from reverie.models.errors import InputError
+from reverie.models.ingest import ingest
 from reverie.models.records import MemoryView
+from reverie.models.repositories.memories import snapshot
 from reverie.models.settings import using_database
 from reverie.models.store import Store
 from reverie.models.tables import Tier
@@ -143,11 +147,14 @@ class Snapshot:
 
 def measure(store: Store, profile: str, questions: Sequence[Question], budget: int) -> Snapshot:
     """Hot-tier size and the share of questions whose answer fits in the budgeted context."""
-    memories, vectors = store.snapshot(profile, (Tier.HOT,))
+    with store.reading(profile) as tx:
+        memories, vectors = snapshot(tx, (Tier.HOT,))
     chars = sum(len(m.content) for m in memories)
     if not questions or not memories:
         return Snapshot(len(memories), chars, 0, len(questions))
-    query_vectors = store.embedder().encode([q.text for q in questions])
+    embedder = get_embedder(store.settings.embedding_model_path,
+                            store.settings.embedding_batch_size)
+    query_vectors = embedder.encode([q.text for q in questions])
     _, ranks = top_k(vectors, query_vectors, min(len(memories), RANKED))
     found = sum(
         answered(q, budgeted_context([memories[i] for i in row if i >= 0], budget))
@@ -238,7 +245,12 @@ def _consolidate_and_measure(
     from reverie.flows.decay import decay
     from reverie.flows.full_consolidation import full_consolidation
 
-    report = store.ingest(conv.memories, profile=conv.profile)
+    embedder = get_embedder(store.settings.embedding_model_path,
+                            store.settings.embedding_batch_size)
+    report = ingest(store, conv.memories, embedder,
+                    profile=conv.profile, queue_events=wanted())
+    if report.queued_events:
+        deliver(store.url)
     if report.errors:
         raise InputError(f"{conv.profile}: {report.errors[0]}")
     before = measure(store, conv.profile, conv.questions, budget)

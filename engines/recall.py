@@ -11,9 +11,13 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from reverie.engines.similarity import top_k
+from reverie.models.config import RECALL_DEFAULT
+from reverie.models.embeddings import get_embedder
 from reverie.models.records import MemoryView
+from reverie.models.repositories.memories import record_access, snapshot
 from reverie.models.store import Store
 from reverie.models.tables import Tier
+from reverie.models.timestamps import utcnow
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,10 +40,13 @@ def recall(
     at: datetime | None = None,
 ) -> list[Hit]:
     store.resolve_profiles(profile)
-    memories, vectors = store.snapshot(profile, (Tier.HOT, Tier.COLD) if deep else (Tier.HOT,))
+    with store.reading(profile) as tx:
+        memories, vectors = snapshot(tx, (Tier.HOT, Tier.COLD) if deep else (Tier.HOT,))
     if not memories or k <= 0:
         return []
-    query_vector = store.embedder().encode([query])
+    embedder = get_embedder(store.settings.embedding_model_path,
+                            store.settings.embedding_batch_size)
+    query_vector = embedder.encode([query])
     sims, idx = top_k(vectors, query_vector, k)
     hits = [
         Hit(memories[int(i)], round(float(s), 6))
@@ -47,5 +54,7 @@ def recall(
         if i >= 0
     ]
     if track and hits:
-        store.record_access([h.memory.id for h in hits], at)
+        with store.writing(profile) as tx:
+            record_access(tx, [h.memory.id for h in hits], at or utcnow(),
+                          RECALL_DEFAULT.co_access_bonus)
     return hits

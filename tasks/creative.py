@@ -23,13 +23,15 @@ from datetime import datetime
 
 import numpy as np
 
+from reverie.engines.similarity import pair_similarities
 from reverie.models.config import CreativeConfig
 from reverie.models.records import MemoryView, NewEdge
+from reverie.models.repositories.edges import add_edges, linked_pairs
+from reverie.models.repositories.memories import snapshot
 from reverie.models.store import Store
 from reverie.models.tables import EdgeKind
 from reverie.models.timestamps import days_between
 from reverie.tasks.decay import none_above_note, relevance_notes
-from reverie.engines.similarity import pair_similarities
 from reverie.tasks.step import Change, StepArgs, StepReport, step_task
 
 ALGORITHM = "creative_association"
@@ -94,17 +96,20 @@ def plan_creative(
 def creative(store: Store, args: StepArgs) -> StepReport:
     """Link pairs of a reproducible sample of relevant memories by the four rules."""
     config = args.config.creative
-    memories, vectors = store.snapshot(args.profile)
-    rows = [i for i, m in enumerate(memories) if is_candidate(m, config)]
-    picked = [rows[k] for k in draw_sample(len(rows), config.sample_size, args.profile, args.as_of)]
-    sample = [memories[i] for i in picked]
-    linked = store.linked_pairs(args.profile, [m.id for m in sample])
+    with store.reading(args.profile) as tx:
+        memories, vectors = snapshot(tx)
+        rows = [i for i, m in enumerate(memories) if is_candidate(m, config)]
+        picked = [rows[k] for k in draw_sample(len(rows), config.sample_size, args.profile,
+                                                args.as_of)]
+        sample = [memories[i] for i in picked]
+        linked = linked_pairs(tx, [m.id for m in sample])
+        stale = relevance_notes(tx, args.as_of, any(m.relevance is not None for m in memories))
     edges, skipped = plan_creative(sample, vectors[picked], linked, args.as_of, config)
-    store.add_edges(args.profile, edges, args.as_of)
+    with store.writing(args.profile) as tx:
+        add_edges(tx, edges, args.as_of)
     pairs = len(sample) * (len(sample) - 1) // 2
     report = StepReport("creative", args.profile, examined=pairs, skipped=skipped)
-    report.notes += relevance_notes(
-        store, args.profile, args.as_of, any(m.relevance is not None for m in memories))
+    report.notes += stale
     report.notes += none_above_note(memories, config.min_relevance, "sample for associations")
     for e in edges:
         label = e.kind if e.subkind is None else f"{e.kind}/{e.subkind}"

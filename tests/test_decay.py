@@ -8,7 +8,7 @@ from reverie.models.config import DecayConfig
 from reverie.models.records import RelevanceInputs
 from reverie.tasks.decay import distribution, plan_decay, relevance
 
-from factories import AS_OF
+from factories import AS_OF, record_runs
 
 CONFIG = DecayConfig()
 NOW = AS_OF.replace(tzinfo=UTC).timestamp()
@@ -101,7 +101,7 @@ def test_one_day_later_everything_scores_lower() -> None:
 def _decayed_at(store, as_of) -> None:
     from reverie.models.tables import RunRecord
 
-    store.record_runs([RunRecord(profile_id="p", flow="decay", as_of=as_of, started_at=as_of,
+    record_runs(store, [RunRecord(profile_id="p", flow="decay", as_of=as_of, started_at=as_of,
                                  finished_at=as_of)])
 
 
@@ -132,8 +132,9 @@ def test_a_weekly_run_after_a_missed_decay_says_so_in_its_artifact(sample_store)
 
 
 def test_a_step_that_finds_nothing_relevant_enough_says_so() -> None:
-    from factories import view
     from reverie.tasks.decay import none_above_note
+
+    from factories import view
 
     faded = [view("a", relevance=0.004), view("b", relevance=0.3)]
     (note,) = none_above_note(faded, 0.3, "cluster")

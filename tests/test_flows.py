@@ -18,6 +18,7 @@ from reverie.flows.runtime import wait_for_run_history
 from reverie.models import store as store_module
 from reverie.models.errors import NotFoundError, StepFailedError
 from reverie.models.export import export_jsonl, export_rows
+from reverie.models.repositories import memories as memories_repo
 from reverie.models.store import Store
 from reverie.models.tables import EdgeKind, Origin, Tier
 from reverie.tasks import linking
@@ -25,6 +26,7 @@ from reverie.tasks import step as step_module
 from reverie.tasks.blocks import BLOCK_TYPES
 
 from conftest import clone_sample
+from factories import in_read, ingest_records, lease_holders, run_history
 from prefect_reads import run_artifacts
 
 pytestmark = pytest.mark.usefixtures("prefect_api")
@@ -265,7 +267,7 @@ def test_a_profile_that_fails_neither_stops_nor_hides_the_others(
     ]}
     now = exports(broken)
     assert {p: now[p] for p in now if p != "raj"} == {p: expected[p] for p in now if p != "raj"}
-    done = {r.profile_id for r in broken.run_history(flow="full-consolidation", limit=None)}
+    done = {r.profile_id for r in run_history(broken, flow="full-consolidation", limit=None)}
     assert done == set(now) - {"raj"}
     # A re-run of just the failed profile ends where a clean run does.
     report = full_consolidation(profile=["raj"], as_of=AS_OF)
@@ -361,11 +363,11 @@ def test_the_dedup_boundary_holds_through_ingest_and_the_flow(store: Store) -> N
              "embedding": at_cosine(cos, other=2).tolist()},
         ]
 
-    assert not store.ingest(three("at", 0.85) + three("below", below(0.85))).errors
+    assert not ingest_records(store, three("at", 0.85) + three("below", below(0.85))).errors
     report = full_consolidation(profile=None, as_of=AS_OF)
     assert step(report, "at", "dedup").facts["groups"] == 1
     assert step(report, "below", "dedup").facts["groups"] == 0
-    assert store.counts("at")["cold"] == 3 and store.counts("below")["cold"] == 0
+    assert in_read(store, "at", memories_repo.counts)["cold"] == 3 and in_read(store, "below", memories_repo.counts)["cold"] == 0
 
 
 def test_runs_have_readable_names(sample_store: Store) -> None:
@@ -414,6 +416,6 @@ def test_a_chunk_whose_task_fails_as_a_whole_fails_its_profiles_only(
         lightweight_consolidation(profile=None, as_of=AS_OF)
     assert set(failure.value.failed) == {"raj"}
     assert failure.value.failed["raj"][0].startswith("chunk: the chunk's task failed")
-    finished = {r.profile_id for r in sample_store.run_history()}
+    finished = {r.profile_id for r in run_history(sample_store)}
     assert finished == set(sample_store.profiles()) - {"raj"}
-    assert sample_store.lease_holders() == {}
+    assert lease_holders(sample_store) == {}

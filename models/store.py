@@ -53,8 +53,9 @@ class Store:
 
     @contextmanager
     def reading_all(self) -> Iterator[Session]:
-        """A read-only session across profiles; on PostgreSQL one snapshot throughout
-        (REPEATABLE READ), as SQLite's read transactions are already."""
+        """A session for reads across profiles, never committed. One block is one
+        snapshot: REPEATABLE READ on PostgreSQL (its default would let each statement
+        see a newer state), as a SQLite read transaction is already."""
         with _translated():
             engine = engines.engine_for(self.url)
             if engine.dialect.name == "postgresql":
@@ -125,5 +126,5 @@ def _translated() -> Iterator[None]:
 
 def _reason(exc: db.StatementError) -> str:
     """The driver's first line, without the statement (parameters are hidden already)."""
-    return str(exc.orig).strip().splitlines()[0] if exc.orig is not None and str(exc.orig).strip() \
-        else type(exc).__name__
+    said = str(exc.orig).strip() if exc.orig is not None else ""
+    return said.splitlines()[0] if said else type(exc).__name__

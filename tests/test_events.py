@@ -19,7 +19,7 @@ from reverie.models.store import Store
 from reverie.models.tables import OutboxEvent
 from reverie.models.timestamps import utcnow
 
-from factories import end_session, ingest_records, record
+from factories import embedder_of, end_session, ingest_records, record
 
 T = datetime(2025, 7, 1)
 
@@ -99,6 +99,25 @@ def api(monkeypatch: pytest.MonkeyPatch) -> FakeApi:
     monkeypatch.setattr(event_delivery, "api_url", lambda: DOWN)
     monkeypatch.setattr(event_delivery, "_send", fake.send)
     return fake
+
+
+def test_ingest_queues_its_events_and_leaves_sending_to_its_caller(
+    store: Store, api: FakeApi
+) -> None:
+    from reverie.models.ingest import ingest
+
+    report = ingest(store, [record(f"fact {i}") for i in range(60)], embedder_of(store),
+                    profile="ana", queue_events=True)
+    assert report.stored == 60 and report.queued_events == 2
+    assert pending_keys(store) == ["ana:stored:60", "ana:store-threshold:1"]
+    assert api.offered == []  # models/ sends nothing: the caller delivers
+    api.answer = None
+    event_delivery.deliver(store.url)
+    assert api.delivered == [["ana:stored:60", "ana:store-threshold:1"]]
+    assert pending_keys(store) == []
+    # Without queue_events (no API configured, or events off) nothing is kept at all.
+    assert ingest(store, [record("one more")], embedder_of(store), profile="ana").queued_events == 0
+    assert pending_keys(store) == []
 
 
 def test_events_are_written_in_the_transaction_of_the_ingest(

@@ -9,20 +9,22 @@ from pathlib import Path
 from uuid import UUID, uuid4
 
 import pytest
+from sqlalchemy import event
 from sqlalchemy.exc import OperationalError
 
 from reverie.flows.chunk_scheduler import chunked
 from reverie.flows.full_consolidation import full_consolidation
 from reverie.flows.lightweight_consolidation import lightweight_consolidation
 from reverie.flows.runtime import wait_for_run_history
-from reverie.models import store as store_module
 from reverie.models.errors import NotFoundError, StepFailedError
 from reverie.models.export import export_jsonl, export_rows
 from reverie.models.repositories import memories as memories_repo
+from reverie.models.repositories import summaries as summaries_module
 from reverie.models.store import Store
 from reverie.models.tables import EdgeKind, Origin, Tier
 from reverie.tasks import linking
 from reverie.tasks import step as step_module
+from reverie.tasks import summarize as summarize_module
 from reverie.tasks.blocks import BLOCK_TYPES
 
 from conftest import clone_sample
@@ -152,7 +154,7 @@ def test_a_step_that_fails_mid_transaction_and_is_retried_ends_like_a_clean_run(
     expected = clean_run_exports(sample_template, new_store, monkeypatch, None)
     flaky = use_copy(sample_template, new_store, "flaky", monkeypatch)
     failures: list[str] = []
-    original = store_module._upsert_edges
+    original = summaries_module.upsert_edges
 
     def fail_once(s, profile, edges, *args):  # type: ignore[no-untyped-def]
         if any(e.kind == EdgeKind.CONSOLIDATION for e in edges) and not failures:
@@ -161,7 +163,7 @@ def test_a_step_that_fails_mid_transaction_and_is_retried_ends_like_a_clean_run(
                 "injected: server closed the connection unexpectedly"))
         return original(s, profile, edges, *args)
 
-    monkeypatch.setattr(store_module, "_upsert_edges", fail_once)
+    monkeypatch.setattr(summaries_module, "upsert_edges", fail_once)
     full_consolidation(profile=None, as_of=AS_OF)
     assert len(failures) == 1
     assert exports(flaky) == expected
@@ -173,16 +175,19 @@ def test_a_step_that_fails_after_committing_and_is_retried_ends_like_a_clean_run
     expected = clean_run_exports(sample_template, new_store, monkeypatch, "raj")
     flaky = use_copy(sample_template, new_store, "flaky", monkeypatch)
     failures: list[str] = []
-    original = Store.apply_summaries
+    original = summarize_module.apply_summaries
 
-    def commit_then_fail(self, profile, plans, *args, **kwargs):  # type: ignore[no-untyped-def]
-        written = original(self, profile, plans, *args, **kwargs)
+    def commit_then_fail(tx, plans, *args, **kwargs):  # type: ignore[no-untyped-def]
+        written = original(tx, plans, *args, **kwargs)
         if written and not failures:
-            failures.append(profile)
-            raise ConnectionError("injected: the commit landed but the worker lost its reply")
+            failures.append(tx.profile)
+
+            @event.listens_for(tx.session, "after_commit", once=True)
+            def lost_reply(session):  # type: ignore[no-untyped-def]
+                raise ConnectionError("injected: the commit landed but the worker lost its reply")
         return written
 
-    monkeypatch.setattr(Store, "apply_summaries", commit_then_fail)
+    monkeypatch.setattr(summarize_module, "apply_summaries", commit_then_fail)
     full_consolidation(profile="raj", as_of=AS_OF)
     assert failures == ["raj"]
     assert exports(flaky) == expected

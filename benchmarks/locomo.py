@@ -26,10 +26,13 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from reverie.engines.embedding import embedder_for
 from reverie.engines.recall import Candidates, candidates_for, rank
+from reverie.flows.event_delivery import deliver, wanted
 from reverie.flows.progress import Bar
 from reverie.models.config import ConsolidationConfig
 from reverie.models.errors import InputError
+from reverie.models.ingest import ingest
 from reverie.models.records import MemoryView
 from reverie.models.settings import using_database
 from reverie.models.store import Store
@@ -175,7 +178,7 @@ def measure(store: Store, profile: str, questions: Sequence[Question],
     categories = [CATEGORIES[q.category] for q in questions]
     if not questions:
         return Snapshot(len(hot.memories), chars, categories, {b: [] for b in budgets}, [])
-    query_vectors = store.embedder().encode([q.text for q in questions])
+    query_vectors = embedder_for(store.settings).encode([q.text for q in questions])
 
     def found_in(candidates: Candidates, budget: int) -> list[bool]:
         ranked = rank(candidates, query_vectors, min(len(candidates.memories), RANKED))
@@ -319,7 +322,11 @@ def _consolidate_and_measure(
     from reverie.flows.decay import decay
     from reverie.flows.full_consolidation import full_consolidation
 
-    report = store.ingest(conv.memories, profile=conv.profile)
+    embedder = embedder_for(store.settings)
+    report = ingest(store, conv.memories, embedder,
+                    profile=conv.profile, queue_events=wanted())
+    if report.queued_events:
+        deliver(store.url)
     if report.errors:
         raise InputError(f"{conv.profile}: {report.errors[0]}")
     budgets = budgets_for(budget)

@@ -41,10 +41,14 @@ from typing import Any
 import numpy as np
 
 from reverie.benchmarks.synthetic import SyntheticSpec, records, sentence
+from reverie.engines.embedding import embedder_for
 from reverie.engines.similarity import chosen_rows
+from reverie.flows.event_delivery import deliver, wanted
 from reverie.flows.progress import Bar
 from reverie.models.config import ConsolidationConfig, SearchConfig
 from reverie.models.db import dispose
+from reverie.models.ingest import IngestReport, ingest
+from reverie.models.repositories.memories import snapshot
 from reverie.models.settings import environment, using_database
 from reverie.models.store import Store
 from reverie.tasks.step import StepArgs, StepFunction, run_step
@@ -223,7 +227,8 @@ def check_search(vectors: np.ndarray, threshold: float, seed: int = 0,
 
 
 def _candidate_vectors(store: Store, profile: str, keep: Callable[[Any], bool]) -> np.ndarray:
-    return chosen_rows(*store.snapshot(profile), keep)[1]
+    with store.reading(profile) as tx:
+        return chosen_rows(*snapshot(tx), keep)[1]
 
 
 # --- steps and flows ---------------------------------------------------------------------
@@ -341,7 +346,7 @@ def warm_up_prefect(folder: Path) -> None:
 
     url = f"sqlite:///{folder / 'warm-up.db'}"
     spec = SyntheticSpec(20)
-    Store(url).ingest(records(spec)[0])
+    _ingest(Store(url), records(spec)[0])
     with using_database(url):
         lightweight_consolidation(profile=None, as_of=AS_OF, config=bench_config())
 
@@ -417,6 +422,16 @@ def server_health(log: Path) -> Result:
         f"{locked} time(s); tracebacks {tracebacks}"])
 
 
+def _ingest(store: Store, made: list[dict[str, Any]]) -> IngestReport:
+    """Ingest as the CLI does: the configured model, and events delivered if wanted."""
+    embedder = embedder_for(store.settings)
+    report = ingest(store, made, embedder,
+                    queue_events=wanted())
+    if report.queued_events:
+        deliver(store.url)
+    return report
+
+
 def bench_ingest_throughput(sentences: int, folder: Path) -> list[Result]:
     """Ingest with embedding against the raw model on the same sentences."""
     from reverie.engines.embedding import get_embedder
@@ -431,7 +446,7 @@ def bench_ingest_throughput(sentences: int, folder: Path) -> list[Result]:
     raw.notes.append(f"{sentences / raw.seconds:.0f} sentences/s")
     store = Store(f"sqlite:///{folder / 'ingest.db'}")
     with measured("ingest + embed", sentences, 1) as row:
-        report = store.ingest([{"content": t, "profile": "ingest"} for t in texts])
+        report = _ingest(store, [{"content": t, "profile": "ingest"} for t in texts])
     row.baseline_seconds = raw.seconds
     row.notes.append(f"{report.stored / row.seconds:.0f} sentences/s, "
                      f"{raw.seconds / row.seconds:.1%} of the raw model")
@@ -460,7 +475,7 @@ def bench_size(spec: SyntheticSpec, folder: Path, config: ConsolidationConfig,
     # triggers' business, not what this measures.
     with measured("ingest (vectors supplied)", spec.memories, spec.profiles) as row, \
             environment("REVERIE_EMIT_EVENTS", "false"):
-        report = Store(url).ingest(made)
+        report = _ingest(Store(url), made)
     row.notes.append(f"{report.stored} memories, {report.edges} edges")
     yield row
     del made

@@ -15,6 +15,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from reverie.engines.embedding import embedder_for
+from reverie.flows.event_delivery import deliver, wanted
+from reverie.models.ingest import ingest_jsonl
+from reverie.models.repositories.blocks import blocks as blocks_of
+from reverie.models.repositories.memories import counts, get
 from reverie.models.settings import using_database
 from reverie.models.store import Store
 
@@ -55,13 +60,17 @@ def _demo(url: str, path: Path, api: Callable[[], AbstractContextManager[str | N
 
     store = Store(url)
     print(f"Reverie demo: store {path}")
-    ingest = store.ingest_jsonl(SAMPLE_STORE)
+    embedder = embedder_for(store.settings)
+    ingest = ingest_jsonl(store, SAMPLE_STORE, embedder,
+                          queue_events=wanted())
+    if ingest.queued_events:
+        deliver(store.url)
     profiles = store.profiles()
     print(
         f"Ingested {ingest.stored} memories and {ingest.edges} edges "
         f"into {len(profiles)} profiles: {', '.join(profiles)}"
     )
-    before = {p: store.counts(p) for p in profiles}
+    before = {p: _counts(store, p) for p in profiles}
 
     print(f"Running full consolidation as of {DEMO_AS_OF:%Y-%m-%d} (a Prefect flow)...")
     with api() as ui:
@@ -83,6 +92,11 @@ def _demo(url: str, path: Path, api: Callable[[], AbstractContextManager[str | N
     if ui:
         print(f"Runs in Prefect's UI: {ui}/runs (`{reverie} server stop` stops it)")
     return 0
+
+
+def _counts(store: Store, profile: str) -> dict[str, int]:
+    with store.reading(profile) as tx:
+        return counts(tx)
 
 
 def _command() -> str:
@@ -108,7 +122,7 @@ def _print_profile(
 ) -> None:
     from reverie.tasks.blocks import SEPARATOR
 
-    after = store.counts(profile)
+    after = _counts(store, profile)
     dedup, decay = steps["dedup"], steps["decay_edges"]
     print()
     print(f"== {profile}: hot {before['hot']} -> {after['hot']}, cold {after['cold']}")
@@ -118,15 +132,19 @@ def _print_profile(
         f"promoted {steps['promote'].changed}; "
         f"edges decayed {decay.facts['decayed']}, pruned {decay.facts['pruned']}"
     )
-    for change in dedup.changes:
+    with store.reading(profile) as tx:
+        merged = [(change, get(tx.session, change.target, profile)) for change in dedup.changes]
+        top = [get(tx.session, mid, profile)
+               for mid in steps["graph_importance"].facts["top"][:3]]
+        core = blocks_of(tx)
+    for change, summary in merged:
         members = change.detail.split(" ")[0]
-        print(f"   merged: {store.get(change.target).content}  [{members} memories]")
+        print(f"   merged: {summary.content}  [{members} memories]")
     print("   top PageRank:")
-    for mid in steps["graph_importance"].facts["top"][:3]:
-        m = store.get(mid)
-        print(f"     {m.pagerank:.4f}  {m.content}")
+    for m in top:
+        print(f"     {m.pagerank:.4f}  {m.content}")  # type: ignore[union-attr]
     print("   Core Memory:")
-    for block in store.blocks(profile):
+    for block in core:
         facts = block.content.split(SEPARATOR) if block.content else ["(empty)"]
         more = f"  (+{len(facts) - 1} more)" if len(facts) > 1 else ""
         print(f"     {block.block_type:<20} {len(block.content):>3} chars  {facts[0][:70]}{more}")

@@ -18,9 +18,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from reverie.flows.event_delivery import api_configured
 from reverie.flows.progress import Bar
 from reverie.models.errors import ConfigError
-from reverie.models.events import api_configured
+from reverie.models.repositories.runs import run_history
 from reverie.models.store import Store
 from reverie.models.timestamps import to_utc_naive
 
@@ -105,8 +106,9 @@ def _locally(
     flow_fn = FLOWS[flow]
     with Bar(len(whens), f"backfill {flow}", unit="date") as bar:
         for when in whens:
-            done = {r.profile_id
-                    for r in store.run_history(flow=flow_fn.name, as_of=when, limit=None)}
+            with store.reading_all() as s:
+                done = {r.profile_id
+                        for r in run_history(s, flow=flow_fn.name, as_of=when, limit=None)}
             if wanted <= done:
                 report.skipped.append(when.isoformat())
                 bar.describe(f"{len(report.skipped)} already done")

@@ -317,7 +317,13 @@ def _ingest(args: argparse.Namespace) -> int:
         raise ReverieError(f"no such file: {args.file}")
     if is_backup(args.file):
         return _restore(args)
+    from reverie.engines.embedding import embedder_for
+    from reverie.flows.event_delivery import deliver, wanted
     from reverie.flows.progress import Bar, on_terminal
+    from reverie.models.ingest import ingest_jsonl
+
+    store = Store()
+    embedder = embedder_for(store.settings)
 
     total = None
     if on_terminal():
@@ -326,8 +332,11 @@ def _ingest(args: argparse.Namespace) -> int:
         with args.file.open("rb") as handle:
             total = sum(1 for line in handle if line.strip())
     with Bar(total, "ingest", unit="record") as bar:
-        report = Store().ingest_jsonl(args.file, args.profile,
-                                      progress=bar.update if bar.active else False)
+        report = ingest_jsonl(store, args.file, embedder, args.profile,
+                              progress=bar.update if bar.active else False,
+                              queue_events=wanted())
+    if report.queued_events:
+        deliver(store.url)
     for error in report.errors:
         print(f"{args.file}: {error}", file=sys.stderr)
     if args.json:
@@ -346,7 +355,7 @@ def _ingest(args: argparse.Namespace) -> int:
 def _restore(args: argparse.Namespace) -> int:
     """A backup (``reverie export``) restores its profile as it was, all or nothing."""
     from reverie.models.backup import restore
-    from reverie.models.ingest import read_jsonl
+    from reverie.models.validation import read_jsonl
 
     restored = restore(Store().url, read_jsonl(args.file), args.profile)
     if args.json:
@@ -404,8 +413,8 @@ def _deletion_approved(args: argparse.Namespace) -> bool:
     """Whether `run forget` deletes without pausing for approval. A run that would delete
     with no Prefect API configured is refused before it starts: it would pause on a
     temporary server no one can answer, and hang until its approval times out."""
+    from reverie.flows.event_delivery import api_configured
     from reverie.models.config import preset, with_forget_thresholds
-    from reverie.models.events import api_configured
     from reverie.models.settings import get_settings
 
     if args.approve_deletion or args.dry_run:
@@ -462,11 +471,13 @@ def _not_done(name: str, selected: str | list[str] | None, as_of: datetime) -> l
     """The selected profiles with no finished run of flow ``name`` at ``as_of`` (a run
     records a profile only when all its steps succeeded)."""
     from reverie.flows.catalog import FLOWS
+    from reverie.models.repositories.runs import run_history
     from reverie.models.timestamps import to_utc_naive
 
     store = _store()
-    done = {r.profile_id for r in store.run_history(
-        flow=FLOWS[name].name, as_of=to_utc_naive(as_of), limit=None)}
+    with store.reading_all() as s:
+        done = {r.profile_id for r in run_history(
+            s, flow=FLOWS[name].name, as_of=to_utc_naive(as_of), limit=None)}
     return [p for p in store.resolve_profiles(selected) if p not in done]
 
 
@@ -516,7 +527,7 @@ def _approve(args: argparse.Namespace) -> int:
     from prefect.exceptions import FlowPauseTimeout, NotPausedError, ObjectNotFound
     from prefect.flow_runs import resume_flow_run
 
-    from reverie.models.events import api_configured
+    from reverie.flows.event_delivery import api_configured
 
     if not api_configured():
         raise ReverieError("no Prefect API is configured: set PREFECT_API_URL to the server "
@@ -586,9 +597,18 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _session_end(args: argparse.Namespace) -> int:
-    from reverie.models.events import api_configured
+    from reverie.flows.event_delivery import api_configured, deliver, wanted
+    from reverie.models.repositories.runs import end_session
+    from reverie.models.timestamps import utcnow
 
-    count = _store().end_session(args.profile, args.session)
+    store = _store()
+    store.resolve_profiles(args.profile)
+    queue_events = wanted()
+    with store.writing(args.profile) as tx:
+        count = end_session(tx, args.session, utcnow(), store.settings.session_trigger_every,
+                            queue_events)
+    if queue_events:
+        deliver(store.url)
     print(f"{args.profile}: session {count} ended")
     if not api_configured():
         # The consolidation that follows a session end is a Prefect trigger's.
@@ -600,7 +620,7 @@ def _session_end(args: argparse.Namespace) -> int:
 
 def _alerts(args: argparse.Namespace) -> int:
     from reverie.deployments.alerts import ensure_failure_alerts
-    from reverie.models.events import api_configured
+    from reverie.flows.event_delivery import api_configured
 
     if not api_configured():
         raise ReverieError("alerts live in a Prefect server: set PREFECT_API_URL")
@@ -631,7 +651,7 @@ def _events(args: argparse.Namespace) -> int:
 def _events_flush(args: argparse.Namespace) -> int:
     import time
 
-    from reverie.models.outbox import Outcome, flush
+    from reverie.flows.event_delivery import Outcome, flush
 
     url = _store().url
     give_up = time.monotonic() + args.timeout
@@ -669,7 +689,11 @@ def _events_flush(args: argparse.Namespace) -> int:
 
 
 def _undo(args: argparse.Namespace) -> int:
-    result = _store().undo(args.id, args.profile)
+    from reverie.models.repositories.summaries import undo
+    from reverie.models.timestamps import utcnow
+
+    with _store().writing(args.profile) as tx:
+        result = undo(tx, args.id, utcnow())
     if args.json:
         _print_json(asdict(result))
     elif result.already_undone:
@@ -686,7 +710,10 @@ def _undo(args: argparse.Namespace) -> int:
 def _consolidations(args: argparse.Namespace) -> int:
     store = _store()
     store.resolve_profiles(args.profile)
-    rows = store.consolidations(args.profile, args.limit)
+    from reverie.models.repositories.audit import consolidations
+
+    with store.reading(args.profile) as tx:
+        rows = consolidations(tx, args.limit)
     if args.json:
         _print_json([r.model_dump(mode="json") for r in rows])
         return EXIT_OK
@@ -704,7 +731,10 @@ def _consolidations(args: argparse.Namespace) -> int:
 def _blocks(args: argparse.Namespace) -> int:
     store = _store()
     store.resolve_profiles(args.profile)
-    blocks = store.blocks(args.profile)
+    from reverie.models.repositories.blocks import blocks as blocks_of
+
+    with store.reading(args.profile) as tx:
+        blocks = blocks_of(tx)
     if args.json:
         _print_json([b.model_dump() for b in blocks])
         return EXIT_OK
@@ -740,7 +770,10 @@ def _recall(args: argparse.Namespace) -> int:
 
 
 def _get(args: argparse.Namespace) -> int:
-    found = _store().get(args.id, args.profile)
+    from reverie.models.repositories.memories import get
+
+    with _store().reading_all() as s:
+        found = get(s, args.id, args.profile)
     data = (
         {"tombstone": True, **found.model_dump()}
         if isinstance(found, Tombstone)

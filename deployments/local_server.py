@@ -64,8 +64,8 @@ def use_local_api() -> str | None:
     """Point this process at a Prefect API before a local flow runs: the shared local
     server (started if none answers) or, with ``REVERIE_LOCAL_SERVER=temporary``,
     Prefect's per-command one. Returns the shared server's UI address, or None."""
+    from reverie.flows.event_delivery import api_configured
     from reverie.flows.temporary_server import keep_with_this_process
-    from reverie.models.events import api_configured
     from reverie.models.settings import get_settings
 
     if api_configured():
@@ -96,7 +96,7 @@ def local_api() -> Iterator[str | None]:
     died as crashed, which nobody sets up on a private local server, and ending them
     holds up every flow run by up to a second (Prefect's heartbeat thread looks for the
     run's end once a second)."""
-    from reverie.models.events import api_configured
+    from reverie.flows.event_delivery import api_configured
 
     configured = api_configured()
     url = use_local_api()

@@ -281,7 +281,7 @@ class EventFlusher:
         if time.monotonic() < self.due:
             return
         self.due = time.monotonic() + EVENT_FLUSH_SECONDS
-        from reverie.models.outbox import flush
+        from reverie.flows.event_delivery import flush
 
         try:
             flush(self.store_url, api=self.api)

@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from reverie.models.events import api_configured
+from reverie.flows.event_delivery import api_configured
+from reverie.models.repositories.runs import run_history
 from reverie.models.store import Store
 from reverie.models.tables import RunRecord
 from reverie.models.timestamps import to_utc_naive
@@ -39,13 +40,14 @@ class Status:
 
 def collect(store: Store, profile: str | None = None, limit: int = 20) -> Status:
     profiles = store.resolve_profiles(profile)
-    status = Status(history=store.run_history(profile, limit=limit))
-    for p in profiles:
-        status.last[p] = {}
-        for flow in FLOW_NAMES:
-            runs = store.run_history(p, flow, limit=1)
-            if runs:
-                status.last[p][flow] = runs[0]
+    with store.reading_all() as s:
+        status = Status(history=run_history(s, profile, limit=limit))
+        for p in profiles:
+            status.last[p] = {}
+            for flow in FLOW_NAMES:
+                runs = run_history(s, p, flow, limit=1)
+                if runs:
+                    status.last[p][flow] = runs[0]
     status.next_runs = scheduled_runs()
     return status
 

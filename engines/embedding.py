@@ -24,7 +24,7 @@ from typing import Protocol
 import numpy as np
 
 from reverie.models.errors import EmbeddingError
-from reverie.models.settings import EmbeddingBackend, get_settings
+from reverie.models.settings import EmbeddingBackend, Settings, get_settings
 from reverie.models.vectors import MODEL_NAME
 
 log = logging.getLogger(__name__)
@@ -174,6 +174,12 @@ def load(path: Path, batch_size: int, backend: EmbeddingBackend, cache_dir: Path
     log.warning("embedding_backend=%s: using PyTorch instead of OpenVINO, %s",
                 backend.value, reason)
     return load_torch(path, batch_size)
+
+
+def embedder_for(settings: Settings) -> Embedder:
+    """The model ``settings`` name, on their backend, batch size and cache folder."""
+    return get_embedder(settings.embedding_model_path, settings.embedding_batch_size,
+                        settings.embedding_backend, settings.embedding_cache_dir)
 
 
 def get_embedder(

@@ -21,10 +21,14 @@ from datetime import datetime
 
 import numpy as np
 
+from reverie.engines.embedding import embedder_for
 from reverie.engines.similarity import top_k
+from reverie.models.config import RECALL_DEFAULT
 from reverie.models.records import MemoryView
+from reverie.models.repositories.memories import record_access, snapshot
 from reverie.models.store import Store
 from reverie.models.tables import SUMMARY_ORIGINS, Tier
+from reverie.models.timestamps import utcnow
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,7 +132,8 @@ def rank(candidates: Candidates, queries: np.ndarray, k: int) -> list[list[tuple
 
 
 def candidates_for(store: Store, profile: str, deep: bool) -> Candidates:
-    memories, vectors = store.snapshot(profile, (Tier.HOT, Tier.COLD))
+    with store.reading(profile) as tx:
+        memories, vectors = snapshot(tx, (Tier.HOT, Tier.COLD))
     return plan_candidates(memories, vectors, tiers_for(deep))
 
 
@@ -145,8 +150,10 @@ def recall(
     candidates = candidates_for(store, profile, deep)
     if not candidates.memories or k <= 0:
         return []
-    [best] = rank(candidates, store.embedder().encode([query]), k)
+    [best] = rank(candidates, embedder_for(store.settings).encode([query]), k)
     hits = [Hit(candidates.memories[row], round(score, 6)) for row, score in best]
     if track and hits:
-        store.record_access([h.memory.id for h in hits], at)
+        with store.writing(profile) as tx:
+            record_access(tx, [h.memory.id for h in hits], at or utcnow(),
+                          RECALL_DEFAULT.co_access_bonus)
     return hits

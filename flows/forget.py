@@ -40,6 +40,7 @@ from prefect.futures import PrefectFuture
 from prefect.input import RunInput
 from pydantic import Field
 
+from reverie.flows.event_delivery import api_configured
 from reverie.flows.parameters import ArchiveBelow, AsOf, Config, DeleteBelow, DryRun, Profile
 from reverie.flows.report import RunReport
 from reverie.flows.run import run_for_profiles
@@ -47,7 +48,6 @@ from reverie.flows.runtime import reverie_flow
 from reverie.flows.workspace import ProfileSelector
 from reverie.models.config import ConsolidationConfig, with_forget_thresholds
 from reverie.models.errors import ConfigError, ReverieError
-from reverie.models.events import api_configured
 from reverie.models.settings import get_settings
 from reverie.models.timestamps import DAY_SECONDS, parse_timestamp
 from reverie.tasks.forget import forget_task, forget_task_deleting

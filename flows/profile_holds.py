@@ -21,9 +21,16 @@ import threading
 from collections.abc import Sequence
 from uuid import UUID
 
+from reverie.flows.event_delivery import api_configured
 from reverie.models.errors import StoreError
-from reverie.models.events import api_configured
+from reverie.models.repositories.runs import (
+    acquire_leases,
+    lease_holders,
+    release_leases,
+    renew_leases,
+)
 from reverie.models.store import Store
+from reverie.models.timestamps import utcnow
 
 log = logging.getLogger(__name__)
 
@@ -110,12 +117,14 @@ class ProfileHolds:
                 del self._prefect[lease]
         for lease in leases:
             _release_prefect_lease(lease)
-        self.store.release_leases(sorted(gone), self.holder)
+        with self.store.writing_all() as s:
+            release_leases(s, sorted(gone), self.holder)
 
     def holder_of(self, profile: str) -> str:
         """Who holds a busy profile, for people: the holding flow run's name and id, a
         local run's id, or that only its Prefect slot is taken."""
-        holder = self.store.lease_holders().get(profile)
+        with self.store.reading_all() as s:
+            holder = lease_holders(s).get(profile)
         if holder is None:
             return "an unknown holder of its Prefect slot"
         try:
@@ -139,10 +148,12 @@ class ProfileHolds:
             lease = _prefect_lease_for(chunk, self.run_id, _prefect_seconds(self.lease_seconds))
             if lease is None:
                 return False
-        taken = self.store.acquire_leases(list(chunk), self.holder, self.lease_seconds)
+        with self.store.writing_all() as s:
+            taken = acquire_leases(s, list(chunk), self.holder, self.lease_seconds, utcnow())
         if len(taken) < len(chunk):
             if taken:
-                self.store.release_leases(taken, self.holder)
+                with self.store.writing_all() as s:
+                    release_leases(s, taken, self.holder)
             if lease is not None:
                 _release_prefect_lease(lease)
             return False
@@ -162,8 +173,9 @@ class ProfileHolds:
                 if held:
                     # Renew only: a profile given back since the copy above must not
                     # be taken again by its own heartbeat.
-                    renewed = set(self.store.renew_leases(held, self.holder,
-                                                          self.lease_seconds))
+                    with self.store.writing_all() as s:
+                        renewed = set(renew_leases(s, held, self.holder,
+                                                   self.lease_seconds, utcnow()))
                     with self._lock:
                         lost = (set(held) - renewed) & self._held
                     if lost:

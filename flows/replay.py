@@ -29,6 +29,7 @@ from pydantic import Field
 
 from reverie.flows.parameters import documented
 from reverie.models.errors import ConfigError
+from reverie.models.repositories.runs import run_history
 from reverie.models.store import Store
 from reverie.models.timestamps import to_utc_naive
 
@@ -50,7 +51,8 @@ class ReplayReport:
 
 def done_dates(store: Store, flow_name: str, profile: str) -> set[datetime]:
     """The as_of of every finished run of ``flow_name`` for ``profile``."""
-    return {r.as_of for r in store.run_history(profile=profile, flow=flow_name, limit=None)}
+    with store.reading_all() as s:
+        return {r.as_of for r in run_history(s, profile=profile, flow=flow_name, limit=None)}
 
 
 def replay_title(flow: object, profile: object, dates: list[object]) -> str:
@@ -90,7 +92,9 @@ def replay(
     report = ReplayReport(flow, profile)
     for when in sorted({to_utc_naive(d) for d in dates}):
         # Asked date by date: another replay of the same profile may have run it since.
-        if store.run_history(profile=profile, flow=flow_fn.name, as_of=when, limit=1):
+        with store.reading_all() as s:
+            done = run_history(s, profile=profile, flow=flow_fn.name, as_of=when, limit=1)
+        if done:
             report.skipped.append(when.isoformat())
             continue
         flow_fn(profile=profile, as_of=when)

@@ -14,7 +14,10 @@ from reverie.flows.report import RunReport, history
 from reverie.flows.workspace import ProfileSelector, prepare_run, working_store
 from reverie.models.config import ConsolidationConfig
 from reverie.models.errors import StepFailedError
+from reverie.models.repositories.memories import external_ids
+from reverie.models.repositories.runs import record_runs
 from reverie.models.store import Store
+from reverie.models.tables import RunRecord
 from reverie.models.timestamps import iso, utcnow
 from reverie.models.transient import retrying
 from reverie.tasks.step import STEP_RETRIES, STEP_RETRY_CAP_SECONDS, STEP_RETRY_FIRST_SECONDS
@@ -41,7 +44,7 @@ def run_for_profiles(
         ChunkScheduler(plan, url, dag, report).run()
         if not plan.dry_run:
             rows = history(report, plan.as_of, started, utcnow())
-            retrying(lambda: Store(plan.store_url).record_runs(rows), STEP_RETRIES,
+            retrying(lambda: _record_runs(plan.store_url, rows), STEP_RETRIES,
                      STEP_RETRY_FIRST_SECONDS, STEP_RETRY_CAP_SECONDS)
     publish(report, _user_ids(plan.store_url, report))
     failed = report.failed()
@@ -50,13 +53,19 @@ def run_for_profiles(
     return report
 
 
+def _record_runs(store_url: str, rows: list[RunRecord]) -> None:
+    with Store(store_url).writing_all() as s:
+        record_runs(s, rows)
+
+
 def _user_ids(store_url: str, report: RunReport) -> dict[str, str]:
     """The ids users gave the memories the run's artifacts name (read from the real
     store: a dry run's scratch copy is gone by now, and holds the same ids)."""
     if report.run_id is None:
         return {}
     try:
-        return Store(store_url).external_ids(listed_targets(report))
+        with Store(store_url).reading_all() as s:
+            return external_ids(s, listed_targets(report))
     except Exception as exc:  # noqa: BLE001 - artifacts then show Reverie's ids alone
         log.warning("could not read the users' ids for the artifacts: %s", type(exc).__name__)
         return {}

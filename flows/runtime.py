@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 from prefect import Flow, flow
 from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
 
+from reverie.flows.event_delivery import api_configured
 from reverie.flows.parameters import documented
-from reverie.models.events import api_configured
 from reverie.models.settings import get_settings
 from reverie.models.timestamps import to_utc_naive, utcnow
 

@@ -32,7 +32,7 @@ from sqlalchemy import JSON, DateTime, LargeBinary, Table, insert, select
 
 from reverie.models import tables
 from reverie.models.db import PROFILE_TABLES, reading, writing
-from reverie.models.errors import InputError, RecordError, StoreError
+from reverie.models.errors import InputError, RecordError, RefusedError
 
 FORMAT = "reverie_backup"
 VERSION = 1
@@ -91,7 +91,7 @@ def restore(
 ) -> RestoreReport:
     """Restore a backup (``(where, decoded line)`` pairs, the header first) into the
     store at ``url``, in one transaction; raises InputError naming every bad line and
-    field (or a profile other than ``expected``), or StoreError if the store already
+    field (or a profile other than ``expected``), or RefusedError if the store already
     has the profile, writing nothing. Profiles are not renamed: Reverie's ids are
     derived from the profile's name."""
     items = iter(lines)
@@ -121,7 +121,7 @@ def restore(
                          f"{len(rows['profile'])} profile rows, not 1")
     with writing(url) as s:
         if s.get(tables.Profile, profile) is not None:
-            raise StoreError(f"the store already has a profile named {profile!r}: restore "
+            raise RefusedError(f"the store already has a profile named {profile!r}: restore "
                              "into a store without it")
         for name, (table, _) in known.items():
             if rows[name]:

@@ -469,6 +469,19 @@ class SearchConfig(_Section):
     ))
 
 
+class RecallConfig(_Section):
+    """Recall with access tracking (``reverie recall --track``): the memories found
+    together count as accessed, and the association edges among them grow stronger.
+    Not a consolidation step, so not part of ConsolidationConfig: a flow's config (and
+    the audit rows that quote it) stays what it was."""
+
+    co_access_bonus: float = Field(0.05, ge=0.0, le=1.0, description=(
+        "Weight added to each association edge between two memories found by the same "
+        "tracked recall (the weight stays at most 1). 0.0 tracks accesses without "
+        "strengthening edges."
+    ))
+
+
 class ConsolidationConfig(_Section):
     """Every knob of every consolidation step, one section per step; bounded and
     immutable. A field left out keeps its default."""
@@ -526,6 +539,7 @@ class ConsolidationConfig(_Section):
 
 # The seeds' defaults, every field as declared above.
 DEFAULT = ConsolidationConfig()
+RECALL_DEFAULT = RecallConfig()
 
 # Merges only very close duplicates (cosine 0.92, groups of 4), keeps idle associations
 # twice as long (60 days) and links new summaries only to close memories (0.8).

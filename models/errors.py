@@ -9,9 +9,20 @@ Hierarchy::
     ├── NotFoundError          no memory, profile or tombstone has that id
     │   └── AmbiguousIdError   an external id exists in several profiles
     ├── StoreError             the store cannot do what was asked
-    │   └── EmbeddingError     the embedding model is missing or gave a bad vector
+    │   ├── StoreRetryableError        the same call may succeed later (also Transient)
+    │   │   ├── StoreUnavailableError  connection lost, database locked, serialization
+    │   │   └── ConflictError          what was read changed before the write
+    │   └── StorePermanentError        the same call fails the same way every time
+    │       ├── IntegrityViolationError  a constraint refused the write
+    │       ├── InvalidValueError        the database refused a value
+    │       ├── RefusedError             the request is not allowed (e.g. undo a forget)
+    │       └── EmbeddingError           the embedding model is missing or gave a bad vector
     ├── TransientError         a fault that may pass by itself: try again later
     └── StepFailedError        a run's steps failed for some profiles; the rest finished
+
+Store errors are grouped by what the caller can do about them: retry
+(``StoreRetryableError``) or give up and report (``StorePermanentError``); retries key
+on the class, never on the message.
 
 Callers that only want "did Reverie refuse this?" catch ``ReverieError``; the CLI
 turns it into a one-line message and a non-zero exit code.
@@ -55,14 +66,44 @@ class StoreError(ReverieError):
     """The store cannot carry out the request."""
 
 
-class EmbeddingError(StoreError):
-    """The embedding model is unavailable or returned an unusable vector."""
-
-
 class TransientError(ReverieError):
     """A fault that may pass without anyone changing anything (a lost connection, a
     server restarting): what retries are for. See ``models.transient.is_transient`` for
     the library errors treated the same way."""
+
+
+class StoreRetryableError(StoreError, TransientError):
+    """Trying the same call again may succeed: nothing about the request is wrong."""
+
+
+class StoreUnavailableError(StoreRetryableError):
+    """The database could not be reached or answered "not now": a lost connection, a
+    lock held too long (SQLite's "database is locked"), a serialization failure."""
+
+
+class ConflictError(StoreRetryableError):
+    """Rows a write depends on changed since they were read; a fresh read and plan
+    will see the new state."""
+
+
+class StorePermanentError(StoreError):
+    """The request itself is at fault: the same call fails the same way every time."""
+
+
+class IntegrityViolationError(StorePermanentError):
+    """A uniqueness or other constraint refused the write."""
+
+
+class InvalidValueError(StorePermanentError):
+    """The database (or its driver) refused a value: out of range, not convertible."""
+
+
+class RefusedError(StorePermanentError):
+    """The store will not do this (undo a deletion, undo a summary absorbed since)."""
+
+
+class EmbeddingError(StorePermanentError):
+    """The embedding model is unavailable or returned an unusable vector."""
 
 
 class StepFailedError(ReverieError):

@@ -1,395 +1,417 @@
-"""Validation of records offered to the store: JSONL lines or Python dicts.
+"""Ingest: validated records (``models.validation``) into the store, in chunks.
 
-One record per line. ``type`` is ``memory`` (the default) or ``edge``. A memory
-needs ``content`` and a profile (its own ``profile`` or the caller's default); every
-other field is optional. Each problem is reported as a ``RecordError`` naming the
-line (or record number) and the field; the caller stores the good records anyway.
+Each chunk of memories is embedded (by the caller's embedder; a vector already stored
+for the same content and model is reused) and written in one transaction, with the
+events it causes queued in the outbox of that transaction. Nothing is sent from here:
+the caller delivers the queued events once the ingest returns (``report.queued_events``),
+one send per ingest, since an API that is down would cost every chunk a deadline.
 """
 
 from __future__ import annotations
 
-import json
-import math
 import re
-import sys
-from collections.abc import Callable, Iterator
+from collections import defaultdict
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
+from sqlalchemy import insert, or_, select
+from sqlalchemy.exc import DataError, DBAPIError, StatementError
 
-from reverie.models.errors import RecordError
-from reverie.models.text import clean_text, has_visible_text
-from reverie.models.timestamps import in_record_range, parse_timestamp
-from reverie.models.vectors import normalise
+from reverie.models import events, ids, outbox
+from reverie.models.errors import ConflictError, InvalidValueError, RecordError
+from reverie.models.records import NewEdge
+from reverie.models.repositories.bulk import chunks
+from reverie.models.repositories.edges import upsert_timed_edges
+from reverie.models.repositories.memories import (
+    WITH_VECTOR,
+    M,
+    V,
+    memory_defaults,
+    put_vectors,
+    stored_vectors,
+)
+from reverie.models.repositories.profiles import count_stored, ensure_profiles
+from reverie.models.store import Store
+from reverie.models.tables import Memory
+from reverie.models.timestamps import utcnow
+from reverie.models.validation import EdgeIn, MemoryIn, parse_record, read_jsonl
+from reverie.models.vectors import DIMENSION, to_blob
 
-PROFILE_NAME = re.compile(r"^[\w.@:+\-]{1,128}$")
-MAX_SHORT_TEXT = 256
-# Whole-number fields land in 32-bit INTEGER columns on PostgreSQL (SQLite holds 64
-# bits; one bound serves both), and recall adds one to access_count on every use:
-# a billion leaves over a billion accesses of headroom before the column overflows.
-MAX_COUNT = 1_000_000_000
-# Summaries and meta-memories average their members' stability by summing it first;
-# this bound keeps that sum finite (and exportable) for any number of members.
-MAX_STABILITY = 1e9
-# Metadata is stored as JSON text and decoded again, for every memory of a profile, by
-# every step (pydantic-core gives up near 200 levels, psycopg2's json near 1000 and the
-# standard library's encoder at Python's recursion limit). Real metadata is a few
-# levels deep; 32 leaves ample room for it and a wide margin below those limits.
-# Levels count objects and lists, the metadata object itself being the first.
-MAX_METADATA_DEPTH = 32
-# Every step decodes every memory's metadata, and summaries copy it: a cap on its
-# serialized size keeps one record from making every later run of its profile slow.
-MAX_METADATA_CHARS = 65_536
-# Integers in metadata: what JSON readers in most languages hold as an integer (and
-# far below the digit limit Python's own JSON decoding refuses past).
-METADATA_INT_RANGE = (-(2**63), 2**63 - 1)
-# An integer id with this many digits or more is longer than any id may be.
-_LONGEST_ID_INT = 10**MAX_SHORT_TEXT
+SUPPLIED_EMBEDDING = "supplied"  # embedding_model of vectors given by the caller
+INGEST_CHUNK = 1024
+# An ingest's ``progress``: False; True for the embedding's own bar; or a callable told
+# how many records (lines) were dealt with as the ingest goes, for a caller's bar that
+# moves while the model embeds. Counts only, never content.
+IngestProgress = bool | Callable[[int], None]
 
 
-@dataclass(slots=True)
-class MemoryIn:
-    """A validated memory record; ``given`` lists the fields the caller set."""
+class Embedder(Protocol):
+    """What ingest needs of an embedding model (``engines.embedding.Embedder``)."""
 
-    where: str
-    profile: str
-    content: str
-    values: dict[str, Any]
-    given: frozenset[str]
-    embedding: np.ndarray | None = None
+    name: str
+
+    def encode(
+        self, texts: list[str], progress: bool | Callable[[int], None] = False
+    ) -> np.ndarray: ...
+
+
+@dataclass
+class IngestReport:
+    stored: int = 0
+    updated: int = 0
+    unchanged: int = 0
+    edges: int = 0
+    errors: list[RecordError] = field(default_factory=list)
+    stored_ids: list[str] = field(default_factory=list)
+    # Events this ingest queued in the outbox: the caller delivers them.
+    queued_events: int = 0
 
     @property
-    def external_id(self) -> str | None:
-        return self.values.get("external_id")
+    def accepted(self) -> int:
+        return self.stored + self.updated + self.unchanged
 
 
-@dataclass(slots=True)
-class EdgeIn:
-    where: str
-    profile: str
-    source: str
-    target: str
-    kind: str
-    weight: float
-    values: dict[str, Any] = field(default_factory=dict)
-
-
-# --- field converters: each returns the clean value or raises ValueError -------------
-
-
-def _text(value: object, *, limit: int = MAX_SHORT_TEXT, lower: bool = False) -> str:
-    if not isinstance(value, str):
-        raise ValueError(f"expected a string, got {_type_name(value)}")
-    text = clean_text(value).strip()
-    if not text:
-        raise ValueError("must not be empty")
-    if len(text) > limit:
-        raise ValueError(f"is {len(text)} characters, longer than the limit of {limit}")
-    return text.lower() if lower else text
-
-
-def _identifier(value: object) -> str:
-    if isinstance(value, bool) or not isinstance(value, (str, int)):
-        raise ValueError(f"expected a string or an integer, got {_type_name(value)}")
-    if isinstance(value, int) and abs(value) >= _LONGEST_ID_INT:
-        # Checked before str(): a long enough integer would make str() itself fail.
-        raise ValueError(f"is longer than the limit of {MAX_SHORT_TEXT} characters")
-    return _text(str(value))
-
-
-def _unit_interval(value: object) -> float:
-    number = _number(value)
-    if not 0.0 <= number <= 1.0:
-        raise ValueError(f"must be between 0 and 1, got {number}")
-    return number
-
-
-def _stability(value: object) -> float:
-    number = _number(value)
-    if not 0.0 <= number <= MAX_STABILITY:
-        raise ValueError(f"must be between 0 and {MAX_STABILITY:g}, got {number:g}")
-    return number
-
-
-def _number(value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"expected a number, got {_type_name(value)}")
-    try:
-        number = float(value)
-    except OverflowError:  # an integer beyond any float
-        raise ValueError("must be a finite number, got a number too large") from None
-    if not math.isfinite(number):
-        raise ValueError(f"must be a finite number, got {value}")
-    return number
-
-
-def _count(value: object) -> int:
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"expected a whole number, got {_type_name(value)}")
-    if value < 0:
-        raise ValueError("must not be negative")
-    if value > MAX_COUNT:
-        raise ValueError(f"must be at most {MAX_COUNT:,}")
-    return value
-
-
-def _flag(value: object) -> bool:
-    if not isinstance(value, bool):
-        raise ValueError(f"expected true or false, got {_type_name(value)}")
-    return value
-
-
-def _mapping(value: object) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise ValueError(f"expected a JSON object, got {_type_name(value)}")
-    # Walked before serializing: the walk stops at the depth limit, where json.dumps
-    # would recurse as deep as the value goes (or forever, on a cycle).
-    _check_json_value(value, 1)
-    size = len(json.dumps(value, ensure_ascii=False))
-    if size > MAX_METADATA_CHARS:
-        raise ValueError(
-            f"is {size} characters as JSON, longer than the limit of {MAX_METADATA_CHARS}"
-        )
-    return value
-
-
-def _check_json_value(value: object, depth: int) -> None:
-    """Refuse what the store could not keep as JSON or read back: wrong types, text
-    that is not valid Unicode, non-finite or oversized numbers, too deep nesting.
-    Messages say what is wrong, never the offending key or value."""
-    if isinstance(value, (dict, list)):
-        if depth > MAX_METADATA_DEPTH:
-            raise ValueError(f"is nested more than {MAX_METADATA_DEPTH} levels deep")
-        if isinstance(value, dict):
-            for key, item in value.items():
-                if not isinstance(key, str):
-                    raise ValueError(f"has a key that is {_type_name(key)}, not a string")
-                _check_json_text(key, "a key")
-                _check_json_value(item, depth + 1)
-        else:
-            for item in value:
-                _check_json_value(item, depth + 1)
-    elif isinstance(value, str):
-        _check_json_text(value, "a value")
-    elif isinstance(value, bool) or value is None:
-        pass
-    elif isinstance(value, int):
-        low, high = METADATA_INT_RANGE
-        if not low <= value <= high:
-            raise ValueError("has an integer outside the signed 64-bit range")
-    elif isinstance(value, float):
-        if not math.isfinite(value):
-            raise ValueError("contains NaN or infinity")
-    else:
-        raise ValueError(f"has a value that is {_type_name(value)}, not a JSON value")
-
-
-def _check_json_text(text: str, what: str) -> None:
-    try:
-        clean_text(text)
-    except ValueError as exc:
-        raise ValueError(f"has {what} that {exc}") from None
-
-
-def _time(value: object) -> datetime:
-    return in_record_range(parse_timestamp(value))
-
-
-def _profile(value: object) -> str:
-    name = _text(value, limit=128)
-    if not PROFILE_NAME.match(name):
-        raise ValueError(
-            f"{name!r} is not a valid profile name (letters, digits and . _ @ : + - only)"
-        )
-    return name
-
-
-def _type_name(value: object) -> str:
-    return {dict: "an object", list: "a list", type(None): "null"}.get(
-        type(value), type(value).__name__
+def ingest(
+    store: Store,
+    records: Iterable[dict[str, Any]],
+    embedder: Embedder,
+    profile: str | None = None,
+    at: datetime | None = None,
+    progress: IngestProgress = False,
+    queue_events: bool = False,
+) -> IngestReport:
+    """Validate and store memory (and edge) records given as dicts. With
+    ``queue_events``, the events the ingest causes wait in the outbox for the caller."""
+    return _Ingest(store, embedder, at or utcnow(), progress, queue_events).run(
+        ((f"record {n}", r) for n, r in enumerate(records, start=1)), profile
     )
 
 
-# Optional memory fields: JSON name -> (stored name, converter).
-MEMORY_FIELDS: dict[str, tuple[str, Callable[[object], Any]]] = {
-    "id": ("external_id", _identifier),
-    "kind": ("kind", lambda v: _text(v, limit=64, lower=True)),
-    "entity": ("entity", _text),
-    "layer": ("layer", lambda v: _text(v, limit=64, lower=True)),
-    "importance": ("importance", _unit_interval),
-    "confidence": ("confidence", _unit_interval),
-    "stability": ("stability", _stability),
-    "access_count": ("access_count", _count),
-    "created_at": ("created_at", _time),
-    "last_accessed_at": ("last_accessed_at", _time),
-    "valid_from": ("valid_from", _time),
-    "valid_until": ("valid_until", _time),
-    "session_id": ("session_id", _identifier),
-    "status": ("status", lambda v: _text(v, limit=64, lower=True)),
-    "protected": ("protected", _flag),
-    "metadata": ("meta", _mapping),
-}
-
-EDGE_FIELDS: dict[str, tuple[str, Callable[[object], Any]]] = {
-    "subkind": ("subkind", lambda v: _text(v, limit=64, lower=True)),
-    "confidence": ("confidence", _unit_interval),
-    "last_strengthened_at": ("last_strengthened_at", _time),
-    "created_at": ("created_at", _time),
-    "metadata": ("meta", _mapping),
-}
+def ingest_jsonl(
+    store: Store,
+    path: Path | str,
+    embedder: Embedder,
+    profile: str | None = None,
+    at: datetime | None = None,
+    progress: IngestProgress = False,
+    queue_events: bool = False,
+) -> IngestReport:
+    """Store every valid line of a JSONL file; bad lines are reported, not stored."""
+    return _Ingest(store, embedder, at or utcnow(), progress, queue_events).run(
+        read_jsonl(Path(path)), profile
+    )
 
 
-def parse_record(
-    obj: object, where: str, default_profile: str | None, max_chars: int, dimension: int
-) -> MemoryIn | EdgeIn:
-    """Validate one decoded record; raises RecordError naming ``where`` and the field."""
-    if not isinstance(obj, dict):
-        raise RecordError(where, None, f"expected a JSON object, got {_type_name(obj)}")
-    kind = obj.get("type", "memory")
-    if kind == "edge":
-        return _parse_edge(obj, where, default_profile)
-    if kind != "memory":
-        raise RecordError(where, "type", f"must be 'memory' or 'edge', got {kind!r}")
-    return _parse_memory(obj, where, default_profile, max_chars, dimension)
+class _Ingest:
+    """One ingest: its settings, and the report it fills in as chunks are written."""
 
+    def __init__(
+        self, store: Store, embedder: Embedder, at: datetime, progress: IngestProgress,
+        queue_events: bool,
+    ) -> None:
+        self.store = store
+        self.embedder = embedder
+        self.at = at
+        self.progress = progress
+        self.queue_events = queue_events
+        self.report = IngestReport()
 
-def _parse_memory(
-    obj: dict[str, Any], where: str, default_profile: str | None, max_chars: int, dimension: int
-) -> MemoryIn:
-    known = {"type", "content", "profile", "embedding", *MEMORY_FIELDS}
-    _refuse_unknown(obj, known, where)
-    profile = _profile_of(obj, where, default_profile)
-    content = _content(obj, where, max_chars)
-
-    values: dict[str, Any] = {}
-    for name, (column, convert) in MEMORY_FIELDS.items():
-        raw = obj.get(name)
-        if raw is None:
-            continue
-        try:
-            values[column] = convert(raw)
-        except ValueError as exc:
-            raise RecordError(where, name, str(exc)) from None
-    start, end = values.get("valid_from"), values.get("valid_until")
-    if start is not None and end is not None and end <= start:
-        raise RecordError(where, "valid_until", "must be later than valid_from")
-
-    embedding = None
-    if obj.get("embedding") is not None:
-        try:
-            embedding = normalise(obj["embedding"], dimension)
-        except ValueError as exc:
-            raise RecordError(where, "embedding", str(exc)) from None
-    return MemoryIn(where, profile, content, values, frozenset(values), embedding)
-
-
-def _parse_edge(obj: dict[str, Any], where: str, default_profile: str | None) -> EdgeIn:
-    known = {"type", "profile", "source", "target", "kind", "weight", *EDGE_FIELDS}
-    _refuse_unknown(obj, known, where)
-    profile = _profile_of(obj, where, default_profile)
-    ends: dict[str, str] = {}
-    for name in ("source", "target"):
-        if obj.get(name) is None:
-            raise RecordError(where, name, "is required for an edge")
-        try:
-            ends[name] = _identifier(obj[name])
-        except ValueError as exc:
-            raise RecordError(where, name, str(exc)) from None
-    if ends["source"] == ends["target"]:
-        raise RecordError(where, "target", "an edge must join two different memories")
-    try:
-        kind = _text(obj.get("kind", "association"), limit=64, lower=True)
-    except ValueError as exc:
-        raise RecordError(where, "kind", str(exc)) from None
-    try:
-        weight = _unit_interval(obj.get("weight", 0.5))
-    except ValueError as exc:
-        raise RecordError(where, "weight", str(exc)) from None
-    values: dict[str, Any] = {}
-    for name, (column, convert) in EDGE_FIELDS.items():
-        if obj.get(name) is None:
-            continue
-        try:
-            values[column] = convert(obj[name])
-        except ValueError as exc:
-            raise RecordError(where, name, str(exc)) from None
-    return EdgeIn(where, profile, ends["source"], ends["target"], kind, weight, values)
-
-
-def _refuse_unknown(obj: dict[str, Any], known: set[str], where: str) -> None:
-    unknown = sorted(set(obj) - known)
-    if unknown:
-        raise RecordError(
-            where, unknown[0], "is not a known field (put extra data under 'metadata')"
-        )
-
-
-def _profile_of(obj: dict[str, Any], where: str, default_profile: str | None) -> str:
-    raw = obj.get("profile", default_profile)
-    if raw is None:
-        raise RecordError(where, "profile", "is required (in the record or with --profile)")
-    try:
-        return _profile(raw)
-    except ValueError as exc:
-        raise RecordError(where, "profile", str(exc)) from None
-
-
-def _content(obj: dict[str, Any], where: str, max_chars: int) -> str:
-    raw = obj.get("content")
-    if raw is None:
-        raise RecordError(where, "content", "is required")
-    if not isinstance(raw, str):
-        raise RecordError(where, "content", f"expected a string, got {_type_name(raw)}")
-    try:
-        text = clean_text(raw).strip()
-    except ValueError as exc:
-        raise RecordError(where, "content", str(exc)) from None
-    if not text:
-        raise RecordError(where, "content", "is empty")
-    if not has_visible_text(text):
-        raise RecordError(
-            where, "content", "is empty: it has no letter, digit, punctuation or symbol"
-        )
-    if len(text) > max_chars:
-        raise RecordError(
-            where,
-            "content",
-            f"is {len(text)} characters, longer than the limit of {max_chars} "
-            "(REVERIE_MAX_CONTENT_CHARS)",
-        )
-    return text
-
-
-def read_jsonl(path: Path) -> Iterator[tuple[str, object | RecordError]]:
-    """Yield ``("line N", decoded object)`` or ``("line N", RecordError)`` per non-blank line."""
-    with path.open("rb") as handle:
-        for number, raw in enumerate(handle, start=1):
-            where = f"line {number}"
-            if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
-                raw = raw[3:]
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                yield where, RecordError(where, None, f"is not valid UTF-8 (byte {exc.start})")
-                continue
-            if not line.strip():
+    def run(self, items: Iterable[tuple[str, object]], profile: str | None) -> IngestReport:
+        report = self.report
+        # Lines refused or holding edges count as dealt with when read (edges are written
+        # at the end, quickly); memories as their chunk is embedded and written.
+        dealt_with = self.progress if callable(self.progress) else _no_progress
+        chunk: list[MemoryIn] = []
+        edges: list[EdgeIn] = []
+        for where, obj in items:
+            if isinstance(obj, RecordError):
+                report.errors.append(obj)
+                dealt_with(1)
                 continue
             try:
-                yield where, json.loads(line)
-            except json.JSONDecodeError as exc:
-                message = f"is not valid JSON: {exc.msg} at column {exc.colno}"
-                yield where, RecordError(where, None, message)
-            except RecursionError:
-                yield where, RecordError(where, None, "is nested too deeply")
-            except ValueError:
-                # The only other refusal of json.loads: an integer with more digits than
-                # Python converts from text. Its own message speaks of Python's settings,
-                # which the person fixing the file cannot and should not change.
-                digits = sys.get_int_max_str_digits()
-                message = f"is not valid JSON here: a number is too long (over {digits} digits)"
-                yield where, RecordError(where, None, message)
+                record = parse_record(
+                    obj, where, profile, self.store.settings.max_content_chars, DIMENSION
+                )
+            except RecordError as exc:
+                report.errors.append(exc)
+                dealt_with(1)
+                continue
+            if isinstance(record, EdgeIn):
+                edges.append(record)
+                dealt_with(1)
+                continue
+            chunk.append(record)
+            if len(chunk) >= INGEST_CHUNK:
+                self._write_memories(chunk)
+                chunk = []
+        if chunk:
+            self._write_memories(chunk)
+        if edges:
+            self._write_edges(edges)
+        return report
+
+    def _write_memories(self, records: list[MemoryIn]) -> None:
+        progress, at, report = self.progress, self.at, self.report
+        embedded = 0
+
+        def embedding(n: int) -> None:
+            nonlocal embedded
+            embedded += n
+            progress(n)  # type: ignore[operator]
+
+        rows: dict[str, dict[str, Any]] = {}
+        for rec in records:
+            values = dict(rec.values)
+            created = values.setdefault("created_at", at)
+            sha = ids.content_hash(rec.content)
+            if rec.external_id is not None:
+                mid = ids.memory_id_for_external(rec.profile, rec.external_id)
+            else:
+                mid = ids.memory_id_for_content(rec.profile, sha, created.isoformat())
+            previous = rows.get(mid)
+            given = set(rec.given) | {"content", "content_hash"}
+            if previous is not None:  # the same memory twice in one batch: the later wins
+                values = {**previous["values"], **values}
+                given |= previous["given"]
+            rows[mid] = {
+                "id": mid,
+                "profile": rec.profile,
+                "values": {**values, "content": rec.content, "content_hash": sha},
+                "given": given,
+                "embedding": rec.embedding,
+                "where": rec.where,
+            }
+
+        with self.store.reading_all() as s:
+            existing = {
+                r.id: r
+                for r in s.execute(
+                    select(M.c.id, M.c.profile_id, M.c.content_hash,
+                           V.c.memory_id.label("vector_id"))
+                    .select_from(M.outerjoin(V, V.c.memory_id == M.c.id))
+                    .where(M.c.id.in_(list(rows)))
+                )
+            }
+        # A caller's bar moves batch by batch while the model embeds (most of the time).
+        vectors = self._embeddings_for(rows, existing, embedding if callable(progress)
+                                       else progress)
+
+        new_rows: list[dict[str, Any]] = []
+        changed: list[tuple[str, dict[str, Any]]] = []
+        for mid, row in rows.items():
+            values = row["values"]
+            old = existing.get(mid)
+            if old is None:
+                new_rows.append(
+                    {
+                        **memory_defaults(),
+                        **{("metadata" if k == "meta" else k): v for k, v in values.items()},
+                        "id": mid,
+                        "profile_id": row["profile"],
+                        "embedding_model": vectors[mid][1],
+                    }
+                )
+            else:
+                patch = {k: values[k] for k in row["given"]}
+                if mid in vectors:
+                    patch["embedding_model"] = vectors[mid][1]
+                changed.append((mid, patch))
+
+        try:
+            self._commit_memories(rows, new_rows, changed, vectors)
+        except InvalidValueError as exc:
+            if _refused_value(exc.__cause__) is None:
+                raise
+            # Validation should have caught it; but one value the database refuses rolls
+            # back the whole chunk, so store the chunk record by record and leave out
+            # only what is refused.
+            new_by_id = {r["id"]: r for r in new_rows}
+            changed_by_id = dict(changed)
+            for mid, row in rows.items():
+                alone_new = [new_by_id[mid]] if mid in new_by_id else []
+                alone_changed = [(mid, changed_by_id[mid])] if mid in changed_by_id else []
+                try:
+                    self._commit_memories(rows, alone_new, alone_changed, vectors)
+                except InvalidValueError as one:
+                    reason = _refused_value(one.__cause__)
+                    if reason is None:
+                        raise
+                    report.errors.append(
+                        RecordError(row["where"], None, f"could not be stored: {reason}")
+                    )
+        if callable(progress) and len(records) > embedded:
+            # Each text embedded stood for at least one record: the rest are done now.
+            progress(len(records) - embedded)
+
+    def _commit_memories(
+        self,
+        rows: dict[str, dict[str, Any]],
+        new_rows: list[dict[str, Any]],
+        changed: list[tuple[str, dict[str, Any]]],
+        vectors: dict[str, tuple[bytes, str]],
+    ) -> None:
+        """Insert ``new_rows`` and apply ``changed`` in one transaction; the report and
+        the store's events are queued in that transaction."""
+        at = self.at
+        updated = unchanged = queued = 0
+        with self.store.writing_all() as s:
+            ensure_profiles(s, {r["profile_id"] for r in new_rows} | {
+                rows[mid]["profile"] for mid, _ in changed
+            }, at)
+            if new_rows:
+                s.execute(insert(M), new_rows)
+                put_vectors(s, {r["id"]: vectors[r["id"]][0] for r in new_rows}, replace=False)
+            stored = stored_vectors(s, [mid for mid, _ in changed if mid in vectors])
+            revectored: dict[str, bytes | None] = {}
+            for mid, patch in changed:
+                current = s.get(Memory, mid)
+                if current is None:  # deleted between read and write: store it afresh
+                    raise ConflictError(f"memory {mid} vanished during ingest; retry")
+                before = stored.get(mid)
+                blob = vectors[mid][0] if mid in vectors else before
+                if blob == before and all(getattr(current, k) == v for k, v in patch.items()):
+                    unchanged += 1
+                    continue
+                for key, value in patch.items():
+                    setattr(current, key, value)
+                if blob != before:
+                    revectored[mid] = blob
+                updated += 1
+            put_vectors(s, revectored)
+            counts: dict[str, int] = defaultdict(int)
+            for r in new_rows:
+                counts[r["profile_id"]] += 1
+            before_counts = count_stored(s, counts)
+            if self.queue_events:
+                every = self.store.settings.store_trigger_every
+                queued = outbox.add(s, [
+                    e for name, n in sorted(counts.items())
+                    for e in events.stored_events(
+                        name, before_counts[name], before_counts[name] + n, at, every)
+                ])
+        report = self.report
+        report.updated += updated
+        report.unchanged += unchanged
+        report.stored += len(new_rows)
+        report.stored_ids.extend(r["id"] for r in new_rows)
+        report.queued_events += queued
+
+    def _embeddings_for(
+        self, rows: dict[str, dict[str, Any]], existing: dict[str, Any], progress: IngestProgress
+    ) -> dict[str, tuple[bytes, str]]:
+        """Vectors for new or changed content; cached by content hash in the store."""
+        out: dict[str, tuple[bytes, str]] = {}
+        todo: dict[str, list[str]] = defaultdict(list)  # content hash -> memory ids
+        texts: dict[str, str] = {}
+        for mid, row in rows.items():
+            sha = row["values"]["content_hash"]
+            old = existing.get(mid)
+            if row["embedding"] is not None:
+                out[mid] = (to_blob(row["embedding"]), SUPPLIED_EMBEDDING)
+            elif old is None or old.content_hash != sha or old.vector_id is None:
+                todo[sha].append(mid)
+                texts[sha] = row["values"]["content"]
+        if not todo:
+            return out
+        model_name = self.embedder.name
+        with self.store.reading_all() as s:
+            cached = dict(
+                s.execute(
+                    select(M.c.content_hash, V.c.embedding).select_from(WITH_VECTOR)
+                    .where(M.c.content_hash.in_(list(todo)))
+                    .where(M.c.embedding_model == model_name)
+                ).all()
+            )
+        missing = [sha for sha in todo if sha not in cached]
+        if missing:
+            matrix = self.embedder.encode([texts[sha] for sha in missing], progress=progress)
+            for sha, vector in zip(missing, matrix, strict=True):
+                cached[sha] = to_blob(vector)
+        for sha, mids in todo.items():
+            for mid in mids:
+                out[mid] = (cached[sha], model_name)
+        return out
+
+    def _write_edges(self, edges: list[EdgeIn]) -> None:
+        by_profile: dict[str, list[EdgeIn]] = defaultdict(list)
+        for e in edges:
+            by_profile[e.profile].append(e)
+        for profile, group in by_profile.items():
+            refs = {e.source for e in group} | {e.target for e in group}
+            resolved = self._resolve_refs(profile, refs)
+            good: list[tuple[EdgeIn, str, str]] = []
+            for e in group:
+                try:
+                    source = _lookup(resolved, e.source, e.where, "source")
+                    target = _lookup(resolved, e.target, e.where, "target")
+                except RecordError as exc:
+                    self.report.errors.append(exc)
+                    continue
+                good.append((e, source, target))
+            timed: list[tuple[NewEdge, datetime, datetime]] = []
+            for e, source, target in good:
+                when = e.values.get("last_strengthened_at", self.at)
+                edge = NewEdge(source, target, e.kind, e.weight, e.values.get("subkind"),
+                               e.values.get("confidence"), e.values.get("meta", {}))
+                timed.append((edge, when, e.values.get("created_at", when)))
+            with self.store.writing(profile) as tx:
+                upsert_timed_edges(tx.session, tx.profile, timed)
+            self.report.edges += len(timed)
+
+    def _resolve_refs(self, profile: str, refs: set[str]) -> dict[str, str]:
+        """Map external ids and Reverie ids of one profile to Reverie ids."""
+        with self.store.reading(profile) as tx:
+            rows = [
+                row
+                for batch in chunks(sorted(refs))
+                for row in tx.session.execute(
+                    select(M.c.id, M.c.external_id).where(M.c.profile_id == profile).where(
+                        or_(M.c.id.in_(batch), M.c.external_id.in_(batch))
+                    )
+                )
+            ]
+        out: dict[str, str] = {}
+        for mid, ext in rows:
+            out[mid] = mid
+            if ext is not None:
+                out[ext] = mid
+        return out
+
+
+def _refused_value(exc: BaseException | None) -> str | None:
+    """Why the database refused a value, in a few words that quote no value; None if
+    ``exc`` is not such a refusal (storing the same rows again might then succeed)."""
+    if isinstance(exc, OverflowError):
+        return "a number is too large"
+    if isinstance(exc, DataError):
+        # PostgreSQL's primary message names the problem ("integer out of range");
+        # where it quotes a value, the value follows a colon, so it is cut off.
+        diag = getattr(exc.orig, "diag", None)
+        primary = getattr(diag, "message_primary", None)
+        if primary:
+            return primary.split(":", 1)[0].strip() or "invalid value"
+        return _words(type(exc.orig).__name__)
+    if isinstance(exc, StatementError) and not isinstance(exc, DBAPIError):
+        # A value a column type or the driver could not convert before sending.
+        return _words(type(exc.orig).__name__)
+    return None
+
+
+def _words(class_name: str) -> str:
+    """``NumericValueOutOfRange`` -> ``numeric value out of range``."""
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", " ", class_name).lower() or "invalid value"
+
+
+def _no_progress(_: int) -> None:
+    pass
+
+
+def _lookup(resolved: dict[str, str], ref: str, where: str, field_name: str) -> str:
+    try:
+        return resolved[ref]
+    except KeyError:
+        raise RecordError(where, field_name, f"no memory {ref!r} in this profile") from None

@@ -3,15 +3,15 @@
 The repository functions take the caller's session, so that an event is written in the
 transaction of the change that caused it: an ingest that rolls back leaves no event,
 and a process that dies after its commit loses none. The store queues events only when
-a Prefect API is configured (``models.events.wanted``): without one nobody would send
-them, and a local-only store's outbox would only grow.
+a Prefect API is configured (``flows.event_delivery.wanted``): without one nobody would
+send them, and a local-only store's outbox would only grow.
 
-``flush`` sends what is pending, oldest first, and deletes what the API confirmed.
-It claims the rows it sends in a short transaction first (the writer lock serialises
-claims on SQLite, an advisory lock on PostgreSQL), so two processes never send the same
-event, and while one process holds a claim the others leave every row alone: sending
-later events around an earlier one in flight would reorder them. The holder looks
-again before it stops, and so takes what others queued meanwhile. Prefect does not
+``flows.event_delivery.flush`` sends what is pending, oldest first, and deletes what
+the API confirmed. It claims the rows it sends in a short transaction first (the writer
+lock serialises claims on SQLite, an advisory lock on PostgreSQL), so two processes
+never send the same event, and while one process holds a claim the others leave every
+row alone: sending later events around an earlier one in flight would reorder them.
+The holder looks again before it stops, and so takes what others queued meanwhile. Prefect does not
 make resending harmless: it stores an event id once, but its triggers remember the ids
 they saw only in memory, for 30 minutes.
 
@@ -23,25 +23,18 @@ within those 30 minutes.
 
 from __future__ import annotations
 
-import logging
-import time
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from enum import StrEnum
 
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlmodel import Session
 
-from reverie.models import events
-from reverie.models.db import reading, writing
+from reverie.models.db import reading
 from reverie.models.events import ProfileEvent
 from reverie.models.tables import OutboxEvent
 from reverie.models.timestamps import utcnow
-
-log = logging.getLogger(__name__)
 
 _O = OutboxEvent.__table__  # type: ignore[attr-defined]
 # Events one send takes: a backlog goes out in a few sends, each well within its deadline.
@@ -51,22 +44,6 @@ BATCH = 500
 CLAIM_SECONDS = 60.0
 # PostgreSQL advisory lock serialising claims ("reverie" in ASCII, then 1).
 _CLAIM_LOCK = 0x7265766572696501
-
-
-class Outcome(StrEnum):
-    DELIVERED = "delivered"  # nothing is pending any more
-    UNREACHABLE = "unreachable"  # the API did not take the events: they stay for later
-    BUSY = "busy"  # another process is sending; it takes what is pending before it stops
-    INCOMPLETE = "incomplete"  # sends went through, but time ran out with events left
-    NO_API = "no-api"  # no Prefect API is configured to send them to
-
-
-@dataclass(frozen=True, slots=True)
-class FlushResult:
-    outcome: Outcome
-    sent: int
-    pending: int  # events left in the outbox afterwards (others may be adding)
-    error: str | None = None  # why the API did not take them (no event content)
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,64 +121,6 @@ def pending(s: Session) -> list[Pending]:
     return [Pending(profile, n, oldest) for profile, n, oldest in rows]
 
 
-# --- sending -----------------------------------------------------------------------------
-
-
-def flush(
-    store_url: str, budget: float = events.SEND_DEADLINE_SECONDS, api: str | None = None
-) -> FlushResult:
-    """Send the store's pending events to the Prefect API (``api``, default the
-    configured one), oldest first, for at most about ``budget`` seconds plus one send's
-    deadline. Stops at the first send the API does not confirm, with one warning; never
-    raises for the API (the store's own errors do raise)."""
-    url = api or events.api_url()
-    with reading(store_url) as s:
-        left = count(s)
-    if not left:
-        return FlushResult(Outcome.DELIVERED, 0, 0)
-    if not url:
-        return FlushResult(Outcome.NO_API, 0, left, "no Prefect API is configured")
-    holder = uuid.uuid4().hex
-    sent = 0
-    stop_at = time.monotonic() + budget
-    while True:
-        with writing(store_url) as s:
-            batch = claim(s, holder, utcnow())
-        if batch is None:
-            return FlushResult(Outcome.BUSY, sent, _count(store_url))
-        if not batch:
-            return FlushResult(Outcome.DELIVERED, sent, 0)
-        error = events.send(batch, url)
-        with writing(store_url) as s:
-            settle(s, holder, delivered=error is None)
-        if error is not None:
-            reason = str(error) or type(error).__name__
-            left = _count(store_url)
-            log.warning("could not send %d event(s) to the Prefect API at %s (%s); %d wait "
-                        "in the store for the next ingest or `reverie events flush`",
-                        len(batch), url, reason, left)
-            return FlushResult(Outcome.UNREACHABLE, sent, left, reason)
-        sent += len(batch)
-        if time.monotonic() >= stop_at:
-            left = _count(store_url)
-            return FlushResult(Outcome.DELIVERED if not left else Outcome.INCOMPLETE, sent, left)
-
-
-def deliver(store_url: str) -> None:
-    """After a commit that queued events: one flush, whose failure (the API's or the
-    store's) is a warning, since what was stored is stored."""
-    try:
-        flush(store_url)
-    except Exception as exc:  # noqa: BLE001 - the events wait for the next flush
-        log.warning("could not flush the event outbox (%s); the events wait in the store",
-                    type(exc).__name__)
-
-
 def waiting(store_url: str) -> list[Pending]:
     with reading(store_url) as s:
         return pending(s)
-
-
-def _count(store_url: str) -> int:
-    with reading(store_url) as s:
-        return count(s)

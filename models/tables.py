@@ -1,4 +1,4 @@
-"""The store's tables. Pure data: no queries here (they live in ``models.store``).
+"""The store's tables. Pure data: no queries here (they live in ``models.repositories``).
 
 All times are naive UTC (``NaiveDatetime``: sqlmodel would otherwise insist on
 aware ones), the same on SQLite and PostgreSQL. Ids are strings derived from stable inputs (see
@@ -63,10 +63,19 @@ SUMMARY_ORIGINS = frozenset({Origin.DEDUP_SUMMARY, Origin.COMPRESSED, Origin.COL
 # on their own account.
 DERIVED_ORIGINS = SUMMARY_ORIGINS | {Origin.META_MEMORY}
 
-# Consolidation.operation of the cold tier's upkeep (the others are the origins above,
-# and "forget")
-COLD_MIGRATION = "migrate_cold"  # unused hot memories moved to cold; undoable
-COLD_EXPIRY = "expire_cold"  # long-cold memories turned into tombstones
+
+
+class Operation(StrEnum):
+    """Consolidation.operation: the decision an audit row records. A summary's operation
+    is also its origin (see Origin), so the two share values."""
+
+    DEDUP = Origin.DEDUP_SUMMARY.value
+    COMPRESS = Origin.COMPRESSED.value
+    COLD_LEARNING = Origin.COLD_LEARNING.value
+    CLUSTER = Origin.META_MEMORY.value
+    FORGET = "forget"  # archived some memories, deleted others (tombstones)
+    MIGRATE_COLD = "migrate_cold"  # unused hot memories moved to cold; undoable
+    EXPIRE_COLD = "expire_cold"  # long-cold memories turned into tombstones
 
 PROVENANCE_KINDS = frozenset({EdgeKind.CONSOLIDATION, EdgeKind.SUMMARIZES})
 

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TypeVar
 
-from reverie.models.errors import TransientError
+from reverie.models.errors import StorePermanentError, TransientError
 
 T = TypeVar("T")
 
@@ -27,6 +27,10 @@ def is_transient(exc: BaseException) -> bool:
     import httpx
     from sqlalchemy import exc as db
 
+    # The store's own errors say which they are (models.errors): its translation of
+    # the driver's faults is the one answer, whatever the cause chain holds.
+    if isinstance(exc, StorePermanentError):
+        return False
     if isinstance(exc, TransientError | ConnectionError | TimeoutError):
         return True
     if isinstance(exc, db.DBAPIError) and exc.connection_invalidated:

@@ -28,6 +28,8 @@ from datetime import datetime
 
 from reverie.models.config import BlocksConfig
 from reverie.models.records import BlockPlan, MemoryView
+from reverie.models.repositories.blocks import upsert_blocks
+from reverie.models.repositories.memories import memories as memories_of
 from reverie.models.store import Store
 from reverie.tasks.step import Change, StepArgs, StepReport, preview, step_task
 from reverie.tasks.summarize import Summarizer, fallback_notes, summarizer_for
@@ -216,11 +218,13 @@ def plan_blocks(
 def compile_blocks(store: Store, args: StepArgs) -> StepReport:
     """Recompile the profile's five blocks; a block's version moves when its text does."""
     profile, as_of, config = args.profile, args.as_of, args.config
-    memories = store.memories(profile)
+    with store.reading(profile) as tx:
+        memories = memories_of(tx)
     plans, notes = plan_blocks(
         memories, as_of, config.blocks, summarizer_for(config.summarizer)
     )
-    changed = set(store.upsert_blocks(profile, plans, as_of))
+    with store.writing(profile) as tx:
+        changed = set(upsert_blocks(tx, plans, as_of))
     report = StepReport("compile_blocks", profile, examined=len(memories), notes=notes)
     for plan in plans:
         if plan.block_type in changed:

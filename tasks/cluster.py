@@ -32,15 +32,18 @@ from reverie.engines.similarity import DEFAULT_SEARCH, chosen_rows, similarity_p
 from reverie.models import ids
 from reverie.models.config import ClusterConfig, SearchConfig
 from reverie.models.records import MemoryView, MetaPlan
+from reverie.models.repositories.memories import snapshot
+from reverie.models.repositories.meta_memories import apply_meta_memories, meta_memories
+from reverie.models.repositories.summaries import undone_summaries
 from reverie.models.store import Store
-from reverie.models.tables import Origin
+from reverie.models.tables import Operation, Origin
 from reverie.models.timestamps import days_between
 from reverie.models.vectors import to_blob
 from reverie.tasks.decay import none_above_note, relevance_notes
 from reverie.tasks.step import Change, StepArgs, StepReport, preview, step_task
 from reverie.tasks.summarize import Summarizer, drop_vetoed, fallback_notes, summarizer_for
 
-OPERATION = "cluster"
+OPERATION = Operation.CLUSTER
 
 
 def is_candidate(memory: MemoryView, config: ClusterConfig) -> bool:
@@ -165,8 +168,12 @@ def plan_clusters(
 def cluster(store: Store, args: StepArgs) -> StepReport:
     """Describe each cluster of similar relevant memories with a meta-memory."""
     config = args.config.cluster
-    memories, vectors = store.snapshot(args.profile)
-    existing = store.meta_memories(args.profile)
+    with store.reading(args.profile) as tx:
+        memories, vectors = snapshot(tx)
+        existing = meta_memories(tx)
+        vetoed = undone_summaries(tx)
+        stale = relevance_notes(tx, args.as_of, any(m.relevance is not None for m in memories),
+                                args.config.decay)
     summarizer = summarizer_for(args.config.summarizer)
     plans = plan_clusters(
         args.profile, memories, vectors, existing, config, summarizer,
@@ -175,8 +182,9 @@ def cluster(store: Store, args: StepArgs) -> StepReport:
     report = StepReport(
         "cluster", args.profile, examined=sum(is_candidate(m, config) for m in memories)
     )
-    plans = drop_vetoed(store, args.profile, plans, lambda p: p.meta_id, report)
-    changed = set(store.apply_meta_memories(args.profile, plans, args.as_of, args.run_id))
+    plans = drop_vetoed(vetoed, plans, lambda p: p.meta_id, report)
+    with store.writing(args.profile) as tx:
+        changed = set(apply_meta_memories(tx, plans, args.as_of, args.run_id))
     for plan in plans:
         if plan.meta_id in changed:
             action = "updated" if plan.meta_id in existing else "created"
@@ -185,9 +193,7 @@ def cluster(store: Store, args: StepArgs) -> StepReport:
                 f"{plan.meta['temporal_span_days']:.1f} days ({config.method})"
             )
             report.record(Change(action, plan.meta_id, detail, preview(plan.content)))
-    report.notes += relevance_notes(
-        store, args.profile, args.as_of, any(m.relevance is not None for m in memories),
-        args.config.decay)
+    report.notes += stale
     report.notes += none_above_note(memories, config.min_relevance, "cluster")
     report.notes += fallback_notes(summarizer)
     report.facts = {"clusters": len(plans), "clustered": sum(len(p.member_ids) for p in plans)}

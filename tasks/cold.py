@@ -31,6 +31,9 @@ from datetime import datetime, timedelta
 
 from reverie.models.config import ColdConfig
 from reverie.models.records import MemoryView, SummaryPlan
+from reverie.models.repositories.memories import memories as memories_of
+from reverie.models.repositories.memories import set_statuses
+from reverie.models.repositories.summaries import originals_of
 from reverie.models.store import Store
 from reverie.models.tables import SUMMARY_ORIGINS, Origin
 from reverie.models.timestamps import days_between
@@ -174,11 +177,11 @@ def plan_stalled(
 def consolidate_cold(store: Store, args: StepArgs) -> StepReport:
     """Replace each (entity, layer) group of cold notes by one protected learning memory."""
     config = args.config.cold
-    memories = store.memories(args.profile)
-    summaries = [m.id for m in memories if m.origin in SUMMARY_ORIGINS and m.is_live]
-    plans = plan_cold(
-        args.profile, memories, args.as_of, config, store.originals_of(args.profile, summaries)
-    )
+    with store.reading(args.profile) as tx:
+        memories = memories_of(tx)
+        summaries = [m.id for m in memories if m.origin in SUMMARY_ORIGINS and m.is_live]
+        originals = originals_of(tx, summaries)
+    plans = plan_cold(args.profile, memories, args.as_of, config, originals)
     report = StepReport(
         "consolidate_cold", args.profile,
         examined=sum(is_candidate(m, args.as_of, config) for m in memories),
@@ -199,9 +202,11 @@ def consolidate_cold(store: Store, args: StepArgs) -> StepReport:
 
 def mark_stalled(store: Store, args: StepArgs) -> StepReport:
     """Mark in-progress memories nobody has touched for a month as stalled."""
-    memories = store.memories(args.profile)
+    with store.reading(args.profile) as tx:
+        memories = memories_of(tx)
     stalled = plan_stalled(memories, args.as_of, args.config.cold)
-    store.set_statuses(args.profile, [(m.id, STALLED) for m in stalled])
+    with store.writing(args.profile) as tx:
+        set_statuses(tx, [(m.id, STALLED) for m in stalled])
     report = StepReport("mark_stalled", args.profile, examined=len(memories))
     for m in stalled:
         detail = f"in progress, untouched for {days_untouched(m, args.as_of):.0f} days"

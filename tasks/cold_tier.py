@@ -41,8 +41,17 @@ from typing import NamedTuple
 
 from reverie.models.config import ColdTierConfig
 from reverie.models.records import MemoryView
+from reverie.models.repositories.blocks import blocks as blocks_of
+from reverie.models.repositories.forgetting import (
+    cold_since,
+    forget,
+    migrate_to_cold,
+    superseding_ids,
+    undone_migrations,
+)
+from reverie.models.repositories.memories import memories as memories_of
 from reverie.models.store import Store
-from reverie.models.tables import COLD_EXPIRY, Lifecycle, Tier
+from reverie.models.tables import Lifecycle, Operation, Tier
 from reverie.models.timestamps import days_between
 from reverie.tasks.forget import blocks_without
 from reverie.tasks.step import Change, StepArgs, StepReport, preview, step_task
@@ -157,16 +166,18 @@ def _record(report: StepReport, decisions: Sequence[Decision]) -> None:
 def migrate_cold(store: Store, args: StepArgs) -> StepReport:
     """Move the profile's long-unused, unprotected memories to the cold tier (undoable)."""
     config = args.config.cold_tier
-    memories = store.memories(args.profile)
-    undone = store.undone_migrations(args.profile) if config.migrate_after_days else set()
+    with store.reading(args.profile) as tx:
+        memories = memories_of(tx)
+        undone = undone_migrations(tx) if config.migrate_after_days else set()
+        block_sources = [b.source_ids for b in blocks_of(tx)]
     decisions = plan_migration(memories, args.as_of, config, undone)
     moved = [d.memory.id for d in decisions if d.action == Action.MIGRATE]
     blocks, notes = blocks_without(
-        memories, set(moved), [b.source_ids for b in store.blocks(args.profile)], args.as_of,
+        memories, set(moved), block_sources, args.as_of,
         args.config) if moved else ([], [])
-    rewritten = store.migrate_to_cold(
-        args.profile, moved, args.as_of, args.run_id, {"cold_tier": config.model_dump()},
-        blocks)
+    with store.writing(args.profile) as tx:
+        rewritten = migrate_to_cold(
+            tx, moved, args.as_of, args.run_id, {"cold_tier": config.model_dump()}, blocks)
     report = StepReport("migrate_cold", args.profile, examined=len(memories), notes=notes)
     if config.migrate_after_days is None:
         report.notes.append("cold migration is off: cold_tier.migrate_after_days is empty")
@@ -181,28 +192,29 @@ def migrate_cold(store: Store, args: StepArgs) -> StepReport:
 def expire_cold(store: Store, args: StepArgs, approved: bool = True) -> StepReport:
     """Turn the profile's memories cold for longer than the TTL into tombstones."""
     config = args.config.cold_tier
-    cold = store.memories(args.profile, (Tier.COLD,)) if config.ttl_days is not None else []
-    since = store.cold_since(args.profile) if cold else {}
-    decisions = plan_expiry(
-        cold, since, store.superseding_ids(args.profile) if cold else set(), args.as_of,
-        config, approved)
+    with store.reading(args.profile) as tx:
+        cold = memories_of(tx, (Tier.COLD,)) if config.ttl_days is not None else []
+        since = cold_since(tx) if cold else {}
+        superseding = superseding_ids(tx) if cold else set()
+        hot = memories_of(tx) if cold else []
+        block_sources = [b.source_ids for b in blocks_of(tx)] if cold else []
+    decisions = plan_expiry(cold, since, superseding, args.as_of, config, approved)
     doomed = [d for d in decisions if d.action == Action.EXPIRE]
     rewritten: list[str] = []
     notes: list[str] = []
     if doomed:
-        hot = store.memories(args.profile)
         blocks, notes = blocks_without(
-            hot, {d.memory.id for d in doomed}, [b.source_ids for b in store.blocks(args.profile)],
-            args.as_of, args.config)
+            hot, {d.memory.id for d in doomed}, block_sources, args.as_of, args.config)
         dates = {d.memory.id: {
             "external_id": d.memory.external_id, "created_at": _iso(d.memory.created_at),
             "last_accessed_at": _iso(d.memory.last_accessed_at),
             "cold_since": _iso(since[d.memory.id]),
         } for d in doomed}
-        rewritten = store.forget(
-            args.profile, [], [(d.memory.id, d.memory.relevance, d.reason) for d in doomed],
-            args.as_of, args.run_id, {"cold_tier": config.model_dump(), "expired": dates},
-            blocks, operation=COLD_EXPIRY)
+        with store.writing(args.profile) as tx:
+            rewritten = forget(
+                tx, [], [(d.memory.id, d.memory.relevance, d.reason) for d in doomed],
+                args.as_of, args.run_id, {"cold_tier": config.model_dump(), "expired": dates},
+                blocks, operation=Operation.EXPIRE_COLD)
     report = StepReport("expire_cold", args.profile, examined=len(cold), notes=notes)
     if config.ttl_days is None:
         report.notes.append("cold expiry is off: cold_tier.ttl_days is empty")

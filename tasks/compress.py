@@ -30,6 +30,8 @@ import numpy as np
 from reverie.engines.similarity import DEFAULT_SEARCH, radius_neighbours
 from reverie.models.config import CompressConfig, SearchConfig
 from reverie.models.records import MemoryView, SummaryPlan
+from reverie.models.repositories.memories import snapshot
+from reverie.models.repositories.summaries import originals_of
 from reverie.models.store import Store
 from reverie.models.tables import DERIVED_ORIGINS, SUMMARY_ORIGINS, Lifecycle, Origin
 from reverie.tasks.decay import relevance_notes
@@ -212,19 +214,21 @@ def nothing_to_compress_note(fading: int, config: CompressConfig) -> list[str]:
 def compress_fading(store: Store, args: StepArgs) -> StepReport:
     """Replace full groups of similar fading memories by summaries; originals go cold."""
     config = args.config.compress
-    memories, vectors = store.snapshot(args.profile)
-    summaries = [m.id for m in memories if m.origin in SUMMARY_ORIGINS]
+    with store.reading(args.profile) as tx:
+        memories, vectors = snapshot(tx)
+        summaries = [m.id for m in memories if m.origin in SUMMARY_ORIGINS]
+        originals = originals_of(tx, summaries)
+        stale = relevance_notes(tx, args.as_of, any(m.relevance is not None for m in memories),
+                                args.config.decay)
     summarizer = summarizer_for(args.config.summarizer)
     plans = plan_compression(
-        args.profile, args.as_of, memories, vectors, store.originals_of(args.profile, summaries),
+        args.profile, args.as_of, memories, vectors, originals,
         config, summarizer, args.config.search,
     )
     report = StepReport(
         "compress_fading", args.profile, examined=sum(is_candidate(m, config) for m in memories)
     )
-    report.notes += relevance_notes(
-        store, args.profile, args.as_of, any(m.relevance is not None for m in memories),
-        args.config.decay)
+    report.notes += stale
     if not plans:
         report.notes += nothing_to_compress_note(report.examined, config)
     plans = write_summaries(

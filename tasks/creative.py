@@ -27,6 +27,8 @@ import numpy as np
 from reverie.engines.similarity import pair_similarities
 from reverie.models.config import CreativeConfig
 from reverie.models.records import MemoryView, NewEdge
+from reverie.models.repositories.edges import add_edges, linked_pairs
+from reverie.models.repositories.memories import live_ids, relevance_spread, snapshot
 from reverie.models.store import Store
 from reverie.models.tables import EdgeKind
 from reverie.models.timestamps import days_between
@@ -102,17 +104,19 @@ def creative(store: Store, args: StepArgs) -> StepReport:
     config = args.config.creative
     # Only the sample is read: what this costs follows the sample, not the profile.
     # The candidates are is_candidate's memories, drawn by id in the store's order.
-    candidates = store.live_ids(args.profile, relevance_above=config.min_relevance)
-    drawn = draw_sample(len(candidates), config.sample_size, args.profile, args.as_of)
-    sample, vectors = store.snapshot(args.profile, ids_=[candidates[k] for k in drawn])
-    linked = store.linked_pairs(args.profile, [m.id for m in sample])
+    with store.reading(args.profile) as tx:
+        candidates = live_ids(tx, relevance_above=config.min_relevance)
+        drawn = draw_sample(len(candidates), config.sample_size, args.profile, args.as_of)
+        sample, vectors = snapshot(tx, ids_=[candidates[k] for k in drawn])
+        linked = linked_pairs(tx, [m.id for m in sample])
+        spread = relevance_spread(tx)
+        stale = relevance_notes(tx, args.as_of, spread.scored > 0, args.config.decay)
     edges, skipped = plan_creative(sample, vectors, linked, args.as_of, config)
-    store.add_edges(args.profile, edges, args.as_of)
+    with store.writing(args.profile) as tx:
+        add_edges(tx, edges, args.as_of)
     pairs = len(sample) * (len(sample) - 1) // 2
     report = StepReport("creative", args.profile, examined=pairs, skipped=skipped)
-    spread = store.relevance_spread(args.profile)
-    report.notes += relevance_notes(store, args.profile, args.as_of, spread.scored > 0,
-                                    args.config.decay)
+    report.notes += stale
     report.notes += none_above_note(spread, config.min_relevance, "sample for associations")
     for e in edges:
         label = e.kind if e.subkind is None else f"{e.kind}/{e.subkind}"

@@ -35,7 +35,9 @@ import numpy as np
 
 from reverie.models.config import DecayConfig
 from reverie.models.records import MemoryView, RelevanceInputs, RelevanceSpread
-from reverie.models.store import Store
+from reverie.models.repositories.memories import relevance_inputs, set_relevance
+from reverie.models.repositories.runs import run_history
+from reverie.models.store import ProfileTx, Store
 from reverie.models.timestamps import DAY_SECONDS, days_between
 from reverie.tasks.step import Change, StepArgs, StepReport, step_logger, step_task
 
@@ -103,10 +105,12 @@ def _score(value: float) -> str:
 
 def decay(store: Store, args: StepArgs) -> StepReport:
     """Recompute the relevance of the profile's live hot memories at ``as_of``."""
-    inputs = store.relevance_inputs(args.profile)
+    with store.reading(args.profile) as tx:
+        inputs = relevance_inputs(tx)
     scores, eligible, write = plan_decay(inputs, args.as_of, args.config.decay)
     rows = np.flatnonzero(write)
-    store.set_relevance(args.profile, [(inputs.ids[i], float(scores[i])) for i in rows])
+    with store.writing(args.profile) as tx:
+        set_relevance(tx, [(inputs.ids[i], float(scores[i])) for i in rows])
     report = StepReport("decay", args.profile, examined=len(scores))
     report.skipped = int(np.count_nonzero(~eligible))
     report.tally(len(rows), (
@@ -128,8 +132,7 @@ DEFAULT_DECAY = DecayConfig()
 
 
 def relevance_notes(
-    store: Store, profile: str, as_of: datetime, scored: bool,
-    config: DecayConfig = DEFAULT_DECAY,
+    tx: ProfileTx, as_of: datetime, scored: bool, config: DecayConfig = DEFAULT_DECAY,
 ) -> list[str]:
     """What a step acting on stored relevance tells about it: that there is none yet, or
     that the profile's last recorded decay ran for a date more than
@@ -137,7 +140,8 @@ def relevance_notes(
     warning too; never memory content."""
     if not scored:
         return ["no memory has a relevance score yet: run decay first"]
-    last = store.run_history(profile=profile, flow=DECAY_FLOW, limit=1)
+    profile = tx.profile
+    last = run_history(tx.session, profile=profile, flow=DECAY_FLOW, limit=1)
     if not last:
         return []
     days = days_between(last[0].as_of, as_of)

@@ -33,6 +33,8 @@ import numpy as np
 from reverie.engines.similarity import DEFAULT_SEARCH, chosen_rows, radius_neighbours
 from reverie.models.config import DedupConfig, SearchConfig
 from reverie.models.records import MemoryView, SummaryPlan
+from reverie.models.repositories.memories import snapshot
+from reverie.models.repositories.summaries import originals_of
 from reverie.models.store import Store
 from reverie.models.tables import SUMMARY_ORIGINS, Origin
 from reverie.models.vectors import to_blob
@@ -140,7 +142,8 @@ def nothing_merged_note(candidates: int, config: DedupConfig) -> list[str]:
 
 def dedup(store: Store, args: StepArgs) -> StepReport:
     """Merge near-duplicates of one profile into summaries; originals go cold."""
-    memories, vectors = store.snapshot(args.profile)
+    with store.reading(args.profile) as tx:
+        memories, vectors = snapshot(tx)
     report = StepReport(
         "dedup", args.profile, examined=sum(is_candidate(m, args.as_of) for m in memories)
     )
@@ -163,7 +166,8 @@ def has_new_duplicates(
 def dedup_new_summaries(store: Store, args: StepArgs) -> StepReport:
     """Merge again after compression: new summaries that are near-duplicates of each
     other or of what the first pass left (see the module's docstring)."""
-    memories, vectors = store.snapshot(args.profile)
+    with store.reading(args.profile) as tx:
+        memories, vectors = snapshot(tx)
     report = StepReport(
         "dedup_new_summaries", args.profile,
         examined=sum(needs_link(m) and is_candidate(m, args.as_of) for m in memories),
@@ -180,8 +184,10 @@ def _merge(
     profile, as_of, config = args.profile, args.as_of, args.config
     summaries = [m.id for m in memories if m.origin in SUMMARY_ORIGINS]
     summarizer = summarizer_for(config.summarizer)
+    with store.reading(profile) as tx:
+        originals = originals_of(tx, summaries)
     plans = plan_dedup(
-        profile, memories, vectors, store.originals_of(profile, summaries), as_of,
+        profile, memories, vectors, originals, as_of,
         config.dedup, summarizer, config.search,
     )
     if not plans:

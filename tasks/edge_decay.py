@@ -17,6 +17,7 @@ from datetime import datetime, timedelta
 
 from reverie.models.config import EdgeDecayConfig
 from reverie.models.records import EdgeView
+from reverie.models.repositories.edges import association_edges_to_decay, update_edge_weights
 from reverie.models.store import Store
 from reverie.models.tables import EdgeKind
 from reverie.models.timestamps import days_between
@@ -51,11 +52,11 @@ def decay_edges(store: Store, args: StepArgs) -> StepReport:
     """Reweigh the profile's idle association edges from their base weight; prune the weakest."""
     profile, as_of, config = args.profile, args.as_of, args.config
     cutoff = as_of - timedelta(days=config.edge_decay.inactive_days)
-    edges = store.association_edges_to_decay(profile, cutoff)
+    with store.reading(profile) as tx:
+        edges = association_edges_to_decay(tx, cutoff)
     reweigh, prune = plan_edge_decay(edges, as_of, config.edge_decay)
-    store.update_edge_weights(
-        profile, [(e.id, w) for e, w in reweigh], [e.id for e, _ in prune]
-    )
+    with store.writing(profile) as tx:
+        update_edge_weights(tx, [(e.id, w) for e, w in reweigh], [e.id for e, _ in prune])
     report = StepReport("decay_edges", profile, examined=len(edges))
     for edge, weight in reweigh:
         report.record(

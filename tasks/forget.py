@@ -53,6 +53,11 @@ from prefect import Task
 
 from reverie.models.config import ConsolidationConfig, ForgetConfig
 from reverie.models.records import BlockPlan, MemoryView
+from reverie.models.repositories.blocks import blocks as blocks_of
+from reverie.models.repositories.forgetting import forget as forget_memories
+from reverie.models.repositories.forgetting import superseding_ids
+from reverie.models.repositories.memories import memories as memories_of
+from reverie.models.repositories.memories import relevance_spread
 from reverie.models.store import Store
 from reverie.models.timestamps import days_between
 from reverie.tasks.blocks import plan_blocks
@@ -244,25 +249,29 @@ def forget(
     """Archive or delete the profile's least relevant (policy 'risk': most at risk)
     unprotected memories, if enabled (deleting only ``deletable`` when given)."""
     config = args.config.forget
-    spread = store.relevance_spread(args.profile)
     # The thresholds policy can only select memories scored below a threshold: only
     # those are read, so a run costs what it forgets, not the profile's size.
     below = None if config.policy == "risk" else max(config.archive_threshold,
                                                      config.delete_threshold)
-    memories = store.memories(args.profile, relevance_below=below)
-    decisions = plan_forget(
-        memories, store.superseding_ids(args.profile), args.as_of, config, deletable)
+    with store.reading(args.profile) as tx:
+        spread = relevance_spread(tx)
+        memories = memories_of(tx, relevance_below=below)
+        superseding = superseding_ids(tx)
+        block_sources = [b.source_ids for b in blocks_of(tx)]
+        stale = relevance_notes(tx, args.as_of, spread.scored > 0, args.config.decay)
+    decisions = plan_forget(memories, superseding, args.as_of, config, deletable)
     archive = [d.memory.id for d in decisions if d.action == ARCHIVE]
     doomed = [(d.memory.id, tombstone_score(d), d.reason)
               for d in decisions if d.action == DELETE]
     forgotten = {d.memory.id for d in decisions if d.action in (ARCHIVE, DELETE)}
-    sources = [b.source_ids for b in store.blocks(args.profile)]
-    if below is not None and any(forgotten.intersection(ids) for ids in sources):
-        memories = store.memories(args.profile)  # blocks are compiled from the whole profile
-    blocks, notes = blocks_without(memories, forgotten, sources, args.as_of, args.config)
-    rewritten = store.forget(
-        args.profile, archive, doomed, args.as_of, args.run_id, config.model_dump(), blocks
-    )
+    if below is not None and any(forgotten.intersection(ids) for ids in block_sources):
+        with store.reading(args.profile) as tx:
+            memories = memories_of(tx)  # blocks are compiled from the whole profile
+    blocks, notes = blocks_without(memories, forgotten, block_sources, args.as_of, args.config)
+    with store.writing(args.profile) as tx:
+        rewritten = forget_memories(
+            tx, archive, doomed, args.as_of, args.run_id, config.model_dump(), blocks
+        )
     report = StepReport("forget", args.profile, examined=spread.hot, notes=notes)
     if config.policy == "risk":
         report.notes.append(
@@ -273,8 +282,7 @@ def forget(
     elif config.archive_threshold == 0.0 and config.delete_threshold == 0.0:
         report.notes.append("forgetting is off: both thresholds are 0.0")
     else:
-        report.notes += relevance_notes(store, args.profile, args.as_of, spread.scored > 0,
-                                        args.config.decay)
+        report.notes += stale
     unapproved = sum(d.action == NOT_APPROVED for d in decisions)
     if unapproved:
         report.notes.append(f"{unapproved} memories below the delete threshold kept: "

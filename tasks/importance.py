@@ -8,8 +8,10 @@ yields the same scores and community numbers (see ``tasks.graph``).
 
 from __future__ import annotations
 
-from reverie.models.store import Store
 from reverie.engines.graph import importance
+from reverie.models.repositories.edges import edges as profile_edges
+from reverie.models.repositories.memories import memory_ids, set_graph_scores
+from reverie.models.store import Store
 from reverie.tasks.step import Change, StepArgs, StepReport, step_task
 
 TOP_REPORTED = 5
@@ -18,10 +20,12 @@ TOP_REPORTED = 5
 def graph_importance(store: Store, args: StepArgs) -> StepReport:
     """Recompute and store PageRank and community of the profile's hot memories."""
     profile, config = args.profile, args.config
-    nodes = store.memory_ids(profile)
-    edges = [(e.source_id, e.target_id, e.weight) for e in store.edges(profile)]
+    with store.reading(profile) as tx:
+        nodes = memory_ids(tx)
+        edges = [(e.source_id, e.target_id, e.weight) for e in profile_edges(tx)]
     scores = importance(nodes, edges, config.graph.damping, config.graph.community_seed)
-    changed = set(store.set_graph_scores(profile, scores))
+    with store.writing(profile) as tx:
+        changed = set(set_graph_scores(tx, scores))
     report = StepReport("graph_importance", profile, examined=len(nodes))
     scored = [sc for sc in scores if sc.memory_id in changed]
     unscored = sorted(changed - {sc.memory_id for sc in scores})

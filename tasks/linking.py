@@ -15,6 +15,8 @@ import numpy as np
 from reverie.engines.similarity import nearest_within
 from reverie.models.config import LinkConfig
 from reverie.models.records import MemoryView, NewEdge
+from reverie.models.repositories.edges import add_edges
+from reverie.models.repositories.memories import snapshot
 from reverie.models.store import Store
 from reverie.models.tables import SUMMARY_ORIGINS, EdgeKind
 from reverie.tasks.step import Change, StepArgs, StepReport, step_task
@@ -45,9 +47,11 @@ def plan_links(
 def link_summaries(store: Store, args: StepArgs) -> StepReport:
     """Add association edges from each unlinked summary of the profile to its neighbours."""
     profile, as_of, config = args.profile, args.as_of, args.config
-    memories, vectors = store.snapshot(profile)
+    with store.reading(profile) as tx:
+        memories, vectors = snapshot(tx)
     linked, edges = plan_links(memories, vectors, config.linking)
-    store.add_edges(profile, edges, as_of, linked_summaries=linked)
+    with store.writing(profile) as tx:
+        add_edges(tx, edges, as_of, linked_summaries=linked)
     report = StepReport("link_summaries", profile, examined=len(linked))
     per_summary: dict[str, int] = {sid: 0 for sid in linked}
     for e in edges:

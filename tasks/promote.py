@@ -15,6 +15,8 @@ from datetime import datetime
 
 from reverie.models.config import PromotionConfig
 from reverie.models.records import MemoryView
+from reverie.models.repositories.memories import memories as memories_of
+from reverie.models.repositories.memories import set_lifecycles
 from reverie.models.store import Store
 from reverie.models.tables import Lifecycle
 from reverie.tasks.step import Change, StepArgs, StepReport, preview, step_task
@@ -50,9 +52,11 @@ def plan_promotions(
 def promote(store: Store, args: StepArgs) -> StepReport:
     """Set the lifecycle of the profile's hot memories from their use, trust and validity."""
     profile, as_of, config = args.profile, args.as_of, args.config
-    memories = store.memories(profile)
+    with store.reading(profile) as tx:
+        memories = memories_of(tx)
     plan = plan_promotions(memories, as_of, config.promotion)
-    store.set_lifecycles(profile, [(m.id, lifecycle) for m, lifecycle, _ in plan])
+    with store.writing(profile) as tx:
+        set_lifecycles(tx, [(m.id, lifecycle) for m, lifecycle, _ in plan])
     report = StepReport("promote", profile, examined=len(memories))
     report.tally(len(plan), (
         Change("promoted" if lifecycle == Lifecycle.PROMOTED else "demoted", m.id, why,

@@ -18,10 +18,12 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Protocol, TypeVar
 
+from reverie.engines.embedding import embedder_for
 from reverie.models import ids
 from reverie.models.config import SummarizerName
 from reverie.models.errors import ConfigError
 from reverie.models.records import MemoryView, MetaPlan, SummaryPlan
+from reverie.models.repositories.summaries import apply_summaries, undone_summaries
 from reverie.models.settings import get_settings
 from reverie.models.store import Store
 from reverie.models.tables import SUMMARY_ORIGINS
@@ -189,8 +191,9 @@ def embed_new_wordings(store: Store, plans: list[SummaryPlan]) -> list[SummaryPl
     fresh = [p for p in plans if p.embedding is None]
     if not fresh:
         return plans
-    vectors = store.embedder().encode([p.content for p in fresh])
-    model = store.embedding_model_name()
+    embedder = embedder_for(store.settings)
+    vectors = embedder.encode([p.content for p in fresh])
+    model = embedder.name
     replaced = {
         p.summary_id: replace(p, embedding=to_blob(v), embedding_model=model)
         for p, v in zip(fresh, vectors, strict=True)
@@ -212,13 +215,16 @@ def write_summaries(
     vector, and note vetoes and model fallbacks in ``report``. ``word`` rewords the
     plans that survived the vetoes (a model is asked nothing for a vetoed one).
     Returns what was kept."""
-    kept = drop_vetoed(store, profile, plans, lambda p: p.summary_id, report)
+    with store.reading(profile) as tx:
+        vetoed = undone_summaries(tx)
+    kept = drop_vetoed(vetoed, plans, lambda p: p.summary_id, report)
     if word is not None:
         kept = word(kept)
     started = time.perf_counter()
     kept = embed_new_wordings(store, kept)
     report.embedding_seconds = round(time.perf_counter() - started, 4)
-    store.apply_summaries(profile, kept, as_of, run_id)
+    with store.writing(profile) as tx:
+        apply_summaries(tx, kept, as_of, run_id)
     report.notes += fallback_notes(summarizer)
     return kept
 
@@ -227,10 +233,10 @@ P = TypeVar("P", SummaryPlan, MetaPlan)
 
 
 def drop_vetoed(
-    store: Store, profile: str, plans: list[P], key: Callable[[P], str], report: StepReport
+    vetoed: set[str], plans: list[P], key: Callable[[P], str], report: StepReport
 ) -> list[P]:
-    """The plans an operator has not vetoed by undoing them; vetoes are noted in ``report``."""
-    vetoed = store.undone_summaries(profile)
+    """The plans an operator has not vetoed by undoing them (``vetoed``: the profile's
+    ``undone_summaries``); vetoes are noted in ``report``."""
     for plan in plans:
         if key(plan) in vetoed:
             report.skipped += 1

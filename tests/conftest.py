@@ -34,6 +34,8 @@ from reverie.demo.run import SAMPLE_STORE
 from reverie.models.db import copy_profiles, dispose
 from reverie.models.store import Store
 
+from factories import ingest_file
+
 TEST_POSTGRES = os.environ.get("REVERIE_TEST_POSTGRES")  # an admin URL, or unset
 
 
@@ -109,7 +111,7 @@ def sample_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The bundled sample store, ingested once per session (embedding it costs seconds)."""
     path = tmp_path_factory.mktemp("sample") / "sample.db"
     url = f"sqlite:///{path}"
-    report = Store(url).ingest_jsonl(SAMPLE_STORE)
+    report = ingest_file(Store(url), SAMPLE_STORE)
     assert not report.errors
     dispose(url)
     return path

@@ -34,6 +34,7 @@ import httpx
 import yaml
 
 from reverie.deployments.serve import WORK_POOL, project_root, start_server, start_stack, stop
+from reverie.flows import event_delivery
 from reverie.models import outbox
 from reverie.models.db import dispose
 from reverie.models.store import Store
@@ -349,7 +350,7 @@ class Stack:
         def empty() -> bool:
             if not outbox.waiting(self.store.url):
                 return True
-            outbox.flush(self.store.url, api=self.api)
+            event_delivery.flush(self.store.url, api=self.api)
             return not outbox.waiting(self.store.url)
 
         wait_for(empty, timeout, "the store's outbox to empty",

@@ -12,6 +12,8 @@ from reverie.flows.replay import replay
 from reverie.models.errors import ConfigError, NotFoundError
 from reverie.models.store import Store
 
+from factories import run_history
+
 START = datetime(2025, 7, 1)
 
 
@@ -38,7 +40,7 @@ def test_a_local_backfill_of_seven_days_runs_seven_times_then_none(
     monkeypatch.setattr("reverie.deployments.backfill.api_configured", lambda: False)
     first = backfill("decay", START, START + timedelta(days=6), timedelta(days=1), "maya")
     assert first.where == "local" and len(first.created) == 7 and first.skipped == []
-    assert len(sample_store.run_history(profile="maya", flow="decay", limit=None)) == 7
+    assert len(run_history(sample_store, profile="maya", flow="decay", limit=None)) == 7
     again = backfill("decay", START, START + timedelta(days=6), timedelta(days=1), "maya")
     assert again.created == [] and len(again.skipped) == 7
     # A longer range only fills what is missing.
@@ -86,7 +88,7 @@ def test_bad_input_is_refused_before_any_run(
                  "--profile", "maya"]) == EXIT_ERROR
     err = capsys.readouterr().err
     assert "unknown flow 'weekly'" in err and "Traceback" not in err
-    assert sample_store.run_history(limit=None) == []  # nothing was run, nothing half-made
+    assert run_history(sample_store, limit=None) == []  # nothing was run, nothing half-made
 
 
 @pytest.mark.usefixtures("prefect_api")
@@ -94,10 +96,10 @@ def test_a_replay_runs_its_dates_in_order_and_resumes(sample_store: Store) -> No
     days = [START + timedelta(days=d) for d in (2, 0, 1)]
     first = replay(flow="decay", profile="maya", dates=days)
     assert first.ran == [d.isoformat() for d in sorted(days)] and first.skipped == []
-    history = sorted(sample_store.run_history(profile="maya", flow="decay", limit=None),
+    history = sorted(run_history(sample_store, profile="maya", flow="decay", limit=None),
                      key=lambda r: r.started_at)
     assert [r.as_of for r in history] == sorted(days)
-    assert all(a.finished_at <= b.started_at for a, b in zip(history, history[1:]))
+    assert all(a.finished_at <= b.started_at for a, b in zip(history, history[1:], strict=False))
     more = replay(flow="decay", profile="maya", dates=[*days, START + timedelta(days=3)])
     assert more.ran == [(START + timedelta(days=3)).isoformat()] and len(more.skipped) == 3
-    assert sample_store.run_history(profile="raj", limit=None) == []  # profiles never mix
+    assert run_history(sample_store, profile="raj", limit=None) == []  # profiles never mix

@@ -16,13 +16,14 @@ from reverie.models.backup import backup_lines, restore
 from reverie.models.config import ConsolidationConfig, ForgetConfig
 from reverie.models.errors import InputError, StoreError
 from reverie.models.export import export_jsonl
-from reverie.models.ingest import read_jsonl
 from reverie.models.store import Store
 from reverie.models.tables import RunRecord
+from reverie.models.validation import read_jsonl
 from reverie.tasks.forget import forget
 from reverie.tasks.step import StepArgs
 
 from conftest import TEST_POSTGRES
+from factories import ingest_records, record_runs
 from test_ingest_properties import AS_OF, PROFILE, Planned, batches, run_steps
 
 _names = itertools.count()
@@ -37,7 +38,7 @@ def lived(store: Store) -> None:
     later = AS_OF + timedelta(days=400)
     run_steps(store, PROFILE, later)
     forget(store, StepArgs(store.url, PROFILE, later, FORGETTING, "run-1"))
-    store.record_runs([RunRecord(profile_id=PROFILE, flow="decay", run_id="run-1", as_of=later,
+    record_runs(store, [RunRecord(profile_id=PROFILE, flow="decay", run_id="run-1", as_of=later,
                                  started_at=later, finished_at=later)])
 
 
@@ -56,7 +57,7 @@ def test_a_backup_restores_the_profile_exactly(
 ) -> None:
     _, plans = batch
     source = new_store(f"source{next(_names)}")
-    source.ingest([p.record for p in plans if p.record is not None], profile=PROFILE)
+    ingest_records(source, [p.record for p in plans if p.record is not None], profile=PROFILE)
     if PROFILE not in source.profiles():
         return  # every record was refused: nothing to back up
     lived(source)

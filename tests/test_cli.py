@@ -12,11 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from reverie.deployments.cli import EXIT_ERROR, EXIT_OK, EXIT_REJECTED, main
 from reverie.demo.run import SAMPLE_STORE
+from reverie.deployments.cli import EXIT_ERROR, EXIT_OK, EXIT_REJECTED, main
+from reverie.models.repositories import memories as memories_repo
 from reverie.models.store import Store
 
 from conftest import clone_sample
+from factories import in_read, ingest_file
 
 
 @pytest.fixture
@@ -97,15 +99,15 @@ def test_consolidate_needs_a_profile_choice(store: Store) -> None:
 def test_consolidate_dry_run_and_real_run(
     sample_store: Store, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    before = sample_store.counts("raj")
+    before = in_read(sample_store, "raj", memories_repo.counts)
     args = ["consolidate", "full", "--profile", "raj", "--as-of", "2025-07-01T00:00:00Z"]
     assert main([*args, "--dry-run"]) == EXIT_OK
     assert "dry run: nothing written" in capsys.readouterr().out
-    assert sample_store.counts("raj") == before
+    assert in_read(sample_store, "raj", memories_repo.counts) == before
     assert main([*args, "--json"]) == EXIT_OK
     report = json.loads(capsys.readouterr().out)
     assert report["as_of"] == "2025-07-01T00:00:00" and not report["dry_run"]
-    assert sample_store.counts("raj")["cold"] > 0
+    assert in_read(sample_store, "raj", memories_repo.counts)["cold"] > 0
     assert main(["blocks", "--profile", "raj"]) == EXIT_OK
     assert "## user_profile" in capsys.readouterr().out
 
@@ -235,7 +237,7 @@ def test_the_default_store_is_the_same_from_any_folder_and_status_names_it(
 def test_a_reader_that_goes_away_ends_the_command_quietly(tmp_path: Path) -> None:
     # `reverie consolidations | head -1`: the rest of the output has nowhere to go.
     store = Store(f"sqlite:///{tmp_path / 'pipe.db'}")
-    store.ingest_jsonl(SAMPLE_STORE)
+    ingest_file(store, SAMPLE_STORE)
     env = {**os.environ, "REVERIE_DATABASE_URL": store.url}
     command = [sys.executable, "-m", "reverie.deployments.cli", "export", "--profile", "maya"]
     with subprocess.Popen(command, env=env, stdout=subprocess.PIPE,

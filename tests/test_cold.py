@@ -6,7 +6,7 @@ from reverie.models.config import ColdConfig
 from reverie.models.tables import Origin
 from reverie.tasks.cold import heat, is_candidate, plan_cold, plan_stalled
 
-from factories import AS_OF, view
+from factories import AS_OF, get_memory, ingest_records, view
 
 CONFIG = ColdConfig()
 WEEK = timedelta(days=7)
@@ -131,18 +131,17 @@ def test_the_model_words_the_learning_memory_and_the_rules_stand_in_when_it_cann
     notes = [{"id": f"n{i}", "content": f"billing export failed on node {i} during the night",
               "entity": "billing", "layer": "context", "importance": 0.2, "created_at": old}
              for i in range(3)]
-    store.ingest(notes, profile="p")
-    store.ingest([{**n, "id": f"q{i}", "entity": "search"} for i, n in enumerate(notes)],
-                 profile="q")
+    ingest_records(store, notes, profile="p")
+    ingest_records(store, [{**n, "id": f"q{i}", "entity": "search"} for i, n in enumerate(notes)], profile="q")
     llm.behaviour = "good"
     report = consolidate_cold(profile="p", as_of=AS_OF)
     (learned,) = [c for c in report.steps[0].changes if c.action == "consolidated"]
-    summary = store.get(learned.target)
+    summary = get_memory(store, learned.target)
     assert summary.layer == "learning" and summary.protected
     assert not summary.content.startswith("3 context notes")  # the model's words
     assert any("billing" in r["body"]["messages"][-1]["content"] for r in llm.requests)
     llm.behaviour = "injection"
     report = consolidate_cold(profile="q", as_of=AS_OF)
     (learned,) = [c for c in report.steps[0].changes if c.action == "consolidated"]
-    assert store.get(learned.target).content.startswith("3 context notes on search")
+    assert get_memory(store, learned.target).content.startswith("3 context notes on search")
     assert any("fell back" in n or "rules" in n for n in report.steps[0].notes)

@@ -10,17 +10,19 @@ from datetime import timedelta
 import pytest
 
 from reverie.deployments.cli import EXIT_ERROR, EXIT_OK, main
+from reverie.engines.recall import recall
 from reverie.flows.cold_tier import cold_tier
 from reverie.flows.lightweight_consolidation import lightweight_consolidation
 from reverie.models.config import ColdTierConfig
 from reverie.models.export import export_rows
 from reverie.models.ids import content_hash
+from reverie.models.repositories import blocks as blocks_repo
+from reverie.models.repositories import memories as memories_repo
 from reverie.models.store import Store
-from reverie.models.tables import COLD_EXPIRY, COLD_MIGRATION, Lifecycle, Tier, Tombstone
+from reverie.models.tables import Lifecycle, Operation, Tier, Tombstone
 from reverie.tasks.cold_tier import Action, plan_expiry, plan_migration
-from reverie.engines.recall import recall
 
-from factories import AS_OF, view
+from factories import AS_OF, get_memory, in_read, ingest_records, undo_consolidation, view
 
 DAY = timedelta(days=1)
 SEED_MIGRATION = ColdTierConfig(migrate_after_days=7)
@@ -143,7 +145,7 @@ def tiered(store: Store) -> Store:
         {"profile": "q", "id": "stale", "content": "Ben's first car was a blue Volvo",
          "created_at": iso(10)},
     ]
-    assert not store.ingest(rows).errors
+    assert not ingest_records(store, rows).errors
     return store
 
 
@@ -198,12 +200,12 @@ def test_undo_brings_a_migrated_memory_back_and_it_is_not_moved_again(
     tiered: Store, capsys: pytest.CaptureFixture[str]
 ) -> None:
     lightweight_consolidation(profile="p", as_of=AS_OF)  # the user_profile block quotes it
-    assert "red Fiat" in " ".join(b.content for b in tiered.blocks("p"))
+    assert "red Fiat" in " ".join(b.content for b in in_read(tiered, "p", blocks_repo.blocks))
     before = state(tiered, "p")
     cold_tier(profile="p", as_of=AS_OF, migrate_after_days=7)
-    assert "red Fiat" not in " ".join(b.content for b in tiered.blocks("p"))
+    assert "red Fiat" not in " ".join(b.content for b in in_read(tiered, "p", blocks_repo.blocks))
     (audit,) = [r for r in rows(tiered)
-                if r["type"] == "consolidation" and r["operation"] == COLD_MIGRATION]
+                if r["type"] == "consolidation" and r["operation"] == Operation.MIGRATE_COLD]
     assert main(["undo", audit["id"], "--profile", "p"]) == EXIT_OK
     assert "1 memories restored" in capsys.readouterr().out
     assert tiers(tiered, "p")["stale"] == Tier.HOT
@@ -234,8 +236,8 @@ def test_expiry_at_the_ttl_leaves_a_tombstone_that_get_reads(
     real = cold_tier(profile="p", as_of=AS_OF + 180 * DAY, ttl_days=180, auto_approve_expiry=True)
     assert real.comparable() == dry.comparable()
     assert "stale" not in tiers(tiered, "p") and tiers(tiered, "q") == {"stale": Tier.HOT}
-    assert tiered.counts("p") == {Tier.HOT: 2, Tier.COLD: 0, "tombstones": 1}
-    tomb = tiered.get("stale", "p")
+    assert in_read(tiered, "p", memories_repo.counts) == {Tier.HOT: 2, Tier.COLD: 0, "tombstones": 1}
+    tomb = get_memory(tiered, "stale", "p")
     assert isinstance(tomb, Tombstone) and tomb.memory_id == stale_id
     assert tomb.content_hash == content_hash("Ana's first car was a red Fiat")
     assert main(["get", "stale", "--profile", "p", "--json"]) == EXIT_OK
@@ -244,14 +246,14 @@ def test_expiry_at_the_ttl_leaves_a_tombstone_that_get_reads(
     assert "cold since 2025-07-01; created 2025-06-21, last used never" in got["reason"]
     assert "content" not in got
     (audit,) = [r for r in rows(tiered)
-                if r["type"] == "consolidation" and r["operation"] == COLD_EXPIRY]
+                if r["type"] == "consolidation" and r["operation"] == Operation.EXPIRE_COLD]
     assert audit["parameters"]["expired"][stale_id]["cold_since"] == AS_OF.isoformat()
     # Idempotent; and undoing the migration now restores nothing (it is a tombstone).
     assert cold_tier(profile="p", as_of=AS_OF + 180 * DAY, ttl_days=180,
                      auto_approve_expiry=True).changed() == 0
     migration = next(r["id"] for r in rows(tiered)
-                     if r["type"] == "consolidation" and r["operation"] == COLD_MIGRATION)
-    assert tiered.undo(migration, "p").restored == []
+                     if r["type"] == "consolidation" and r["operation"] == Operation.MIGRATE_COLD)
+    assert undo_consolidation(tiered, migration, "p").restored == []
 
 
 @pytest.mark.usefixtures("prefect_api")

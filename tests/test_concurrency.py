@@ -23,6 +23,7 @@ from reverie.models.errors import StepFailedError
 from reverie.models.store import Store
 from reverie.tasks import blocks
 
+from factories import acquire_leases, lease_holders, release_leases, renew_leases, run_history
 from prefect_stack import free_port
 
 AS_OF = datetime(2025, 7, 1)
@@ -81,12 +82,12 @@ def progress_descriptions() -> list[str]:
 
 
 def test_a_lease_is_exclusive_until_released_or_expired(store: Store) -> None:
-    assert store.acquire_leases(["a", "b"], "run-1", 60, at=T0) == ["a", "b"]
-    assert store.acquire_leases(["a"], "run-2", 60, at=T0) == []
-    assert store.acquire_leases(["a"], "run-1", 60, at=T0) == ["a"]  # already ours
-    assert store.acquire_leases(["a"], "run-2", 60, at=T0 + timedelta(seconds=61)) == ["a"]
-    store.release_leases(["a", "b"], "run-1")  # only what run-1 still holds
-    assert store.lease_holders() == {"a": "run-2"}
+    assert acquire_leases(store, ["a", "b"], "run-1", 60, at=T0) == ["a", "b"]
+    assert acquire_leases(store, ["a"], "run-2", 60, at=T0) == []
+    assert acquire_leases(store, ["a"], "run-1", 60, at=T0) == ["a"]  # already ours
+    assert acquire_leases(store, ["a"], "run-2", 60, at=T0 + timedelta(seconds=61)) == ["a"]
+    release_leases(store, ["a", "b"], "run-1")  # only what run-1 still holds
+    assert lease_holders(store) == {"a": "run-2"}
 
 
 @pytest.mark.usefixtures("prefect_api")
@@ -94,11 +95,11 @@ def test_a_busy_profile_is_skipped_when_so_configured(
     sample_store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("REVERIE_BUSY_PROFILE", "skip")
-    sample_store.acquire_leases(["maya"], "someone-else", 600)
+    acquire_leases(sample_store, ["maya"], "someone-else", 600)
     report = lightweight_consolidation(profile=["maya", "raj"], as_of=AS_OF)
     assert report.skipped_profiles == ["maya"] and report.profiles == ["raj"]
     assert {s.profile for s in report.steps} == {"raj"}
-    assert sample_store.lease_holders() == {"maya": "someone-else"}
+    assert lease_holders(sample_store) == {"maya": "someone-else"}
 
 
 @pytest.mark.usefixtures("prefect_api")
@@ -106,11 +107,11 @@ def test_a_busy_profile_is_waited_for_then_refused(
     sample_store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("REVERIE_BUSY_WAIT_SECONDS", "1.5")
-    sample_store.acquire_leases(["maya"], "someone-else", 600)
+    acquire_leases(sample_store, ["maya"], "someone-else", 600)
     with pytest.raises(StepFailedError, match="'maya' is busy \\(local run someone-else\\)"):
         lightweight_consolidation(profile=["maya", "raj"], as_of=AS_OF)
     # The other profile finished and is recorded; the busy one is not.
-    assert [r.profile_id for r in sample_store.run_history()] == ["raj"]
+    assert [r.profile_id for r in run_history(sample_store)] == ["raj"]
 
 
 @pytest.mark.usefixtures("prefect_api")
@@ -129,7 +130,7 @@ def test_a_busy_profile_holds_up_no_other_and_its_wait_is_reported(
         return original(*args, **kwargs)
 
     monkeypatch.setattr(blocks, "plan_blocks", slow)
-    sample_store.acquire_leases(["maya"], "someone-else", 600)
+    acquire_leases(sample_store, ["maya"], "someone-else", 600)
     samples: list[dict[str, str]] = []
     stop = threading.Event()
 
@@ -140,9 +141,9 @@ def test_a_busy_profile_holds_up_no_other_and_its_wait_is_reported(
         while not stop.is_set():
             if release_at and time.monotonic() >= release_at:
                 progress.extend(progress_descriptions())
-                sample_store.release_leases(["maya"], "someone-else")
+                release_leases(sample_store, ["maya"], "someone-else")
                 release_at = 0.0
-            samples.append(sample_store.lease_holders())
+            samples.append(lease_holders(sample_store))
             time.sleep(0.1)
 
     # Prefect's settings (the test API) are a context variable: the thread needs them.
@@ -166,7 +167,7 @@ def test_a_busy_profile_holds_up_no_other_and_its_wait_is_reported(
                for line in run_log)
     assert "**Waited for busy profiles:** maya" in markdown(report)
     assert any("waiting for maya (held by local run someone-else)" in d for d in progress)
-    assert sample_store.lease_holders() == {}
+    assert lease_holders(sample_store) == {}
 
 
 @pytest.mark.usefixtures("prefect_api")
@@ -182,9 +183,9 @@ def test_two_runs_for_one_profile_never_overlap(
     monkeypatch.setattr(blocks, "plan_blocks", slow)
     errors = at_once(2, lambda: lightweight_consolidation(profile="maya", as_of=AS_OF), 120)
     assert not errors
-    first, second = sorted(sample_store.run_history(), key=lambda r: r.started_at)
+    first, second = sorted(run_history(sample_store), key=lambda r: r.started_at)
     assert first.finished_at <= second.started_at
-    assert sample_store.lease_holders() == {}
+    assert lease_holders(sample_store) == {}
 
 
 @pytest.mark.usefixtures("prefect_api")
@@ -194,7 +195,7 @@ def test_a_skipped_profile_gives_its_prefect_slot_back(
     from prefect.client.orchestration import get_client
 
     monkeypatch.setenv("REVERIE_BUSY_PROFILE", "skip")
-    sample_store.acquire_leases(["maya"], "someone-else", 600)
+    acquire_leases(sample_store, ["maya"], "someone-else", 600)
     lightweight_consolidation(profile="maya", as_of=AS_OF)
     with get_client(sync_client=True) as client:
         limit = client.read_global_concurrency_limit_by_name("reverie-profile-maya")
@@ -333,7 +334,7 @@ def test_a_profile_held_by_a_run_killed_with_its_server_comes_free_within_a_leas
         holder.kill()
         stop([server])
     assert done.returncode == 0, done.stderr[-3000:]
-    assert [r.profile_id for r in sample_store.run_history()] == ["maya"]
+    assert [r.profile_id for r in run_history(sample_store)] == ["maya"]
     # It did wait for the dead run's lease (renewed at most 5/3 s before the kill)...
     assert waited >= PREFECT_MIN_LEASE_SECONDS - 5
     # ...and no longer than the lease, the repossessor's loop and the run's own work.
@@ -341,11 +342,11 @@ def test_a_profile_held_by_a_run_killed_with_its_server_comes_free_within_a_leas
 
 
 def test_a_renewal_never_takes_back_a_lease_given_back(store: Store) -> None:
-    assert store.acquire_leases(["a", "b"], "run-1", 60, at=T0) == ["a", "b"]
-    store.release_leases(["a"], "run-1")
-    assert store.renew_leases(["a", "b"], "run-1", 60, at=T0) == ["b"]
-    assert store.lease_holders() == {"b": "run-1"}
-    assert store.renew_leases(["b"], "run-2", 60, at=T0) == []  # not its lease
+    assert acquire_leases(store, ["a", "b"], "run-1", 60, at=T0) == ["a", "b"]
+    release_leases(store, ["a"], "run-1")
+    assert renew_leases(store, ["a", "b"], "run-1", 60, at=T0) == ["b"]
+    assert lease_holders(store) == {"b": "run-1"}
+    assert renew_leases(store, ["b"], "run-2", 60, at=T0) == []  # not its lease
 
 
 @pytest.mark.usefixtures("prefect_api")
@@ -372,4 +373,4 @@ def test_a_lease_taken_for_several_chunks_is_given_back_with_the_last(store: Sto
         holds.release(profiles[2:])
         assert active() == [0, 0, 0, 0]
         assert holds.take(profiles[:1]) == profiles[:1]
-    assert active() == [0, 0, 0, 0] and store.lease_holders() == {}
+    assert active() == [0, 0, 0, 0] and lease_holders(store) == {}

@@ -27,7 +27,7 @@ from reverie.models.export import export_jsonl
 from reverie.models.store import Store
 
 from conftest import TEST_POSTGRES, clone_sample
-from factories import at_cosine
+from factories import at_cosine, ingest_records
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("prefect_api")]
 
@@ -60,7 +60,7 @@ HELD_COMMAND = """
 import os, sys, threading, time
 from contextlib import contextmanager
 
-import reverie.models.store
+import reverie.models.db
 import reverie.tasks.step
 
 kind, target = os.environ["HOLD"].split(":", 1)
@@ -83,7 +83,7 @@ def held_run_step(name, fn, args):
     return report
 
 
-writing = reverie.models.store.writing
+writing = reverie.models.db.writing
 
 
 @contextmanager
@@ -96,7 +96,7 @@ def held_writing(*args, **kwargs):
 
 
 reverie.tasks.step.run_step = held_run_step
-reverie.models.store.writing = held_writing
+reverie.models.db.writing = held_writing
 from reverie.deployments.cli import main
 
 sys.exit(main(sys.argv[1:]))
@@ -123,7 +123,7 @@ def _cluster_ready(store: Store) -> None:
     rows = [{"id": f"topic-{k}", "content": f"topic A fact number {k}",
              "created_at": (AS_OF - timedelta(days=k)).isoformat(),
              "embedding": at_cosine(0.9, other=10 + k).tolist(), **fresh} for k in range(6)]
-    assert not store.ingest(rows, profile="clusters").errors
+    assert not ingest_records(store, rows, profile="clusters").errors
 
 
 def _left_behind(pgid: int) -> list[str]:

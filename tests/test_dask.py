@@ -12,7 +12,7 @@ from reverie.models.db import copy_profiles
 from reverie.models.export import export_jsonl
 from reverie.models.store import Store
 
-from factories import at_cosine, axis
+from factories import at_cosine, axis, ingest_records
 
 AS_OF = datetime(2025, 7, 1)
 PROFILES = 50
@@ -45,7 +45,7 @@ def test_fifty_profiles_on_dask_match_a_sequential_run(
     from prefect_dask import DaskTaskRunner
 
     parallel = new_store("parallel")
-    report = parallel.ingest([r for n in range(PROFILES) for r in profile_records(n)])
+    report = ingest_records(parallel, [r for n in range(PROFILES) for r in profile_records(n)])
     assert not report.errors and report.edges == PROFILES
     sequential = new_store("sequential")
     copy_profiles(parallel.url, sequential.url, parallel.profiles())

@@ -8,7 +8,7 @@ from reverie.models.config import DecayConfig
 from reverie.models.records import RelevanceInputs
 from reverie.tasks.decay import distribution, plan_decay, relevance
 
-from factories import AS_OF
+from factories import AS_OF, in_read, record_runs
 
 CONFIG = DecayConfig()
 NOW = AS_OF.replace(tzinfo=UTC).timestamp()
@@ -101,27 +101,27 @@ def test_one_day_later_everything_scores_lower() -> None:
 def _decayed_at(store, as_of) -> None:
     from reverie.models.tables import RunRecord
 
-    store.record_runs([RunRecord(profile_id="p", flow="decay", as_of=as_of, started_at=as_of,
+    record_runs(store, [RunRecord(profile_id="p", flow="decay", as_of=as_of, started_at=as_of,
                                  finished_at=as_of)])
 
 
 def test_steps_say_when_the_relevance_they_act_on_is_more_than_a_day_old(store) -> None:
     from reverie.tasks.decay import relevance_notes
 
-    assert relevance_notes(store, "p", AS_OF, scored=False) == [
+    assert in_read(store, "p", relevance_notes, AS_OF, scored=False) == [
         "no memory has a relevance score yet: run decay first"]
-    assert relevance_notes(store, "p", AS_OF, scored=True) == []  # no decay recorded
+    assert in_read(store, "p", relevance_notes, AS_OF, scored=True) == []  # no decay recorded
     _decayed_at(store, AS_OF)
-    assert relevance_notes(store, "p", AS_OF + timedelta(days=1), True) == []
-    (stale,) = relevance_notes(store, "p", AS_OF + timedelta(days=1, seconds=1), True)
+    assert in_read(store, "p", relevance_notes, AS_OF + timedelta(days=1), True) == []
+    (stale,) = in_read(store, "p", relevance_notes, AS_OF + timedelta(days=1, seconds=1), True)
     assert stale.startswith("relevance is 1.0 days older than as_of")
-    (later,) = relevance_notes(store, "p", AS_OF - timedelta(days=3), True)
+    (later,) = in_read(store, "p", relevance_notes, AS_OF - timedelta(days=3), True)
     assert later.startswith("relevance was computed as of") and "3.0 days after" in later
-    assert relevance_notes(store, "other", AS_OF + timedelta(days=9), True) == []
+    assert in_read(store, "other", relevance_notes, AS_OF + timedelta(days=9), True) == []
     # The day is a knob: a week's tolerance takes the same 3 days without a note.
     week = DecayConfig(stale_after_days=7.0)
-    assert relevance_notes(store, "p", AS_OF - timedelta(days=3), True, week) == []
-    assert relevance_notes(store, "p", AS_OF + timedelta(days=7, seconds=1), True, week)
+    assert in_read(store, "p", relevance_notes, AS_OF - timedelta(days=3), True, week) == []
+    assert in_read(store, "p", relevance_notes, AS_OF + timedelta(days=7, seconds=1), True, week)
 
 
 def test_a_weekly_run_after_a_missed_decay_says_so_in_its_artifact(sample_store) -> None:
@@ -136,8 +136,9 @@ def test_a_weekly_run_after_a_missed_decay_says_so_in_its_artifact(sample_store)
 
 
 def test_a_step_that_finds_nothing_relevant_enough_says_so() -> None:
-    from factories import view
     from reverie.tasks.decay import none_above_note
+
+    from factories import view
 
     faded = [view("a", relevance=0.004), view("b", relevance=0.3)]
     (note,) = none_above_note(faded, 0.3, "cluster")

@@ -277,11 +277,15 @@ def test_two_exports_racing_leave_one_complete_export(
 
 INGEST_WITHOUT_TORCH = """
 import sys
+from reverie.engines.embedding import embedder_for
+from reverie.models.ingest import ingest
 from reverie.models.store import Store
 store = Store(sys.argv[1])
-report = store.ingest([{"content": f"sentence number {k}", "profile": "p"} for k in range(50)])
+embedder = embedder_for(store.settings)
+report = ingest(store, [{"content": f"sentence number {k}", "profile": "p"} for k in range(50)],
+                embedder)
 assert report.stored == 50, report
-print(type(store.embedder()).__name__, "torch" in sys.modules, "sentence_transformers" in sys.modules)
+print(type(embedder).__name__, "torch" in sys.modules, "sentence_transformers" in sys.modules)
 """
 
 

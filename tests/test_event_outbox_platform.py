@@ -16,9 +16,11 @@ from typing import Any
 import pytest
 
 from reverie.deployments.serve import project_root
-from reverie.models import events, outbox
+from reverie.flows import event_delivery
+from reverie.models import outbox
 from reverie.models.events import MEMORY_STORED, STORE_THRESHOLD
 
+from factories import ingest_records
 from prefect_stack import EVENT_SECONDS, Stack, new_store_url, running_stack, wait_for
 
 pytestmark = pytest.mark.slow
@@ -65,15 +67,13 @@ def test_events_kept_while_the_api_is_down_trigger_their_run_once_it_is_back(
         stack.stop_server()  # the API goes away; the worker stays
 
         started = time.monotonic()
-        stack.store.ingest([{"content": f"fact {i}", "embedding": VECTOR} for i in range(50)],
-                           profile="outbox-a")
-        stack.store.ingest([{"content": f"fact {i}", "embedding": VECTOR} for i in range(30)],
-                           profile="outbox-b")
-        assert time.monotonic() - started < 2 * events.SEND_DEADLINE_SECONDS
+        ingest_records(stack.store, [{"content": f"fact {i}", "embedding": VECTOR} for i in range(50)], profile="outbox-a")
+        ingest_records(stack.store, [{"content": f"fact {i}", "embedding": VECTOR} for i in range(30)], profile="outbox-b")
+        assert time.monotonic() - started < 2 * event_delivery.SEND_DEADLINE_SECONDS
         assert [(p.profile, p.events) for p in outbox.waiting(store_url)] == [
             ("outbox-a", 2), ("outbox-b", 1)]
-        down = outbox.flush(store_url)  # the real send, to nobody
-        assert down.outcome is outbox.Outcome.UNREACHABLE and down.pending == 3
+        down = event_delivery.flush(store_url)  # the real send, to nobody
+        assert down.outcome is event_delivery.Outcome.UNREACHABLE and down.pending == 3
 
         stack.start_server()  # its old database
         assert stack.worker.poll() is None, "the worker died while the server was down"

@@ -11,6 +11,7 @@ from datetime import datetime, timedelta
 import pytest
 from sqlalchemy import select
 
+from reverie.flows import event_delivery
 from reverie.models import events, outbox
 from reverie.models.db import reading, writing
 from reverie.models.events import crossings, session_events, stored_events
@@ -18,7 +19,7 @@ from reverie.models.store import Store
 from reverie.models.tables import OutboxEvent
 from reverie.models.timestamps import utcnow
 
-from factories import record
+from factories import embedder_of, end_session, ingest_records, record
 
 T = datetime(2025, 7, 1)
 
@@ -48,21 +49,21 @@ def test_session_events() -> None:
 
 def test_nothing_is_sent_without_a_prefect_api(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
     sent: list[object] = []
-    monkeypatch.setattr(events, "api_url", lambda: None)
-    monkeypatch.setattr(events, "_send", lambda batch, url: sent.append(batch))
-    store.ingest([record(f"fact {i}") for i in range(60)], profile="ana")
+    monkeypatch.setattr(event_delivery, "api_url", lambda: None)
+    monkeypatch.setattr(event_delivery, "_send", lambda batch, url: sent.append(batch))
+    ingest_records(store, [record(f"fact {i}") for i in range(60)], profile="ana")
     assert sent == []
 
 
 def test_storing_does_not_fail_or_wait_when_the_api_is_down(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(events, "api_url", lambda: "http://127.0.0.1:9/api")  # no one there
+    monkeypatch.setattr(event_delivery, "api_url", lambda: "http://127.0.0.1:9/api")  # no one there
     started = time.monotonic()
-    report = store.ingest([record(f"fact {i}") for i in range(60)], profile="ana")
+    report = ingest_records(store, [record(f"fact {i}") for i in range(60)], profile="ana")
     assert report.stored == 60 and not report.errors
-    assert store.end_session("ana", "s1") == 1
-    assert time.monotonic() - started < 2 * events.SEND_DEADLINE_SECONDS
+    assert end_session(store, "ana", "s1") == 1
+    assert time.monotonic() - started < 2 * event_delivery.SEND_DEADLINE_SECONDS
 
 
 # --- the outbox: events kept in the store until the API has them --------------------------
@@ -95,9 +96,28 @@ class FakeApi:
 @pytest.fixture
 def api(monkeypatch: pytest.MonkeyPatch) -> FakeApi:
     fake = FakeApi()
-    monkeypatch.setattr(events, "api_url", lambda: DOWN)
-    monkeypatch.setattr(events, "_send", fake.send)
+    monkeypatch.setattr(event_delivery, "api_url", lambda: DOWN)
+    monkeypatch.setattr(event_delivery, "_send", fake.send)
     return fake
+
+
+def test_ingest_queues_its_events_and_leaves_sending_to_its_caller(
+    store: Store, api: FakeApi
+) -> None:
+    from reverie.models.ingest import ingest
+
+    report = ingest(store, [record(f"fact {i}") for i in range(60)], embedder_of(store),
+                    profile="ana", queue_events=True)
+    assert report.stored == 60 and report.queued_events == 2
+    assert pending_keys(store) == ["ana:stored:60", "ana:store-threshold:1"]
+    assert api.offered == []  # models/ sends nothing: the caller delivers
+    api.answer = None
+    event_delivery.deliver(store.url)
+    assert api.delivered == [["ana:stored:60", "ana:store-threshold:1"]]
+    assert pending_keys(store) == []
+    # Without queue_events (no API configured, or events off) nothing is kept at all.
+    assert ingest(store, [record("one more")], embedder_of(store), profile="ana").queued_events == 0
+    assert pending_keys(store) == []
 
 
 def test_events_are_written_in_the_transaction_of_the_ingest(
@@ -111,12 +131,12 @@ def test_events_are_written_in_the_transaction_of_the_ingest(
 
     monkeypatch.setattr(outbox, "add", add_then_fail)
     with pytest.raises(RuntimeError):
-        store.ingest([record(f"fact {i}") for i in range(60)], profile="ana")
+        ingest_records(store, [record(f"fact {i}") for i in range(60)], profile="ana")
     assert store.profiles() == [] and pending_keys(store) == []  # rolled back together
     monkeypatch.setattr(outbox, "add", real_add)
     # A process that dies right after its commit, before sending: the events are kept.
-    monkeypatch.setattr(outbox, "deliver", lambda url: None)
-    store.ingest([record(f"fact {i}") for i in range(60)], profile="ana")
+    monkeypatch.setattr(event_delivery, "deliver", lambda url: None)
+    ingest_records(store, [record(f"fact {i}") for i in range(60)], profile="ana")
     assert pending_keys(store) == ["ana:stored:60", "ana:store-threshold:1"]
     assert api.offered == []  # nothing was tried
 
@@ -124,23 +144,23 @@ def test_events_are_written_in_the_transaction_of_the_ingest(
 def test_events_wait_while_the_api_is_down_and_go_in_order_once_it_answers(
     store: Store, api: FakeApi, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with caplog.at_level(logging.WARNING, logger="reverie.models.outbox"):
-        assert store.ingest([record(f"fact {i}") for i in range(60)], profile="ana").stored == 60
+    with caplog.at_level(logging.WARNING, logger="reverie.flows.event_delivery"):
+        assert ingest_records(store, [record(f"fact {i}") for i in range(60)], profile="ana").stored == 60
     assert [r.getMessage() for r in caplog.records] == [
         f"could not send 2 event(s) to the Prefect API at {DOWN} (refused); 2 wait in the "
         "store for the next ingest or `reverie events flush`"]
     assert "fact" not in caplog.text
-    assert store.end_session("ana", "s1") == 1
+    assert end_session(store, "ana", "s1") == 1
     assert pending_keys(store) == ["ana:stored:60", "ana:store-threshold:1", "ana:session:1"]
     assert outbox.waiting(store.url)[0].events == 3
     api.answer = None
-    store.ingest([record(f"more {i}") for i in range(10)], profile="ana")
+    ingest_records(store, [record(f"more {i}") for i in range(10)], profile="ana")
     assert api.delivered == [
         ["ana:stored:60", "ana:store-threshold:1", "ana:session:1", "ana:stored:70"]]
     assert pending_keys(store) == [] and outbox.waiting(store.url) == []
     # Delivered events are gone: a flush has nothing to send, the next ingest its own.
-    assert outbox.flush(store.url) == outbox.FlushResult(outbox.Outcome.DELIVERED, 0, 0)
-    store.ingest([record("one more")], profile="ana")
+    assert event_delivery.flush(store.url) == event_delivery.FlushResult(event_delivery.Outcome.DELIVERED, 0, 0)
+    ingest_records(store, [record("one more")], profile="ana")
     assert api.delivered[-1] == ["ana:stored:71"]
     assert len(api.delivered) == 2
 
@@ -148,48 +168,48 @@ def test_events_wait_while_the_api_is_down_and_go_in_order_once_it_answers(
 def test_the_real_send_to_a_dead_api_keeps_the_events_with_one_warning(
     store: Store, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setattr(events, "api_url", lambda: DOWN)
+    monkeypatch.setattr(event_delivery, "api_url", lambda: DOWN)
     started = time.monotonic()
     with caplog.at_level(logging.WARNING):
-        store.ingest([record(f"fact {i}") for i in range(50)], profile="ana")
-    assert time.monotonic() - started < 2 * events.SEND_DEADLINE_SECONDS
-    assert [r.name for r in caplog.records if r.levelno >= logging.WARNING] == ["reverie.models.outbox"]
-    result = outbox.flush(store.url)
-    assert result.outcome is outbox.Outcome.UNREACHABLE and result.sent == 0
+        ingest_records(store, [record(f"fact {i}") for i in range(50)], profile="ana")
+    assert time.monotonic() - started < 2 * event_delivery.SEND_DEADLINE_SECONDS
+    assert [r.name for r in caplog.records if r.levelno >= logging.WARNING] == ["reverie.flows.event_delivery"]
+    result = event_delivery.flush(store.url)
+    assert result.outcome is event_delivery.Outcome.UNREACHABLE and result.sent == 0
     assert result.pending == 2 and result.error
 
 
 def test_nothing_is_queued_without_an_api_or_with_events_off(
     store: Store, api: FakeApi, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(events, "api_url", lambda: None)
-    store.ingest([record(f"fact {i}") for i in range(60)], profile="ana")
-    store.end_session("ana")
-    monkeypatch.setattr(events, "api_url", lambda: DOWN)
+    monkeypatch.setattr(event_delivery, "api_url", lambda: None)
+    ingest_records(store, [record(f"fact {i}") for i in range(60)], profile="ana")
+    end_session(store, "ana")
+    monkeypatch.setattr(event_delivery, "api_url", lambda: DOWN)
     monkeypatch.setenv("REVERIE_EMIT_EVENTS", "false")
-    store.ingest([record(f"other {i}") for i in range(60)], profile="ana")
+    ingest_records(store, [record(f"other {i}") for i in range(60)], profile="ana")
     assert pending_keys(store) == [] and api.offered == []
 
 
 def test_a_second_sender_leaves_the_events_to_the_first_which_sends_them_all(
     store: Store, api: FakeApi, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(outbox, "deliver", lambda url: None)  # queue only
-    store.ingest([record(f"fact {i}") for i in range(50)], profile="ana")
+    monkeypatch.setattr(event_delivery, "deliver", lambda url: None)  # queue only
+    ingest_records(store, [record(f"fact {i}") for i in range(50)], profile="ana")
     api.answer = None
-    real_send = events._send
-    during: list[outbox.FlushResult] = []
+    real_send = event_delivery._send
+    during: list[event_delivery.FlushResult] = []
 
     def slow_send(batch, url):  # type: ignore[no-untyped-def]
         if not during:  # while the first send is under way, another process ingests
-            store.end_session("ana", "s1")  # queues one more event
-            during.append(outbox.flush(store.url))
+            end_session(store, "ana", "s1")  # queues one more event
+            during.append(event_delivery.flush(store.url))
         return real_send(batch, url)
 
-    monkeypatch.setattr(events, "_send", slow_send)
-    result = outbox.flush(store.url)
-    assert during[0].outcome is outbox.Outcome.BUSY and during[0].sent == 0
-    assert result == outbox.FlushResult(outbox.Outcome.DELIVERED, 3, 0)
+    monkeypatch.setattr(event_delivery, "_send", slow_send)
+    result = event_delivery.flush(store.url)
+    assert during[0].outcome is event_delivery.Outcome.BUSY and during[0].sent == 0
+    assert result == event_delivery.FlushResult(event_delivery.Outcome.DELIVERED, 3, 0)
     assert api.delivered == [
         ["ana:stored:50", "ana:store-threshold:1"], ["ana:session:1"]]
 
@@ -197,16 +217,16 @@ def test_a_second_sender_leaves_the_events_to_the_first_which_sends_them_all(
 def test_a_dead_senders_claim_lapses_and_its_events_are_sent(
     store: Store, api: FakeApi, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(outbox, "deliver", lambda url: None)
-    store.ingest([record("fact")], profile="ana")
+    monkeypatch.setattr(event_delivery, "deliver", lambda url: None)
+    ingest_records(store, [record("fact")], profile="ana")
     api.answer = None
     with writing(store.url) as s:  # claimed by a process that then died
         outbox.claim(s, "dead", utcnow() - timedelta(seconds=outbox.CLAIM_SECONDS / 2))
-    assert outbox.flush(store.url).outcome is outbox.Outcome.BUSY
+    assert event_delivery.flush(store.url).outcome is event_delivery.Outcome.BUSY
     with writing(store.url) as s:
         outbox.settle(s, "nobody", delivered=False)  # not its claim: nothing changes
         outbox.claim(s, "dead", utcnow() - timedelta(seconds=2 * outbox.CLAIM_SECONDS))
-    assert outbox.flush(store.url) == outbox.FlushResult(outbox.Outcome.DELIVERED, 1, 0)
+    assert event_delivery.flush(store.url) == event_delivery.FlushResult(event_delivery.Outcome.DELIVERED, 1, 0)
     assert api.delivered == [["ana:stored:1"]]
 
 
@@ -217,7 +237,7 @@ def test_the_events_command_lists_and_flushes(
 
     assert store.profiles() == []  # opening the store makes it
     assert main(["events"]) == EXIT_OK and "no events waiting" in capsys.readouterr().out
-    store.ingest([record(f"fact {i}") for i in range(50)], profile="ana")
+    ingest_records(store, [record(f"fact {i}") for i in range(50)], profile="ana")
     assert main(["events"]) == EXIT_OK
     assert capsys.readouterr().out.startswith("ana: 2 event(s) waiting, the oldest from ")
     assert main(["events", "flush", "--timeout", "1"]) == EXIT_ERROR
@@ -237,7 +257,7 @@ def test_flushing_tries_again_until_the_api_answers(
 ) -> None:
     from reverie.deployments.cli import EXIT_OK, main
 
-    store.ingest([record(f"fact {i}") for i in range(50)], profile="ana")
+    ingest_records(store, [record(f"fact {i}") for i in range(50)], profile="ana")
     refusing = api.send
 
     def back_on_the_third_try(batch: list[events.ProfileEvent], url: str
@@ -246,7 +266,7 @@ def test_flushing_tries_again_until_the_api_answers(
             api.answer = None  # the server is up again
         return refusing(batch, url)
 
-    monkeypatch.setattr(events, "_send", back_on_the_third_try)
+    monkeypatch.setattr(event_delivery, "_send", back_on_the_third_try)
     assert main(["events", "flush", "--timeout", "30"]) == EXIT_OK
     assert capsys.readouterr().out == "sent 2, waiting 0\n"
     assert len(api.offered) == 3 and api.delivered == [api.offered[-1]]
@@ -257,10 +277,10 @@ def test_senders_at_the_same_time_send_each_event_once(
 ) -> None:
     import threading
 
-    monkeypatch.setattr(outbox, "deliver", lambda url: None)
+    monkeypatch.setattr(event_delivery, "deliver", lambda url: None)
     for n in range(1, 6):
-        store.ingest([record(f"fact {n}")], profile="ana")
-        store.end_session("ana", f"s{n}")
+        ingest_records(store, [record(f"fact {n}")], profile="ana")
+        end_session(store, "ana", f"s{n}")
     api.answer = None
     order = pending_keys(store)
     fake_send = api.send
@@ -269,9 +289,9 @@ def test_senders_at_the_same_time_send_each_event_once(
         time.sleep(0.2)  # the others try meanwhile
         return fake_send(batch, url)
 
-    monkeypatch.setattr(events, "_send", slow_send)
-    results: list[outbox.FlushResult] = []
-    senders = [threading.Thread(target=lambda: results.append(outbox.flush(store.url)))
+    monkeypatch.setattr(event_delivery, "_send", slow_send)
+    results: list[event_delivery.FlushResult] = []
+    senders = [threading.Thread(target=lambda: results.append(event_delivery.flush(store.url)))
                for _ in range(4)]
     for t in senders:
         t.start()

@@ -12,11 +12,13 @@ import pytest
 
 from reverie.benchmarks.locomo import load_locomo
 from reverie.benchmarks.synthetic import SyntheticSpec, records
+from reverie.engines.graph import build_graph, importance
 from reverie.flows.decay import decay
 from reverie.flows.full_consolidation import full_consolidation
 from reverie.models.export import export_jsonl
 from reverie.models.store import Store
-from reverie.engines.graph import build_graph, importance
+
+from factories import ingest_records
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("prefect_api")]
 
@@ -45,7 +47,7 @@ def test_a_second_full_run_on_a_synthetic_store_changes_nothing(
 ) -> None:
     rows, _ = records(SYNTHETIC)
     first_store = new_store("first")
-    assert not first_store.ingest(rows).errors
+    assert not ingest_records(first_store, rows).errors
     first = _consolidated(first_store, monkeypatch, SYNTHETIC.as_of)
     # The effect is there: compression's own summaries were merged in the same run.
     assert step(first, "compress_fading").changed > 0
@@ -58,7 +60,7 @@ def test_a_second_full_run_on_a_synthetic_store_changes_nothing(
 
     # A second clean store from the same records ends byte for byte alike.
     other = new_store("other")
-    assert not other.ingest(rows).errors
+    assert not ingest_records(other, rows).errors
     _consolidated(other, monkeypatch, SYNTHETIC.as_of)
     assert _exports(other) == after_first
 
@@ -69,7 +71,7 @@ def test_a_second_full_run_on_the_locomo_dev_set_changes_nothing(
 ) -> None:
     conversations = load_locomo(LOCOMO)
     for conv in conversations:
-        assert not store.ingest(conv.memories, profile=conv.profile).errors
+        assert not ingest_records(store, conv.memories, profile=conv.profile).errors
     as_of = max(c.last_session for c in conversations) + timedelta(days=90)
     first = _consolidated(store, monkeypatch, as_of)
     assert first.changed() > 0

@@ -9,22 +9,26 @@ from pathlib import Path
 from uuid import UUID, uuid4
 
 import pytest
+from sqlalchemy import event
 from sqlalchemy.exc import OperationalError
 
 from reverie.flows.chunk_scheduler import chunked
 from reverie.flows.full_consolidation import full_consolidation
 from reverie.flows.lightweight_consolidation import lightweight_consolidation
 from reverie.flows.runtime import wait_for_run_history
-from reverie.models import store as store_module
 from reverie.models.errors import NotFoundError, StepFailedError
 from reverie.models.export import export_jsonl, export_rows
+from reverie.models.repositories import memories as memories_repo
+from reverie.models.repositories import summaries as summaries_module
 from reverie.models.store import Store
 from reverie.models.tables import EdgeKind, Origin, Tier
 from reverie.tasks import linking
 from reverie.tasks import step as step_module
+from reverie.tasks import summarize as summarize_module
 from reverie.tasks.blocks import BLOCK_TYPES
 
 from conftest import clone_sample
+from factories import in_read, ingest_records, lease_holders, run_history
 from prefect_reads import run_artifacts
 
 pytestmark = pytest.mark.usefixtures("prefect_api")
@@ -150,7 +154,7 @@ def test_a_step_that_fails_mid_transaction_and_is_retried_ends_like_a_clean_run(
     expected = clean_run_exports(sample_template, new_store, monkeypatch, None)
     flaky = use_copy(sample_template, new_store, "flaky", monkeypatch)
     failures: list[str] = []
-    original = store_module._upsert_edges
+    original = summaries_module.upsert_edges
 
     def fail_once(s, profile, edges, *args):  # type: ignore[no-untyped-def]
         if any(e.kind == EdgeKind.CONSOLIDATION for e in edges) and not failures:
@@ -159,7 +163,7 @@ def test_a_step_that_fails_mid_transaction_and_is_retried_ends_like_a_clean_run(
                 "injected: server closed the connection unexpectedly"))
         return original(s, profile, edges, *args)
 
-    monkeypatch.setattr(store_module, "_upsert_edges", fail_once)
+    monkeypatch.setattr(summaries_module, "upsert_edges", fail_once)
     full_consolidation(profile=None, as_of=AS_OF)
     assert len(failures) == 1
     assert exports(flaky) == expected
@@ -171,16 +175,19 @@ def test_a_step_that_fails_after_committing_and_is_retried_ends_like_a_clean_run
     expected = clean_run_exports(sample_template, new_store, monkeypatch, "raj")
     flaky = use_copy(sample_template, new_store, "flaky", monkeypatch)
     failures: list[str] = []
-    original = Store.apply_summaries
+    original = summarize_module.apply_summaries
 
-    def commit_then_fail(self, profile, plans, *args, **kwargs):  # type: ignore[no-untyped-def]
-        written = original(self, profile, plans, *args, **kwargs)
+    def commit_then_fail(tx, plans, *args, **kwargs):  # type: ignore[no-untyped-def]
+        written = original(tx, plans, *args, **kwargs)
         if written and not failures:
-            failures.append(profile)
-            raise ConnectionError("injected: the commit landed but the worker lost its reply")
+            failures.append(tx.profile)
+
+            @event.listens_for(tx.session, "after_commit", once=True)
+            def lost_reply(session):  # type: ignore[no-untyped-def]
+                raise ConnectionError("injected: the commit landed but the worker lost its reply")
         return written
 
-    monkeypatch.setattr(Store, "apply_summaries", commit_then_fail)
+    monkeypatch.setattr(summarize_module, "apply_summaries", commit_then_fail)
     full_consolidation(profile="raj", as_of=AS_OF)
     assert failures == ["raj"]
     assert exports(flaky) == expected
@@ -265,7 +272,7 @@ def test_a_profile_that_fails_neither_stops_nor_hides_the_others(
     ]}
     now = exports(broken)
     assert {p: now[p] for p in now if p != "raj"} == {p: expected[p] for p in now if p != "raj"}
-    done = {r.profile_id for r in broken.run_history(flow="full-consolidation", limit=None)}
+    done = {r.profile_id for r in run_history(broken, flow="full-consolidation", limit=None)}
     assert done == set(now) - {"raj"}
     # A re-run of just the failed profile ends where a clean run does.
     report = full_consolidation(profile=["raj"], as_of=AS_OF)
@@ -361,11 +368,11 @@ def test_the_dedup_boundary_holds_through_ingest_and_the_flow(store: Store) -> N
              "embedding": at_cosine(cos, other=2).tolist()},
         ]
 
-    assert not store.ingest(three("at", 0.80) + three("below", below(0.80))).errors
+    assert not ingest_records(store, three("at", 0.80) + three("below", below(0.80))).errors
     report = full_consolidation(profile=None, as_of=AS_OF)
     assert step(report, "at", "dedup").facts["groups"] == 1
     assert step(report, "below", "dedup").facts["groups"] == 0
-    assert store.counts("at")["cold"] == 3 and store.counts("below")["cold"] == 0
+    assert in_read(store, "at", memories_repo.counts)["cold"] == 3 and in_read(store, "below", memories_repo.counts)["cold"] == 0
 
 
 def test_runs_have_readable_names(sample_store: Store) -> None:
@@ -414,6 +421,6 @@ def test_a_chunk_whose_task_fails_as_a_whole_fails_its_profiles_only(
         lightweight_consolidation(profile=None, as_of=AS_OF)
     assert set(failure.value.failed) == {"raj"}
     assert failure.value.failed["raj"][0].startswith("chunk: the chunk's task failed")
-    finished = {r.profile_id for r in sample_store.run_history()}
+    finished = {r.profile_id for r in run_history(sample_store)}
     assert finished == set(sample_store.profiles()) - {"raj"}
-    assert sample_store.lease_holders() == {}
+    assert lease_holders(sample_store) == {}

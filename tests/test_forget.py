@@ -1,9 +1,11 @@
 from datetime import timedelta
 
 from reverie.models.config import ConsolidationConfig, ForgetConfig
+from reverie.models.repositories import blocks as blocks_repo
+from reverie.models.repositories import memories as memories_repo
 from reverie.tasks.forget import ARCHIVE, DELETE, NOT_APPROVED, PROTECTED, plan_forget
 
-from factories import AS_OF, view
+from factories import AS_OF, get_memory, in_read, ingest_records, view
 
 ON = ForgetConfig(archive_threshold=0.2, delete_threshold=0.1)
 OLD = AS_OF - timedelta(days=200)
@@ -95,10 +97,10 @@ def faded(store: Store) -> Store:
     rows = [{"id": mid, "content": text, "kind": "semantic", "importance": 0.9 if mid == "keep" else 0.3,
              "created_at": "2024-01-01", "embedding": axis(i).tolist()}
             for i, (mid, text) in enumerate(FACTS)]
-    assert not store.ingest(rows, profile="mia").errors
+    assert not ingest_records(store, rows, profile="mia").errors
     decay(profile="mia", as_of=AS_OF)
     lightweight_consolidation(profile="mia", as_of=AS_OF)
-    (profile_block,) = [b for b in store.blocks("mia") if b.block_type == "user_profile"]
+    (profile_block,) = [b for b in in_read(store, "mia", blocks_repo.blocks) if b.block_type == "user_profile"]
     assert "4417" in profile_block.content and "Tromsø" in profile_block.content
     return store
 
@@ -109,7 +111,7 @@ def test_deleting_removes_the_text_from_core_memory_in_the_same_run(faded: Store
     (step,) = report.steps
     assert step.facts["deleted"] == 2 and step.facts["blocks_recompiled"] >= 1
     assert any(c.action == "recompiled" and c.target == "user_profile" for c in step.changes)
-    text = " ".join(b.content for b in faded.blocks("mia"))
+    text = " ".join(b.content for b in in_read(faded, "mia", blocks_repo.blocks))
     assert "4417" not in text and "Tromsø" not in text and "violinist" in text
     # A second run of the same date forgets nothing more and rewrites nothing.
     assert forget(profile="mia", as_of=AS_OF, delete_threshold=1.0,
@@ -119,9 +121,9 @@ def test_deleting_removes_the_text_from_core_memory_in_the_same_run(faded: Store
 @pytest.mark.usefixtures("prefect_api")
 def test_archiving_also_takes_the_memory_out_of_core_memory(faded: Store) -> None:
     forget(profile="mia", as_of=AS_OF, archive_threshold=1.0)
-    text = " ".join(b.content for b in faded.blocks("mia"))
+    text = " ".join(b.content for b in in_read(faded, "mia", blocks_repo.blocks))
     assert "4417" not in text and "violinist" in text
-    assert faded.counts("mia")["cold"] == 2
+    assert in_read(faded, "mia", memories_repo.counts)["cold"] == 2
 
 
 @pytest.mark.usefixtures("prefect_api")
@@ -135,10 +137,10 @@ def test_forget_thresholds_from_the_cli(faded: Store, capsys: pytest.CaptureFixt
     assert main(["run", "forget", "--profile", "mia", *as_of, "--dry-run",
                  "--delete-below", "1", "--json"]) == EXIT_OK
     assert '"deleted": 2' in capsys.readouterr().out
-    assert faded.counts("mia")["hot"] == 3  # a dry run
+    assert in_read(faded, "mia", memories_repo.counts)["hot"] == 3  # a dry run
     assert main(["run", "forget", "--profile", "mia", *as_of, "--preset", "archive-faded"]) == EXIT_OK
     assert main(["run", "forget", "--profile", "mia", *as_of, "--archive-below", "1"]) == EXIT_OK
-    assert faded.counts("mia")["cold"] == 2
+    assert in_read(faded, "mia", memories_repo.counts)["cold"] == 2
 
 
 def test_thresholds_override_the_config_only_where_given() -> None:
@@ -156,10 +158,15 @@ def test_thresholds_override_the_config_only_where_given() -> None:
 from prefect.exceptions import FlowPauseTimeout  # noqa: E402
 from sqlalchemy import create_engine, text  # noqa: E402
 
-from reverie.flows.forget import APPROVAL_ARTIFACT, DeletionApproval, forget_with_approval  # noqa: E402
+from reverie.flows.forget import (  # noqa: E402
+    APPROVAL_ARTIFACT,
+    DeletionApproval,
+    forget_with_approval,
+)
 from reverie.models.errors import ReverieError  # noqa: E402
 from reverie.models.export import export_jsonl  # noqa: E402
 from reverie.models.tables import Tombstone  # noqa: E402
+
 from prefect_reads import run_artifacts  # noqa: E402
 
 
@@ -195,7 +202,7 @@ def approval_text(run_id: str | None) -> str:
 
 
 def hot_ids(store: Store) -> set[str]:
-    return {m.external_id for m in store.memories("mia") if m.tier == "hot"}
+    return {m.external_id for m in in_read(store, "mia", memories_repo.memories) if m.tier == "hot"}
 
 
 @pytest.mark.usefixtures("prefect_api")
@@ -206,7 +213,7 @@ def test_archive_only_and_nothing_to_delete_never_pause(faded: Store, pauses) ->
         delete_threshold=1.0, protected_kinds=("semantic",)))
     assert forget(profile="mia", as_of=AS_OF, config=guarded).changed() == 0
     forget(profile="mia", as_of=AS_OF, archive_threshold=1.0)
-    assert never.asked == [] and faded.counts("mia")["cold"] == 2
+    assert never.asked == [] and in_read(faded, "mia", memories_repo.counts)["cold"] == 2
 
 
 @pytest.mark.usefixtures("prefect_api")
@@ -266,8 +273,8 @@ def test_a_memory_selected_after_the_approval_was_asked_is_not_deleted(
 def test_a_rejected_run_deletes_nothing_and_still_archives(faded: Store, pauses) -> None:
     pauses(DeletionApproval(approve=False, reason="too many"))
     report = forget(profile="mia", as_of=AS_OF, delete_threshold=1.0, archive_threshold=1.0)
-    assert report.steps[0].facts["deleted"] == 0 and faded.counts("mia")["cold"] == 2
-    assert not any(isinstance(faded.get(mid, profile="mia"), Tombstone) for mid, _ in FACTS)
+    assert report.steps[0].facts["deleted"] == 0 and in_read(faded, "mia", memories_repo.counts)["cold"] == 2
+    assert not any(isinstance(get_memory(faded, mid, profile="mia"), Tombstone) for mid, _ in FACTS)
     text = approval_text(report.run_id)
     assert "**Approval:** rejected" in text and "(too many)" in text
 
@@ -294,7 +301,7 @@ def test_without_a_prefect_api_a_deleting_run_refuses_instead_of_waiting(
 def test_the_cli_refuses_to_delete_without_an_api_or_approval(
     faded: Store, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("reverie.models.events.api_configured", lambda: False)
+    monkeypatch.setattr("reverie.flows.event_delivery.api_configured", lambda: False)
     before = export_jsonl(faded.url, "mia")
     args = ["run", "forget", "--profile", "mia", "--as-of", AS_OF.isoformat()]
     assert main([*args, "--delete-below", "0.5"]) == EXIT_ERROR
@@ -339,7 +346,8 @@ import math  # noqa: E402
 import numpy as np  # noqa: E402
 
 from reverie.models.config import FORGET_BY_RISK  # noqa: E402
-from reverie.tasks.forget import forget as forget_step, forgetting_risk, risk_action  # noqa: E402
+from reverie.tasks.forget import forget as forget_step  # noqa: E402
+from reverie.tasks.forget import forgetting_risk, risk_action
 from reverie.tasks.step import StepArgs  # noqa: E402
 
 RISK = ForgetConfig(policy="risk", delete_threshold=0.5)  # deletion armed
@@ -519,7 +527,7 @@ def sweepable(store: Store) -> Store:
              "embedding": axis(i).tolist(),
              **{k: (v.isoformat() if hasattr(v, "isoformat") else v) for k, v in f.items()}}
             for i, (mid, f) in enumerate(SWEPT)]
-    assert not store.ingest(rows, profile="risk").errors
+    assert not ingest_records(store, rows, profile="risk").errors
     return store
 
 
@@ -529,7 +537,7 @@ def risk_config(delete_threshold: float = 0.5) -> ConsolidationConfig:
 
 
 def by_external(store: Store) -> dict[str, str]:
-    return {m.external_id: m.tier for m in store.memories("risk", ("hot", "cold"))}
+    return {m.external_id: m.tier for m in in_read(store, "risk", memories_repo.memories, ("hot", "cold"))}
 
 
 def test_the_risk_step_archives_deletes_and_reports_the_risk(sweepable: Store) -> None:
@@ -541,7 +549,7 @@ def test_the_risk_step_archives_deletes_and_reports_the_risk(sweepable: Store) -
                             "delete at >= 200"]
     assert by_external(sweepable) == {"hot-note": "hot", "faded": "cold", "pinned": "hot",
                                       "goal": "hot"}
-    ids = {m.external_id: m.id for m in sweepable.memories("risk", ("hot", "cold"))}
+    ids = {m.external_id: m.id for m in in_read(sweepable, "risk", memories_repo.memories, ("hot", "cold"))}
     details = {c.target: (c.action, c.detail) for c in report.changes}
     assert details[ids["faded"]][0] == "archived"
     assert details[ids["faded"]][1].startswith("risk 180.00 >= 50 (policy risk: heat 0.0")
@@ -552,7 +560,7 @@ def test_the_risk_step_archives_deletes_and_reports_the_risk(sweepable: Store) -
     (row,) = report.tables["deletions"]
     assert (row["external_id"], row["policy"], row["risk"], row["relevance"]) == (
         "gone", "risk", 600.0, 0.0)
-    tomb = sweepable.get(gone_id, profile="risk")
+    tomb = get_memory(sweepable, gone_id, profile="risk")
     assert isinstance(tomb, Tombstone) and tomb.score == pytest.approx(600.0)
     assert "policy risk" in tomb.reason and "4417" not in tomb.reason
     # A second run at the same as_of changes nothing, writes nothing.

@@ -18,6 +18,8 @@ import pytest
 
 from reverie.deployments.cli import EXIT_OK, main
 from reverie.models.config import DEFAULT, ForgetConfig
+from reverie.models.repositories import forgetting as forgetting_repo
+from reverie.models.repositories import memories as memories_repo
 from reverie.models.store import Store
 from reverie.models.tables import Tombstone
 from reverie.tasks.decay import decay
@@ -25,6 +27,7 @@ from reverie.tasks.forget import DELETE, plan_forget
 from reverie.tasks.step import StepArgs
 
 from conftest import clone_sample
+from factories import get_memory, in_read
 from prefect_reads import run_artifacts
 from prefect_stack import (
     EVENT_SECONDS,
@@ -62,7 +65,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory, sample_template: Path) -> It
 def candidates(store: Store, profile: str) -> set[str]:
     """What the forget step itself selects for deletion."""
     config = ForgetConfig(delete_threshold=DELETE_BELOW)
-    decisions = plan_forget(store.memories(profile), store.superseding_ids(profile), AS_OF, config)
+    decisions = plan_forget(in_read(store, profile, memories_repo.memories), in_read(store, profile, forgetting_repo.superseding_ids), AS_OF, config)
     return {d.memory.id for d in decisions if d.action == DELETE}
 
 
@@ -94,7 +97,7 @@ def approval_text(run_id: Any) -> str:
 
 
 def live(store: Store, profile: str) -> set[str]:
-    return {m.id for m in store.memories(profile)}
+    return {m.id for m in in_read(store, profile, memories_repo.memories)}
 
 
 def test_an_approved_deletion_deletes_exactly_what_it_listed(stack: Stack) -> None:
@@ -113,7 +116,7 @@ def test_an_approved_deletion_deletes_exactly_what_it_listed(stack: Stack) -> No
     final = stack.wait_final(run.id)
     assert final.state_type.value == "COMPLETED", stack.log_tail()
     assert live(stack.store, "leo-tutor") == before - doomed
-    assert all(isinstance(stack.store.get(mid, profile="leo-tutor"), Tombstone) for mid in doomed)
+    assert all(isinstance(get_memory(stack.store, mid, profile="leo-tutor"), Tombstone) for mid in doomed)
     assert "**Approval:** approved" in approval_text(run.id)
 
 

@@ -26,6 +26,8 @@ from reverie.models.config import ConsolidationConfig
 from reverie.models.export import export_jsonl
 from reverie.models.store import Store
 
+from factories import ingest_records
+
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("prefect_api")]
 
 GOLDEN = Path(__file__).resolve().parent / "data" / "golden"
@@ -79,6 +81,6 @@ def test_every_flow_over_the_locomo_dev_set_ends_as_recorded(
 ) -> None:
     conversations = load_locomo(LOCOMO)
     for conv in conversations:
-        assert not store.ingest(conv.memories, profile=conv.profile).errors
+        assert not ingest_records(store, conv.memories, profile=conv.profile).errors
     run_every_flow(max(c.last_session for c in conversations) + timedelta(days=90))
     check_against_golden(store, "locomo")

@@ -11,12 +11,29 @@ from sqlalchemy.exc import IntegrityError
 from reverie.models import ids
 from reverie.models.db import engine_for, reading, writing
 from reverie.models.export import export_jsonl
-from reverie.models.ingest import MAX_COUNT, MAX_METADATA_CHARS, MAX_METADATA_DEPTH, MAX_STABILITY
-from reverie.models.store import SUPPLIED_EMBEDDING, Store
+from reverie.models.ingest import SUPPLIED_EMBEDDING
+from reverie.models.repositories import edges as edges_repo
+from reverie.models.repositories import memories as memories_repo
+from reverie.models.store import Store
 from reverie.models.tables import Memory, Profile, Tier
+from reverie.models.validation import (
+    MAX_COUNT,
+    MAX_METADATA_CHARS,
+    MAX_METADATA_DEPTH,
+    MAX_STABILITY,
+)
 from reverie.models.vectors import MODEL_NAME
 
-from factories import at_cosine, record
+from factories import (
+    at_cosine,
+    embedder_of,
+    get_memory,
+    in_read,
+    ingest_file,
+    ingest_records,
+    record,
+    stored_vector,
+)
 
 
 def write_jsonl(path: Path, lines: list[str | dict]) -> Path:
@@ -65,17 +82,17 @@ def test_bad_line_is_named_and_good_lines_are_stored(
     store: Store, tmp_path: Path, bad_line: str, field: str | None, message: str
 ) -> None:
     path = write_jsonl(tmp_path / "in.jsonl", [GOOD, bad_line, {**GOOD, "content": "Alice walks"}])
-    report = store.ingest_jsonl(path)
+    report = ingest_file(store, path)
     assert report.stored == 2
     (error,) = report.errors
     assert error.where == "line 2" and error.field == field
     assert message in str(error) and str(error).startswith("line 2")
-    assert len(store.memories("alice")) == 2
+    assert len(in_read(store, "alice", memories_repo.memories)) == 2
 
 
 def test_a_megabyte_of_text_is_refused_by_length(store: Store, tmp_path: Path) -> None:
     path = write_jsonl(tmp_path / "in.jsonl", [{**GOOD, "content": "x" * 1_048_576}, GOOD])
-    report = store.ingest_jsonl(path)
+    report = ingest_file(store, path)
     assert report.stored == 1
     assert "1048576 characters" in str(report.errors[0]) and report.errors[0].field == "content"
 
@@ -83,78 +100,78 @@ def test_a_megabyte_of_text_is_refused_by_length(store: Store, tmp_path: Path) -
 def test_invalid_utf8_and_blank_lines(store: Store, tmp_path: Path) -> None:
     path = tmp_path / "in.jsonl"
     path.write_bytes(json.dumps(GOOD).encode() + b"\n\n" + b'{"content": "\xff\xfe"}\n')
-    report = store.ingest_jsonl(path)
+    report = ingest_file(store, path)
     assert report.stored == 1
     assert report.errors[0].where == "line 3" and "UTF-8" in str(report.errors[0])
 
 
 def test_odd_but_valid_unicode_is_kept_and_normalised(store: Store) -> None:
     decomposed = "Cafe\u0301 ☕ שלום 🧠"
-    report = store.ingest([{"content": decomposed, "id": "u1"}], profile="alice")
+    report = ingest_records(store, [{"content": decomposed, "id": "u1"}], profile="alice")
     assert not report.errors
-    assert store.get("u1").content == "Café ☕ שלום 🧠"
+    assert get_memory(store, "u1").content == "Café ☕ שלום 🧠"
 
 
 def test_every_stored_record_is_complete(store: Store, tmp_path: Path) -> None:
-    store.ingest_jsonl(write_jsonl(tmp_path / "in.jsonl", [GOOD, "{oops"]))
-    (m,) = store.memories("alice")
-    row = store.get(m.id)
+    ingest_file(store, write_jsonl(tmp_path / "in.jsonl", [GOOD, "{oops"]))
+    (m,) = in_read(store, "alice", memories_repo.memories)
+    row = get_memory(store, m.id)
     assert row.embedding_model == MODEL_NAME
     assert row.content_hash == ids.content_hash(row.content)
-    assert np.linalg.norm(store.vector(m.id)) == pytest.approx(1.0, abs=1e-5)
+    assert np.linalg.norm(stored_vector(store, m.id)) == pytest.approx(1.0, abs=1e-5)
 
 
 def test_reingesting_an_external_id_updates_instead_of_duplicating(store: Store) -> None:
-    first = store.ingest([record("Bob likes jazz", id="b1", importance=0.4)], profile="bob")
-    again = store.ingest([record("Bob likes jazz", id="b1", importance=0.4)], profile="bob")
-    changed = store.ingest([record("Bob loves jazz", id="b1", importance=0.9)], profile="bob")
+    first = ingest_records(store, [record("Bob likes jazz", id="b1", importance=0.4)], profile="bob")
+    again = ingest_records(store, [record("Bob likes jazz", id="b1", importance=0.4)], profile="bob")
+    changed = ingest_records(store, [record("Bob loves jazz", id="b1", importance=0.9)], profile="bob")
     assert (first.stored, again.unchanged, changed.updated) == (1, 1, 1)
-    (m,) = store.memories("bob")
+    (m,) = in_read(store, "bob", memories_repo.memories)
     assert (m.content, m.importance, m.external_id) == ("Bob loves jazz", 0.9, "b1")
-    assert store.vector(m.id) is not None
+    assert stored_vector(store, m.id) is not None
 
 
 def test_an_update_keeps_fields_it_does_not_mention(store: Store) -> None:
-    store.ingest([record("Bob likes jazz", id="b1", kind="preference", confidence=0.9)], profile="bob")
-    store.ingest([record("Bob likes jazz", id="b1", importance=0.7)], profile="bob")
-    (m,) = store.memories("bob")
+    ingest_records(store, [record("Bob likes jazz", id="b1", kind="preference", confidence=0.9)], profile="bob")
+    ingest_records(store, [record("Bob likes jazz", id="b1", importance=0.7)], profile="bob")
+    (m,) = in_read(store, "bob", memories_repo.memories)
     assert (m.kind, m.confidence, m.importance) == ("preference", 0.9, 0.7)
 
 
 def test_the_same_external_id_in_two_profiles_is_two_memories(store: Store) -> None:
-    store.ingest([record("x one", id="1", profile="a"), record("x two", id="1", profile="b")])
-    assert len(store.memories("a")) == len(store.memories("b")) == 1
+    ingest_records(store, [record("x one", id="1", profile="a"), record("x two", id="1", profile="b")])
+    assert len(in_read(store, "a", memories_repo.memories)) == len(in_read(store, "b", memories_repo.memories)) == 1
 
 
 def test_embeddings_are_cached_by_content_hash(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
-    store.ingest([record("The sky is blue", id="1")], profile="a")
-    embedder = store.embedder()
+    ingest_records(store, [record("The sky is blue", id="1")], profile="a")
+    embedder = embedder_of(store)
     calls: list[int] = []
     original = embedder.encode
     monkeypatch.setattr(embedder, "encode", lambda texts, progress=False: calls.append(len(texts)) or original(texts))
-    store.ingest([record("The sky is blue", id="2"), record("Grass is green", id="3")], profile="b")
+    ingest_records(store, [record("The sky is blue", id="2"), record("Grass is green", id="3")], profile="b")
     assert calls == [1]
 
 
 def test_supplied_embeddings_are_used_as_given(store: Store) -> None:
     vector = at_cosine(0.85)
-    store.ingest([record("v", id="v", embedding=vector.tolist())], profile="a")
-    row = store.get("v")
+    ingest_records(store, [record("v", id="v", embedding=vector.tolist())], profile="a")
+    row = get_memory(store, "v")
     assert row.embedding_model == SUPPLIED_EMBEDDING
-    assert np.array_equal(store.vector(row.id), vector)
+    assert np.array_equal(stored_vector(store, row.id), vector)
 
 
 def test_a_new_supplied_vector_updates_the_memory_and_the_same_one_changes_nothing(
     store: Store,
 ) -> None:
     first, second = at_cosine(0.85), at_cosine(0.5)
-    store.ingest([record("v", id="v", embedding=first.tolist())], profile="a")
-    same = store.ingest([record("v", id="v", embedding=first.tolist())], profile="a")
-    moved = store.ingest([record("v", id="v", embedding=second.tolist())], profile="a")
+    ingest_records(store, [record("v", id="v", embedding=first.tolist())], profile="a")
+    same = ingest_records(store, [record("v", id="v", embedding=first.tolist())], profile="a")
+    moved = ingest_records(store, [record("v", id="v", embedding=second.tolist())], profile="a")
     assert (same.unchanged, moved.updated) == (1, 1)
-    memory_id = store.get("v").id
-    assert np.array_equal(store.vector(memory_id), second)
-    (memory,), vectors = store.snapshot("a")
+    memory_id = get_memory(store, "v").id
+    assert np.array_equal(stored_vector(store, memory_id), second)
+    (memory,), vectors = in_read(store, "a", memories_repo.snapshot)
     assert memory.id == memory_id and np.array_equal(vectors[0], second)
 
 
@@ -167,10 +184,10 @@ def test_edges_refer_to_memories_by_external_id(store: Store, tmp_path: Path) ->
         {"type": "edge", "profile": "a", "source": "x", "target": "nope"},
         {"type": "edge", "profile": "a", "source": "x", "target": "y", "weight": 2},
     ]
-    report = store.ingest_jsonl(write_jsonl(tmp_path / "in.jsonl", lines))
+    report = ingest_file(store, write_jsonl(tmp_path / "in.jsonl", lines))
     assert report.edges == 1
     assert [(e.where, e.field) for e in report.errors] == [("line 5", "weight"), ("line 4", "target")]
-    (e,) = store.edges("a")
+    (e,) = in_read(store, "a", edges_repo.edges)
     assert e.source_id < e.target_id and e.weight == 0.4 == e.base_weight
 
 
@@ -191,20 +208,20 @@ def test_edges_over_more_memories_than_one_query_can_name(store: Store) -> None:
     records = [{"id": f"m{k}", "content": f"fact {k}", "embedding": vector} for k in range(count)]
     records += [{"type": "edge", "source": f"m{k}", "target": f"m{k + 1}", "weight": 0.5}
                 for k in range(0, count, 2)]
-    report = store.ingest(records, profile="big")
+    report = ingest_records(store, records, profile="big")
     assert report.errors == [] and (report.stored, report.edges) == (count, count // 2)
-    assert len(store.edges("big")) == count // 2
+    assert len(in_read(store, "big", edges_repo.edges)) == count // 2
 
 
 def test_python_api_names_records_by_position(store: Store) -> None:
-    report = store.ingest([record("fine"), {"content": None}], profile="a")
+    report = ingest_records(store, [record("fine"), {"content": None}], profile="a")
     assert report.errors[0].where == "record 2" and report.errors[0].field == "content"
 
 
 def test_ingest_counts_stores_per_profile_and_keeps_everything_hot(store: Store) -> None:
-    report = store.ingest([record("one"), record("two")], profile="a")
-    store.ingest([record("one")], profile="a", at=datetime(2030, 1, 1))  # a new memory
-    assert store.counts("a") == {Tier.HOT: 3, "cold": 0, "tombstones": 0}
+    report = ingest_records(store, [record("one"), record("two")], profile="a")
+    ingest_records(store, [record("one")], profile="a", at=datetime(2030, 1, 1))  # a new memory
+    assert in_read(store, "a", memories_repo.counts) == {Tier.HOT: 3, "cold": 0, "tombstones": 0}
     with reading(store.url) as s:
         assert s.get(Profile, "a").store_count == 3
     assert len(report.stored_ids) == 2
@@ -220,8 +237,8 @@ def test_every_given_field_is_stored_even_when_records_differ(store: Store) -> N
         "valid_until": "2026-01-01", "session_id": 77, "status": "in_progress",
         "protected": True, "metadata": {"source": "test"},
     }
-    assert not store.ingest([sparse, full, sparse | {"content": "third"}], profile="p").errors
-    m = store.get("full")
+    assert not ingest_records(store, [sparse, full, sparse | {"content": "third"}], profile="p").errors
+    m = get_memory(store, "full")
     assert (m.kind, m.entity, m.layer, m.importance, m.confidence, m.stability, m.access_count) == (
         "decision", "billing", "implementation", 0.9, 0.8, 2.5, 4)
     assert m.created_at == datetime(2025, 1, 2, 3, 4, 5)
@@ -285,13 +302,13 @@ ACCEPTED = [
 @pytest.mark.parametrize(("field", "value"), ACCEPTED, ids=lambda v: str(v)[:30])
 def test_values_at_the_bounds_are_stored(store: Store, field: str, value: object) -> None:
     bad = {**GOOD, "content": "a fact at the bounds", "id": "edge-case", field: value}
-    report = store.ingest([GOOD, bad], profile="alice")
+    report = ingest_records(store, [GOOD, bad], profile="alice")
     assert report.errors == [] and report.stored == 2
     if field == "metadata":
-        stored = store.get("edge-case").meta
+        stored = get_memory(store, "edge-case").meta
         assert stored == value and depth_of(stored) == depth_of(value)
     if field == "embedding":  # scaled to unit length, not overflowed to zeros
-        vector = store.vector(store.get("edge-case").id).astype(np.float64)
+        vector = stored_vector(store, get_memory(store, "edge-case").id).astype(np.float64)
         assert np.linalg.norm(vector) == pytest.approx(1.0, abs=1e-5)
 
 
@@ -349,17 +366,17 @@ def test_values_past_the_bounds_are_named_and_the_good_lines_are_stored(
         line = None
     if line is not None and json.loads(line) == bad:
         path = write_jsonl(tmp_path / "in.jsonl", [GOOD, line, {**GOOD, "content": "Alice walks"}])
-        report = store.ingest_jsonl(path)
+        report = ingest_file(store, path)
         where = "line 2"
     else:  # NaN, infinity: the Python API can offer what JSON cannot spell
-        report = store.ingest([GOOD, bad, {**GOOD, "content": "Alice walks"}])
+        report = ingest_records(store, [GOOD, bad, {**GOOD, "content": "Alice walks"}])
         where = "record 2"
     assert report.stored == 2
     (error,) = report.errors
     assert (error.where, error.field) == (where, field)
     assert message in str(error) and str(error).startswith(f"{where}, field '{field}'")
     assert "past the bounds" not in str(error)
-    assert sorted(m.content for m in store.memories("alice")) == [
+    assert sorted(m.content for m in in_read(store, "alice", memories_repo.memories)) == [
         "Alice drinks green tea every morning", "Alice walks"]
 
 
@@ -367,12 +384,12 @@ def test_a_number_too_long_to_read_is_a_bad_line(store: Store, tmp_path: Path) -
     digits = "9" * 4301  # one past Python's limit for converting text to an integer
     bad = '{"profile": "alice", "content": "x", "access_count": ' + digits + "}"
     path = write_jsonl(tmp_path / "in.jsonl", [GOOD, bad, {**GOOD, "content": "Alice walks"}])
-    report = store.ingest_jsonl(path)
+    report = ingest_file(store, path)
     assert report.stored == 2
     (error,) = report.errors
     assert (error.where, error.field) == ("line 2", None)
     assert "a number is too long" in str(error)
-    assert len(store.memories("alice")) == 2
+    assert len(in_read(store, "alice", memories_repo.memories)) == 2
 
 
 def test_python_values_json_cannot_hold_are_refused(store: Store) -> None:
@@ -390,7 +407,7 @@ def test_python_values_json_cannot_hold_are_refused(store: Store) -> None:
         {"content": "x", "embedding": np.ones(384, dtype=bool)},
         {"content": "x", "embedding": np.array(["1"] * 384)},
     ]
-    report = store.ingest([GOOD, *bad], profile="alice")
+    report = ingest_records(store, [GOOD, *bad], profile="alice")
     assert report.stored == 1
     fields = ["access_count", "importance", "id", *["metadata"] * 5, "embedding", "embedding"]
     assert [(e.where, e.field) for e in report.errors] == [
@@ -405,7 +422,7 @@ def test_edge_times_and_metadata_are_bounded_too(store: Store) -> None:
         {"type": "edge", "source": "x", "target": "y", "metadata": {"a": "\ud800"}},
         {"type": "edge", "source": "x", "target": "y", "weight": 0.3},
     ]
-    report = store.ingest(records, profile="a")
+    report = ingest_records(store, records, profile="a")
     assert [(e.where, e.field) for e in report.errors] == [
         ("record 3", "created_at"), ("record 4", "last_strengthened_at"),
         ("record 5", "metadata")]
@@ -425,7 +442,7 @@ def test_records_at_the_bounds_survive_every_step(store: Store) -> None:
               "kind": "decision", "metadata": metadata_of_size(MAX_METADATA_CHARS)}
     records = [{"content": f"extreme fact {k}", "embedding": vector, **(oldest if k % 2 else newest)}
                for k in range(8)]
-    assert not store.ingest(records, profile="x").errors
+    assert not ingest_records(store, records, profile="x").errors
     for as_of in (datetime(1900, 1, 2), datetime(2026, 1, 1), datetime(2200, 12, 31)):
         run_steps(store, "x", as_of)
     export_jsonl(store.url, "x")
@@ -441,16 +458,16 @@ def test_a_value_the_database_refuses_loses_only_its_own_record(
 ) -> None:
     # Validation would refuse it first; lift the bound to reach the database's refusal
     # (beyond 64 bits for SQLite, beyond 32 for PostgreSQL's integer column).
-    monkeypatch.setattr("reverie.models.ingest.MAX_COUNT", 2**70)
+    monkeypatch.setattr("reverie.models.validation.MAX_COUNT", 2**70)
     records = [{"content": f"{SECRET} ({k})"} for k in range(3)]
     records.insert(2, {"content": "a count past every column", "access_count": 2**63})
-    report = store.ingest(records, profile="alice")
+    report = ingest_records(store, records, profile="alice")
     assert report.stored == 3
     (error,) = report.errors
     assert (error.where, error.field) == ("record 3", None)
     assert str(error).startswith("record 3: could not be stored: ")
     assert SECRET not in str(error) and "past every column" not in str(error)
-    assert len(store.memories("alice")) == 3
+    assert len(in_read(store, "alice", memories_repo.memories)) == 3
     with reading(store.url) as s:
         assert s.get(Profile, "alice").store_count == 3
 
@@ -458,17 +475,17 @@ def test_a_value_the_database_refuses_loses_only_its_own_record(
 def test_a_refused_update_keeps_the_other_updates(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    store.ingest([{"id": k, "content": f"fact {k}"} for k in "abc"], profile="alice")
-    monkeypatch.setattr("reverie.models.ingest.MAX_COUNT", 2**70)
-    report = store.ingest([{"id": "a", "content": "fact a", "access_count": 5},
+    ingest_records(store, [{"id": k, "content": f"fact {k}"} for k in "abc"], profile="alice")
+    monkeypatch.setattr("reverie.models.validation.MAX_COUNT", 2**70)
+    report = ingest_records(store, [{"id": "a", "content": "fact a", "access_count": 5},
                            {"id": "b", "content": "fact b", "access_count": 2**63},
                            {"id": "c", "content": "fact c", "access_count": 7}], profile="alice")
     assert (report.updated, [e.where for e in report.errors]) == (2, ["record 2"])
-    assert [store.get(k).access_count for k in "abc"] == [5, 0, 7]
+    assert [get_memory(store, k).access_count for k in "abc"] == [5, 0, 7]
 
 
 def test_a_database_error_does_not_quote_record_content(store: Store) -> None:
-    store.ingest([{"id": "s", "content": SECRET}], profile="alice")
+    ingest_records(store, [{"id": "s", "content": SECRET}], profile="alice")
     memory = Memory.__table__
     with reading(store.url) as s:
         row = dict(s.execute(select(memory).where(memory.c.external_id == "s")).mappings().one())

@@ -16,7 +16,7 @@ import json
 import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -28,8 +28,8 @@ from hypothesis import strategies as st
 from reverie.models.config import ConsolidationConfig
 from reverie.models.errors import RecordError
 from reverie.models.export import export_jsonl
-from reverie.models.ingest import MAX_COUNT, MAX_METADATA_DEPTH, MAX_STABILITY, parse_record
 from reverie.models.store import Store
+from reverie.models.validation import MAX_COUNT, MAX_METADATA_DEPTH, MAX_STABILITY, parse_record
 from reverie.models.vectors import DIMENSION
 from reverie.tasks.blocks import compile_blocks
 from reverie.tasks.cluster import cluster
@@ -43,7 +43,7 @@ from reverie.tasks.linking import link_summaries
 from reverie.tasks.promote import promote
 from reverie.tasks.step import StepArgs
 
-from factories import at_cosine
+from factories import at_cosine, ingest_file, ingest_records
 
 PROFILE = "prop"
 AS_OF = datetime(2026, 1, 1)
@@ -165,7 +165,7 @@ _json = st.recursive(
 _when = st.builds(
     lambda moment, zone: moment.replace(tzinfo=zone).isoformat(),
     st.datetimes(min_value=datetime(1, 1, 2), max_value=datetime(9999, 12, 30)),
-    st.sampled_from([None, timezone.utc, timezone(timedelta(hours=14)),
+    st.sampled_from([None, UTC, timezone(timedelta(hours=14)),
                      timezone(timedelta(hours=-12))]),
 )
 
@@ -291,12 +291,12 @@ def test_no_input_loses_another_record_or_breaks_the_profile(
     python, plans = batch
     store = new_store(f"prop{next(_names)}")
     if python:
-        report = store.ingest([p.record for p in plans], profile=PROFILE)
+        report = ingest_records(store, [p.record for p in plans], profile=PROFILE)
         wheres = [f"record {n}" for n in range(1, len(plans) + 1)]
     else:
         path = tmp_path / f"batch{next(_names)}.jsonl"
         path.write_bytes(b"".join(_encode(p) + b"\n" for p in plans))
-        report = store.ingest_jsonl(path, profile=PROFILE)
+        report = ingest_file(store, path, profile=PROFILE)
         wheres = [f"line {n}" for n in range(1, len(plans) + 1)]
 
     errors = {e.where: e for e in report.errors}

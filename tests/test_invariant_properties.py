@@ -27,7 +27,10 @@ from hypothesis import strategies as st
 
 from reverie.models.errors import StoreError
 from reverie.models.export import export_jsonl
-from reverie.models.store import UNDOABLE, Store
+from reverie.models.repositories import audit as audit_repo
+from reverie.models.repositories import memories as memories_repo
+from reverie.models.repositories.audit import UNDOABLE
+from reverie.models.store import Store
 from reverie.models.tables import Origin, Tier
 from reverie.tasks.blocks import compile_blocks
 from reverie.tasks.cluster import cluster
@@ -41,7 +44,7 @@ from reverie.tasks.linking import link_summaries
 from reverie.tasks.promote import promote
 from reverie.tasks.step import StepArgs
 
-from factories import at_cosine
+from factories import at_cosine, in_read, ingest_records, run_history, undo_consolidation
 from test_ingest_properties import CONFIG, run_steps
 
 AS_OF = datetime(2026, 1, 1)
@@ -109,7 +112,7 @@ def _ingested(new_store: Callable[[str], Store], records: dict[str, list[dict[st
               ) -> Store:
     store = new_store(f"inv{next(_names)}")
     for profile, rows in records.items():
-        report = store.ingest(rows, profile=profile)
+        report = ingest_records(store, rows, profile=profile)
         assert not report.errors, report.errors
     return store
 
@@ -117,19 +120,19 @@ def _ingested(new_store: Callable[[str], Store], records: dict[str, list[dict[st
 def _memories(store: Store, profile: str) -> dict[str, dict[str, Any]]:
     return {m.external_id or m.id: {"id": m.id, "content": m.content, "tier": m.tier,
                                     "origin": m.origin}
-            for m in store.memories(profile, tiers=(Tier.HOT, Tier.COLD))}
+            for m in in_read(store, profile, memories_repo.memories, tiers=(Tier.HOT, Tier.COLD))}
 
 
 def _undo_everything(store: Store, profile: str) -> None:
     """Undo every undoable consolidation, newest first; one whose summary a later one
     absorbed waits for that one (the store says so), as an operator would."""
-    left = [c.id for c in store.consolidations(profile, limit=10_000)
+    left = [c.id for c in in_read(store, profile, audit_repo.consolidations, limit=10_000)
             if c.operation in UNDOABLE and c.undone_at is None]
     while left:
         waiting = []
         for ident in left:
             try:
-                store.undo(ident, profile, at=AS_OF)
+                undo_consolidation(store, ident, profile, at=AS_OF)
             except StoreError as exc:
                 assert "first" in str(exc), str(exc)
                 waiting.append(ident)
@@ -155,7 +158,7 @@ def test_steps_lose_nothing_touch_no_other_profile_and_repeat_to_nothing(
         assert after[external]["content"] == row["content"]
     assert export_jsonl(store.url, bo) == other_before  # the other profile is untouched
     own = {row["id"] for row in after.values()}
-    for c in store.consolidations(ada, limit=10_000):
+    for c in in_read(store, ada, audit_repo.consolidations, limit=10_000):
         named = set(c.member_ids or []) | ({c.summary_id} if c.summary_id else set())
         assert named <= own, f"{c.id} names memories of another profile"
 
@@ -200,9 +203,9 @@ def test_a_dry_run_of_full_consolidation_writes_nothing(
     store = _ingested(new_store, records)
     monkeypatch.setenv("REVERIE_DATABASE_URL", store.url)
     exports = {p: export_jsonl(store.url, p, include_run_ids=True) for p in PROFILES}
-    counts = {p: store.counts(p) for p in PROFILES}
+    counts = {p: in_read(store, p, memories_repo.counts) for p in PROFILES}
     report = full_consolidation(profile=list(PROFILES), as_of=AS_OF, dry_run=True)
     assert report.dry_run
     assert {p: export_jsonl(store.url, p, include_run_ids=True) for p in PROFILES} == exports
-    assert {p: store.counts(p) for p in PROFILES} == counts
-    assert store.run_history(flow="full-consolidation", as_of=AS_OF, limit=None) == []
+    assert {p: in_read(store, p, memories_repo.counts) for p in PROFILES} == counts
+    assert run_history(store, flow="full-consolidation", as_of=AS_OF, limit=None) == []

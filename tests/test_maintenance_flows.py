@@ -19,7 +19,16 @@ from reverie.models.export import export_jsonl, export_rows
 from reverie.models.store import Store
 from reverie.models.tables import EdgeKind, Origin, Tier, Tombstone
 
-from factories import AS_OF, at_cosine, axis
+from factories import (
+    AS_OF,
+    at_cosine,
+    axis,
+    get_memory,
+    ingest_records,
+    run_history,
+    stored_vector,
+    undo_consolidation,
+)
 from prefect_reads import run_artifacts
 
 pytestmark = pytest.mark.usefixtures("prefect_api")
@@ -79,7 +88,7 @@ def memories_for(profile: str) -> list[dict]:
 @pytest.fixture
 def maintained(store: Store) -> Store:
     """Both profiles ingested; relevance not yet scored (the decay flow does that)."""
-    report = store.ingest(memories_for("m") + memories_for("other"))
+    report = ingest_records(store, memories_for("m") + memories_for("other"))
     assert not report.errors
     return store
 
@@ -110,9 +119,9 @@ FLOWS = [(decay, None), (creative, None), (cluster, None), (forget, FORGETTING)]
 def test_dry_run_writes_nothing_and_predicts_the_real_run(maintained: Store, flow_fn, config) -> None:
     if flow_fn is not decay:
         decay(profile="m", as_of=AS_OF)
-    before, history = export(maintained), maintained.run_history()
+    before, history = export(maintained), run_history(maintained)
     dry = flow_fn(profile="m", as_of=AS_OF, dry_run=True, config=config)
-    assert export(maintained) == before and maintained.run_history() == history
+    assert export(maintained) == before and run_history(maintained) == history
     real = flow_fn(profile="m", as_of=AS_OF, config=config, **approved(flow_fn))
     assert dry.comparable() == real.comparable() and real.changed() > 0
     assert export(maintained) != before
@@ -193,7 +202,7 @@ def test_cluster_keeps_one_meta_memory_per_cluster(scored: Store) -> None:
 def test_forget_deletes_archives_and_protects(scored: Store) -> None:
     maintained = scored
     ingested = {m["id"] for m in rows(maintained, "memory")}
-    old0 = maintained.get("old-0", profile="m").id
+    old0 = get_memory(maintained, "old-0", profile="m").id
     report = forget(profile="m", as_of=AS_OF, config=FORGETTING, auto_approve_deletion=True)
     (step,) = report.steps
     assert step.facts == {"archived": 0, "deleted": 3, "protected": 4, "blocks_recompiled": 0}
@@ -201,12 +210,12 @@ def test_forget_deletes_archives_and_protects(scored: Store) -> None:
     for kept in ("old-flagged", "old-decision", "old-important", "young"):
         assert memories[kept]["tier"] == Tier.HOT
     tombstones = {t["memory_id"]: t for t in rows(maintained, "tombstone")}
-    assert set(tombstones) == {maintained.get(f"old-{k}", profile="m").memory_id for k in range(3)}
+    assert set(tombstones) == {get_memory(maintained, f"old-{k}", profile="m").memory_id for k in range(3)}
     stone = tombstones[old0]
     assert stone["external_id"] == "old-0" and stone["score"] < 0.1 and stone["content_hash"]
     assert "relevance" in stone["reason"]
-    assert isinstance(maintained.get("old-0", profile="m"), Tombstone)
-    assert maintained.vector(old0) is None
+    assert isinstance(get_memory(maintained, "old-0", profile="m"), Tombstone)
+    assert stored_vector(maintained, old0) is None
     assert not [e for e in rows(maintained, "edge") if old0 in (e["source_id"], e["target_id"])]
     # Nothing lost: every memory ever stored is hot, cold or a tombstone.
     now = {m["id"]: m["tier"] for m in rows(maintained, "memory")}
@@ -239,7 +248,7 @@ def test_runs_are_recorded_and_shown_by_status(
     assert main(["run", "forget", "--all", "--as-of", "2025-07-01", "--dry-run"]) == EXIT_OK
     out = capsys.readouterr().out
     assert "note: forgetting is off: both thresholds are 0.0" in out
-    history = maintained.run_history()
+    history = run_history(maintained)
     assert [(r.profile_id, r.flow) for r in history] == [("m", "decay")]
     assert history[0].changed == 17 and history[0].summary == {"decay": {"changed": 17, "notes": []}}
 
@@ -257,10 +266,10 @@ def test_runs_are_recorded_and_shown_by_status(
 def test_status_history_holds_at_least_twenty_runs(maintained: Store) -> None:
     for day in range(22):
         decay(profile="m", as_of=AS_OF + timedelta(days=day))
-    history = maintained.run_history(limit=20)
+    history = run_history(maintained, limit=20)
     assert len(history) == 20
     assert history[0].as_of == AS_OF + timedelta(days=21)
-    assert len(maintained.run_history(limit=50)) == 22
+    assert len(run_history(maintained, limit=50)) == 22
 
 
 def test_artifact_of_a_forget_dry_run_says_why(scored: Store) -> None:
@@ -276,7 +285,7 @@ def test_an_undone_meta_memory_is_not_made_again(scored: Store) -> None:
     before = [r for r in export_rows(scored.url, "m") if r["type"] != "consolidation"]
     report = cluster(profile="m", as_of=AS_OF)
     meta_id = report.steps[0].changes[0].target
-    scored.undo(meta_id, "m")
+    undo_consolidation(scored, meta_id, "m")
     assert [r for r in export_rows(scored.url, "m") if r["type"] != "consolidation"] == before
     again = cluster(profile="m", as_of=AS_OF)
     assert again.changed() == 0 and again.steps[0].changes[0].action == "vetoed"

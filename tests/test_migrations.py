@@ -16,10 +16,13 @@ from sqlmodel import SQLModel
 from reverie.models import outbox
 from reverie.models.db import MIGRATIONS, SCHEMA_HEAD, dispose, engine_for, reading, writing
 from reverie.models.events import session_events
+from reverie.models.repositories import memories as memories_repo
 from reverie.models.settings import resolve_database_url
 from reverie.models.store import Store
 from reverie.models.tables import RunRecord
 from reverie.models.vectors import DIMENSION, to_blob
+
+from factories import acquire_leases, get_memory, in_read, record_runs, stored_vector
 
 HEAD = "0004"
 
@@ -84,11 +87,11 @@ def test_a_store_on_the_previous_schema_is_upgraded_with_its_data(
     engine.dispose()
     store = Store(url)  # opening the store migrates it
     assert revision(url) == HEAD and differences(url) == []
-    assert store.get("m-1").content == "kept across the upgrade"
+    assert get_memory(store, "m-1").content == "kept across the upgrade"
     when = datetime(2025, 7, 1)
-    store.record_runs([RunRecord(profile_id="old", flow="decay", as_of=when, started_at=when,
+    record_runs(store, [RunRecord(profile_id="old", flow="decay", as_of=when, started_at=when,
                                  finished_at=when)])
-    assert store.acquire_leases(["old"], "me", 60) == ["old"]
+    assert acquire_leases(store, ["old"], "me", 60) == ["old"]
 
 
 def test_vectors_move_out_of_the_memory_rows_and_back(new_store: Callable[[str], Store]) -> None:
@@ -113,9 +116,9 @@ def test_vectors_move_out_of_the_memory_rows_and_back(new_store: Callable[[str],
     engine.dispose()
     store = Store(url)  # opening the store migrates it
     assert revision(url) == HEAD and differences(url) == []
-    (memory,), vectors = store.snapshot("old")  # the memory without a vector has none
+    (memory,), vectors = in_read(store, "old", memories_repo.snapshot)  # the memory without a vector has none
     assert memory.id == "m-1" and np.array_equal(vectors[0], vector)
-    assert store.vector("m-2") is None and store.get("m-2").content == "kept"
+    assert stored_vector(store, "m-2") is None and get_memory(store, "m-2").content == "kept"
     dispose(url)
     engine = create_engine(resolve_database_url(url))
     with engine.begin() as conn:

@@ -19,6 +19,14 @@ from test_invariant_properties import AS_OF, SETTINGS, _ingested, stores
 
 from reverie.models.config import CreativeConfig
 from reverie.models.records import RelevanceSpread
+from reverie.models.repositories.memories import (
+    live_ids,
+    memories,
+    memory_ids,
+    relevance_spread,
+    set_lifecycles,
+    snapshot,
+)
 from reverie.models.store import Store
 from reverie.models.tables import Lifecycle
 from reverie.tasks import creative
@@ -39,20 +47,22 @@ def test_partial_reads_match_the_rules_over_the_whole_profile(
     for profile in ("ada", "bo"):
         # Every lifecycle on hot rows too, whatever the steps left: the queries must
         # follow MemoryView.is_live, not what the steps happen to produce.
-        hot_ids = store.memory_ids(profile)
-        store.set_lifecycles(profile, [(i, draw.choice(list(Lifecycle))) for i in
-                                       draw.sample(hot_ids, len(hot_ids) // 3)])
-        everything, vectors = store.snapshot(profile)
-        config = CreativeConfig(min_relevance=floor)
-        assert store.live_ids(profile, relevance_above=floor) == [
-            m.id for m in everything if creative.is_candidate(m, config)]
+        with store.writing(profile) as tx:
+            hot_ids = memory_ids(tx)
+            set_lifecycles(tx, [(i, draw.choice(list(Lifecycle)))
+                                for i in draw.sample(hot_ids, len(hot_ids) // 3)])
+        with store.reading(profile) as tx:
+            everything, vectors = snapshot(tx)
+            config = CreativeConfig(min_relevance=floor)
+            assert live_ids(tx, relevance_above=floor) == [
+                m.id for m in everything if creative.is_candidate(m, config)]
 
-        hot = store.memories(profile)
-        assert store.relevance_spread(profile) == RelevanceSpread.of(hot)
-        assert store.memories(profile, relevance_below=below) == [
-            m for m in hot if m.relevance is not None and m.relevance < below]
+            hot = memories(tx)
+            assert relevance_spread(tx) == RelevanceSpread.of(hot)
+            assert memories(tx, relevance_below=below) == [
+                m for m in hot if m.relevance is not None and m.relevance < below]
 
-        rows = draw.sample(range(len(everything)), len(everything) // 2)
-        some, some_vectors = store.snapshot(profile, ids_=[everything[i].id for i in rows])
+            rows = draw.sample(range(len(everything)), len(everything) // 2)
+            some, some_vectors = snapshot(tx, ids_=[everything[i].id for i in rows])
         assert some == [everything[i] for i in rows]
         assert (some_vectors == vectors[rows]).all()

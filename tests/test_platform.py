@@ -23,9 +23,11 @@ from reverie.deployments.backfill import backfill
 from reverie.deployments.serve import project_root
 from reverie.models.db import copy_profiles
 from reverie.models.events import MEMORY_STORED, SESSION_ENDED, SESSION_THRESHOLD, STORE_THRESHOLD
+from reverie.models.repositories import blocks as blocks_repo
 from reverie.models.store import Store
 
 from conftest import clone_sample
+from factories import end_session, in_read, ingest_records, run_history
 from prefect_stack import Stack, new_store_url, running_stack, write_prefect_file
 
 IDLE_SECONDS = 10
@@ -113,7 +115,7 @@ def test_a_triggered_run_completes_and_its_artifacts_are_readable(stack: Stack) 
     table = json.loads(artifacts["lightweight-consolidation-changes"].data)
     assert {r["step"] for r in table} <= {"compile_blocks", "decay_edges"} and table
     assert float(artifacts["lightweight-consolidation-progress"].data) == 100.0
-    assert len(stack.store.blocks("leo-tutor")) == 5
+    assert len(in_read(stack.store, "leo-tutor", blocks_repo.blocks)) == 5
 
 
 def _by_automation(stack: Stack, automation: str, profile: str) -> list[Any]:
@@ -122,10 +124,8 @@ def _by_automation(stack: Stack, automation: str, profile: str) -> list[Any]:
 
 def test_fifty_stores_trigger_one_lightweight_run_for_that_profile_only(stack: Stack) -> None:
     vector = [1.0] + [0.0] * 383
-    stack.store.ingest([{"content": f"fact {i}", "embedding": vector} for i in range(50)],
-                       profile="events-a")
-    stack.store.ingest([{"content": f"fact {i}", "embedding": vector} for i in range(30)],
-                       profile="events-b")
+    ingest_records(stack.store, [{"content": f"fact {i}", "embedding": vector} for i in range(50)], profile="events-a")
+    ingest_records(stack.store, [{"content": f"fact {i}", "embedding": vector} for i in range(30)], profile="events-b")
     stack.deliver_events()
     # A store threshold for events-a; for events-b (30 stores) only the stores.
     stack.wait_profile_events("events-a", {MEMORY_STORED: 1, STORE_THRESHOLD: 1})
@@ -146,7 +146,7 @@ def test_fifty_stores_trigger_one_lightweight_run_for_that_profile_only(stack: S
 
 def test_session_ends_trigger_full_consolidation(stack: Stack) -> None:
     for n in range(1, 6):
-        assert stack.store.end_session("raj", f"s{n}") == n
+        assert end_session(stack.store, "raj", f"s{n}") == n
     # Each session end sends its events once, briefly; what a loaded machine did not get
     # across in time waits in the store, as `reverie serve` would send it.
     stack.deliver_events()
@@ -226,7 +226,7 @@ def test_a_manual_run_for_a_date_equals_the_scheduled_run_for_it(stack: Stack) -
             state=Scheduled(scheduled_time=when),
         )
     assert stack.wait_final(scheduled.id).state_type == StateType.COMPLETED
-    runs = [r for r in stack.store.run_history(profile="support-bot", limit=None)
+    runs = [r for r in run_history(stack.store, profile="support-bot", limit=None)
             if r.flow == "lightweight-consolidation"]
     assert {r.as_of for r in runs} == {when}
     # Same date, same store: the second run finds nothing left to do.
@@ -243,7 +243,7 @@ def test_two_concurrent_runs_for_one_profile_never_overlap(stack: Stack) -> None
                            idempotency_key=f"concurrency-test-{i}") for i in range(2)]
     assert all(stack.wait_final(r.id).state_type == StateType.COMPLETED for r in runs)
     history = sorted(
-        (r for r in stack.store.run_history(profile="leo-tutor", limit=None)
+        (r for r in run_history(stack.store, profile="leo-tutor", limit=None)
          if r.flow == "full-consolidation"),
         key=lambda r: r.started_at,
     )

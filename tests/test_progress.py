@@ -27,6 +27,8 @@ from reverie.deployments.cli import EXIT_OK, EXIT_REJECTED, main
 from reverie.flows.progress import Bar, on_terminal
 from reverie.models.store import Store
 
+from factories import embedder_of, ingest_records
+
 START = datetime(2025, 7, 1)
 # What a bar looks like: "desc:  33%|███▎      | 1/3 [00:00<00:01, 2.0row/s]".
 BAR_MARKS = ("%|", "\r")
@@ -217,7 +219,7 @@ def test_ingest_piped_prints_its_report_and_no_bar(
 def test_an_ingest_counts_every_record_once_as_it_goes(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("reverie.models.store.INGEST_CHUNK", 2)  # several chunks
+    monkeypatch.setattr("reverie.models.ingest.INGEST_CHUNK", 2)  # several chunks
     records: list[dict[str, Any]] = [
         {"id": f"m{i}", "content": f"memory number {i} about a train", "profile": "ana"}
         for i in range(5)
@@ -227,7 +229,7 @@ def test_an_ingest_counts_every_record_once_as_it_goes(
         {"id": "bad", "content": "x", "importance": "very", "profile": "ana"},
         {"type": "edge", "source": "m0", "target": "m1", "profile": "ana", "weight": 0.5},
     ]
-    embedder = store.embedder()
+    embedder = embedder_of(store)
     original, embedding = embedder.encode, []
 
     def encode(texts: list[str], progress: Any = False) -> Any:
@@ -243,13 +245,13 @@ def test_an_ingest_counts_every_record_once_as_it_goes(
     def count(n: int) -> None:
         counted.append((n, bool(embedding)))
 
-    report = store.ingest(records, progress=count)
+    report = ingest_records(store, records, progress=count)
     assert report.stored == 5 and report.edges == 1 and len(report.errors) == 1
     assert sum(n for n, _ in counted) == len(records)
     # Counted while the model embedded (most of an ingest's time), not only after.
     assert sum(n for n, during in counted if during) == 5
     counted.clear()
-    store.ingest(records, progress=count)  # the same again: nothing to embed
+    ingest_records(store, records, progress=count)  # the same again: nothing to embed
     assert sum(n for n, _ in counted) == len(records)
     assert not any(during for _, during in counted)
 

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from reverie.deployments.cli import EXIT_ERROR, EXIT_OK, main
+from reverie.engines.recall import recall
 from reverie.flows.compress import compress
 from reverie.flows.consolidate_cold import consolidate_cold
 from reverie.flows.decay import decay
@@ -15,11 +16,21 @@ from reverie.flows.full_consolidation import full_consolidation
 from reverie.models.config import ConsolidationConfig, DedupConfig, ForgetConfig
 from reverie.models.errors import NotFoundError
 from reverie.models.export import export_rows
+from reverie.models.repositories import blocks as blocks_repo
 from reverie.models.store import Store
 from reverie.models.tables import SUMMARY_ORIGINS, EdgeKind, Origin, Tier
-from reverie.engines.recall import recall
 
-from factories import AS_OF, at_cosine, axis
+from factories import (
+    AS_OF,
+    at_cosine,
+    axis,
+    embedder_of,
+    get_memory,
+    in_read,
+    ingest_records,
+    stored_vector,
+    undo_consolidation,
+)
 
 pytestmark = pytest.mark.usefixtures("prefect_api")
 
@@ -56,7 +67,7 @@ def notes(profile: str) -> list[dict]:
 
 @pytest.fixture
 def fading_store(store: Store) -> Store:
-    assert not store.ingest(fading("p", 0, 7) + notes("p") + fading("q", 0, 5)).errors
+    assert not ingest_records(store, fading("p", 0, 7) + notes("p") + fading("q", 0, 5)).errors
     decay(profile=None, as_of=AS_OF)
     return store
 
@@ -88,8 +99,8 @@ def test_compression_replaces_fading_memories_by_a_summary(fading_store: Store) 
     edges = [r for r in export_rows(fading_store.url, "p") if r["type"] == "edge"]
     assert sorted((e["kind"], e["weight"]) for e in edges) == [(EdgeKind.CONSOLIDATION, 0.8)] * 7
     # The summary has a vector of its own words, not one of its originals'.
-    vector = fading_store.vector(summary["id"])
-    words = fading_store.embedder().encode([summary["content"]])[0]
+    vector = stored_vector(fading_store, summary["id"])
+    words = embedder_of(fading_store).encode([summary["content"]])[0]
     assert float(np.dot(vector, words)) == pytest.approx(1.0, abs=1e-5)
 
 
@@ -107,14 +118,14 @@ def test_compress_then_undo_restores_the_store(fading_store: Store) -> None:
     before = state(fading_store)
     report = compress(profile="p", as_of=AS_OF)
     summary_id = report.steps[0].changes[0].target
-    result = fading_store.undo(summary_id, "p")
+    result = undo_consolidation(fading_store, summary_id, "p")
     assert len(result.restored) == 7 and not result.already_undone
     assert state(fading_store) == before
     (audit,) = [r for r in export_rows(fading_store.url, "p") if r["type"] == "consolidation"]
     assert audit["undone_at"] and audit["parameters"]["undone_summary"]["content"].startswith(
         f"{(AS_OF - timedelta(days=300)).day} ")
     # Undoing twice is harmless, and later runs do not redo what was undone.
-    assert fading_store.undo(result.consolidation_id, "p").already_undone
+    assert undo_consolidation(fading_store, result.consolidation_id, "p").already_undone
     again = compress(profile="p", as_of=AS_OF)
     assert again.changed() == 0 and again.steps[0].changes[0].action == "vetoed"
     assert state(fading_store) == before
@@ -123,7 +134,7 @@ def test_compress_then_undo_restores_the_store(fading_store: Store) -> None:
 def test_undo_is_scoped_to_the_profile_named(
     fading_store: Store, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    fading_store.ingest([{"id": "x", "content": "another profile's memory"}], profile="other")
+    ingest_records(fading_store, [{"id": "x", "content": "another profile's memory"}], profile="other")
     summary_id = compress(profile="p", as_of=AS_OF).steps[0].changes[0].target
     after = state(fading_store)
     consolidation_id = next(
@@ -131,7 +142,7 @@ def test_undo_is_scoped_to_the_profile_named(
     )
     for ident in (summary_id, consolidation_id):
         with pytest.raises(NotFoundError, match="in profile 'other'"):
-            fading_store.undo(ident, "other")
+            undo_consolidation(fading_store, ident, "other")
         assert main(["undo", ident, "--profile", "other"]) == EXIT_ERROR
     with pytest.raises(SystemExit) as refused:  # --profile is required
         main(["undo", summary_id])
@@ -150,7 +161,7 @@ def test_cold_consolidation_then_undo_restores_the_store(fading_store: Store) ->
     (learning,) = [m for m in rows.values() if m["origin"] == "cold"]
     assert learning["layer"] == "learning" and learning["protected"] and learning["entity"] == "billing"
     assert learning["metadata"]["replaced_ids"] == ["n1", "n2"]
-    fading_store.undo(learning["id"], "p")
+    undo_consolidation(fading_store, learning["id"], "p")
     assert state(fading_store) == before
 
 
@@ -162,7 +173,7 @@ def test_cold_consolidation_scope_and_min_age(fading_store: Store) -> None:
 
 
 def test_stalled_work_is_marked(store: Store) -> None:
-    store.ingest([
+    ingest_records(store, [
         {"id": "t1", "content": "migrate the CI runners", "status": "in_progress",
          "created_at": iso(30), "embedding": axis(1).tolist()},
         {"id": "t2", "content": "write the onboarding doc", "status": "in_progress",
@@ -170,7 +181,7 @@ def test_stalled_work_is_marked(store: Store) -> None:
     ], profile="p")
     report = consolidate_cold(profile="p", as_of=AS_OF)
     assert [c.action for c in report.steps[2].changes] == ["stalled"]
-    assert store.get("t1").status == "stalled" and store.get("t2").status == "in_progress"
+    assert get_memory(store, "t1").status == "stalled" and get_memory(store, "t2").status == "in_progress"
 
 
 def test_the_forget_sweep_follows_the_configured_thresholds(fading_store: Store) -> None:
@@ -195,11 +206,11 @@ def runs(first: int, count: int) -> list[dict]:
 def test_a_summary_is_never_compressed_again_over_three_runs(store: Store) -> None:
     """The merge treadmill: a summary dated at its oldest member was born fading and
     absorbed by the next run's group. Dated at its run, it stays as it is."""
-    store.ingest(runs(1, 9), profile="p")
+    ingest_records(store, runs(1, 9), profile="p")
     days = [AS_OF, AS_OF + timedelta(days=1), AS_OF + timedelta(days=2)]
     for run, as_of in enumerate(days):
         if run == 2:
-            store.ingest(runs(10, 4), profile="p")
+            ingest_records(store, runs(10, 4), profile="p")
         decay(profile="p", as_of=as_of)
         compress(profile="p", as_of=as_of)
     rows = memories(store)
@@ -214,7 +225,7 @@ def test_a_summary_is_never_compressed_again_over_three_runs(store: Store) -> No
     members = [m for a in audit.values() for m in a["member_ids"]]
     assert len(members) == len(set(members))
     for summary_id in summaries:
-        store.undo(summary_id, "p")
+        undo_consolidation(store, summary_id, "p")
     assert all(m["tier"] == Tier.HOT for m in memories(store).values()
                if m["origin"] == Origin.INGESTED)
 
@@ -270,7 +281,7 @@ def test_llm_compression_and_its_fallback(fading_store: Store, llm) -> None:
 
 def test_llm_words_the_prose_blocks(sample_store: Store, llm) -> None:
     full_consolidation(profile="maya", as_of=AS_OF, config=ConsolidationConfig(summarizer="llm"))
-    blocks = {b.block_type: b for b in sample_store.blocks("maya")}
+    blocks = {b.block_type: b for b in in_read(sample_store, "maya", blocks_repo.blocks)}
     assert blocks["user_profile"].mode == "llm"
     # The fake model answers with its prompt's words, facts in the block's order
     # (use first, then importance).

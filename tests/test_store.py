@@ -4,64 +4,68 @@ from datetime import datetime, timedelta
 import pytest
 from sqlalchemy import update
 
+from reverie.engines.recall import recall
 from reverie.models.db import writing
 from reverie.models.errors import AmbiguousIdError, NotFoundError
 from reverie.models.export import export_jsonl
 from reverie.models.records import NewEdge
+from reverie.models.repositories import edges as edges_repo
+from reverie.models.repositories import forgetting as forgetting_repo
+from reverie.models.repositories import memories as memories_repo
+from reverie.models.repositories import summaries as summaries_repo
 from reverie.models.store import Store
 from reverie.models.tables import EdgeKind, Memory, Tier, Tombstone
-from reverie.engines.recall import recall
 
-from factories import record
+from factories import get_memory, in_read, in_write, ingest_records, record, record_access
 
 T0 = datetime(2025, 3, 1)
 
 
 def test_get_finds_a_memory_by_either_id_in_any_tier(store: Store) -> None:
-    store.ingest([record("alpha", id="a1")], profile="p")
-    m = store.get("a1")
-    assert store.get(m.id).external_id == "a1"
+    ingest_records(store, [record("alpha", id="a1")], profile="p")
+    m = get_memory(store, "a1")
+    assert get_memory(store, m.id).external_id == "a1"
     with pytest.raises(NotFoundError):
-        store.get("missing")
+        get_memory(store, "missing")
 
 
 def test_an_external_id_in_two_profiles_needs_a_profile(store: Store) -> None:
-    store.ingest([record("one", id="x", profile="p"), record("two", id="x", profile="q")])
+    ingest_records(store, [record("one", id="x", profile="p"), record("two", id="x", profile="q")])
     with pytest.raises(AmbiguousIdError, match="p, q"):
-        store.get("x")
-    assert store.get("x", profile="q").content == "two"
+        get_memory(store, "x")
+    assert get_memory(store, "x", profile="q").content == "two"
 
 
 def test_get_returns_the_tombstone_of_a_deleted_memory(store: Store) -> None:
     with writing(store.url) as s:
         s.add(Tombstone(memory_id="m-gone", profile_id="p", external_id="g", content_hash="h",
                         reason="forgotten", deleted_at=T0))
-    assert isinstance(store.get("g"), Tombstone)
-    assert store.get("m-gone").reason == "forgotten"
+    assert isinstance(get_memory(store, "g"), Tombstone)
+    assert get_memory(store, "m-gone").reason == "forgotten"
 
 
 def test_record_access_counts_and_strengthens_co_accessed_edges(store: Store) -> None:
-    store.ingest([record("a", id="a"), record("b", id="b"), record("c", id="c")], profile="p")
-    a, b, c = (store.get(x).id for x in "abc")
-    store.add_edges("p", [NewEdge(a, b, EdgeKind.ASSOCIATION, 0.5), NewEdge(a, c, EdgeKind.ASSOCIATION, 0.98),
+    ingest_records(store, [record("a", id="a"), record("b", id="b"), record("c", id="c")], profile="p")
+    a, b, c = (get_memory(store, x).id for x in "abc")
+    in_write(store, "p", edges_repo.add_edges, [NewEdge(a, b, EdgeKind.ASSOCIATION, 0.5), NewEdge(a, c, EdgeKind.ASSOCIATION, 0.98),
                           NewEdge(b, c, EdgeKind.ASSOCIATION, 0.3)], T0)
     later = T0 + timedelta(days=40)
-    assert store.record_access([a, b, c, a], later) == 3
-    assert store.get(a).access_count == 1 and store.get(a).last_accessed_at == later
+    assert record_access(store, "p", [a, b, c, a], later) == 3
+    assert get_memory(store, a).access_count == 1 and get_memory(store, a).last_accessed_at == later
     weights = {(e.source_id, e.target_id): (e.weight, e.base_weight, e.last_strengthened_at)
-               for e in store.edges("p")}
+               for e in in_read(store, "p", edges_repo.edges)}
     pair = lambda x, y: (min(x, y), max(x, y))  # noqa: E731
     assert weights[pair(a, b)] == (pytest.approx(0.55), pytest.approx(0.55), later)
     assert weights[pair(a, c)][0] == 1.0  # capped
     # An older access does not move the last-access time backwards.
-    store.record_access([a], T0)
-    assert store.get(a).last_accessed_at == later and store.get(a).access_count == 2
+    record_access(store, "p", [a], T0)
+    assert get_memory(store, a).last_accessed_at == later and get_memory(store, a).access_count == 2
 
 
 def test_recall_searches_hot_and_deep_adds_cold(store: Store) -> None:
-    store.ingest([record("Maya's cat is called Pixel", id="cat"),
+    ingest_records(store, [record("Maya's cat is called Pixel", id="cat"),
                   record("Maya deploys with Argo CD", id="deploy")], profile="p")
-    cat = store.get("cat").id
+    cat = get_memory(store, "cat").id
     with writing(store.url) as s:
         s.execute(update(Memory).where(Memory.id == cat).values(tier=Tier.COLD, superseded_by="m-sum"))
     hot = recall(store, "p", "what is the name of the cat", k=5)
@@ -72,20 +76,20 @@ def test_recall_searches_hot_and_deep_adds_cold(store: Store) -> None:
 
 
 def test_recall_with_tracking_records_the_hits(store: Store) -> None:
-    store.ingest([record("one fact"), record("another fact")], profile="p")
+    ingest_records(store, [record("one fact"), record("another fact")], profile="p")
     hits = recall(store, "p", "fact", k=1, track=True, at=T0)
-    assert store.get(hits[0].memory.id).access_count == 1
+    assert get_memory(store, hits[0].memory.id).access_count == 1
 
 
 def test_recall_never_crosses_profiles(store: Store) -> None:
-    store.ingest([record("secret of p", profile="p"), record("secret of q", profile="q")])
+    ingest_records(store, [record("secret of p", profile="p"), record("secret of q", profile="q")])
     assert {h.memory.profile_id for h in recall(store, "p", "secret", k=10)} == {"p"}
     with pytest.raises(NotFoundError):
         recall(store, "nobody", "secret")
 
 
 def test_export_is_canonical_and_hides_run_ids(store: Store) -> None:
-    store.ingest([record("b text", id="b"), record("a text", id="a")], profile="p")
+    ingest_records(store, [record("b text", id="b"), record("a text", id="a")], profile="p")
     text = export_jsonl(store.url, "p")
     lines = text.splitlines()
     assert [line.count('"type": "memory"') for line in lines] == [1, 1]
@@ -96,33 +100,33 @@ def test_export_is_canonical_and_hides_run_ids(store: Store) -> None:
 
 
 def test_counts_by_tier(store: Store) -> None:
-    store.ingest([record("x")], profile="p")
-    assert store.counts("p") == {Tier.HOT: 1, Tier.COLD: 0, "tombstones": 0}
+    ingest_records(store, [record("x")], profile="p")
+    assert in_read(store, "p", memories_repo.counts) == {Tier.HOT: 1, Tier.COLD: 0, "tombstones": 0}
 
 
 def test_whole_profile_id_lists_go_in_chunks(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
-    import reverie.models.store as store_module
+    from reverie.models.repositories import bulk
 
-    monkeypatch.setattr(store_module, "IN_CHUNK", 2)
-    store.ingest([record(f"fact {i}", id=f"f{i}") for i in range(7)], profile="p")
-    ids_ = [store.get(f"f{i}").id for i in range(7)]
+    monkeypatch.setattr(bulk, "IN_CHUNK", 2)
+    ingest_records(store, [record(f"fact {i}", id=f"f{i}") for i in range(7)], profile="p")
+    ids_ = [get_memory(store, f"f{i}").id for i in range(7)]
     with writing(store.url) as s:
         s.execute(update(Memory).where(Memory.id.in_(ids_[:5])).values(superseded_by="m-sum"))
-    assert len(store.originals_of("p", ["m-sum", "m-other"])["m-sum"]) == 5
-    store.forget("p", ids_[:3], [(i, 0.0, "test") for i in ids_[3:]], T0, None, {})
-    assert store.counts("p") == {Tier.HOT: 0, Tier.COLD: 3, "tombstones": 4}
+    assert len(in_read(store, "p", summaries_repo.originals_of, ["m-sum", "m-other"])["m-sum"]) == 5
+    in_write(store, "p", forgetting_repo.forget, ids_[:3], [(i, 0.0, "test") for i in ids_[3:]], T0, None, {})
+    assert in_read(store, "p", memories_repo.counts) == {Tier.HOT: 0, Tier.COLD: 3, "tombstones": 4}
 
 
 def test_bulk_updates_write_every_chunk_and_only_the_named_profile(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import reverie.models.store
+    from reverie.models.repositories import bulk
 
-    store.ingest([record(f"fact {k}", id=f"a{k}") for k in range(5)], profile="a")
-    store.ingest([record("other", id="b0")], profile="b")
-    monkeypatch.setattr(reverie.models.store, "BULK_SET_CHUNK", 2)  # 5 rows: chunks of 2, 2 and 1
-    ids = [m.id for m in store.memories("a")]
-    other = store.memories("b")[0].id
-    store.set_relevance("a", [(mid, k / 10) for k, mid in enumerate(ids)] + [(other, 0.9)])
-    assert [m.relevance for m in store.memories("a")] == [0.0, 0.1, 0.2, 0.3, 0.4]
-    assert store.memories("b")[0].relevance is None  # an id of another profile is left alone
+    ingest_records(store, [record(f"fact {k}", id=f"a{k}") for k in range(5)], profile="a")
+    ingest_records(store, [record("other", id="b0")], profile="b")
+    monkeypatch.setattr(bulk, "BULK_SET_CHUNK", 2)  # 5 rows: chunks of 2, 2 and 1
+    ids = [m.id for m in in_read(store, "a", memories_repo.memories)]
+    other = in_read(store, "b", memories_repo.memories)[0].id
+    in_write(store, "a", memories_repo.set_relevance, [(mid, k / 10) for k, mid in enumerate(ids)] + [(other, 0.9)])
+    assert [m.relevance for m in in_read(store, "a", memories_repo.memories)] == [0.0, 0.1, 0.2, 0.3, 0.4]
+    assert in_read(store, "b", memories_repo.memories)[0].relevance is None  # an id of another profile is left alone

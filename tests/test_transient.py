@@ -21,6 +21,7 @@ from reverie.models.store import Store
 from reverie.models.transient import backoff, is_transient, retrying
 
 from conftest import TEST_POSTGRES, _create_postgres_database, _drop_postgres_database, clone_sample
+from factories import run_history
 from prefect_stack import free_port
 
 
@@ -69,7 +70,7 @@ def test_backoff_doubles_up_to_its_cap_with_jitter_in_the_upper_half() -> None:
         delays = list(backoff(1.0, 5.0, 5))
         ceilings = [1.0, 2.0, 4.0, 5.0, 5.0]
         assert len(delays) == 5
-        assert all(c / 2 <= d <= c for d, c in zip(delays, ceilings))
+        assert all(c / 2 <= d <= c for d, c in zip(delays, ceilings, strict=False))
 
 
 def test_retrying_stops_at_the_first_lasting_fault_and_after_its_attempts() -> None:
@@ -171,4 +172,4 @@ def test_a_run_whose_database_is_down_at_its_start_waits_for_it(
         took = time.monotonic() - started
     assert proxy.accepted > 0 and took >= down_for
     assert report.profiles == ["maya"] and not report.failed()
-    assert [r.profile_id for r in Store(late_database).run_history()] == ["maya"]
+    assert [r.profile_id for r in run_history(Store(late_database))] == ["maya"]

@@ -1,0 +1,177 @@
+"""Sending the store's Prefect events: the one place Reverie talks to Prefect's event
+API. The store queues events in its outbox (``models.outbox``) in the transaction that
+caused them; whoever made that change (an ingest, a session end) calls ``deliver``
+after the commit.
+
+``flush`` sends what is pending, oldest first, directly and without reconnect attempts,
+from a short-lived thread with a deadline, and deletes what the API confirmed; see
+``models.outbox`` for how two senders keep out of each other's way. A failed send is a
+warning, never an error of the change that queued the events: they wait for the next
+flush.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC
+from enum import StrEnum
+
+from reverie.models import outbox
+from reverie.models.db import reading, writing
+from reverie.models.events import ProfileEvent, resource
+from reverie.models.settings import get_settings
+from reverie.models.timestamps import utcnow
+
+log = logging.getLogger(__name__)
+
+SEND_DEADLINE_SECONDS = 5.0
+_SEND_THREAD = "reverie-events-send"
+
+
+class Outcome(StrEnum):
+    DELIVERED = "delivered"  # nothing is pending any more
+    UNREACHABLE = "unreachable"  # the API did not take the events: they stay for later
+    BUSY = "busy"  # another process is sending; it takes what is pending before it stops
+    INCOMPLETE = "incomplete"  # sends went through, but time ran out with events left
+    NO_API = "no-api"  # no Prefect API is configured to send them to
+
+
+@dataclass(frozen=True, slots=True)
+class FlushResult:
+    outcome: Outcome
+    sent: int
+    pending: int  # events left in the outbox afterwards (others may be adding)
+    error: str | None = None  # why the API did not take them (no event content)
+
+
+def api_url() -> str | None:
+    """The Prefect server to send events to; None for an ephemeral API (which would start
+    a server for a second and lose the events with it)."""
+    from prefect.settings import get_current_settings
+
+    return get_current_settings().api.url
+
+
+def api_configured() -> bool:
+    return bool(api_url())
+
+
+def wanted() -> bool:
+    """Whether the store should keep events at all: without an API nobody would ever
+    send them, and a local-only store's outbox would grow forever."""
+    return get_settings().emit_events and api_configured()
+
+
+def send(events: Sequence[ProfileEvent], url: str) -> BaseException | None:
+    """Deliver the events, in order, to the Prefect API at ``url``; what went wrong, or
+    None once the server has confirmed receiving every one of them. Waits at most
+    SEND_DEADLINE_SECONDS, and never raises."""
+    if not events:
+        return None
+    outcome: list[BaseException | None] = []
+    _quiet_prefect_client()
+    # Prefect's settings context does not follow into a new thread: the URL is passed.
+    thread = threading.Thread(target=lambda: outcome.append(_send(events, url)),
+                              name=_SEND_THREAD, daemon=True)
+    thread.start()
+    # The send cancels itself at the deadline; the margin lets it say so.
+    thread.join(SEND_DEADLINE_SECONDS + 1.0)
+    return outcome[0] if outcome else TimeoutError("no answer in time")
+
+
+class _FromOtherThreads(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.threadName != _SEND_THREAD
+
+
+def _quiet_prefect_client() -> None:
+    """Our caller warns once about a failed send (the events wait in the store); Prefect's
+    client would add its own warning, saying the events may be lost."""
+    client_log = logging.getLogger("prefect.events.clients")
+    if not any(isinstance(f, _FromOtherThreads) for f in client_log.filters):
+        client_log.addFilter(_FromOtherThreads())
+
+
+def _send(events: Sequence[ProfileEvent], url: str) -> BaseException | None:
+    """The one place events leave the process (tests replace it to watch them go)."""
+    from prefect.events import Event
+    from prefect.events.clients import PrefectEventsClient
+
+    async def send() -> None:
+        # A checkpoint after the last event: the client then waits for the server's pong,
+        # which follows every event on the socket, so a return means they arrived.
+        async with PrefectEventsClient(
+            api_url=url, reconnection_attempts=0, checkpoint_every=len(events)
+        ) as client:
+            for e in events:
+                await client.emit(Event(
+                    id=e.id, event=e.name, resource=resource(e.profile),
+                    payload=e.payload, occurred=e.at.replace(tzinfo=UTC),
+                ))
+
+    try:
+        asyncio.run(asyncio.wait_for(send(), SEND_DEADLINE_SECONDS))
+    except BaseException as exc:  # noqa: BLE001 - reported to the caller
+        return exc
+    return None
+
+
+def flush(
+    store_url: str, budget: float = SEND_DEADLINE_SECONDS, api: str | None = None
+) -> FlushResult:
+    """Send the store's pending events to the Prefect API (``api``, default the
+    configured one), oldest first, for at most about ``budget`` seconds plus one send's
+    deadline. Stops at the first send the API does not confirm, with one warning; never
+    raises for the API (the store's own errors do raise)."""
+    url = api or api_url()
+    with reading(store_url) as s:
+        left = outbox.count(s)
+    if not left:
+        return FlushResult(Outcome.DELIVERED, 0, 0)
+    if not url:
+        return FlushResult(Outcome.NO_API, 0, left, "no Prefect API is configured")
+    holder = uuid.uuid4().hex
+    sent = 0
+    stop_at = time.monotonic() + budget
+    while True:
+        with writing(store_url) as s:
+            batch = outbox.claim(s, holder, utcnow())
+        if batch is None:
+            return FlushResult(Outcome.BUSY, sent, _count(store_url))
+        if not batch:
+            return FlushResult(Outcome.DELIVERED, sent, 0)
+        error = send(batch, url)
+        with writing(store_url) as s:
+            outbox.settle(s, holder, delivered=error is None)
+        if error is not None:
+            reason = str(error) or type(error).__name__
+            left = _count(store_url)
+            log.warning("could not send %d event(s) to the Prefect API at %s (%s); %d wait "
+                        "in the store for the next ingest or `reverie events flush`",
+                        len(batch), url, reason, left)
+            return FlushResult(Outcome.UNREACHABLE, sent, left, reason)
+        sent += len(batch)
+        if time.monotonic() >= stop_at:
+            left = _count(store_url)
+            return FlushResult(Outcome.DELIVERED if not left else Outcome.INCOMPLETE, sent, left)
+
+
+def deliver(store_url: str) -> None:
+    """After a commit that queued events: one flush, whose failure (the API's or the
+    store's) is a warning, since what was stored is stored."""
+    try:
+        flush(store_url)
+    except Exception as exc:  # noqa: BLE001 - the events wait for the next flush
+        log.warning("could not flush the event outbox (%s); the events wait in the store",
+                    type(exc).__name__)
+
+
+def _count(store_url: str) -> int:
+    with reading(store_url) as s:
+        return outbox.count(s)

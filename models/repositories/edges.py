@@ -1,0 +1,144 @@
+"""Edges between a profile's memories: reads, decay, and upserts."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import fields as dataclass_fields
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import bindparam, delete, insert, or_, select, update
+from sqlmodel import Session
+
+from reverie.models import ids
+from reverie.models.records import EdgeView, NewEdge
+from reverie.models.repositories.bulk import bulk_set, chunks
+from reverie.models.repositories.memories import M
+from reverie.models.store import ProfileTx
+from reverie.models.tables import Edge, EdgeKind
+
+E = Edge.__table__  # type: ignore[attr-defined]
+_EDGE_VIEW_COLUMNS = [E.c[f.name] for f in dataclass_fields(EdgeView)]
+
+
+def edges(tx: ProfileTx, kinds: Sequence[str] | None = None) -> list[EdgeView]:
+    query = select(*_EDGE_VIEW_COLUMNS).where(E.c.profile_id == tx.profile).order_by(E.c.id)
+    if kinds is not None:
+        query = query.where(E.c.kind.in_(list(kinds)))
+    return [EdgeView(*r) for r in tx.session.execute(query)]
+
+
+def association_edges_to_decay(tx: ProfileTx, idle_since: datetime) -> list[EdgeView]:
+    """Association edges idle since ``idle_since`` or already decayed (index-backed)."""
+    query = (
+        select(*_EDGE_VIEW_COLUMNS)
+        .where(E.c.profile_id == tx.profile)
+        .where(E.c.kind == EdgeKind.ASSOCIATION)
+        .where(or_(E.c.last_strengthened_at <= idle_since, E.c.weight != E.c.base_weight))
+        .order_by(E.c.id)
+    )
+    return [EdgeView(*r) for r in tx.session.execute(query)]
+
+
+def linked_pairs(tx: ProfileTx, memory_ids: Sequence[str]) -> set[frozenset[str]]:
+    """Pairs among ``memory_ids`` already joined by an edge of any kind, either way."""
+    wanted = list(memory_ids)
+    rows = tx.session.execute(
+        select(E.c.source_id, E.c.target_id)
+        .where(E.c.profile_id == tx.profile)
+        .where(E.c.source_id.in_(wanted))
+        .where(E.c.target_id.in_(wanted))
+    ).all()
+    return {frozenset(r) for r in rows}
+
+
+def update_edge_weights(
+    tx: ProfileTx, weights: Sequence[tuple[str, float]], prune: Sequence[str]
+) -> None:
+    """Set decayed weights and delete pruned edges; only association edges are touched."""
+    if not weights and not prune:
+        return
+    s, profile = tx.session, tx.profile
+    bulk_set(s, E, ["weight"], weights,
+             E.c.profile_id == profile, E.c.kind == EdgeKind.ASSOCIATION)
+    for batch in chunks(prune):
+        s.execute(
+            delete(E)
+            .where(E.c.profile_id == profile)
+            .where(E.c.kind == EdgeKind.ASSOCIATION)
+            .where(E.c.id.in_(batch))
+        )
+
+
+def add_edges(
+    tx: ProfileTx,
+    new: Sequence[NewEdge],
+    as_of: datetime,
+    linked_summaries: Sequence[str] = (),
+) -> None:
+    """Add edges (an existing edge keeps the larger weight); mark summaries linked."""
+    upsert_edges(tx.session, tx.profile, new, as_of, as_of)
+    for batch in chunks(linked_summaries):
+        tx.session.execute(
+            update(M)
+            .where(M.c.profile_id == tx.profile)
+            .where(M.c.id.in_(batch))
+            .values(linked_at=as_of)
+        )
+
+
+def upsert_edges(
+    s: Session, profile: str, new: Sequence[NewEdge], strengthened_at: datetime,
+    created_at: datetime,
+) -> None:
+    upsert_timed_edges(s, profile, [(e, strengthened_at, created_at) for e in new])
+
+
+def upsert_timed_edges(
+    s: Session, profile: str, new: Sequence[tuple[NewEdge, datetime, datetime]]
+) -> None:
+    """Add edges in bulk, each with the time it was last strengthened and created.
+    An edge that exists already (or comes twice) keeps the larger weight, and is
+    strengthened at the later time when a larger weight arrives."""
+    wanted: dict[str, dict[str, Any]] = {}
+    for edge, strengthened_at, created_at in new:
+        source, target = edge.source_id, edge.target_id
+        if edge.kind == EdgeKind.ASSOCIATION and target < source:  # undirected: one canonical row
+            source, target = target, source
+        eid = ids.edge_id(profile, edge.kind, source, target)
+        row = wanted.get(eid)
+        if row is None:
+            wanted[eid] = {
+                "id": eid, "profile_id": profile, "source_id": source, "target_id": target,
+                "kind": edge.kind, "subkind": edge.subkind, "weight": edge.weight,
+                "base_weight": edge.weight, "last_strengthened_at": strengthened_at,
+                "confidence": edge.confidence, "created_at": created_at, "meta": edge.meta,
+            }
+        elif edge.weight > row["weight"]:
+            row["weight"] = row["base_weight"] = edge.weight
+            row["last_strengthened_at"] = max(row["last_strengthened_at"], strengthened_at)
+    if not wanted:
+        return
+    stored = {
+        r.id: r
+        for batch in chunks(wanted)
+        for r in s.execute(
+            select(E.c.id, E.c.weight, E.c.last_strengthened_at).where(E.c.id.in_(batch))
+        )
+    }
+    fresh = [row for eid, row in wanted.items() if eid not in stored]
+    stronger = [
+        {"eid": eid, "w": row["weight"],
+         "at": max(stored[eid].last_strengthened_at, row["last_strengthened_at"])}
+        for eid, row in wanted.items()
+        if eid in stored and row["weight"] > stored[eid].weight
+    ]
+    if fresh:
+        s.execute(insert(Edge), fresh)
+    if stronger:
+        s.execute(
+            update(E).where(E.c.id == bindparam("eid"))
+            .values(weight=bindparam("w"), base_weight=bindparam("w"),
+                    last_strengthened_at=bindparam("at")),
+            stronger,
+        )

@@ -1,0 +1,119 @@
+"""Run history, leases (one run per profile at a time) and session ends."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+
+from sqlalchemy import delete, insert, or_, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlmodel import Session
+
+from reverie.models import events, outbox, tables
+from reverie.models.errors import NotFoundError
+from reverie.models.store import ProfileTx
+from reverie.models.tables import Profile
+
+_L = tables.Lease.__table__  # type: ignore[attr-defined]
+
+
+def record_runs(s: Session, records: Sequence[tables.RunRecord]) -> None:
+    s.add_all(records)
+
+
+def run_history(
+    s: Session,
+    profile: str | None = None,
+    flow: str | None = None,
+    limit: int | None = 20,
+    as_of: datetime | None = None,
+) -> list[tables.RunRecord]:
+    """The most recent finished runs, newest first (all of them with ``limit=None``)."""
+    query = select(tables.RunRecord).order_by(
+        tables.RunRecord.finished_at.desc(), tables.RunRecord.id.desc()
+    )
+    if profile is not None:
+        query = query.where(tables.RunRecord.profile_id == profile)
+    if flow is not None:
+        query = query.where(tables.RunRecord.flow == flow)
+    if as_of is not None:
+        query = query.where(tables.RunRecord.as_of == as_of)
+    return list(s.execute(query.limit(limit)).scalars())
+
+
+# --- leases: one run per profile at a time -------------------------------------------
+
+
+def acquire_leases(
+    s: Session, profiles: Sequence[str], holder: str, seconds: float, at: datetime
+) -> list[str]:
+    """Take every free (or expired, or already ours) profile among ``profiles`` for
+    ``holder``; returns the profiles taken. Safe against other processes taking the
+    same profile at the same moment, on SQLite and PostgreSQL alike."""
+    until = at + timedelta(seconds=seconds)
+    taken: list[str] = []
+    for profile in sorted(set(profiles)):
+        claimed = s.execute(
+            update(_L)
+            .where(_L.c.profile_id == profile)
+            .where(or_(_L.c.holder == holder, _L.c.expires_at <= at))
+            .values(holder=holder, acquired_at=at, expires_at=until)
+        ).rowcount
+        if not claimed:
+            try:
+                with s.begin_nested():
+                    s.execute(insert(_L).values(
+                        profile_id=profile, holder=holder, acquired_at=at, expires_at=until
+                    ))
+                claimed = 1
+            except IntegrityError:  # someone holds it (or took it just now)
+                claimed = 0
+        if claimed:
+            taken.append(profile)
+    return taken
+
+
+def renew_leases(
+    s: Session, profiles: Sequence[str], holder: str, seconds: float, at: datetime
+) -> list[str]:
+    """Extend ``holder``'s leases among ``profiles``; never takes one it does not
+    hold (a lease given back, or taken by another run after it expired). Returns
+    the profiles renewed."""
+    renewed = s.execute(
+        update(_L).where(_L.c.profile_id.in_(list(profiles)))
+        .where(_L.c.holder == holder)
+        .values(expires_at=at + timedelta(seconds=seconds))
+        .returning(_L.c.profile_id)
+    ).scalars().all()
+    return sorted(renewed)
+
+
+def release_leases(s: Session, profiles: Sequence[str], holder: str) -> None:
+    s.execute(
+        delete(tables.Lease)
+        .where(tables.Lease.profile_id.in_(list(profiles)))
+        .where(tables.Lease.holder == holder)
+    )
+
+
+def lease_holders(s: Session) -> dict[str, str]:
+    return dict(s.execute(select(tables.Lease.profile_id, tables.Lease.holder)).all())
+
+
+# --- sessions ----------------------------------------------------------------------------
+
+
+def end_session(
+    tx: ProfileTx, session_id: str | None, at: datetime, every: int, queue_events: bool
+) -> int:
+    """Count a finished session of the profile; with ``queue_events``, queue the events
+    that tell Prefect (full consolidation follows, through the deployment triggers) in
+    the outbox, for the caller to deliver once committed. Returns the session count."""
+    row = tx.session.get(Profile, tx.profile)
+    if row is None:
+        raise NotFoundError(f"no profile named {tx.profile!r}")
+    row.session_count += 1
+    count = row.session_count
+    if queue_events:
+        outbox.add(tx.session, events.session_events(tx.profile, session_id, count, at, every))
+    return count

@@ -1,0 +1,212 @@
+"""Summaries: memories that stand for originals moved to the cold tier, and undo."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import delete, insert, or_, select, update
+from sqlmodel import Session
+
+from reverie.models import ids, tables
+from reverie.models.errors import ConflictError, NotFoundError, RefusedError
+from reverie.models.records import MemoryView, NewEdge, SummaryPlan
+from reverie.models.repositories import audit
+from reverie.models.repositories.bulk import bulk_set, chunks
+from reverie.models.repositories.edges import E, upsert_edges
+from reverie.models.repositories.memories import VIEW_COLUMNS, M, V, put_vectors, view
+from reverie.models.store import ProfileTx
+from reverie.models.tables import Memory, Tier
+
+
+@dataclass
+class UndoResult:
+    consolidation_id: str
+    profile: str
+    operation: str
+    summary_id: str | None
+    restored: list[str] = field(default_factory=list)
+    already_undone: bool = False
+
+
+def originals_of(tx: ProfileTx, summary_ids: Sequence[str]) -> dict[str, list[MemoryView]]:
+    """The memories each summary superseded, by summary id."""
+    out: dict[str, list[MemoryView]] = {sid: [] for sid in summary_ids}
+    for batch in chunks(summary_ids):
+        query = (
+            select(*VIEW_COLUMNS)
+            .where(M.c.profile_id == tx.profile)
+            .where(M.c.superseded_by.in_(batch))
+            .order_by(M.c.id)
+        )
+        for row in tx.session.execute(query):
+            found = view(row)
+            out[found.superseded_by].append(found)  # type: ignore[index]
+    return out
+
+
+def undone_summaries(tx: ProfileTx) -> set[str]:
+    """Summaries an operator undid: consolidations never to be made again."""
+    return set(
+        tx.session.execute(
+            select(tables.Consolidation.summary_id)
+            .where(tables.Consolidation.profile_id == tx.profile)
+            .where(tables.Consolidation.undone_at.is_not(None))
+        ).scalars()
+    )
+
+
+def apply_summaries(
+    tx: ProfileTx, plans: Sequence[SummaryPlan], as_of: datetime, run_id: str | None
+) -> list[str]:
+    """Write each summary, move what it replaces to cold with ``superseded_by``, link
+    the summary to its originals with provenance edges and audit the decision, with
+    the prior state of everything it replaced (for undo). A plan already decided
+    (its audit row exists: a retried step, or a merge an operator undid) is skipped.
+    Returns the summaries written."""
+    s, profile = tx.session, tx.profile
+    audit_ids = {
+        plan.summary_id: ids.consolidation_id(profile, plan.operation, plan.summary_id)
+        for plan in plans
+    }
+    decided = audit.decided(s, audit_ids.values())
+    todo: list[SummaryPlan] = []
+    for plan in plans:  # a plan decided before, or twice in this batch, is skipped
+        if audit_ids[plan.summary_id] not in decided:
+            decided.add(audit_ids[plan.summary_id])
+            todo.append(plan)
+    replaced_by = {
+        mid: plan.summary_id for plan in todo
+        for mid in (*plan.member_ids, *plan.absorbed_ids)
+    }
+    states = {
+        r.id: [r.tier, r.lifecycle, r.superseded_by]
+        for batch in chunks(replaced_by)
+        for r in s.execute(
+            select(M.c.id, M.c.tier, M.c.lifecycle, M.c.superseded_by)
+            .where(M.c.profile_id == profile)
+            .where(M.c.id.in_(batch))
+        )
+    }
+    audits: list[dict[str, Any]] = []
+    for plan in todo:
+        replaced = [*plan.member_ids, *plan.absorbed_ids]
+        absorbed = set(plan.absorbed_ids)
+        if not all(
+            mid in states and _as_planned(mid, states[mid], absorbed) for mid in replaced
+        ):
+            raise ConflictError(
+                f"summary {plan.summary_id}: members changed since they were read"
+            )
+        audits.append({
+            "id": audit_ids[plan.summary_id], "profile_id": profile, "run_id": run_id,
+            "operation": plan.operation, "summary_id": plan.summary_id,
+            "member_ids": list(plan.member_ids),
+            "parameters": {
+                **plan.parameters, "absorbed": list(plan.absorbed_ids),
+                "prior": {mid: states[mid] for mid in replaced},
+            },
+            "created_at": as_of,
+        })
+    if not todo:
+        return []
+    s.add_all([_summary_row(profile, plan) for plan in todo])
+    s.flush()
+    put_vectors(s, {plan.summary_id: plan.embedding for plan in todo}, replace=False)
+    bulk_set(s, M, ["tier", "lifecycle", "superseded_by"],
+             [(mid, Tier.COLD, tables.Lifecycle.ARCHIVED, by)
+              for mid, by in replaced_by.items()],
+             M.c.profile_id == profile)
+    upsert_edges(s, profile, [
+        NewEdge(plan.summary_id, member, tables.EdgeKind.CONSOLIDATION, plan.link_weight)
+        for plan in todo for member in plan.member_ids
+    ], as_of, as_of)
+    s.execute(insert(tables.Consolidation), audits)
+    return [plan.summary_id for plan in todo]
+
+
+def undo(tx: ProfileTx, ident: str, at: datetime) -> UndoResult:
+    """Undo one consolidation of the profile, by its id or its summary's id: everything
+    it replaced returns to the state it was in, the summary and its edges are removed
+    (the audit row keeps the summary's text), and the decision is marked undone, which
+    also keeps later runs from making it again. Undoing twice changes nothing.
+
+    Only the transaction's profile is searched: whoever holds an id of another profile's
+    consolidation cannot undo it from here (and learns nothing: it is "not found")."""
+    s, profile = tx.session, tx.profile
+    of_profile = tables.Consolidation.profile_id == profile
+    found = s.execute(
+        select(tables.Consolidation).where(of_profile).where(
+            or_(tables.Consolidation.id == ident,
+                tables.Consolidation.summary_id == ident)
+        ).order_by(tables.Consolidation.id)
+    ).scalars().first()
+    if found is None:
+        raise NotFoundError(f"no consolidation with id {ident!r} in profile {profile!r}")
+    result = UndoResult(found.id, found.profile_id, found.operation, found.summary_id)
+    if found.undone_at is not None:
+        result.already_undone = True
+        return result
+    if found.operation not in audit.UNDOABLE:
+        raise RefusedError(
+            f"a {found.operation} cannot be undone: deleted memories are gone "
+            "(their tombstones remain)"
+        )
+    summary = s.get(Memory, found.summary_id) if found.summary_id else None
+    if summary is not None and summary.superseded_by is not None:
+        later = ids.consolidation_id(
+            found.profile_id, _origin_of(s, summary.superseded_by), summary.superseded_by
+        )
+        raise RefusedError(
+            f"{summary.id} has since been absorbed into {summary.superseded_by}: "
+            f"undo {later} first"
+        )
+    for mid, (tier, lifecycle, superseded_by) in found.parameters.get("prior", {}).items():
+        restored = s.execute(
+            update(M).where(M.c.profile_id == found.profile_id).where(M.c.id == mid)
+            .values(tier=tier, lifecycle=lifecycle, superseded_by=superseded_by)
+        )
+        if restored.rowcount:  # a memory expired since is a tombstone: not back
+            result.restored.append(mid)
+    if summary is not None:
+        s.execute(
+            delete(E).where(E.c.profile_id == found.profile_id).where(
+                or_(E.c.source_id == summary.id, E.c.target_id == summary.id)
+            )
+        )
+        found.parameters = {
+            **found.parameters,
+            "undone_summary": {"content": summary.content, "kind": summary.kind},
+        }
+        s.execute(delete(V).where(V.c.memory_id == summary.id))
+        s.delete(summary)
+    found.undone_at = at
+    return result
+
+
+def _origin_of(s: Session, memory_id: str) -> str:
+    memory = s.get(Memory, memory_id)
+    return memory.origin if memory is not None else ""
+
+
+def _as_planned(memory_id: str, prior: list[Any], absorbed: set[str]) -> bool:
+    """Still as a summary plan read it: hot and live (a member, or a summary it absorbs),
+    or an original of a summary it absorbs."""
+    tier, _, superseded_by = prior
+    if superseded_by is None:
+        return tier == Tier.HOT
+    return memory_id not in absorbed and superseded_by in absorbed
+
+
+def _summary_row(profile: str, plan: SummaryPlan) -> Memory:
+    return Memory(
+        id=plan.summary_id, profile_id=profile, content=plan.content,
+        content_hash=ids.content_hash(plan.content), kind=plan.kind, entity=plan.entity,
+        layer=plan.layer, importance=plan.importance, confidence=plan.confidence,
+        stability=plan.stability, access_count=plan.access_count, created_at=plan.created_at,
+        last_accessed_at=plan.last_accessed_at, valid_from=plan.valid_from,
+        valid_until=plan.valid_until, session_id=plan.session_id, origin=plan.operation,
+        protected=plan.protected, embedding_model=plan.embedding_model, meta=plan.meta,
+    )

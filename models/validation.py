@@ -1,0 +1,395 @@
+"""Validation of records offered to the store: JSONL lines or Python dicts.
+
+One record per line. ``type`` is ``memory`` (the default) or ``edge``. A memory
+needs ``content`` and a profile (its own ``profile`` or the caller's default); every
+other field is optional. Each problem is reported as a ``RecordError`` naming the
+line (or record number) and the field; the caller stores the good records anyway.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from reverie.models.errors import RecordError
+from reverie.models.text import clean_text, has_visible_text
+from reverie.models.timestamps import in_record_range, parse_timestamp
+from reverie.models.vectors import normalise
+
+PROFILE_NAME = re.compile(r"^[\w.@:+\-]{1,128}$")
+MAX_SHORT_TEXT = 256
+# Whole-number fields land in 32-bit INTEGER columns on PostgreSQL (SQLite holds 64
+# bits; one bound serves both), and recall adds one to access_count on every use:
+# a billion leaves over a billion accesses of headroom before the column overflows.
+MAX_COUNT = 1_000_000_000
+# Summaries and meta-memories average their members' stability by summing it first;
+# this bound keeps that sum finite (and exportable) for any number of members.
+MAX_STABILITY = 1e9
+# Metadata is stored as JSON text and decoded again, for every memory of a profile, by
+# every step (pydantic-core gives up near 200 levels, psycopg2's json near 1000 and the
+# standard library's encoder at Python's recursion limit). Real metadata is a few
+# levels deep; 32 leaves ample room for it and a wide margin below those limits.
+# Levels count objects and lists, the metadata object itself being the first.
+MAX_METADATA_DEPTH = 32
+# Every step decodes every memory's metadata, and summaries copy it: a cap on its
+# serialized size keeps one record from making every later run of its profile slow.
+MAX_METADATA_CHARS = 65_536
+# Integers in metadata: what JSON readers in most languages hold as an integer (and
+# far below the digit limit Python's own JSON decoding refuses past).
+METADATA_INT_RANGE = (-(2**63), 2**63 - 1)
+# An integer id with this many digits or more is longer than any id may be.
+_LONGEST_ID_INT = 10**MAX_SHORT_TEXT
+
+
+@dataclass(slots=True)
+class MemoryIn:
+    """A validated memory record; ``given`` lists the fields the caller set."""
+
+    where: str
+    profile: str
+    content: str
+    values: dict[str, Any]
+    given: frozenset[str]
+    embedding: np.ndarray | None = None
+
+    @property
+    def external_id(self) -> str | None:
+        return self.values.get("external_id")
+
+
+@dataclass(slots=True)
+class EdgeIn:
+    where: str
+    profile: str
+    source: str
+    target: str
+    kind: str
+    weight: float
+    values: dict[str, Any] = field(default_factory=dict)
+
+
+# --- field converters: each returns the clean value or raises ValueError -------------
+
+
+def _text(value: object, *, limit: int = MAX_SHORT_TEXT, lower: bool = False) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"expected a string, got {_type_name(value)}")
+    text = clean_text(value).strip()
+    if not text:
+        raise ValueError("must not be empty")
+    if len(text) > limit:
+        raise ValueError(f"is {len(text)} characters, longer than the limit of {limit}")
+    return text.lower() if lower else text
+
+
+def _identifier(value: object) -> str:
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise ValueError(f"expected a string or an integer, got {_type_name(value)}")
+    if isinstance(value, int) and abs(value) >= _LONGEST_ID_INT:
+        # Checked before str(): a long enough integer would make str() itself fail.
+        raise ValueError(f"is longer than the limit of {MAX_SHORT_TEXT} characters")
+    return _text(str(value))
+
+
+def _unit_interval(value: object) -> float:
+    number = _number(value)
+    if not 0.0 <= number <= 1.0:
+        raise ValueError(f"must be between 0 and 1, got {number}")
+    return number
+
+
+def _stability(value: object) -> float:
+    number = _number(value)
+    if not 0.0 <= number <= MAX_STABILITY:
+        raise ValueError(f"must be between 0 and {MAX_STABILITY:g}, got {number:g}")
+    return number
+
+
+def _number(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"expected a number, got {_type_name(value)}")
+    try:
+        number = float(value)
+    except OverflowError:  # an integer beyond any float
+        raise ValueError("must be a finite number, got a number too large") from None
+    if not math.isfinite(number):
+        raise ValueError(f"must be a finite number, got {value}")
+    return number
+
+
+def _count(value: object) -> int:
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"expected a whole number, got {_type_name(value)}")
+    if value < 0:
+        raise ValueError("must not be negative")
+    if value > MAX_COUNT:
+        raise ValueError(f"must be at most {MAX_COUNT:,}")
+    return value
+
+
+def _flag(value: object) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"expected true or false, got {_type_name(value)}")
+    return value
+
+
+def _mapping(value: object) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ValueError(f"expected a JSON object, got {_type_name(value)}")
+    # Walked before serializing: the walk stops at the depth limit, where json.dumps
+    # would recurse as deep as the value goes (or forever, on a cycle).
+    _check_json_value(value, 1)
+    size = len(json.dumps(value, ensure_ascii=False))
+    if size > MAX_METADATA_CHARS:
+        raise ValueError(
+            f"is {size} characters as JSON, longer than the limit of {MAX_METADATA_CHARS}"
+        )
+    return value
+
+
+def _check_json_value(value: object, depth: int) -> None:
+    """Refuse what the store could not keep as JSON or read back: wrong types, text
+    that is not valid Unicode, non-finite or oversized numbers, too deep nesting.
+    Messages say what is wrong, never the offending key or value."""
+    if isinstance(value, (dict, list)):
+        if depth > MAX_METADATA_DEPTH:
+            raise ValueError(f"is nested more than {MAX_METADATA_DEPTH} levels deep")
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if not isinstance(key, str):
+                    raise ValueError(f"has a key that is {_type_name(key)}, not a string")
+                _check_json_text(key, "a key")
+                _check_json_value(item, depth + 1)
+        else:
+            for item in value:
+                _check_json_value(item, depth + 1)
+    elif isinstance(value, str):
+        _check_json_text(value, "a value")
+    elif isinstance(value, bool) or value is None:
+        pass
+    elif isinstance(value, int):
+        low, high = METADATA_INT_RANGE
+        if not low <= value <= high:
+            raise ValueError("has an integer outside the signed 64-bit range")
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError("contains NaN or infinity")
+    else:
+        raise ValueError(f"has a value that is {_type_name(value)}, not a JSON value")
+
+
+def _check_json_text(text: str, what: str) -> None:
+    try:
+        clean_text(text)
+    except ValueError as exc:
+        raise ValueError(f"has {what} that {exc}") from None
+
+
+def _time(value: object) -> datetime:
+    return in_record_range(parse_timestamp(value))
+
+
+def _profile(value: object) -> str:
+    name = _text(value, limit=128)
+    if not PROFILE_NAME.match(name):
+        raise ValueError(
+            f"{name!r} is not a valid profile name (letters, digits and . _ @ : + - only)"
+        )
+    return name
+
+
+def _type_name(value: object) -> str:
+    return {dict: "an object", list: "a list", type(None): "null"}.get(
+        type(value), type(value).__name__
+    )
+
+
+# Optional memory fields: JSON name -> (stored name, converter).
+MEMORY_FIELDS: dict[str, tuple[str, Callable[[object], Any]]] = {
+    "id": ("external_id", _identifier),
+    "kind": ("kind", lambda v: _text(v, limit=64, lower=True)),
+    "entity": ("entity", _text),
+    "layer": ("layer", lambda v: _text(v, limit=64, lower=True)),
+    "importance": ("importance", _unit_interval),
+    "confidence": ("confidence", _unit_interval),
+    "stability": ("stability", _stability),
+    "access_count": ("access_count", _count),
+    "created_at": ("created_at", _time),
+    "last_accessed_at": ("last_accessed_at", _time),
+    "valid_from": ("valid_from", _time),
+    "valid_until": ("valid_until", _time),
+    "session_id": ("session_id", _identifier),
+    "status": ("status", lambda v: _text(v, limit=64, lower=True)),
+    "protected": ("protected", _flag),
+    "metadata": ("meta", _mapping),
+}
+
+EDGE_FIELDS: dict[str, tuple[str, Callable[[object], Any]]] = {
+    "subkind": ("subkind", lambda v: _text(v, limit=64, lower=True)),
+    "confidence": ("confidence", _unit_interval),
+    "last_strengthened_at": ("last_strengthened_at", _time),
+    "created_at": ("created_at", _time),
+    "metadata": ("meta", _mapping),
+}
+
+
+def parse_record(
+    obj: object, where: str, default_profile: str | None, max_chars: int, dimension: int
+) -> MemoryIn | EdgeIn:
+    """Validate one decoded record; raises RecordError naming ``where`` and the field."""
+    if not isinstance(obj, dict):
+        raise RecordError(where, None, f"expected a JSON object, got {_type_name(obj)}")
+    kind = obj.get("type", "memory")
+    if kind == "edge":
+        return _parse_edge(obj, where, default_profile)
+    if kind != "memory":
+        raise RecordError(where, "type", f"must be 'memory' or 'edge', got {kind!r}")
+    return _parse_memory(obj, where, default_profile, max_chars, dimension)
+
+
+def _parse_memory(
+    obj: dict[str, Any], where: str, default_profile: str | None, max_chars: int, dimension: int
+) -> MemoryIn:
+    known = {"type", "content", "profile", "embedding", *MEMORY_FIELDS}
+    _refuse_unknown(obj, known, where)
+    profile = _profile_of(obj, where, default_profile)
+    content = _content(obj, where, max_chars)
+
+    values: dict[str, Any] = {}
+    for name, (column, convert) in MEMORY_FIELDS.items():
+        raw = obj.get(name)
+        if raw is None:
+            continue
+        try:
+            values[column] = convert(raw)
+        except ValueError as exc:
+            raise RecordError(where, name, str(exc)) from None
+    start, end = values.get("valid_from"), values.get("valid_until")
+    if start is not None and end is not None and end <= start:
+        raise RecordError(where, "valid_until", "must be later than valid_from")
+
+    embedding = None
+    if obj.get("embedding") is not None:
+        try:
+            embedding = normalise(obj["embedding"], dimension)
+        except ValueError as exc:
+            raise RecordError(where, "embedding", str(exc)) from None
+    return MemoryIn(where, profile, content, values, frozenset(values), embedding)
+
+
+def _parse_edge(obj: dict[str, Any], where: str, default_profile: str | None) -> EdgeIn:
+    known = {"type", "profile", "source", "target", "kind", "weight", *EDGE_FIELDS}
+    _refuse_unknown(obj, known, where)
+    profile = _profile_of(obj, where, default_profile)
+    ends: dict[str, str] = {}
+    for name in ("source", "target"):
+        if obj.get(name) is None:
+            raise RecordError(where, name, "is required for an edge")
+        try:
+            ends[name] = _identifier(obj[name])
+        except ValueError as exc:
+            raise RecordError(where, name, str(exc)) from None
+    if ends["source"] == ends["target"]:
+        raise RecordError(where, "target", "an edge must join two different memories")
+    try:
+        kind = _text(obj.get("kind", "association"), limit=64, lower=True)
+    except ValueError as exc:
+        raise RecordError(where, "kind", str(exc)) from None
+    try:
+        weight = _unit_interval(obj.get("weight", 0.5))
+    except ValueError as exc:
+        raise RecordError(where, "weight", str(exc)) from None
+    values: dict[str, Any] = {}
+    for name, (column, convert) in EDGE_FIELDS.items():
+        if obj.get(name) is None:
+            continue
+        try:
+            values[column] = convert(obj[name])
+        except ValueError as exc:
+            raise RecordError(where, name, str(exc)) from None
+    return EdgeIn(where, profile, ends["source"], ends["target"], kind, weight, values)
+
+
+def _refuse_unknown(obj: dict[str, Any], known: set[str], where: str) -> None:
+    unknown = sorted(set(obj) - known)
+    if unknown:
+        raise RecordError(
+            where, unknown[0], "is not a known field (put extra data under 'metadata')"
+        )
+
+
+def _profile_of(obj: dict[str, Any], where: str, default_profile: str | None) -> str:
+    raw = obj.get("profile", default_profile)
+    if raw is None:
+        raise RecordError(where, "profile", "is required (in the record or with --profile)")
+    try:
+        return _profile(raw)
+    except ValueError as exc:
+        raise RecordError(where, "profile", str(exc)) from None
+
+
+def _content(obj: dict[str, Any], where: str, max_chars: int) -> str:
+    raw = obj.get("content")
+    if raw is None:
+        raise RecordError(where, "content", "is required")
+    if not isinstance(raw, str):
+        raise RecordError(where, "content", f"expected a string, got {_type_name(raw)}")
+    try:
+        text = clean_text(raw).strip()
+    except ValueError as exc:
+        raise RecordError(where, "content", str(exc)) from None
+    if not text:
+        raise RecordError(where, "content", "is empty")
+    if not has_visible_text(text):
+        raise RecordError(
+            where, "content", "is empty: it has no letter, digit, punctuation or symbol"
+        )
+    if len(text) > max_chars:
+        raise RecordError(
+            where,
+            "content",
+            f"is {len(text)} characters, longer than the limit of {max_chars} "
+            "(REVERIE_MAX_CONTENT_CHARS)",
+        )
+    return text
+
+
+def read_jsonl(path: Path) -> Iterator[tuple[str, object | RecordError]]:
+    """Yield ``("line N", decoded object)`` or ``("line N", RecordError)`` per non-blank line."""
+    with path.open("rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            where = f"line {number}"
+            if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
+                raw = raw[3:]
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                yield where, RecordError(where, None, f"is not valid UTF-8 (byte {exc.start})")
+                continue
+            if not line.strip():
+                continue
+            try:
+                yield where, json.loads(line)
+            except json.JSONDecodeError as exc:
+                message = f"is not valid JSON: {exc.msg} at column {exc.colno}"
+                yield where, RecordError(where, None, message)
+            except RecursionError:
+                yield where, RecordError(where, None, "is nested too deeply")
+            except ValueError:
+                # The only other refusal of json.loads: an integer with more digits than
+                # Python converts from text. Its own message speaks of Python's settings,
+                # which the person fixing the file cannot and should not change.
+                digits = sys.get_int_max_str_digits()
+                message = f"is not valid JSON here: a number is too long (over {digits} digits)"
+                yield where, RecordError(where, None, message)

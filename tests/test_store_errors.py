@@ -1,0 +1,171 @@
+"""The store's failures arrive grouped by what the caller can do: retry
+(StoreRetryableError: unavailable, conflict) or report (StorePermanentError: integrity,
+invalid value, refused). Each group is provoked for real here, on the back-end the
+suite runs on, and retries follow the class alone."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from datetime import datetime, timedelta
+
+import pytest
+from sqlalchemy import event, text, update
+
+from reverie.models.db import engine_for
+from reverie.models.errors import (
+    ConflictError,
+    IntegrityViolationError,
+    InvalidValueError,
+    RefusedError,
+    StoreError,
+    StorePermanentError,
+    StoreRetryableError,
+    StoreUnavailableError,
+    TransientError,
+)
+from reverie.models.repositories import audit, forgetting, summaries
+from reverie.models.store import Store
+from reverie.models.tables import Memory, Operation, Profile
+from reverie.models.transient import is_transient, retrying
+
+from conftest import TEST_POSTGRES
+from factories import get_memory, ingest_records, record
+
+T0 = datetime(2025, 7, 1)
+
+
+def retryable(exc: BaseException) -> bool:
+    """What the steps' and flows' retries decide (models.transient)."""
+    return isinstance(exc, StoreRetryableError) and is_transient(exc)
+
+
+def permanent(exc: BaseException) -> bool:
+    return isinstance(exc, StorePermanentError) and not is_transient(exc)
+
+
+def test_the_two_groups_share_the_store_base_and_only_one_is_transient() -> None:
+    assert issubclass(StoreRetryableError, StoreError)
+    assert issubclass(StoreRetryableError, TransientError)
+    assert issubclass(StorePermanentError, StoreError)
+    assert not issubclass(StorePermanentError, TransientError)
+
+
+@pytest.mark.skipif(bool(TEST_POSTGRES), reason="SQLite's write lock")
+def test_a_locked_sqlite_store_is_unavailable_and_retried(store: Store) -> None:
+    engine = engine_for(store.url)
+    engine.dispose()
+
+    @event.listens_for(engine, "connect")
+    def _impatient(dbapi_connection, _record) -> None:  # type: ignore[no-untyped-def]
+        # Give up on the lock in 50 ms instead of the store's 60 s.
+        dbapi_connection.execute("PRAGMA busy_timeout=50")
+
+    holder = sqlite3.connect(store.url.removeprefix("sqlite:///"), isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        with pytest.raises(StoreUnavailableError) as caught:
+            with store.writing_all() as s:
+                s.add(Profile(id="p", created_at=T0))
+        assert "locked" in str(caught.value)
+        assert retryable(caught.value)
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+        event.remove(engine, "connect", _impatient)
+        engine.dispose()
+    # Once the lock is gone, the same call goes through: what a retry counts on.
+    with store.writing_all() as s:
+        s.add(Profile(id="p", created_at=T0))
+    assert store.profiles() == ["p"]
+
+
+@pytest.mark.skipif(not TEST_POSTGRES, reason="PostgreSQL's serialization failures")
+def test_a_postgres_serialization_failure_is_unavailable_and_retried(store: Store) -> None:
+    ingest_records(store, [record("a fact", id="a")], profile="p")
+    mid = get_memory(store, "a").id
+    read, other_committed = threading.Event(), threading.Event()
+
+    def other_writer() -> None:
+        read.wait(10)
+        with store.writing("p") as tx:
+            tx.session.execute(update(Memory).where(Memory.id == mid).values(access_count=5))
+        other_committed.set()
+
+    thread = threading.Thread(target=other_writer)
+    thread.start()
+    with pytest.raises(StoreUnavailableError) as caught:
+        with store.writing("p") as tx:
+            tx.session.execute(text("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"))
+            tx.session.execute(text("SELECT access_count FROM memory")).all()
+            read.set()
+            other_committed.wait(10)
+            tx.session.execute(update(Memory).where(Memory.id == mid).values(access_count=7))
+    thread.join()
+    assert "serialize" in str(caught.value)
+    assert retryable(caught.value)
+
+
+def test_members_changed_since_they_were_read_is_a_conflict(store: Store) -> None:
+    ingest_records(store, [record("a fact", id="a")], profile="p")
+    mid = get_memory(store, "a").id
+    with store.writing("p") as tx:
+        forgetting.migrate_to_cold(tx, [mid], T0, None, {})
+    # A plan made from the earlier read: the memory is not hot any more.
+    with pytest.raises(ConflictError) as caught:
+        with store.writing("p") as tx:
+            forgetting.migrate_to_cold(tx, [mid], T0 + timedelta(days=1), None, {})
+    assert retryable(caught.value)
+
+
+def test_a_constraint_refusal_is_an_integrity_violation(store: Store) -> None:
+    with store.writing_all() as s:
+        s.add(Profile(id="p", created_at=T0))
+    with pytest.raises(IntegrityViolationError) as caught:
+        with store.writing_all() as s:
+            s.add(Profile(id="p", created_at=T0))
+    assert permanent(caught.value)
+
+
+def test_a_value_the_database_refuses_is_invalid(store: Store) -> None:
+    ingest_records(store, [record("a fact", id="a")], profile="p")
+    with pytest.raises(InvalidValueError) as caught:
+        with store.writing("p") as tx:
+            # Beyond SQLite's 64 bits, beyond PostgreSQL's 32-bit INTEGER.
+            tx.session.execute(update(Memory).values(access_count=2**70))
+    assert permanent(caught.value)
+
+
+def test_undoing_a_deletion_is_refused(store: Store) -> None:
+    ingest_records(store, [record("a fact", id="a"), record("another", id="b")], profile="p")
+    mid = get_memory(store, "a").id
+    with store.writing("p") as tx:
+        forgetting.forget(tx, [], [(mid, 0.0, "test")], T0, None, {})
+    with store.reading("p") as tx:
+        (decision,) = [c for c in audit.consolidations(tx) if c.operation == Operation.FORGET]
+    with pytest.raises(RefusedError) as caught:
+        with store.writing("p") as tx:
+            summaries.undo(tx, decision.id, T0)
+    assert permanent(caught.value)
+
+
+def test_retries_follow_the_class() -> None:
+    calls: list[int] = []
+
+    def flaky() -> str:
+        calls.append(1)
+        if len(calls) == 1:
+            raise StoreUnavailableError("database is locked")
+        return "done"
+
+    assert retrying(flaky, attempts=3, first=0.0, cap=0.0) == "done" and len(calls) == 2
+
+    def refused() -> None:
+        calls.append(1)
+        # Permanent even when its cause looks like a passing fault.
+        raise InvalidValueError("integer out of range") from TimeoutError("slow")
+
+    calls.clear()
+    with pytest.raises(InvalidValueError):
+        retrying(refused, attempts=3, first=0.0, cap=0.0)
+    assert len(calls) == 1

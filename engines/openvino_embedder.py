@@ -30,7 +30,7 @@ import numpy as np
 import openvino as ov
 from tokenizers import Tokenizer
 
-from reverie.engines.embedding import (
+from reverie.engines.torch_embedder import (
     Progress,
     TorchEmbedder,
     batches,

@@ -19,7 +19,8 @@ import pytest
 from pydantic import ValidationError
 
 from reverie.engines import embedding
-from reverie.engines.embedding import TorchEmbedder, default_model_path, get_embedder
+from reverie.engines.embedding import get_embedder
+from reverie.engines.torch_embedder import TorchEmbedder, default_model_path, load_torch
 from reverie.models.errors import EmbeddingError
 from reverie.models.settings import EmbeddingBackend, Settings, get_settings
 from reverie.models.vectors import DIMENSION
@@ -64,7 +65,7 @@ def ov_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def reference() -> TorchEmbedder:
-    return embedding.load_torch(MODEL, 64)
+    return load_torch(MODEL, 64)
 
 
 @pytest.fixture(scope="session")
@@ -323,7 +324,7 @@ def test_bench_embedding_compares_both_backends_from_the_cli(
 EXPORT = """
 import sys
 from pathlib import Path
-from reverie.engines.embedding import default_model_path
+from reverie.engines.torch_embedder import default_model_path
 from reverie.engines.openvino_embedder import cached_model
 print(cached_model(default_model_path(), Path(sys.argv[1])))
 """

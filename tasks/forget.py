@@ -63,7 +63,15 @@ from reverie.models.timestamps import days_between
 from reverie.tasks.blocks import plan_blocks
 from reverie.tasks.cold import days_untouched, heat
 from reverie.tasks.decay import relevance_notes
-from reverie.tasks.step import Change, StepArgs, StepBatch, StepReport, preview, step_task
+from reverie.tasks.step import (
+    Change,
+    StepArgs,
+    StepBatch,
+    StepReport,
+    preview,
+    preview_chars,
+    step_task,
+)
 from reverie.tasks.summarize import summarizer_for
 
 
@@ -287,14 +295,17 @@ def forget(
     if unapproved:
         report.notes.append(f"{unapproved} memories below the delete threshold kept: "
                             "their deletion was not approved")
-    for d in decisions:
-        if d.action in (PROTECTED, NOT_APPROVED):
-            report.skipped += int(d.action == PROTECTED)
-            kept = Change(d.action.value, d.memory.id, d.reason, preview(d.memory.content))
-            report.record(kept, counts=False)
-        else:
-            verb = "archived" if d.action == ARCHIVE else "deleted"
-            report.record(Change(verb, d.memory.id, d.reason, preview(d.memory.content)))
+    chars = preview_chars()
+
+    def listed(d: Decision) -> Change:
+        verb = {ARCHIVE: "archived", DELETE: "deleted"}.get(d.action, d.action.value)
+        return Change(verb, d.memory.id, d.reason, preview(d.memory.content, chars))
+
+    # Memories kept (protected, not approved) are listed but not counted as changes.
+    # Lines are built only for what the report lists: a profile can hold thousands of
+    # protected memories below the threshold, every run.
+    report.skipped += sum(d.action == PROTECTED for d in decisions)
+    report.tally(sum(d.action in (ARCHIVE, DELETE) for d in decisions), map(listed, decisions))
     for block_type in rewritten:
         report.record(Change("recompiled", block_type, "without the memories forgotten"))
     report.facts = {

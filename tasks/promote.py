@@ -19,7 +19,7 @@ from reverie.models.repositories.memories import memories as memories_of
 from reverie.models.repositories.memories import set_lifecycles
 from reverie.models.store import Store
 from reverie.models.tables import Lifecycle
-from reverie.tasks.step import Change, StepArgs, StepReport, preview, step_task
+from reverie.tasks.step import Change, StepArgs, StepReport, preview, preview_chars, step_task
 
 
 def is_eligible(memory: MemoryView, as_of: datetime, config: PromotionConfig) -> bool:
@@ -58,9 +58,10 @@ def promote(store: Store, args: StepArgs) -> StepReport:
     with store.writing(profile) as tx:
         set_lifecycles(tx, [(m.id, lifecycle) for m, lifecycle, _ in plan])
     report = StepReport("promote", profile, examined=len(memories))
+    chars = preview_chars()
     report.tally(len(plan), (
         Change("promoted" if lifecycle == Lifecycle.PROMOTED else "demoted", m.id, why,
-               preview(m.content))
+               preview(m.content, chars))
         for m, lifecycle, why in plan
     ))
     return report

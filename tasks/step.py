@@ -96,9 +96,15 @@ class StepReport:
         return data
 
 
+def preview_chars() -> int:
+    """How many characters of content a preview shows (0: none). A step that previews
+    thousands of memories asks once: reading an unset variable costs an exception."""
+    return _content_chars(os.environ.get(CONTENT_CHARS_VARIABLE))
+
+
 def preview(text: str | None, chars: int | None = None) -> str | None:
     """A memory's content as artifacts may show it: cut short, or hidden entirely."""
-    limit = _content_chars(os.environ.get(CONTENT_CHARS_VARIABLE)) if chars is None else chars
+    limit = preview_chars() if chars is None else chars
     if text is None or limit <= 0:
         return None
     flat = " ".join(text.split())

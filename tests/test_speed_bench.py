@@ -195,3 +195,24 @@ def test_the_work_a_flow_is_compared_with_is_the_steps_it_runs(flow: str, sample
 def test_bench_synthetic_refuses_an_unknown_flow(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["bench", "synthetic", "--sizes", "10", "--flow-list", "full,nightly"]) != 0
     assert "unknown flow(s) nightly" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("server", [False, True], ids=["temporary-api", "server"])
+def test_a_bench_ends_cleanly_with_no_traceback(tmp_path: Path, server: bool) -> None:
+    """Its Prefect API (the command's temporary one, or the bench's own server) shuts
+    down with the bench without a word on stderr."""
+    import os
+    import subprocess
+    import sys
+
+    command = [sys.executable, "-m", "reverie.deployments.cli", "bench", "synthetic",
+               "--sizes", "300", "--no-baseline", "--ingest-sentences", "0",
+               "--flow-list", "decay,lightweight", "--json", str(tmp_path / "b.json")]
+    env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect")}
+    env.pop("PREFECT_API_URL", None)
+    done = subprocess.run([*command, *(["--server"] if server else [])], env=env,
+                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr and "Error" not in done.stderr, done.stderr[-3000:]
+    rows = json.loads((tmp_path / "b.json").read_text())["results"]
+    assert {"flow decay", "flow lightweight-consolidation"} <= {r["task"] for r in rows}

@@ -31,6 +31,13 @@ def test_the_wheel_holds_one_top_level_package_and_the_command(tmp_path: Path) -
                    "deployments/cli.py", "demo/sample/sample_store.jsonl",
                    "models/migrations/alembic.ini"):
         assert f"reverie/{module}" in names
+    # Every package of the checkout is in the wheel (a new folder must be listed in
+    # pyproject.toml, or an installed Reverie cannot import it).
+    packages = {p.parent.relative_to(ROOT).as_posix() for p in ROOT.rglob("__init__.py")
+                if not {"tests", ".venv", "build"} & set(p.relative_to(ROOT).parts)}
+    missing = {p for p in packages if f"reverie/{p}/__init__.py".replace("/./", "/")
+               not in names and p != "."}
+    assert not missing, f"packages missing from the wheel: {sorted(missing)}"
     assert not any(n.startswith("reverie/tests/") for n in names)
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     assert "reverie = reverie.deployments.cli:console" in (

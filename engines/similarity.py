@@ -75,7 +75,13 @@ def _hits(
     vectors: np.ndarray, queries: np.ndarray, threshold: float
 ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """Per chunk of queries: (query row, hit row, similarity) of every hit >= threshold."""
-    index = _index(vectors)
+    return _range_hits(_index(vectors), queries, threshold)
+
+
+def _range_hits(
+    index: faiss.Index, queries: np.ndarray, threshold: float
+) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """``index``'s hits >= ``threshold`` for each query row, chunk by chunk."""
     bound = np.float32(threshold)
     radius = float(np.nextafter(bound, np.float32(-np.inf)))
     for start in range(0, len(queries), QUERY_CHUNK):
@@ -221,15 +227,7 @@ def _cell_hits(
     # of its cell looks across that edge (cell-to-cell probing found 0.92 of the pairs
     # of a sparse 84k-row set at 1M, where these probes find 0.996).
     index.nprobe = min(search.cell_probes, cells)
-    bound = np.float32(threshold)
-    radius = float(np.nextafter(bound, np.float32(-np.inf)))
-    for start in range(0, n, QUERY_CHUNK):
-        block = vectors[start : start + QUERY_CHUNK]
-        lims, sims, idx = index.range_search(block, radius)
-        counts = np.diff(lims).astype(np.int64)
-        rows = np.repeat(np.arange(start, start + len(block), dtype=np.int64), counts)
-        keep = sims >= bound
-        yield rows[keep], idx[keep].astype(np.int64), sims[keep]
+    yield from _range_hits(index, vectors, threshold)
 
 
 def pair_similarities(vectors: np.ndarray) -> np.ndarray:

@@ -294,7 +294,7 @@ def bench_locomo(
 ) -> LocomoResult:
     """Load, measure, consolidate (decay, then full consolidation), measure again."""
     from reverie.models.db import dispose
-    from reverie.tasks.summarize import summarizer_for
+    from reverie.engines.wording import summarizer_for
 
     conversations = load_locomo(path)
     config = config or ConsolidationConfig()

@@ -579,7 +579,7 @@ class LLMSummarizer:
         self.failures.append(f"{what}: {kind}")
         log.warning("llm %s failed: %s; using rules", what, kind)
 
-    def merge(self, representative: MemoryView, members: Sequence[MemoryView]) -> str | None:
+    def merge(self, members: Sequence[MemoryView]) -> str | None:
         texts = [m.content for m in members]
         return self._ask("merge", MERGE_PROMPT.format(items=_numbered(texts)),
                          self.settings.llm_max_chars, texts, keep_facts=True)

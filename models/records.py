@@ -92,6 +92,8 @@ class SummaryPlan:
     embedding_model: str | None = None
     meta: dict[str, Any] = field(default_factory=dict)
     parameters: dict[str, Any] = field(default_factory=dict)
+    # What a summarizer reads to reword it, in the order it reads them; never stored.
+    sources: tuple[MemoryView, ...] = field(default=(), compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,3 +182,5 @@ class MetaPlan:
     embedding_model: str | None
     meta: dict[str, Any]
     parameters: dict[str, Any] = field(default_factory=dict)
+    # What a summarizer reads to reword it, in the order it reads them; never stored.
+    sources: tuple[MemoryView, ...] = field(default=(), compare=False, repr=False)

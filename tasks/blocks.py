@@ -23,16 +23,16 @@ longer than the whole allowance is cut inside, at a word, with an ellipsis.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 
+from reverie.engines.wording import Summarizer, fallback_notes, summarizer_for
 from reverie.models.config import BlocksConfig
 from reverie.models.records import BlockPlan, MemoryView
 from reverie.models.repositories.blocks import upsert_blocks
 from reverie.models.repositories.memories import memories as memories_of
 from reverie.models.store import Store
 from reverie.tasks.step import Change, StepArgs, StepReport, preview, step_task
-from reverie.tasks.summarize import Summarizer, fallback_notes, summarizer_for
 
 USER_PROFILE = "user_profile"
 PROJECT_CONTEXT = "project_context"
@@ -170,49 +170,60 @@ def enforce_total(blocks: dict[str, list[str]], limit: int) -> dict[str, list[st
     return out
 
 
-def plan_blocks(
-    memories: Sequence[MemoryView],
-    as_of: datetime,
-    config: BlocksConfig,
-    summarizer: Summarizer,
-) -> tuple[list[BlockPlan], list[str]]:
-    """Plans for all five blocks, and notes on any summarizer fallback."""
-    sources = block_sources(memories, as_of, config)
-    notes: list[str] = []
-    texts: dict[str, list[str]] = {}
-    used: dict[str, list[MemoryView]] = {}
-    modes: dict[str, str] = {}
+def word_blocks(
+    sources: Mapping[str, Sequence[MemoryView]], config: BlocksConfig, summarizer: Summarizer
+) -> dict[str, str]:
+    """The prose blocks the summarizer words from their facts (a block it declines, or
+    with no fact, is left to the rules)."""
+    worded: dict[str, str] = {}
     for name in BLOCK_TYPES:
         facts = sources[name]
-        worded = (
-            summarizer.compile_block(name, facts, config.block_char_limit)
-            if name in PROSE_BLOCKS and facts and summarizer.mode != "rules"
-            else None
-        )
-        if worded:
-            texts[name] = fit_facts([fact_text(worded)], config.block_char_limit)
-            used[name] = facts
-            modes[name] = summarizer.mode
-            continue
-        texts[name] = fit_facts([fact_text(m.content) for m in facts], config.block_char_limit)
-        used[name] = facts
-        modes[name] = "rules"
-    notes += fallback_notes(summarizer)
+        if name in PROSE_BLOCKS and facts:
+            text = summarizer.compile_block(name, facts, config.block_char_limit)
+            if text:
+                worded[name] = text
+    return worded
+
+
+def plan_blocks(
+    sources: Mapping[str, Sequence[MemoryView]],
+    config: BlocksConfig,
+    worded: Mapping[str, str] | None = None,
+    mode: str = "rules",
+) -> tuple[list[BlockPlan], list[str]]:
+    """Plans for all five blocks from their sources, fitted to both limits: the rules
+    list the facts, a block in ``worded`` takes that text (worded in ``mode``)."""
+    worded = worded or {}
+    texts: dict[str, list[str]] = {}
+    for name in BLOCK_TYPES:
+        facts = [worded[name]] if name in worded else [m.content for m in sources[name]]
+        texts[name] = fit_facts([fact_text(f) for f in facts], config.block_char_limit)
     rules = block_rules(config)
     # An empty block is the question users ask first ("I told it three decisions"):
     # the report says which rule no memory meets yet.
-    notes += [f"{name} is empty: no memory meets its rule yet ({rules[name]})"
-              for name in BLOCK_TYPES if not sources[name]]
+    notes = [f"{name} is empty: no memory meets its rule yet ({rules[name]})"
+             for name in BLOCK_TYPES if not sources[name]]
     texts = enforce_total(texts, config.core_memory_char_limit)
     plans = []
     for name in BLOCK_TYPES:
         kept = texts[name]
         # Rules blocks list their facts in order; a worded block stands for all of them.
-        sources_used = used[name] if modes[name] != "rules" else used[name][: len(kept)]
-        plans.append(
-            BlockPlan(name, SEPARATOR.join(kept), tuple(m.id for m in sources_used), modes[name])
-        )
+        used = sources[name] if name in worded else sources[name][: len(kept)]
+        plans.append(BlockPlan(name, SEPARATOR.join(kept), tuple(m.id for m in used),
+                               mode if name in worded else "rules"))
     return plans, notes
+
+
+def compiled(
+    memories: Sequence[MemoryView], as_of: datetime, config: BlocksConfig,
+    summarizer: Summarizer,
+) -> tuple[list[BlockPlan], list[str]]:
+    """The five blocks of ``memories``: sources by rule, the prose ones worded by the
+    summarizer, all fitted to the limits; and the report's notes."""
+    sources = block_sources(memories, as_of, config)
+    worded = word_blocks(sources, config, summarizer)
+    plans, notes = plan_blocks(sources, config, worded, summarizer.mode)
+    return plans, fallback_notes(summarizer) + notes
 
 
 def compile_blocks(store: Store, args: StepArgs) -> StepReport:
@@ -220,9 +231,7 @@ def compile_blocks(store: Store, args: StepArgs) -> StepReport:
     profile, as_of, config = args.profile, args.as_of, args.config
     with store.reading(profile) as tx:
         memories = memories_of(tx)
-    plans, notes = plan_blocks(
-        memories, as_of, config.blocks, summarizer_for(config.summarizer)
-    )
+    plans, notes = compiled(memories, as_of, config.blocks, summarizer_for(config.summarizer))
     with store.writing(profile) as tx:
         changed = set(upsert_blocks(tx, plans, as_of))
     report = StepReport("compile_blocks", profile, examined=len(memories), notes=notes)

@@ -24,11 +24,13 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 
 from reverie.engines.graph import communities, components, similarity_graph
 from reverie.engines.similarity import DEFAULT_SEARCH, chosen_rows, similarity_pairs
+from reverie.engines.wording import Summarizer, fallback_notes, summarizer_for
 from reverie.models import ids
 from reverie.models.config import ClusterConfig, SearchConfig
 from reverie.models.records import MemoryView, MetaPlan
@@ -41,7 +43,7 @@ from reverie.models.timestamps import days_between
 from reverie.models.vectors import to_blob
 from reverie.tasks.decay import none_above_note, relevance_notes
 from reverie.tasks.step import Change, StepArgs, StepReport, preview, step_task
-from reverie.tasks.summarize import Summarizer, drop_vetoed, fallback_notes, summarizer_for
+from reverie.tasks.summaries import drop_vetoed
 
 OPERATION = Operation.CLUSTER
 
@@ -120,11 +122,11 @@ def plan_clusters(
     vectors: np.ndarray,
     existing: dict[str, set[str]],
     config: ClusterConfig,
-    summarizer: Summarizer,
     seed: int = 0,
     search: SearchConfig = DEFAULT_SEARCH,
 ) -> list[MetaPlan]:
-    """One MetaPlan per cluster among the candidates (rows of ``memories``/``vectors``)."""
+    """One MetaPlan per cluster among the candidates (rows of ``memories``/``vectors``),
+    described by the rules."""
     candidates, cand_vectors = chosen_rows(memories, vectors, lambda m: is_candidate(m, config))
     probing = search.model_copy(update={"cell_probes": config.cell_probes})
     groups = find_clusters(cand_vectors, config, seed, probing)
@@ -137,12 +139,11 @@ def plan_clusters(
         centroid = cand_vectors[group].astype(np.float64).mean(axis=0)
         centroid /= np.linalg.norm(centroid)
         member_ids = tuple(sorted(m.id for m in members))
-        wording = summarizer.describe_cluster(members, kind)
         plans.append(
             MetaPlan(
                 meta_id=earlier or ids.summary_id(profile, OPERATION, member_ids),
                 member_ids=member_ids,
-                content=wording or rules_description(members, kind, config),
+                content=rules_description(members, kind, config),
                 importance=max(m.importance for m in members),
                 confidence=round(sum(m.confidence for m in members) / len(members), 6),
                 stability=round(sum(m.stability for m in members) / len(members), 6),
@@ -158,11 +159,23 @@ def plan_clusters(
                     "similarity": config.similarity,
                     "min_cluster_size": config.min_cluster_size,
                     "method": config.method,
-                    "mode": summarizer.mode if wording else "rules",
+                    "mode": "rules",
                 },
+                sources=tuple(members),
             )
         )
     return plans
+
+
+def word_clusters(plans: list[MetaPlan], summarizer: Summarizer) -> list[MetaPlan]:
+    """The plans described in the summarizer's words, where it gives any (a
+    meta-memory keeps its cluster's centroid for a vector, however it is worded)."""
+    worded = []
+    for plan in plans:
+        text = summarizer.describe_cluster(plan.sources, plan.meta["dominant_kind"])
+        worded.append(replace(plan, content=text, parameters={
+            **plan.parameters, "mode": summarizer.mode}) if text else plan)
+    return worded
 
 
 def cluster(store: Store, args: StepArgs) -> StepReport:
@@ -174,15 +187,16 @@ def cluster(store: Store, args: StepArgs) -> StepReport:
         vetoed = undone_summaries(tx)
         stale = relevance_notes(tx, args.as_of, any(m.relevance is not None for m in memories),
                                 args.config.decay)
-    summarizer = summarizer_for(args.config.summarizer)
     plans = plan_clusters(
-        args.profile, memories, vectors, existing, config, summarizer,
+        args.profile, memories, vectors, existing, config,
         args.config.graph.community_seed, args.config.search,
     )
     report = StepReport(
         "cluster", args.profile, examined=sum(is_candidate(m, config) for m in memories)
     )
     plans = drop_vetoed(vetoed, plans, lambda p: p.meta_id, report)
+    summarizer = summarizer_for(args.config.summarizer)
+    plans = word_clusters(plans, summarizer)
     with store.writing(args.profile) as tx:
         changed = set(apply_meta_memories(tx, plans, args.as_of, args.run_id))
     for plan in plans:

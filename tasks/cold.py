@@ -26,19 +26,19 @@ untouched for 30 days or more become ``stalled``.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 from datetime import datetime, timedelta
 
+from reverie.engines.wording import Summarizer
 from reverie.models.config import ColdConfig
 from reverie.models.records import MemoryView, SummaryPlan
 from reverie.models.repositories.memories import memories as memories_of
 from reverie.models.repositories.memories import set_statuses
-from reverie.models.repositories.summaries import originals_of
+from reverie.models.repositories.summaries import originals_of, undone_summaries
 from reverie.models.store import Store
 from reverie.models.tables import SUMMARY_ORIGINS, Origin
 from reverie.models.timestamps import days_between
 from reverie.tasks.step import Change, StepArgs, StepReport, preview, preview_chars, step_task
-from reverie.tasks.summarize import Summarizer, summarizer_for, summary_plan, write_summaries
+from reverie.tasks.summaries import reworded, summary_plan, write_summaries
 
 OPERATION = Origin.COLD_LEARNING
 LEARNING_LAYER = "learning"
@@ -120,25 +120,23 @@ def learning_plan(
     importance = max(sum(m.importance for m in group) / len(group), config.min_importance)
     parameters = {"min_age_days": config.min_age_days, "max_heat": config.max_heat,
                   "scope": config.scope, "mode": "rules"}
+    # A model words it from the group as it reads today: an absorbed summary speaks for
+    # its own originals.
+    notes = sorted(group, key=lambda m: (m.origin not in SUMMARY_ORIGINS, m.id))
     return summary_plan(
         profile, OPERATION, group, originals or {}, content, first, parameters,
         layer=LEARNING_LAYER, kind=LEARNING_KIND, protected=True, importance=importance,
-        meta=meta,
+        meta=meta, sources=tuple(notes),
     )
 
 
-def word_learning(
-    plans: list[SummaryPlan], hot: dict[str, MemoryView], summarizer: Summarizer
-) -> list[SummaryPlan]:
-    """linksee's ``use_llm``: the model words each learning memory from the notes it
-    stands for (a summary it absorbs stands for its own), checked as every wording is;
-    where it gives none, the rules' exemplars stay."""
+def word_learning(plans: list[SummaryPlan], summarizer: Summarizer) -> list[SummaryPlan]:
+    """linksee's ``use_llm``: the model words each learning memory from its notes,
+    checked as every wording is; where it gives none, the rules' exemplars stay."""
     worded = []
     for plan in plans:
-        notes = [hot[i] for i in (*plan.absorbed_ids, *plan.member_ids) if i in hot]
-        text = summarizer.compress(notes) if notes else None
-        worded.append(plan if text is None else replace(
-            plan, content=text, parameters={**plan.parameters, "mode": summarizer.mode}))
+        text = summarizer.compress(plan.sources) if plan.sources else None
+        worded.append(plan if text is None else reworded(plan, text, summarizer.mode))
     return worded
 
 
@@ -181,17 +179,13 @@ def consolidate_cold(store: Store, args: StepArgs) -> StepReport:
         memories = memories_of(tx)
         summaries = [m.id for m in memories if m.origin in SUMMARY_ORIGINS and m.is_live]
         originals = originals_of(tx, summaries)
+        vetoed = undone_summaries(tx)
     plans = plan_cold(args.profile, memories, args.as_of, config, originals)
     report = StepReport(
         "consolidate_cold", args.profile,
         examined=sum(is_candidate(m, args.as_of, config) for m in memories),
     )
-    summarizer = summarizer_for(args.config.summarizer)
-    hot = {m.id: m for m in memories}
-    plans = write_summaries(
-        store, args.profile, args.as_of, args.run_id, plans, summarizer, report,
-        word=lambda kept: word_learning(kept, hot, summarizer),
-    )
+    plans = write_summaries(store, args, plans, vetoed, word_learning, report)
     for plan in plans:
         detail = (f"{len(plan.member_ids)} {plan.meta['original_layer']} notes on "
                   f"{plan.entity} ({plan.meta['period']['from']} to {plan.meta['period']['to']})")

@@ -28,21 +28,16 @@ from datetime import datetime
 import numpy as np
 
 from reverie.engines.similarity import DEFAULT_SEARCH, radius_neighbours
+from reverie.engines.wording import Summarizer
 from reverie.models.config import CompressConfig, SearchConfig
 from reverie.models.records import MemoryView, SummaryPlan
 from reverie.models.repositories.memories import snapshot
-from reverie.models.repositories.summaries import originals_of
+from reverie.models.repositories.summaries import originals_of, undone_summaries
 from reverie.models.store import Store
 from reverie.models.tables import DERIVED_ORIGINS, SUMMARY_ORIGINS, Lifecycle, Origin
 from reverie.tasks.decay import relevance_notes
 from reverie.tasks.step import Change, StepArgs, StepReport, preview, step_task
-from reverie.tasks.summarize import (
-    Summarizer,
-    stand_ins,
-    summarizer_for,
-    summary_plan,
-    write_summaries,
-)
+from reverie.tasks.summaries import reworded, stand_ins, summary_plan, write_summaries
 
 OPERATION = Origin.COMPRESSED
 
@@ -163,10 +158,17 @@ def plan_compression(
     vectors: np.ndarray,
     originals: dict[str, list[MemoryView]],
     config: CompressConfig,
-    summarizer: Summarizer,
     search: SearchConfig = DEFAULT_SEARCH,
 ) -> list[SummaryPlan]:
-    """One summary plan per group of similar fading memories of the same kind and entity."""
+    """One summary plan per group of similar fading memories of the same kind and entity,
+    worded by the rules."""
+    parameters = {
+        "max_relevance": config.max_relevance,
+        "similarity": config.similarity,
+        "min_group_size": config.min_group_size,
+        "max_group_size": config.max_group_size,
+        "mode": "rules",
+    }
     plans: list[SummaryPlan] = []
     rows = [i for i, m in enumerate(memories) if is_candidate(m, config)]
 
@@ -182,24 +184,26 @@ def plan_compression(
             hot = [candidates[i] for i in group]
             members, _ = stand_ins(hot, originals)
             ordered = sorted(members, key=lambda m: (m.created_at, m.id))
-            wording = summarizer.compress(ordered)
-            parameters = {
-                "max_relevance": config.max_relevance,
-                "similarity": config.similarity,
-                "min_group_size": config.min_group_size,
-                "max_group_size": config.max_group_size,
-                "mode": summarizer.mode if wording else "rules",
-            }
             plans.append(
                 summary_plan(
-                    profile, OPERATION, hot, originals,
-                    dated(wording, ordered) if wording else rules_wording(ordered),
-                    hot[0], parameters, link_weight=config.link_weight,
+                    profile, OPERATION, hot, originals, rules_wording(ordered), hot[0],
+                    dict(parameters), link_weight=config.link_weight, sources=tuple(ordered),
                     # Fresh: a summary dated at its oldest member would be born fading.
                     created_at=as_of, meta={**hot[0].meta, **member_dates(ordered)},
                 )
             )
     return plans
+
+
+def word_compressions(plans: list[SummaryPlan], summarizer: Summarizer) -> list[SummaryPlan]:
+    """The plans in the summarizer's words, dated by their members, where it gives any."""
+    worded = []
+    for plan in plans:
+        text = summarizer.compress(plan.sources)
+        worded.append(
+            reworded(plan, dated(text, plan.sources), summarizer.mode) if text else plan
+        )
+    return worded
 
 
 def nothing_to_compress_note(fading: int, config: CompressConfig) -> list[str]:
@@ -218,12 +222,11 @@ def compress_fading(store: Store, args: StepArgs) -> StepReport:
         memories, vectors = snapshot(tx)
         summaries = [m.id for m in memories if m.origin in SUMMARY_ORIGINS]
         originals = originals_of(tx, summaries)
+        vetoed = undone_summaries(tx)
         stale = relevance_notes(tx, args.as_of, any(m.relevance is not None for m in memories),
                                 args.config.decay)
-    summarizer = summarizer_for(args.config.summarizer)
     plans = plan_compression(
-        args.profile, args.as_of, memories, vectors, originals,
-        config, summarizer, args.config.search,
+        args.profile, args.as_of, memories, vectors, originals, config, args.config.search,
     )
     report = StepReport(
         "compress_fading", args.profile, examined=sum(is_candidate(m, config) for m in memories)
@@ -231,9 +234,7 @@ def compress_fading(store: Store, args: StepArgs) -> StepReport:
     report.notes += stale
     if not plans:
         report.notes += nothing_to_compress_note(report.examined, config)
-    plans = write_summaries(
-        store, args.profile, args.as_of, args.run_id, plans, summarizer, report
-    )
+    plans = write_summaries(store, args, plans, vetoed, word_compressions, report)
     for plan in plans:
         detail = f"{len(plan.member_ids)} fading {plan.kind} memories"
         report.record(Change("compressed", plan.summary_id, detail, preview(plan.content)))

@@ -31,22 +31,17 @@ from datetime import datetime
 import numpy as np
 
 from reverie.engines.similarity import DEFAULT_SEARCH, chosen_rows, radius_neighbours
+from reverie.engines.wording import Summarizer
 from reverie.models.config import DedupConfig, SearchConfig
 from reverie.models.records import MemoryView, SummaryPlan
 from reverie.models.repositories.memories import snapshot
-from reverie.models.repositories.summaries import originals_of
-from reverie.models.store import Store
+from reverie.models.repositories.summaries import originals_of, undone_summaries
+from reverie.models.store import ProfileTx, Store
 from reverie.models.tables import SUMMARY_ORIGINS, Origin
 from reverie.models.vectors import to_blob
 from reverie.tasks.linking import needs_link
 from reverie.tasks.step import Change, StepArgs, StepReport, preview, step_task
-from reverie.tasks.summarize import (
-    Summarizer,
-    stand_ins,
-    summarizer_for,
-    summary_plan,
-    write_summaries,
-)
+from reverie.tasks.summaries import reworded, summary_plan, write_summaries
 
 OPERATION = Origin.DEDUP_SUMMARY
 _WORD = re.compile(r"\w+")
@@ -97,39 +92,45 @@ def plan_dedup(
     originals: dict[str, list[MemoryView]],
     as_of: datetime,
     config: DedupConfig,
-    summarizer: Summarizer,
     search: SearchConfig = DEFAULT_SEARCH,
 ) -> list[SummaryPlan]:
-    """One SummaryPlan per group of near-duplicates among the candidates.
+    """One SummaryPlan per group of near-duplicates among the candidates, worded by the
+    rules: the representative's own words, with its own vector.
 
     ``memories`` and ``vectors`` are row-aligned; ``originals`` maps each earlier
     summary to the memories it replaced: a new summary that takes in an earlier one
     stands for those originals, never for the summary itself.
     """
     candidates, cand_vectors = chosen_rows(memories, vectors, lambda m: is_candidate(m, as_of))
+    parameters = {
+        "similarity": config.similarity,
+        "min_group_size": config.min_group_size,
+        "mode": "rules",
+    }
     plans: list[SummaryPlan] = []
     order = representative_order(candidates)
     for group in duplicate_groups(cand_vectors, order, config, search):
         hot = [candidates[i] for i in group]
         rep = hot[0]
-        members, _ = stand_ins(hot, originals)
-        wording = summarizer.merge(rep, members)
-        content = wording if wording else rep.content
-        same_words = content == rep.content
-        parameters = {
-            "similarity": config.similarity,
-            "min_group_size": config.min_group_size,
-            "mode": "rules" if same_words else summarizer.mode,
-        }
         plans.append(
             summary_plan(
-                profile, OPERATION, hot, originals, content, rep, parameters,
-                # The representative's own words have the representative's vector.
-                embedding=to_blob(cand_vectors[group[0]]) if same_words else None,
-                embedding_model=rep.embedding_model if same_words else None,
+                profile, OPERATION, hot, originals, rep.content, rep, dict(parameters),
+                embedding=to_blob(cand_vectors[group[0]]),
+                embedding_model=rep.embedding_model,
             )
         )
     return plans
+
+
+def word_merges(plans: list[SummaryPlan], summarizer: Summarizer) -> list[SummaryPlan]:
+    """The plans in the summarizer's words, where it gives other words than the
+    representative's (which keep the representative's vector)."""
+    worded = []
+    for plan in plans:
+        text = summarizer.merge(plan.sources)
+        changed = text and text != plan.content
+        worded.append(reworded(plan, text, summarizer.mode) if changed else plan)
+    return worded
 
 
 def nothing_merged_note(candidates: int, config: DedupConfig) -> list[str]:
@@ -144,10 +145,19 @@ def dedup(store: Store, args: StepArgs) -> StepReport:
     """Merge near-duplicates of one profile into summaries; originals go cold."""
     with store.reading(args.profile) as tx:
         memories, vectors = snapshot(tx)
+        originals, vetoed = _history(tx, memories)
     report = StepReport(
         "dedup", args.profile, examined=sum(is_candidate(m, args.as_of) for m in memories)
     )
-    return _merge(store, args, memories, vectors, report)
+    return _merge(store, args, memories, vectors, originals, vetoed, report)
+
+
+def _history(
+    tx: ProfileTx, memories: Sequence[MemoryView]
+) -> tuple[dict[str, list[MemoryView]], set[str]]:
+    """What earlier summaries stand for, and the summaries an operator undid."""
+    summaries = [m.id for m in memories if m.origin in SUMMARY_ORIGINS]
+    return originals_of(tx, summaries), undone_summaries(tx)
 
 
 def has_new_duplicates(
@@ -168,31 +178,28 @@ def dedup_new_summaries(store: Store, args: StepArgs) -> StepReport:
     other or of what the first pass left (see the module's docstring)."""
     with store.reading(args.profile) as tx:
         memories, vectors = snapshot(tx)
-    report = StepReport(
-        "dedup_new_summaries", args.profile,
-        examined=sum(needs_link(m) and is_candidate(m, args.as_of) for m in memories),
-    )
-    if not has_new_duplicates(memories, vectors, args.as_of, args.config.dedup):
-        return report
-    return _merge(store, args, memories, vectors, report)
+        report = StepReport(
+            "dedup_new_summaries", args.profile,
+            examined=sum(needs_link(m) and is_candidate(m, args.as_of) for m in memories),
+        )
+        # Most runs end here: the history is read only when there is something to merge.
+        if not has_new_duplicates(memories, vectors, args.as_of, args.config.dedup):
+            return report
+        originals, vetoed = _history(tx, memories)
+    return _merge(store, args, memories, vectors, originals, vetoed, report)
 
 
 def _merge(
     store: Store, args: StepArgs, memories: list[MemoryView], vectors: np.ndarray,
-    report: StepReport,
+    originals: dict[str, list[MemoryView]], vetoed: set[str], report: StepReport,
 ) -> StepReport:
-    profile, as_of, config = args.profile, args.as_of, args.config
-    summaries = [m.id for m in memories if m.origin in SUMMARY_ORIGINS]
-    summarizer = summarizer_for(config.summarizer)
-    with store.reading(profile) as tx:
-        originals = originals_of(tx, summaries)
+    config = args.config
     plans = plan_dedup(
-        profile, memories, vectors, originals, as_of,
-        config.dedup, summarizer, config.search,
+        args.profile, memories, vectors, originals, args.as_of, config.dedup, config.search,
     )
     if not plans:
         report.notes += nothing_merged_note(report.examined, config.dedup)
-    plans = write_summaries(store, profile, as_of, args.run_id, plans, summarizer, report)
+    plans = write_summaries(store, args, plans, vetoed, word_merges, report)
     for plan in plans:
         absorbing = (
             f", absorbing {len(plan.absorbed_ids)} earlier summaries" if plan.absorbed_ids else ""

@@ -51,6 +51,7 @@ from typing import Any, NamedTuple
 
 from prefect import Task
 
+from reverie.engines.wording import summarizer_for
 from reverie.models.config import ConsolidationConfig, ForgetConfig
 from reverie.models.records import BlockPlan, MemoryView
 from reverie.models.repositories.blocks import blocks as blocks_of
@@ -60,7 +61,7 @@ from reverie.models.repositories.memories import memories as memories_of
 from reverie.models.repositories.memories import relevance_spread
 from reverie.models.store import Store
 from reverie.models.timestamps import days_between
-from reverie.tasks.blocks import plan_blocks
+from reverie.tasks.blocks import compiled
 from reverie.tasks.cold import days_untouched, heat
 from reverie.tasks.decay import relevance_notes
 from reverie.tasks.step import (
@@ -72,7 +73,6 @@ from reverie.tasks.step import (
     preview_chars,
     step_task,
 )
-from reverie.tasks.summarize import summarizer_for
 
 
 class Action(StrEnum):
@@ -248,7 +248,7 @@ def blocks_without(
     if not any(forgotten.intersection(ids) for ids in block_sources):
         return [], []
     remaining = [m for m in memories if m.id not in forgotten]
-    return plan_blocks(remaining, as_of, config.blocks, summarizer_for(config.summarizer))
+    return compiled(remaining, as_of, config.blocks, summarizer_for(config.summarizer))
 
 
 def forget(

@@ -1,5 +1,6 @@
 from datetime import timedelta
 
+from reverie.engines.wording import RulesSummarizer
 from reverie.models.config import BlocksConfig
 from reverie.models.records import MemoryView
 from reverie.models.tables import Lifecycle, Tier
@@ -13,12 +14,12 @@ from reverie.tasks.blocks import (
     SEPARATOR,
     USER_PROFILE,
     block_sources,
+    compiled,
     cut_words,
     enforce_total,
     fit_facts,
     plan_blocks,
 )
-from reverie.tasks.summarize import RulesSummarizer
 
 from factories import AS_OF, view
 
@@ -26,7 +27,7 @@ CONFIG = BlocksConfig()
 
 
 def blocks(memories, config=CONFIG) -> dict[str, str]:
-    plans, _ = plan_blocks(memories, AS_OF, config, RulesSummarizer())
+    plans, _ = plan_blocks(block_sources(memories, AS_OF, config), config)
     return {p.block_type: p.content for p in plans}
 
 
@@ -134,7 +135,7 @@ def test_facts_are_one_line_each_and_empty_blocks_are_empty() -> None:
 def test_source_ids_list_only_the_facts_that_fit() -> None:
     memories = [view(f"s{i}", kind="semantic", content="w" * 200, access_count=9 - i)
                 for i in range(3)]
-    plans, _ = plan_blocks(memories, AS_OF, CONFIG, RulesSummarizer())
+    plans, _ = plan_blocks(block_sources(memories, AS_OF, CONFIG), CONFIG)
     profile = next(p for p in plans if p.block_type == USER_PROFILE)
     assert profile.source_ids == ("s0", "s1")
 
@@ -148,7 +149,7 @@ class _Failing(RulesSummarizer):
 
 
 def test_a_summarizer_that_fails_falls_back_to_rules_and_says_so() -> None:
-    plans, notes = plan_blocks([view("s", kind="semantic")], AS_OF, CONFIG, _Failing())
+    plans, notes = compiled([view("s", kind="semantic")], AS_OF, CONFIG, _Failing())
     assert next(p for p in plans if p.block_type == USER_PROFILE).mode == "rules"
     assert notes[0] == "llm: 1 wording(s) fell back to rules (block user_profile: timeout)"
 
@@ -156,12 +157,12 @@ def test_a_summarizer_that_fails_falls_back_to_rules_and_says_so() -> None:
 def test_an_empty_block_says_which_rule_no_memory_meets_yet() -> None:
     # Two uses of a decision are one short of the rule; a third fills the block.
     decision = view("d", kind="decision", content="Decided to ship", access_count=2)
-    _, notes = plan_blocks([decision], AS_OF, CONFIG, RulesSummarizer())
+    _, notes = compiled([decision], AS_OF, CONFIG, RulesSummarizer())
     assert ("active_decisions is empty: no memory meets its rule yet (decisions used at "
             "least 3 times (an access is counted by recall --track or record_access))") in notes
     assert any(n.startswith("user_profile is empty") for n in notes)  # no semantic fact
     used = view("d", kind="decision", content="Decided to ship", access_count=3)
-    _, notes = plan_blocks([used], AS_OF, CONFIG, RulesSummarizer())
+    _, notes = compiled([used], AS_OF, CONFIG, RulesSummarizer())
     assert not any(n.startswith("active_decisions") for n in notes)
 
 

@@ -14,7 +14,6 @@ from reverie.tasks.cluster import (
     rules_description,
     temporal_span_days,
 )
-from reverie.tasks.summarize import RulesSummarizer
 
 from factories import AS_OF, at_cosine, axis, below, view
 
@@ -74,7 +73,7 @@ def memories(n=5, **fields):
 
 
 def test_a_plan_describes_the_cluster() -> None:
-    (plan,) = plan_clusters("p", memories(), star([0.9] * 4), {}, CONFIG, RulesSummarizer())
+    (plan,) = plan_clusters("p", memories(), star([0.9] * 4), {}, CONFIG)
     assert plan.member_ids == ("m0", "m1", "m2", "m3", "m4")
     assert plan.meta == {"dominant_kind": "semantic", "cluster_size": 5,
                          "temporal_span_days": 4.0, "method": "components"}
@@ -84,11 +83,11 @@ def test_a_plan_describes_the_cluster() -> None:
 
 
 def test_the_same_cluster_keeps_its_meta_memory() -> None:
-    (first,) = plan_clusters("p", memories(), star([0.9] * 4), {}, CONFIG, RulesSummarizer())
+    (first,) = plan_clusters("p", memories(), star([0.9] * 4), {}, CONFIG)
     existing = {first.meta_id: set(first.member_ids)}
-    (again,) = plan_clusters("p", memories(), star([0.9] * 4), existing, CONFIG, RulesSummarizer())
+    (again,) = plan_clusters("p", memories(), star([0.9] * 4), existing, CONFIG)
     assert again.meta_id == first.meta_id
-    grown = plan_clusters("p", memories(6), star([0.9] * 5), existing, CONFIG, RulesSummarizer())
+    grown = plan_clusters("p", memories(6), star([0.9] * 5), existing, CONFIG)
     assert grown[0].meta_id == first.meta_id and len(grown[0].member_ids) == 6
 
 
@@ -126,6 +125,6 @@ def test_cluster_searches_with_its_own_probes() -> None:
     scarce = SearchConfig(exact_limit=10, rows_per_cell=10, cell_probes=1)
     config = ClusterConfig(similarity=CONFIG.similarity, cell_probes=4096)
     members = [view(f"m{i:03d}", relevance=0.9) for i in range(len(v))]
-    plans = plan_clusters("p", members, v, {}, config, RulesSummarizer(), search=scarce)
+    plans = plan_clusters("p", members, v, {}, config, search=scarce)
     assert [list(p.member_ids) for p in plans] == [[f"m{i:03d}" for i in g] for g in exact]
     assert find_clusters(v, CONFIG, search=scarce) != exact  # one probe alone misses some

@@ -7,7 +7,6 @@ from hypothesis import strategies as st
 from reverie.models.config import CompressConfig
 from reverie.models.tables import Lifecycle, Origin, Tier
 from reverie.tasks.compress import is_candidate, plan_compression, rules_wording
-from reverie.tasks.summarize import RulesSummarizer
 
 from factories import AS_OF, at_cosine, axis, below, view
 
@@ -23,8 +22,7 @@ def fading(n: int, cos: float = 0.9, **fields):
 
 
 def plan(memories, vectors, originals=None, config=CONFIG):
-    return plan_compression("p", AS_OF, memories, np.stack(vectors), originals or {}, config,
-                            RulesSummarizer())
+    return plan_compression("p", AS_OF, memories, np.stack(vectors), originals or {}, config)
 
 
 def test_relevance_must_be_strictly_below_020() -> None:

@@ -11,7 +11,6 @@ from reverie.tasks.dedup import (
     plan_dedup,
     representative_order,
 )
-from reverie.tasks.summarize import RulesSummarizer
 
 from factories import AS_OF, at_cosine, axis, below, view
 
@@ -19,8 +18,7 @@ CONFIG = DedupConfig()
 
 
 def plan(memories, vectors, originals=None, config=CONFIG):
-    return plan_dedup("p", memories, np.stack(vectors), originals or {}, AS_OF, config,
-                      RulesSummarizer())
+    return plan_dedup("p", memories, np.stack(vectors), originals or {}, AS_OF, config)
 
 
 def star(cosines):

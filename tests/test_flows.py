@@ -24,7 +24,7 @@ from reverie.models.store import Store
 from reverie.models.tables import EdgeKind, Origin, Tier
 from reverie.tasks import linking
 from reverie.tasks import step as step_module
-from reverie.tasks import summarize as summarize_module
+from reverie.tasks import summaries as summaries_step
 from reverie.tasks.blocks import BLOCK_TYPES
 
 from conftest import clone_sample
@@ -175,7 +175,7 @@ def test_a_step_that_fails_after_committing_and_is_retried_ends_like_a_clean_run
     expected = clean_run_exports(sample_template, new_store, monkeypatch, "raj")
     flaky = use_copy(sample_template, new_store, "flaky", monkeypatch)
     failures: list[str] = []
-    original = summarize_module.apply_summaries
+    original = summaries_step.apply_summaries
 
     def commit_then_fail(tx, plans, *args, **kwargs):  # type: ignore[no-untyped-def]
         written = original(tx, plans, *args, **kwargs)
@@ -187,7 +187,7 @@ def test_a_step_that_fails_after_committing_and_is_retried_ends_like_a_clean_run
                 raise ConnectionError("injected: the commit landed but the worker lost its reply")
         return written
 
-    monkeypatch.setattr(summarize_module, "apply_summaries", commit_then_fail)
+    monkeypatch.setattr(summaries_step, "apply_summaries", commit_then_fail)
     full_consolidation(profile="raj", as_of=AS_OF)
     assert failures == ["raj"]
     assert exports(flaky) == expected

@@ -13,6 +13,17 @@ from datetime import datetime
 
 import pytest
 
+from reverie.engines import llm as llm_module
+from reverie.engines.llm import (
+    COMPRESS_PROMPT,
+    MERGE_PROMPT,
+    LLMSummarizer,
+    Rejected,
+    breaker_for,
+    check_answer,
+    facts,
+)
+from reverie.engines.wording import RulesSummarizer, fallback_notes, summarizer_for
 from reverie.flows.artifacts import markdown
 from reverie.flows.full_consolidation import full_consolidation
 from reverie.flows.lightweight_consolidation import lightweight_consolidation
@@ -22,11 +33,8 @@ from reverie.models.export import export_rows
 from reverie.models.settings import get_settings
 from reverie.models.store import Store
 from reverie.models.tables import Origin
-from reverie.engines import llm as llm_module
-from reverie.engines.llm import LLMSummarizer, Rejected, breaker_for, check_answer, facts
-from reverie.tasks.summarize import RulesSummarizer, fallback_notes, summarizer_for
 
-from factories import view
+from factories import undo_consolidation, view
 from llm_server import INJECTION, VAGUE
 
 MEMBERS = [view(f"m{i}", content=f"User went hiking at spot {i} on March {10 + i}") for i in range(5)]
@@ -124,13 +132,13 @@ def test_every_failure_falls_back_to_rules_and_says_why(llm, behaviour, reason, 
 def test_a_503_then_a_good_answer_is_retried_and_used(llm) -> None:
     llm.script = ["http-503"]
     summarizer = LLMSummarizer()
-    assert summarizer.merge(MEMBERS[0], MEMBERS) == FAITHFUL
+    assert summarizer.merge(MEMBERS) == FAITHFUL
     assert len(llm.requests) == 2 and summarizer.failures == []
 
 
 def test_a_transient_error_is_retried(llm) -> None:
     llm.behaviour = "flaky"
-    assert LLMSummarizer().merge(MEMBERS[0], MEMBERS) == FAITHFUL
+    assert LLMSummarizer().merge(MEMBERS) == FAITHFUL
     assert len(llm.requests) == 2
 
 
@@ -170,11 +178,11 @@ def test_a_call_ends_at_its_deadline_however_the_server_stalls(
     # whole request ends it. The answer would take minutes; it is not used.
     monkeypatch.setenv("REVERIE_LLM_TIMEOUT_SECONDS", "1")
     monkeypatch.setenv("REVERIE_LLM_RETRIES", "0")
-    LLMSummarizer().merge(MEMBERS[0], MEMBERS)  # warm up (imports), not timed
+    LLMSummarizer().merge(MEMBERS)  # warm up (imports), not timed
     llm.behaviour = behaviour
     summarizer = LLMSummarizer()
     started = time.monotonic()
-    assert summarizer.merge(MEMBERS[0], MEMBERS) is None
+    assert summarizer.merge(MEMBERS) is None
     elapsed = time.monotonic() - started
     # Not before the deadline, and nowhere near the minutes the answer would take (the
     # margin is for a loaded machine: this is no speed test).
@@ -203,7 +211,7 @@ def test_the_breaker_opens_after_consecutive_failed_calls(
     monkeypatch.setenv("REVERIE_LLM_RETRIES", "1")
     llm.behaviour = "http-503"
     summarizer = LLMSummarizer()
-    assert all(summarizer.merge(MEMBERS[0], MEMBERS) is None for _ in range(10))
+    assert all(summarizer.merge(MEMBERS) is None for _ in range(10))
     assert len(llm.requests) == 3 * 2  # K calls of 1 + retries attempts, then none
     assert summarizer.failures == ["merge: HTTP 503"] * 3 + ["merge: circuit breaker open"] * 7
     assert fallback_notes(summarizer) == [
@@ -224,11 +232,11 @@ def test_only_consecutive_server_failures_open_the_breaker(
     llm.script = ["http-500", "good", "http-500", "vague", "nul", "good", "http-500"]
     summarizer = LLMSummarizer()
     for _ in range(7):
-        summarizer.merge(MEMBERS[0], MEMBERS)
+        summarizer.merge(MEMBERS)
     assert not any("breaker" in f for f in summarizer.failures)
     llm.script = ["http-500"]
-    summarizer.merge(MEMBERS[0], MEMBERS)  # a second failure in a row
-    assert summarizer.merge(MEMBERS[0], MEMBERS) is None
+    summarizer.merge(MEMBERS)  # a second failure in a row
+    assert summarizer.merge(MEMBERS) is None
     assert len(llm.requests) == 8 and summarizer.failures[-1] == "merge: circuit breaker open"
 
 
@@ -250,7 +258,7 @@ def test_calls_side_by_side_never_exceed_the_breaker_bound(
     llm.behaviour = "hang"
     summarizers = [LLMSummarizer() for _ in range(8)]
     threads = [
-        threading.Thread(target=lambda s=s: [s.merge(MEMBERS[0], MEMBERS) for _ in range(3)])
+        threading.Thread(target=lambda s=s: [s.merge(MEMBERS) for _ in range(3)])
         for s in summarizers
     ]
     for t in threads:
@@ -340,6 +348,31 @@ def test_a_refused_answer_is_worded_by_the_rules_once(
         assert "\x00" not in text and text.encode("utf-8")
         assert unicodedata.normalize("NFC", text) == text
         assert "IGNORE" not in text and "Zorblax" not in text and text != VAGUE
+
+
+@pytest.mark.usefixtures("prefect_api", "patient")
+def test_a_plan_the_operator_vetoed_is_never_worded(sample_store: Store, llm) -> None:
+    """A model is asked to word only what will be written: a group whose summary an
+    operator undid is planned again, dropped by the veto, and costs no request."""
+    first = full_consolidation(profile="maya", as_of=AS_OF, config=LLM)
+    summaries = [c.target for s in first.steps if s.step in ("dedup", "compress_fading")
+                 for c in s.changes if c.action in ("merged", "compressed")]
+    assert summaries and any(is_merge(r) for r in llm.requests)
+    for summary in summaries:
+        undo_consolidation(sample_store, summary, "maya")
+    llm.requests.clear()
+    again = full_consolidation(profile="maya", as_of=AS_OF, config=LLM)
+    vetoed = {c.target for s in again.steps for c in s.changes if c.action == "vetoed"}
+    assert vetoed == set(summaries)
+    assert not [r for r in llm.requests if is_merge(r) or is_compression(r)]
+
+
+def is_merge(request: dict) -> bool:
+    return request["body"]["messages"][1]["content"].startswith(MERGE_PROMPT[:40])
+
+
+def is_compression(request: dict) -> bool:
+    return request["body"]["messages"][1]["content"].startswith(COMPRESS_PROMPT[:40])
 
 
 def test_a_cluster_description_and_a_block_are_checked_too(llm) -> None:

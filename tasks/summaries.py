@@ -1,0 +1,162 @@
+"""Summary plans: what a summary stands for, and how the plans that survive the
+operator's vetoes are worded, embedded and written.
+
+A summary always stands for originals (``stand_ins``: an earlier summary in a group is
+replaced by what it stood for) and takes the strongest of their attributes
+(``merged_attributes``). ``write_summaries`` is the tail every summarizing step shares:
+drop the plans an operator vetoed by undoing them, have the summarizer reword only what
+is left, embed the texts worded afresh, and write it all in one transaction.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import TypeVar
+
+from reverie.engines.embedding import embedder_for
+from reverie.engines.wording import Summarizer, fallback_notes, summarizer_for
+from reverie.models import ids
+from reverie.models.records import MemoryView, MetaPlan, SummaryPlan
+from reverie.models.repositories.summaries import apply_summaries
+from reverie.models.store import Store
+from reverie.models.tables import SUMMARY_ORIGINS
+from reverie.models.vectors import to_blob
+from reverie.tasks.step import Change, StepArgs, StepReport
+
+
+def merged_attributes(memories: Sequence[MemoryView]) -> dict[str, object]:
+    """Attributes of a summary of ``memories``: the strongest importance, trust and use,
+    the mean stability, and the widest span of time and validity."""
+    starts = [m.valid_from for m in memories]
+    ends = [m.valid_until for m in memories]
+    accessed = [m.last_accessed_at for m in memories if m.last_accessed_at is not None]
+    return {
+        "importance": max(m.importance for m in memories),
+        "confidence": max(m.confidence for m in memories),
+        "stability": sum(m.stability for m in memories) / len(memories),
+        "access_count": max(m.access_count for m in memories),
+        "created_at": min(m.created_at for m in memories),
+        "last_accessed_at": max(accessed) if accessed else None,
+        # Open-ended if any member is: the summary is valid wherever one of them was.
+        "valid_from": None if any(v is None for v in starts) else min(starts),  # type: ignore[type-var]
+        "valid_until": None if any(v is None for v in ends) else max(ends),  # type: ignore[type-var]
+    }
+
+
+def stand_ins(
+    hot: Sequence[MemoryView], originals: dict[str, list[MemoryView]]
+) -> tuple[list[MemoryView], list[MemoryView]]:
+    """(the originals a new summary of ``hot`` stands for, the earlier summaries it absorbs).
+
+    A summary is always built from originals: an earlier summary in the group is
+    replaced by the memories it stood for, so no summary ever summarises a summary.
+    """
+    absorbed = [m for m in hot if m.origin in SUMMARY_ORIGINS]
+    members = [m for m in hot if m.origin not in SUMMARY_ORIGINS]
+    # An absorbed summary may itself have absorbed an older one, which is then among
+    # what it superseded; that older summary's originals are already its originals.
+    members += [
+        o for s in absorbed for o in originals.get(s.id, []) if o.origin not in SUMMARY_ORIGINS
+    ]
+    return members, absorbed
+
+
+def summary_plan(
+    profile: str,
+    operation: str,
+    hot: Sequence[MemoryView],
+    originals: dict[str, list[MemoryView]],
+    content: str,
+    template: MemoryView,
+    parameters: dict[str, object],
+    **overrides: object,
+) -> SummaryPlan:
+    """The plan for a summary of the hot memories ``hot``, worded ``content`` by the rules,
+    taking kind, entity, layer and session from ``template``; attributes merged over
+    every memory it stands for, absorbed summaries included (they may have been used
+    since). A summarizer rewording it reads the originals it stands for."""
+    members, absorbed = stand_ins(hot, originals)
+    fields: dict[str, object] = {
+        "summary_id": ids.summary_id(profile, operation, [m.id for m in members]),
+        "operation": operation,
+        "member_ids": tuple(sorted(m.id for m in members)),
+        "absorbed_ids": tuple(sorted(s.id for s in absorbed)),
+        "content": content,
+        "kind": template.kind,
+        "entity": template.entity,
+        "layer": template.layer,
+        "session_id": template.session_id,
+        "representative_id": template.id,
+        "meta": dict(template.meta),
+        "parameters": parameters,
+        "sources": tuple(members),
+        **merged_attributes([*hot, *members]),
+    }
+    fields.update(overrides)
+    return SummaryPlan(**fields)  # type: ignore[arg-type]
+
+
+def embed_new_wordings(store: Store, plans: list[SummaryPlan]) -> list[SummaryPlan]:
+    """Give every summary worded afresh (no vector yet) its own embedding."""
+    fresh = [p for p in plans if p.embedding is None]
+    if not fresh:
+        return plans
+    embedder = embedder_for(store.settings)
+    vectors = embedder.encode([p.content for p in fresh])
+    model = embedder.name
+    replaced = {
+        p.summary_id: replace(p, embedding=to_blob(v), embedding_model=model)
+        for p, v in zip(fresh, vectors, strict=True)
+    }
+    return [replaced.get(p.summary_id, p) for p in plans]
+
+
+Wording = Callable[[list[SummaryPlan], Summarizer], list[SummaryPlan]]
+
+
+def write_summaries(
+    store: Store,
+    args: StepArgs,
+    plans: list[SummaryPlan],
+    vetoed: set[str],
+    word: Wording,
+    report: StepReport,
+) -> list[SummaryPlan]:
+    """Write the plans an operator has not vetoed (``vetoed``: the profile's undone
+    summaries), each worded by ``word`` with the run's summarizer (which is asked
+    nothing for a vetoed plan) and with its own vector; note vetoes and model
+    fallbacks in ``report``. Returns what was written."""
+    kept = drop_vetoed(vetoed, plans, lambda p: p.summary_id, report)
+    summarizer = summarizer_for(args.config.summarizer)
+    kept = word(kept, summarizer)
+    started = time.perf_counter()
+    kept = embed_new_wordings(store, kept)
+    report.embedding_seconds = round(time.perf_counter() - started, 4)
+    with store.writing(args.profile) as tx:
+        apply_summaries(tx, kept, args.as_of, args.run_id)
+    report.notes += fallback_notes(summarizer)
+    return kept
+
+
+def reworded(plan: SummaryPlan, content: str, mode: str, **changes: object) -> SummaryPlan:
+    """``plan`` in a summarizer's words: worded afresh, it will get its own vector."""
+    return replace(plan, content=content, embedding=None, embedding_model=None,  # type: ignore[arg-type]
+                   parameters={**plan.parameters, "mode": mode}, **changes)
+
+
+P = TypeVar("P", SummaryPlan, MetaPlan)
+
+
+def drop_vetoed(
+    vetoed: set[str], plans: list[P], key: Callable[[P], str], report: StepReport
+) -> list[P]:
+    """The plans an operator has not vetoed by undoing them (``vetoed``: the profile's
+    ``undone_summaries``); vetoes are noted in ``report``."""
+    for plan in plans:
+        if key(plan) in vetoed:
+            report.skipped += 1
+            detail = f"{len(plan.member_ids)} memories: undone by an operator, not redone"
+            report.record(Change("vetoed", key(plan), detail), counts=False)
+    return [p for p in plans if key(p) not in vetoed]

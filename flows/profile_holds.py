@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from uuid import UUID
 
 from reverie.flows.event_delivery import api_configured
-from reverie.models.errors import StoreError
+from reverie.models.errors import HoldUnavailableError
 from reverie.models.repositories.runs import (
     acquire_leases,
     lease_holders,
@@ -216,7 +216,7 @@ def _prefect_lease_for(
 
     names = [limit_name(p) for p in chunk]
     holder = ConcurrencyLeaseHolder(type="flow_run", id=UUID(run_id)) if run_id else None
-    for attempt in range(2):
+    for _attempt in range(2):
         with get_client(sync_client=True) as client:
             try:
                 answer = client.increment_concurrency_slots_with_lease(
@@ -231,8 +231,9 @@ def _prefect_lease_for(
             # A limit is missing (deleted since the run made them): make it, try again.
             client.release_concurrency_slots_with_lease(lease)
         ensure_profile_limits(chunk)
-    raise StoreError(f"Prefect has no concurrency limit for some of {len(chunk)} profile(s) "
-                     f"even after creating them ({limit_name(chunk[0])}...)")
+    raise HoldUnavailableError(
+        f"Prefect has no concurrency limit for some of {len(chunk)} profile(s) even after "
+        f"creating them ({limit_name(chunk[0])}...)")
 
 
 def _release_prefect_lease(lease: UUID) -> None:

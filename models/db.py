@@ -1,5 +1,9 @@
 """Engines and transactions for the memory store (SQLite by default, PostgreSQL alike).
 
+Every transaction lets the database's failures out as the errors of ``models.errors``
+(``translated``): a caller retries ``StoreRetryableError`` and reports the rest, whether
+it came through the store's repositories, a backup, an export or a dry run's copy.
+
 Two kinds of transaction: ``reading`` and ``writing``. On SQLite a writing
 transaction starts with ``BEGIN IMMEDIATE`` so that two steps running concurrently
 queue for the write lock instead of both reading, both trying to upgrade, and one
@@ -15,9 +19,16 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from sqlalchemy import Connection, Engine, create_engine, event, insert, inspect, select, text
+from sqlalchemy import exc as db
 from sqlmodel import Session, SQLModel
 
 from reverie.models import tables
+from reverie.models.errors import (
+    IntegrityViolationError,
+    InvalidValueError,
+    StoreError,
+    StoreUnavailableError,
+)
 from reverie.models.settings import resolve_database_url
 
 _BEGIN_OPTION = "reverie_sqlite_begin"
@@ -135,19 +146,51 @@ def dispose(url: str) -> None:
 
 @contextmanager
 def reading(url: str) -> Iterator[Session]:
-    with Session(engine_for(url), expire_on_commit=False) as session:
+    with translated(), Session(engine_for(url), expire_on_commit=False) as session:
         yield session
 
 
 @contextmanager
 def writing(url: str) -> Iterator[Session]:
     """One atomic transaction: committed on success, rolled back on any error."""
-    engine = engine_for(url)
-    if is_sqlite(str(engine.url)):
-        engine = engine.execution_options(**{_BEGIN_OPTION: "IMMEDIATE"})
-    with Session(engine, expire_on_commit=False) as session:
-        with session.begin():
+    with translated():
+        engine = engine_for(url)
+        if is_sqlite(str(engine.url)):
+            engine = engine.execution_options(**{_BEGIN_OPTION: "IMMEDIATE"})
+        with Session(engine, expire_on_commit=False) as session, session.begin():
             yield session
+
+
+@contextmanager
+def translated() -> Iterator[None]:
+    """The driver's failures as the store's errors, the original kept as the cause."""
+    try:
+        yield
+    except StoreError:
+        raise
+    except db.IntegrityError as exc:
+        raise IntegrityViolationError(_reason(exc)) from exc
+    except db.DataError as exc:
+        raise InvalidValueError(_reason(exc)) from exc
+    except (db.OperationalError, db.InterfaceError, db.DisconnectionError, db.TimeoutError) as exc:
+        # Lost connections, lock waits ("database is locked"), serialization failures and
+        # deadlocks (PostgreSQL's TransactionRollbackError is an OperationalError).
+        raise StoreUnavailableError(_reason(exc)) from exc
+    except db.DBAPIError as exc:
+        if exc.connection_invalidated:
+            raise StoreUnavailableError(_reason(exc)) from exc
+        raise
+    except db.StatementError as exc:
+        # Not sent: a value a column type or the driver could not convert.
+        raise InvalidValueError(_reason(exc)) from exc
+    except OverflowError as exc:  # sqlite3 raises it itself for an integer beyond 64 bits
+        raise InvalidValueError("a number is too large") from exc
+
+
+def _reason(exc: db.StatementError) -> str:
+    """The driver's first line, without the statement (parameters are hidden already)."""
+    said = str(exc.orig).strip() if exc.orig is not None else ""
+    return said.splitlines()[0] if said else type(exc).__name__
 
 
 def copy_profiles(source_url: str, target_url: str, profiles: Sequence[str]) -> None:

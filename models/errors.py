@@ -106,6 +106,12 @@ class EmbeddingError(StorePermanentError):
     """The embedding model is unavailable or returned an unusable vector."""
 
 
+class HoldUnavailableError(TransientError):
+    """Prefect could not give a run its hold on some profiles: their concurrency limits
+    were gone again right after being made (an operator or another run deleting them).
+    A later attempt may find them."""
+
+
 class StepFailedError(ReverieError):
     """Steps failed for some profiles after their retries; every other profile finished
     and is recorded. Re-run the flow for the profiles named."""

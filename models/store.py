@@ -17,18 +17,12 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from sqlalchemy import exc as db
 from sqlalchemy import select
 from sqlmodel import Session
 
 from reverie.models import db as engines
-from reverie.models.errors import (
-    IntegrityViolationError,
-    InvalidValueError,
-    NotFoundError,
-    StoreError,
-    StoreUnavailableError,
-)
+from reverie.models.db import translated
+from reverie.models.errors import NotFoundError
 from reverie.models.settings import Settings, get_settings, resolve_database_url
 from reverie.models.tables import Profile
 
@@ -56,7 +50,7 @@ class Store:
         """A session for reads across profiles, never committed. One block is one
         snapshot: REPEATABLE READ on PostgreSQL (its default would let each statement
         see a newer state), as a SQLite read transaction is already."""
-        with _translated():
+        with translated():
             engine = engines.engine_for(self.url)
             if engine.dialect.name == "postgresql":
                 engine = engine.execution_options(isolation_level="REPEATABLE READ")  # type: ignore[assignment]
@@ -67,7 +61,7 @@ class Store:
     def writing_all(self) -> Iterator[Session]:
         """One atomic transaction across profiles: committed on success, rolled back on
         any error."""
-        with _translated(), engines.writing(self.url) as session:
+        with engines.writing(self.url) as session:
             yield session
 
     @contextmanager
@@ -96,35 +90,3 @@ class Store:
         if missing:
             raise NotFoundError(f"no profile named {', '.join(map(repr, missing))}")
         return sorted(set(wanted))
-
-
-@contextmanager
-def _translated() -> Iterator[None]:
-    """The driver's failures as the store's errors, the original kept as the cause."""
-    try:
-        yield
-    except StoreError:
-        raise
-    except db.IntegrityError as exc:
-        raise IntegrityViolationError(_reason(exc)) from exc
-    except db.DataError as exc:
-        raise InvalidValueError(_reason(exc)) from exc
-    except (db.OperationalError, db.InterfaceError, db.DisconnectionError, db.TimeoutError) as exc:
-        # Lost connections, lock waits ("database is locked"), serialization failures and
-        # deadlocks (PostgreSQL's TransactionRollbackError is an OperationalError).
-        raise StoreUnavailableError(_reason(exc)) from exc
-    except db.DBAPIError as exc:
-        if exc.connection_invalidated:
-            raise StoreUnavailableError(_reason(exc)) from exc
-        raise
-    except db.StatementError as exc:
-        # Not sent: a value a column type or the driver could not convert.
-        raise InvalidValueError(_reason(exc)) from exc
-    except OverflowError as exc:  # sqlite3 raises it itself for an integer beyond 64 bits
-        raise InvalidValueError("a number is too large") from exc
-
-
-def _reason(exc: db.StatementError) -> str:
-    """The driver's first line, without the statement (parameters are hidden already)."""
-    said = str(exc.orig).strip() if exc.orig is not None else ""
-    return said.splitlines()[0] if said else type(exc).__name__

@@ -10,6 +10,7 @@ from sqlalchemy.exc import IntegrityError
 
 from reverie.models import ids
 from reverie.models.db import engine_for, reading, writing
+from reverie.models.errors import IntegrityViolationError
 from reverie.models.export import export_jsonl
 from reverie.models.ingest import SUPPLIED_EMBEDDING
 from reverie.models.repositories import edges as edges_repo
@@ -489,7 +490,10 @@ def test_a_database_error_does_not_quote_record_content(store: Store) -> None:
     memory = Memory.__table__
     with reading(store.url) as s:
         row = dict(s.execute(select(memory).where(memory.c.external_id == "s")).mappings().one())
-    with pytest.raises(IntegrityError) as caught:  # the same primary key again
+    with pytest.raises(IntegrityViolationError) as caught:  # the same primary key again
         with writing(store.url) as s:
             s.execute(insert(memory), [row])
-    assert "4921" not in str(caught.value) and "parameters hidden" in str(caught.value)
+    cause = caught.value.__cause__
+    assert isinstance(cause, IntegrityError)
+    assert "4921" not in str(caught.value) and "4921" not in str(cause)
+    assert "parameters hidden" in str(cause)

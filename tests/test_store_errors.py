@@ -5,6 +5,7 @@ suite runs on, and retries follow the class alone."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import threading
 from datetime import datetime, timedelta
@@ -12,6 +13,7 @@ from datetime import datetime, timedelta
 import pytest
 from sqlalchemy import event, text, update
 
+from reverie.models.backup import backup_lines, restore
 from reverie.models.db import engine_for
 from reverie.models.errors import (
     ConflictError,
@@ -51,8 +53,25 @@ def test_the_two_groups_share_the_store_base_and_only_one_is_transient() -> None
     assert not issubclass(StorePermanentError, TransientError)
 
 
+def _add_profile(store: Store, backup: list[str]) -> None:
+    with store.writing_all() as s:
+        s.add(Profile(id="p", created_at=T0))
+
+
+def _restore_backup(store: Store, backup: list[str]) -> None:
+    """A backup restore writes through models.db, not the repositories."""
+    lines = [(f"line {n}", json.loads(line)) for n, line in enumerate(backup, start=1)]
+    restore(store.url, lines)
+
+
 @pytest.mark.skipif(bool(TEST_POSTGRES), reason="SQLite's write lock")
-def test_a_locked_sqlite_store_is_unavailable_and_retried(store: Store) -> None:
+@pytest.mark.parametrize("write", [_add_profile, _restore_backup], ids=["store", "restore"])
+def test_a_locked_sqlite_store_is_unavailable_and_retried(
+    store: Store, new_store, write  # type: ignore[no-untyped-def]
+) -> None:
+    source = new_store("source")
+    ingest_records(source, [record("a")], profile="p")
+    backup = list(backup_lines(source.url, "p"))
     engine = engine_for(store.url)
     engine.dispose()
 
@@ -65,8 +84,7 @@ def test_a_locked_sqlite_store_is_unavailable_and_retried(store: Store) -> None:
     holder.execute("BEGIN IMMEDIATE")
     try:
         with pytest.raises(StoreUnavailableError) as caught:
-            with store.writing_all() as s:
-                s.add(Profile(id="p", created_at=T0))
+            write(store, backup)
         assert "locked" in str(caught.value)
         assert retryable(caught.value)
     finally:
@@ -75,8 +93,7 @@ def test_a_locked_sqlite_store_is_unavailable_and_retried(store: Store) -> None:
         event.remove(engine, "connect", _impatient)
         engine.dispose()
     # Once the lock is gone, the same call goes through: what a retry counts on.
-    with store.writing_all() as s:
-        s.add(Profile(id="p", created_at=T0))
+    write(store, backup)
     assert store.profiles() == ["p"]
 
 

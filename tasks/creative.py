@@ -109,15 +109,19 @@ def creative(store: Store, args: StepArgs) -> StepReport:
         drawn = draw_sample(len(candidates), config.sample_size, args.profile, args.as_of)
         sample, vectors = snapshot(tx, ids_=[candidates[k] for k in drawn])
         linked = linked_pairs(tx, [m.id for m in sample])
-        spread = relevance_spread(tx)
-        stale = relevance_notes(tx, args.as_of, spread.scored > 0, args.config.decay)
+        # A candidate is scored above the floor: only an empty draw needs the profile's
+        # whole spread, to say why it is empty (a third of this step's reads otherwise).
+        spread = None if candidates else relevance_spread(tx)
+        scored = spread is None or spread.scored > 0
+        stale = relevance_notes(tx, args.as_of, scored, args.config.decay)
     edges, skipped = plan_creative(sample, vectors, linked, args.as_of, config)
     with store.writing(args.profile) as tx:
         add_edges(tx, edges, args.as_of)
     pairs = len(sample) * (len(sample) - 1) // 2
     report = StepReport("creative", args.profile, examined=pairs, skipped=skipped)
     report.notes += stale
-    report.notes += none_above_note(spread, config.min_relevance, "sample for associations")
+    if spread is not None:
+        report.notes += none_above_note(spread, config.min_relevance, "sample for associations")
     for e in edges:
         label = e.kind if e.subkind is None else f"{e.kind}/{e.subkind}"
         detail = f"{label}, confidence {e.confidence:.3f}"

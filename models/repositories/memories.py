@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 from pydantic_core import from_json
-from sqlalchemy import Text, case, delete, func, insert, or_, select, type_coerce, update
+from sqlalchemy import Text, case, delete, exists, func, insert, or_, select, type_coerce, update
 from sqlmodel import Session
 
 from reverie.models.errors import AmbiguousIdError, NotFoundError
@@ -158,6 +158,18 @@ def relevance_spread(tx: ProfileTx) -> RelevanceSpread:
     )
     hot, scored, live_scored, highest = tx.session.execute(query).one()
     return RelevanceSpread(hot, scored, live_scored, None if highest is None else float(highest))
+
+
+def hot_count(tx: ProfileTx) -> tuple[int, bool]:
+    """How many hot memories the profile holds, and whether any of them is scored: what
+    a step that reports on stored relevance needs of RelevanceSpread, from the
+    (profile, tier) index and the first scored row instead of every row."""
+    hot = (M.c.profile_id == tx.profile) & (M.c.tier == Tier.HOT)
+    count, scored = tx.session.execute(select(
+        select(func.count()).where(hot).scalar_subquery(),
+        exists().where(hot & M.c.relevance.is_not(None)),
+    )).one()
+    return count, bool(scored)
 
 
 def snapshot(

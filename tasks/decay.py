@@ -110,7 +110,7 @@ def decay(store: Store, args: StepArgs) -> StepReport:
     scores, eligible, write = plan_decay(inputs, args.as_of, args.config.decay)
     rows = np.flatnonzero(write)
     with store.writing(args.profile) as tx:
-        set_relevance(tx, [(inputs.ids[i], float(scores[i])) for i in rows])
+        set_relevance(tx, list(zip([inputs.ids[i] for i in rows], scores[rows].tolist())))
     report = StepReport("decay", args.profile, examined=len(scores))
     report.skipped = int(np.count_nonzero(~eligible))
     report.tally(len(rows), (

@@ -15,7 +15,7 @@ from sqlmodel import Session
 
 from reverie.models.errors import AmbiguousIdError, NotFoundError
 from reverie.models.records import GraphScore, MemoryView, RelevanceInputs, RelevanceSpread
-from reverie.models.repositories.bulk import bulk_set, chunks
+from reverie.models.repositories.bulk import bulk_set, chunks, collector_paused
 from reverie.models.store import ProfileTx
 from reverie.models.tables import (
     Edge,
@@ -208,10 +208,11 @@ def relevance_inputs(tx: ProfileTx) -> RelevanceInputs:
         .where(M.c.superseded_by.is_(None))
         .order_by(M.c.id)
     )
-    rows = tx.session.execute(query).all()
-    ends = tx.session.execute(
-        select(_E.c.source_id, _E.c.target_id).where(_E.c.profile_id == tx.profile)
-    ).all()
+    with collector_paused():
+        rows = tx.session.execute(query).all()
+        ends = tx.session.execute(
+            select(_E.c.source_id, _E.c.target_id).where(_E.c.profile_id == tx.profile)
+        ).all()
     degree: dict[str, int] = defaultdict(int)
     for source, target in ends:
         degree[source] += 1

@@ -36,7 +36,7 @@ import numpy as np
 from reverie.models.config import DecayConfig
 from reverie.models.records import MemoryView, RelevanceInputs, RelevanceSpread
 from reverie.models.repositories.memories import relevance_inputs, set_relevance
-from reverie.models.repositories.runs import run_history
+from reverie.models.repositories.runs import last_as_of
 from reverie.models.store import ProfileTx, Store
 from reverie.models.timestamps import DAY_SECONDS, days_between
 from reverie.tasks.step import Change, StepArgs, StepReport, step_logger, step_task
@@ -110,7 +110,7 @@ def decay(store: Store, args: StepArgs) -> StepReport:
     scores, eligible, write = plan_decay(inputs, args.as_of, args.config.decay)
     rows = np.flatnonzero(write)
     with store.writing(args.profile) as tx:
-        set_relevance(tx, [(inputs.ids[i], float(scores[i])) for i in rows])
+        set_relevance(tx, list(zip([inputs.ids[i] for i in rows], scores[rows].tolist())))
     report = StepReport("decay", args.profile, examined=len(scores))
     report.skipped = int(np.count_nonzero(~eligible))
     report.tally(len(rows), (
@@ -141,13 +141,13 @@ def relevance_notes(
     if not scored:
         return ["no memory has a relevance score yet: run decay first"]
     profile = tx.profile
-    last = run_history(tx.session, profile=profile, flow=DECAY_FLOW, limit=1)
-    if not last:
+    last = last_as_of(tx.session, profile, DECAY_FLOW)
+    if last is None:
         return []
-    days = days_between(last[0].as_of, as_of)
+    days = days_between(last, as_of)
     if abs(days) <= config.stale_after_days:
         return []
-    when = last[0].as_of.isoformat(sep=" ", timespec="minutes")
+    when = last.isoformat(sep=" ", timespec="minutes")
     note = (f"relevance is {days:.1f} days older than as_of (last decay as of {when}): "
             "run decay for this date first for current scores" if days > 0 else
             f"relevance was computed as of {when}, {-days:.1f} days after as_of")

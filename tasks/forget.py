@@ -55,10 +55,10 @@ from reverie.engines.wording import summarizer_for
 from reverie.models.config import ConsolidationConfig, ForgetConfig
 from reverie.models.records import BlockPlan, MemoryView
 from reverie.models.repositories.blocks import blocks as blocks_of
+from reverie.models.repositories.forgetting import Spared, below_relevance, superseding_ids
 from reverie.models.repositories.forgetting import forget as forget_memories
-from reverie.models.repositories.forgetting import superseding_ids
+from reverie.models.repositories.memories import hot_count
 from reverie.models.repositories.memories import memories as memories_of
-from reverie.models.repositories.memories import relevance_spread
 from reverie.models.store import Store
 from reverie.models.timestamps import days_between
 from reverie.tasks.blocks import compiled
@@ -149,6 +149,29 @@ def protection(memory: MemoryView, as_of: datetime, config: ForgetConfig) -> str
     if age_days < config.grace_period_days:
         return f"{age_days:.1f} days old, inside the {config.grace_period_days:g}-day grace period"
     return None
+
+
+def spared_reason(group: Spared, config: ForgetConfig) -> str:
+    """Why the memories of ``group`` may not be forgotten: the first rule of
+    ``protection`` that shields them all."""
+    if group.flagged:
+        return "flagged protected"
+    if group.kind is not None:
+        return f"kind '{group.kind}' is protected"
+    if group.important:
+        return f"importance >= {config.protected_importance:g}"
+    return f"inside the {config.grace_period_days:g}-day grace period"
+
+
+def spared_counts(groups: Sequence[Spared], config: ForgetConfig) -> dict[str, int]:
+    """How many protected memories each reason spared, in ``protection``'s order of
+    rules (kinds by name)."""
+    counts: dict[str, int] = {}
+    for group in sorted(groups, key=lambda g: (not g.flagged, g.kind is None, g.kind or "",
+                                               not g.important)):
+        reason = spared_reason(group, config)
+        counts[reason] = counts.get(reason, 0) + group.count
+    return counts
 
 
 def plan_forget(
@@ -257,16 +280,24 @@ def forget(
     """Archive or delete the profile's least relevant (policy 'risk': most at risk)
     unprotected memories, if enabled (deleting only ``deletable`` when given)."""
     config = args.config.forget
-    # The thresholds policy can only select memories scored below a threshold: only
-    # those are read, so a run costs what it forgets, not the profile's size.
+    # The thresholds policy can only select live unprotected memories scored below a
+    # threshold: only those are read, and the protected ones below it only counted, so
+    # a run costs what it forgets, not the profile's size.
     below = None if config.policy == "risk" else max(config.archive_threshold,
                                                      config.delete_threshold)
+    spared: dict[str, int] = {}
     with store.reading(args.profile) as tx:
-        spread = relevance_spread(tx)
-        memories = memories_of(tx, relevance_below=below)
-        superseding = superseding_ids(tx)
-        block_sources = [b.source_ids for b in blocks_of(tx)]
-        stale = relevance_notes(tx, args.as_of, spread.scored > 0, args.config.decay)
+        hot, scored = hot_count(tx)
+        if below is None:
+            memories = memories_of(tx)
+        else:
+            memories, groups = below_relevance(tx, below, args.as_of, config)
+            spared = spared_counts(groups, config)
+        # Only a deletion asks whether a memory stands for originals, and only a memory
+        # forgotten whether a block quotes it: a run that can do neither skips the reads.
+        superseding = superseding_ids(tx) if config.delete_threshold > 0.0 else set()
+        block_sources = [b.source_ids for b in blocks_of(tx)] if memories else []
+        stale = relevance_notes(tx, args.as_of, scored, args.config.decay)
     decisions = plan_forget(memories, superseding, args.as_of, config, deletable)
     archive = [d.memory.id for d in decisions if d.action == ARCHIVE]
     doomed = [(d.memory.id, tombstone_score(d), d.reason)
@@ -276,11 +307,13 @@ def forget(
         with store.reading(args.profile) as tx:
             memories = memories_of(tx)  # blocks are compiled from the whole profile
     blocks, notes = blocks_without(memories, forgotten, block_sources, args.as_of, args.config)
-    with store.writing(args.profile) as tx:
-        rewritten = forget_memories(
-            tx, archive, doomed, args.as_of, args.run_id, config.model_dump(), blocks
-        )
-    report = StepReport("forget", args.profile, examined=spread.hot, notes=notes)
+    rewritten: list[str] = []
+    if archive or doomed:
+        with store.writing(args.profile) as tx:
+            rewritten = forget_memories(
+                tx, archive, doomed, args.as_of, args.run_id, config.model_dump(), blocks
+            )
+    report = StepReport("forget", args.profile, examined=hot, notes=notes)
     if config.policy == "risk":
         report.notes.append(
             f"policy risk (linksee's forget sweep): archive at risk >= "
@@ -301,10 +334,14 @@ def forget(
         verb = {ARCHIVE: "archived", DELETE: "deleted"}.get(d.action, d.action.value)
         return Change(verb, d.memory.id, d.reason, preview(d.memory.content, chars))
 
-    # Memories kept (protected, not approved) are listed but not counted as changes.
-    # Lines are built only for what the report lists: a profile can hold thousands of
-    # protected memories below the threshold, every run.
-    report.skipped += sum(d.action == PROTECTED for d in decisions)
+    # Memories kept (protected, not approved) are listed but not counted as changes; the
+    # protected ones the thresholds policy only counted, one line per reason, first so
+    # that the listing limit never hides them. Lines are built only for what the report
+    # lists.
+    for reason, count in spared.items():
+        report.record(Change("protected", f"{count} memor{'y' if count == 1 else 'ies'}",
+                             f"{reason}; relevance below {below:g}, kept"), counts=False)
+    report.skipped += sum(spared.values()) + sum(d.action == PROTECTED for d in decisions)
     report.tally(sum(d.action in (ARCHIVE, DELETE) for d in decisions), map(listed, decisions))
     for block_type in rewritten:
         report.record(Change("recompiled", block_type, "without the memories forgotten"))

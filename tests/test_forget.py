@@ -590,3 +590,44 @@ def test_risk_dry_run_writes_nothing_and_deletion_waits_for_approval(
     rejected = forget(profile="risk", as_of=AS_OF, config=risk_config())
     assert len(asked.asked) == 1 and rejected.steps[0].facts["deleted"] == 0
     assert by_external(sweepable)["gone"] == "cold"  # rejected: archived instead
+
+
+# The thresholds step leaves protected memories to SQL: it reads only those it may
+# forget, and counts the others by reason.
+
+SPARED = [("flag", {"protected": True}), ("flag-decision", {"protected": True, "kind": "decision"}),
+          ("decision", {"kind": "decision"}), ("insight", {"kind": "insight"}),
+          ("important", {"importance": 0.7}), ("young", {"created_at": AS_OF - timedelta(days=89, hours=23)}),
+          ("of-age", {"created_at": AS_OF - timedelta(days=90)}), ("plain", {}),
+          ("unscored", {}), ("superseded", {}), ("fresh", {})]
+
+
+def test_the_thresholds_step_reads_what_it_may_forget_and_counts_the_protected(store: Store) -> None:
+    rows = [{"id": mid, "content": f"note {mid} 4417", "kind": "semantic", "importance": 0.3,
+             "embedding": axis(i).tolist(),
+             **{k: (v.isoformat() if hasattr(v, "isoformat") else v) for k, v in
+                ({"created_at": OLD} | fields).items()}}
+            for i, (mid, fields) in enumerate(SPARED)]
+    assert not ingest_records(store, rows, profile="p").errors
+    ids = {m.external_id: m.id for m in in_read(store, "p", memories_repo.memories)}
+    scores = [(ids[mid], 0.5 if mid == "fresh" else 0.01) for mid in ids if mid != "unscored"]
+    with store.writing("p") as tx:
+        memories_repo.set_relevance(tx, scores)
+        memories_repo.set_column(tx, "superseded_by", [(ids["superseded"], ids["plain"])])
+    config = ConsolidationConfig(forget=ForgetConfig(archive_threshold=0.2))
+    whole = plan_forget(in_read(store, "p", memories_repo.memories), set(), AS_OF, config.forget)
+
+    report = forget_step(store, StepArgs(store.url, "p", AS_OF, config))
+    assert report.facts == {"archived": 2, "deleted": 0, "protected": 6, "blocks_recompiled": 0}
+    assert report.examined == len(SPARED) and report.skipped == 6 and report.changed == 2
+    kept = "relevance below 0.2, kept"
+    assert [(c.action, c.target, c.detail) for c in report.changes[:5]] == [
+        ("protected", "2 memories", f"flagged protected; {kept}"),
+        ("protected", "1 memory", f"kind 'decision' is protected; {kept}"),
+        ("protected", "1 memory", f"kind 'insight' is protected; {kept}"),
+        ("protected", "1 memory", f"importance >= 0.7; {kept}"),
+        ("protected", "1 memory", f"inside the 90-day grace period; {kept}")]
+    archived = {c.target for c in report.changes[5:] if c.action == "archived"}
+    assert archived == {ids["of-age"], ids["plain"]} == {
+        d.memory.id for d in whole if d.action == ARCHIVE}
+    assert sum(d.action == PROTECTED for d in whole) == report.facts["protected"]

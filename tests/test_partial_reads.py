@@ -2,14 +2,15 @@
 exactly what their rules would have picked from the whole profile.
 
 Creative draws its sample from ``Store.live_ids`` and forget (thresholds policy) reads
-``Store.memories(relevance_below=...)``, so that what they cost follows what they
-change. Over generated stores, after every step has run (so that there are summaries,
+``below_relevance`` (the unprotected live memories below its threshold, and counts of the
+protected ones), so that what they cost follows what they change. Over generated stores, after every step has run (so that there are summaries,
 cold and superseded memories, archived and promoted ones), each query must agree with
 the pure rule applied to every row.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -17,9 +18,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 from test_invariant_properties import AS_OF, SETTINGS, _ingested, stores
 
-from reverie.models.config import CreativeConfig
+from reverie.models.config import CreativeConfig, ForgetConfig
 from reverie.models.records import RelevanceSpread
+from reverie.models.repositories.forgetting import below_relevance
 from reverie.models.repositories.memories import (
+    hot_count,
     live_ids,
     memories,
     memory_ids,
@@ -30,6 +33,7 @@ from reverie.models.repositories.memories import (
 from reverie.models.store import Store
 from reverie.models.tables import Lifecycle
 from reverie.tasks import creative
+from reverie.tasks.forget import protection, spared_counts
 
 from test_ingest_properties import run_steps
 
@@ -61,8 +65,28 @@ def test_partial_reads_match_the_rules_over_the_whole_profile(
             assert relevance_spread(tx) == RelevanceSpread.of(hot)
             assert memories(tx, relevance_below=below) == [
                 m for m in hot if m.relevance is not None and m.relevance < below]
+            assert hot_count(tx) == (len(hot), any(m.relevance is not None for m in hot))
+
+            rules = ForgetConfig(archive_threshold=below, grace_period_days=floor * 400)
+            selectable = [m for m in hot if m.is_live and m.relevance is not None
+                          and m.relevance < below]
+            candidates, spared = below_relevance(tx, below, AS_OF, rules)
+            assert candidates == [m for m in selectable if protection(m, AS_OF, rules) is None]
+            assert spared_counts(spared, rules) == Counter(
+                first_rule(protection(m, AS_OF, rules), rules) for m in selectable
+                if protection(m, AS_OF, rules) is not None)
 
             rows = draw.sample(range(len(everything)), len(everything) // 2)
             some, some_vectors = snapshot(tx, ids_=[everything[i].id for i in rows])
         assert some == [everything[i] for i in rows]
         assert (some_vectors == vectors[rows]).all()
+
+
+def first_rule(reason: str | None, rules: ForgetConfig) -> str:
+    """The protection reason of one memory as forget counts it (without its figures)."""
+    assert reason is not None
+    if reason.startswith("importance"):
+        return f"importance >= {rules.protected_importance:g}"
+    if "grace period" in reason:
+        return f"inside the {rules.grace_period_days:g}-day grace period"
+    return reason

@@ -4,19 +4,20 @@ memories to cold, and what the audit says about when each went there."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
-from typing import Any
+from datetime import datetime, timedelta
+from typing import Any, NamedTuple
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import ColumnElement, case, delete, func, select, true, update
 
 from reverie.models import ids, tables
+from reverie.models.config import ForgetConfig
 from reverie.models.errors import ConflictError
-from reverie.models.records import BlockPlan
+from reverie.models.records import BlockPlan, MemoryView
 from reverie.models.repositories import blocks as core_blocks
 from reverie.models.repositories.audit import C
 from reverie.models.repositories.bulk import chunks
 from reverie.models.repositories.edges import E
-from reverie.models.repositories.memories import M, V, metadata
+from reverie.models.repositories.memories import LIVE, VIEW_COLUMNS, M, V, metadata, view
 from reverie.models.store import ProfileTx
 from reverie.models.tables import Operation, Tier, Tombstone
 
@@ -35,6 +36,54 @@ def superseding_ids(tx: ProfileTx) -> set[str]:
             .where(M.c.superseded_by.is_not(None))
         ).scalars()
     )
+
+
+class Spared(NamedTuple):
+    """Protected live memories scored below a forget threshold, counted by what protects
+    them: the flag, a protected kind (None: not of one), high importance (else: the
+    grace period)."""
+
+    flagged: bool
+    kind: str | None
+    important: bool
+    count: int
+
+
+def protected(as_of: datetime, config: ForgetConfig) -> ColumnElement[bool]:
+    """tasks.forget.protection as SQL: true for a memory forget may never take."""
+    try:
+        born_after = as_of - timedelta(days=config.grace_period_days)
+    except OverflowError:  # a grace period reaching back past year 1 covers everything
+        return true()
+    return (
+        M.c.protected | M.c.kind.in_(list(config.protected_kinds))
+        | (M.c.importance >= config.protected_importance) | (M.c.created_at > born_after)
+    )
+
+
+def below_relevance(
+    tx: ProfileTx, below: float, as_of: datetime, config: ForgetConfig
+) -> tuple[list[MemoryView], list[Spared]]:
+    """The live memories scored below ``below`` that forget may take, ordered by id, and
+    how many more it may not (protected), by reason, in no set order. The protected ones
+    are only counted: a profile can hold thousands of them, below the threshold on
+    every run."""
+    shield = protected(as_of, config).label("shielded")
+    scored_below = (M.c.profile_id == tx.profile) & LIVE & (M.c.relevance < below)
+    kind = case((M.c.kind.in_(list(config.protected_kinds)), M.c.kind), else_=None)
+    important = M.c.importance >= config.protected_importance
+    # One pass counts both sides; the rows forget may take are read only if there are
+    # any, which after the first run is rare: what stays below is mostly protected.
+    groups = tx.session.execute(
+        select(shield, M.c.protected, kind, important, func.count())
+        .where(scored_below).group_by(shield, M.c.protected, kind, important)
+    ).all()
+    spared = [Spared(bool(f), k, bool(i), n) for s, f, k, i, n in groups if s]
+    if len(spared) == len(groups):
+        return [], spared
+    candidates = [view(r) for r in tx.session.execute(
+        select(*VIEW_COLUMNS).where(scored_below & ~shield).order_by(M.c.id))]
+    return candidates, spared
 
 
 def undone_migrations(tx: ProfileTx) -> set[str]:

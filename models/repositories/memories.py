@@ -10,12 +10,12 @@ from typing import Any
 
 import numpy as np
 from pydantic_core import from_json
-from sqlalchemy import Text, case, delete, func, insert, or_, select, type_coerce, update
+from sqlalchemy import Text, case, delete, exists, func, insert, or_, select, type_coerce, update
 from sqlmodel import Session
 
 from reverie.models.errors import AmbiguousIdError, NotFoundError
 from reverie.models.records import GraphScore, MemoryView, RelevanceInputs, RelevanceSpread
-from reverie.models.repositories.bulk import bulk_set, chunks
+from reverie.models.repositories.bulk import bulk_set, chunks, collector_paused
 from reverie.models.store import ProfileTx
 from reverie.models.tables import (
     Edge,
@@ -160,6 +160,18 @@ def relevance_spread(tx: ProfileTx) -> RelevanceSpread:
     return RelevanceSpread(hot, scored, live_scored, None if highest is None else float(highest))
 
 
+def hot_count(tx: ProfileTx) -> tuple[int, bool]:
+    """How many hot memories the profile holds, and whether any of them is scored: what
+    a step that reports on stored relevance needs of RelevanceSpread, from the
+    (profile, tier) index and the first scored row instead of every row."""
+    hot = (M.c.profile_id == tx.profile) & (M.c.tier == Tier.HOT)
+    count, scored = tx.session.execute(select(
+        select(func.count()).where(hot).scalar_subquery(),
+        exists().where(hot & M.c.relevance.is_not(None)),
+    )).one()
+    return count, bool(scored)
+
+
 def snapshot(
     tx: ProfileTx, tiers: Sequence[str] = (Tier.HOT,), ids_: Sequence[str] | None = None
 ) -> tuple[list[MemoryView], np.ndarray]:
@@ -196,10 +208,11 @@ def relevance_inputs(tx: ProfileTx) -> RelevanceInputs:
         .where(M.c.superseded_by.is_(None))
         .order_by(M.c.id)
     )
-    rows = tx.session.execute(query).all()
-    ends = tx.session.execute(
-        select(_E.c.source_id, _E.c.target_id).where(_E.c.profile_id == tx.profile)
-    ).all()
+    with collector_paused():
+        rows = tx.session.execute(query).all()
+        ends = tx.session.execute(
+            select(_E.c.source_id, _E.c.target_id).where(_E.c.profile_id == tx.profile)
+        ).all()
     degree: dict[str, int] = defaultdict(int)
     for source, target in ends:
         degree[source] += 1

@@ -15,6 +15,7 @@ from reverie.models.store import ProfileTx
 from reverie.models.tables import Profile
 
 _L = tables.Lease.__table__  # type: ignore[attr-defined]
+_R = tables.RunRecord.__table__  # type: ignore[attr-defined]
 
 
 def record_runs(s: Session, records: Sequence[tables.RunRecord]) -> None:
@@ -39,6 +40,15 @@ def run_history(
     if as_of is not None:
         query = query.where(tables.RunRecord.as_of == as_of)
     return list(s.execute(query.limit(limit)).scalars())
+
+
+def last_as_of(s: Session, profile: str, flow: str) -> datetime | None:
+    """The as_of of the profile's most recent finished run of ``flow`` (as run_history
+    orders them), if any: one column, for steps that read it every run."""
+    return s.execute(
+        select(_R.c.as_of).where(_R.c.profile_id == profile).where(_R.c.flow == flow)
+        .order_by(_R.c.finished_at.desc(), _R.c.id.desc()).limit(1)
+    ).scalar()
 
 
 # --- leases: one run per profile at a time -------------------------------------------

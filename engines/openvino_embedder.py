@@ -11,6 +11,8 @@ two processes exporting at once one rename wins and the other uses the winner's.
 Texts are tokenised with the model's own ``tokenizer.json`` (the Rust ``tokenizers``,
 no torch), sorted by token count and batched with texts of similar length, so that
 short texts are not padded to the length of a long one; rows come back in input order.
+The model is compiled for throughput: several batches are in flight at once, one per
+OpenVINO stream.
 """
 
 from __future__ import annotations
@@ -265,10 +267,13 @@ class OpenVinoEmbedder:
         self.precision = precision(core)
         compiled = core.compile_model(str(folder / "model.xml"), "CPU", {
             "INFERENCE_PRECISION_HINT": self.precision,
-            # One request at a time over all cores: batches come one after another.
-            "PERFORMANCE_HINT": "LATENCY",
+            # Streams of one or a few threads, each batch in one of them, several in
+            # flight: on two shared cores 1.4x the texts per second of one request
+            # over both cores, whose threads wait for each other at every layer.
+            "PERFORMANCE_HINT": "THROUGHPUT",
         })
-        self._request = compiled.create_infer_request()
+        count = int(compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS"))
+        self._requests = [compiled.create_infer_request() for _ in range(max(1, count))]
         self.dimension = int(compiled.output(0).get_partial_shape()[1].get_length())
         self._lock = threading.Lock()
 
@@ -290,11 +295,34 @@ class OpenVinoEmbedder:
         out = np.empty((len(texts), self.dimension), dtype=np.float32)
         buckets = length_buckets([len(t) for t in tokens], self.batch_size)
         starts, done = batches(len(texts), self.batch_size, progress)
-        with self._lock:
-            for _, bucket in zip(starts, buckets, strict=True):
-                ids, mask = padded([tokens[i] for i in bucket], self._pad_id)
-                result = self._request.infer({"input_ids": ids, "attention_mask": mask})
-                out[bucket] = result[0]
+        # Request k takes batches k, k + n, ...: before it starts its next batch, its
+        # last one is waited for and copied out.
+        running: list[list[int] | None] = [None] * len(self._requests)
+
+        def collect(k: int) -> None:
+            bucket = running[k]
+            if bucket is not None:
+                self._requests[k].wait()
+                out[bucket] = self._requests[k].get_output_tensor(0).data
+                running[k] = None
                 if done is not None:
                     done(len(bucket))
+
+        with self._lock:
+            try:
+                n = len(self._requests)
+                for number, (_, bucket) in enumerate(zip(starts, buckets, strict=True)):
+                    collect(number % n)
+                    ids, mask = padded([tokens[i] for i in bucket], self._pad_id)
+                    self._requests[number % n].start_async(
+                        {"input_ids": ids, "attention_mask": mask})
+                    running[number % n] = bucket
+                # Oldest first, so that progress hears of the batches in order.
+                for later in range(1, n + 1):
+                    collect((len(buckets) - 1 + later) % n)
+            finally:
+                # After a failure, no request may still be running into the next call.
+                for k, bucket in enumerate(running):
+                    if bucket is not None:
+                        self._requests[k].wait()
         return out

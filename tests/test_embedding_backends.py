@@ -190,10 +190,10 @@ def test_a_failure_while_embedding_falls_back_to_pytorch(
     model = OpenVinoEmbedder(MODEL, 64, ov_cache)
 
     class Broken:
-        def infer(self, inputs: object) -> None:
+        def start_async(self, inputs: object) -> None:
             raise RuntimeError("device lost")
 
-    model._request = Broken()  # type: ignore[assignment]
+    model._requests = [Broken()]  # type: ignore[list-item]
     texts = ["a sentence", "another one"]
     with caplog.at_level(logging.WARNING):
         got = model.encode(texts)
@@ -214,12 +214,12 @@ def test_an_export_that_fails_its_load_check_is_not_used(
     real_setup = OpenVinoEmbedder._setup
 
     class Broken:
-        def infer(self, inputs: object) -> None:
+        def start_async(self, inputs: object) -> None:
             raise RuntimeError("device lost")
 
     def broken_setup(self: OpenVinoEmbedder, folder: Path, max_seq_length: int) -> None:
         real_setup(self, folder, max_seq_length)
-        self._request = Broken()  # type: ignore[assignment]
+        self._requests = [Broken()]  # type: ignore[list-item]
 
     monkeypatch.setattr(OpenVinoEmbedder, "_setup", broken_setup)
     with caplog.at_level(logging.WARNING, logger=LOG):

@@ -15,8 +15,10 @@ through the real ingest path (vectors supplied, so the model is not run), and th
    steps run without Prefect, one profile after another, on a twin copy: the flow's
    time over that work is what Prefect costs. It counts the task runs each flow made.
 
-Separately it measures ingest with embedding against the raw model on the same
-sentences. Results are rows of plain data; ``render_markdown`` makes the table
+The stores are SQLite files, or with ``--database-url`` databases on a PostgreSQL
+server (copies by ``CREATE DATABASE ... TEMPLATE``), dropped when the bench ends; every
+row says which. Separately it measures ingest with embedding against the raw model on
+the same sentences. Results are rows of plain data; ``render_markdown`` makes the table
 BENCHMARKS.md shows, with each target met or missed by how much.
 """
 
@@ -31,6 +33,7 @@ import sqlite3
 import tempfile
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import asdict, dataclass, field
@@ -75,6 +78,7 @@ class Result:
     notes: list[str] = field(default_factory=list)
     target: str | None = None
     verdict: str | None = None
+    backend: str = "sqlite"  # where the store was: "sqlite" or "postgresql"
 
     def as_json(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if v not in (None, [])}
@@ -340,15 +344,16 @@ def bench_steps(url: str, spec: SyntheticSpec, config: ConsolidationConfig,
         yield row
 
 
-def warm_up_prefect(folder: Path) -> None:
+def warm_up_prefect(stores: Stores) -> None:
     """Start Prefect's ephemeral API before anything is timed (6-11 s, once)."""
     from reverie.flows.lightweight_consolidation import lightweight_consolidation
 
-    url = f"sqlite:///{folder / 'warm-up.db'}"
+    url = stores.new("warm_up")
     spec = SyntheticSpec(20)
     _ingest(Store(url), records(spec)[0])
     with using_database(url):
         lightweight_consolidation(profile=None, as_of=AS_OF, config=bench_config())
+    stores.drop(url)
 
 
 def run_plain(flow: str, url: str, config: ConsolidationConfig) -> float:
@@ -432,7 +437,7 @@ def _ingest(store: Store, made: list[dict[str, Any]]) -> IngestReport:
     return report
 
 
-def bench_ingest_throughput(sentences: int, folder: Path) -> list[Result]:
+def bench_ingest_throughput(sentences: int, stores: Stores) -> list[Result]:
     """Ingest with embedding against the raw model on the same sentences."""
     from reverie.engines.embedding import get_embedder
 
@@ -444,32 +449,127 @@ def bench_ingest_throughput(sentences: int, folder: Path) -> list[Result]:
     with measured("embed (raw model)", sentences, 1) as raw:
         embedder.encode(texts)
     raw.notes.append(f"{sentences / raw.seconds:.0f} sentences/s")
-    store = Store(f"sqlite:///{folder / 'ingest.db'}")
+    url = stores.new("ingest")
     with measured("ingest + embed", sentences, 1) as row:
-        report = _ingest(store, [{"content": t, "profile": "ingest"} for t in texts])
+        report = _ingest(Store(url), [{"content": t, "profile": "ingest"} for t in texts])
+    stores.drop(url)
     row.baseline_seconds = raw.seconds
     row.notes.append(f"{report.stored / row.seconds:.0f} sentences/s, "
                      f"{raw.seconds / row.seconds:.1%} of the raw model")
     return [raw, row]
 
 
+# --- where the stores live --------------------------------------------------------------
+
+
+class Stores:
+    """The bench's stores: SQLite files in ``folder``, or with ``server`` (a PostgreSQL
+    URL whose role may CREATE DATABASE) one database each on that server, named
+    ``reverie_bench_<run>_<name>``. A copy of a PostgreSQL store is ``CREATE DATABASE
+    ... TEMPLATE``, which wants no other connection to the source: its engine is
+    disposed first. ``drop`` removes one store; leaving the ``with`` block removes
+    every store still there, whether the bench finished or failed."""
+
+    def __init__(self, folder: Path, server: str | None = None) -> None:
+        self.folder = folder
+        self.server = server
+        self.backend = "postgresql" if server else "sqlite"
+        self.run = uuid.uuid4().hex[:6]  # two benches on one server keep apart
+        self.made: list[str] = []
+
+    def __enter__(self) -> Stores:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        for url in list(self.made):
+            self.drop(url)
+
+    def _admin(self, statement: str) -> None:
+        from sqlalchemy import create_engine, text
+
+        admin = create_engine(self.server, isolation_level="AUTOCOMMIT")  # type: ignore[arg-type]
+        try:
+            with admin.connect() as conn:
+                conn.execute(text(statement))
+        finally:
+            admin.dispose()
+
+    def _url(self, name: str) -> str:
+        if not self.server:
+            return f"sqlite:///{self.folder / name}.db"
+        from sqlalchemy.engine import make_url
+
+        database = f"reverie_bench_{self.run}_{name}"
+        return make_url(self.server).set(database=database).render_as_string(
+            hide_password=False)
+
+    @staticmethod
+    def _database(url: str) -> str:
+        from sqlalchemy.engine import make_url
+
+        return str(make_url(url).database)
+
+    def new(self, name: str) -> str:
+        """An empty store's URL (the schema comes with its first engine)."""
+        url = self._url(name)
+        if self.server:
+            # C collation: the database orders text as SQLite does (as the tests' do).
+            self._admin(f"CREATE DATABASE {self._database(url)} TEMPLATE template0 "
+                        "ENCODING 'UTF8' LC_COLLATE 'C' LC_CTYPE 'C'")
+        self.made.append(url)
+        return url
+
+    def copy(self, source: str, name: str) -> str:
+        """A copy of the store at ``source``, as it is now."""
+        dispose(source)  # SQLite: every write in the file; PostgreSQL: no one connected
+        url = self._url(name)
+        if self.server:
+            self._admin(f"CREATE DATABASE {self._database(url)} "
+                        f"TEMPLATE {self._database(source)}")
+        else:
+            shutil.copyfile(self._database(source), self._database(url))
+        self.made.append(url)
+        return url
+
+    def drop(self, url: str) -> None:
+        # Engines are cached by URL: let go of the store before it goes.
+        dispose(url)
+        if self.server:
+            self._admin(f"DROP DATABASE IF EXISTS {self._database(url)} WITH (FORCE)")
+        else:
+            Path(self._database(url)).unlink(missing_ok=True)
+        self.made.remove(url)
+
+
+def backend(database_url: str | None) -> dict[str, Any]:
+    """Where the stores are, for the JSON's machine section: SQLite, or the PostgreSQL
+    server's version and URL (password masked)."""
+    if not database_url:
+        return {"backend": "sqlite"}
+    from sqlalchemy import create_engine, text
+
+    from reverie.models.settings import display_url
+
+    admin = create_engine(database_url)
+    try:
+        with admin.connect() as conn:
+            version = conn.execute(text("SHOW server_version")).scalar()
+    finally:
+        admin.dispose()
+    return {"backend": "postgresql", "postgresql": version,
+            "database_server": display_url(database_url)}
+
+
 # --- one size, then all ------------------------------------------------------------------
 
 
-def _copy(url: str, folder: Path, name: str) -> str:
-    source = Path(url.removeprefix("sqlite:///"))
-    dispose(url)
-    target = folder / name
-    shutil.copyfile(source, target)
-    return f"sqlite:///{target}"
-
-
-def bench_size(spec: SyntheticSpec, folder: Path, config: ConsolidationConfig,
+def bench_size(spec: SyntheticSpec, stores: Stores, config: ConsolidationConfig,
                flows: bool, checks: bool, step_rows: bool = True,
                flow_names: Sequence[str] = FLOW_ORDER) -> Iterator[Result]:
     """Every row for one store size, each given as soon as it is measured (a 1M run
     takes an hour: what is done survives an interruption)."""
-    url = f"sqlite:///{folder / f'store-{spec.memories}.db'}"
+    n = spec.memories
+    url = stores.new(f"{n}_store")
     made, vectors = records(spec)
     # Events off: with --server every store would notify the server, which is the
     # triggers' business, not what this measures.
@@ -482,17 +582,15 @@ def bench_size(spec: SyntheticSpec, folder: Path, config: ConsolidationConfig,
     if checks and vectors is not None:
         yield from bench_search(vectors, config)
     del vectors
-    copies = [_copy(url, folder, f"steps-{spec.memories}.db")]
+    copies = [stores.copy(url, f"{n}_steps")]
     if step_rows:
         yield from bench_steps(copies[0], spec, config, checks)
-        copies.append(_copy(url, folder, f"plain-{spec.memories}.db"))
+        copies.append(stores.copy(url, f"{n}_plain"))
     if flows:
-        copies.append(_copy(url, folder, f"flows-{spec.memories}.db"))
+        copies.append(stores.copy(url, f"{n}_flows"))
         yield from bench_flows(copies[-1], copies[-2], spec, config, flow_names)
     for done in (url, *copies):
-        # Engines are cached by URL: let go of the file before it goes.
-        dispose(done)
-        Path(done.removeprefix("sqlite:///")).unlink()
+        stores.drop(done)
 
 
 def bench_synthetic(
@@ -507,8 +605,11 @@ def bench_synthetic(
     server: Callable[[Path], AbstractContextManager[Path]] | None = None,
     step_rows: bool = True,
     flow_names: Sequence[str] = FLOW_ORDER,
+    database_url: str | None = None,
 ) -> list[Result]:
-    """Every measurement for every size, each row judged against its target. With
+    """Every measurement for every size, each row judged against its target. The
+    stores are SQLite files, or with ``database_url`` (a PostgreSQL server URL whose
+    role may CREATE DATABASE) databases on that server, dropped at the end. With
     ``server`` (given a folder, it starts a real Prefect server there and yields its
     log: the CLI passes ``deployments.serve.loopback_server``) the flows go through it. On a
     terminal a bar on stderr counts the rows; ``progress`` (which may print) is called
@@ -520,6 +621,7 @@ def bench_synthetic(
 
     def keep(rows: Iterable[Result]) -> None:
         for row in rows:
+            row.backend = stores.backend
             judge(row)
             results.append(row)
             bar.update()
@@ -531,10 +633,11 @@ def bench_synthetic(
     with tempfile.TemporaryDirectory(prefix="reverie-bench-") as name, ExitStack() as stack:
         bar = stack.enter_context(Bar(total, "bench", unit="row"))
         folder = Path(name)
+        stores = stack.enter_context(Stores(folder, database_url))
         log = stack.enter_context(server(folder)) if flows and server else None
         bar.describe("loading the model")
         if ingest_sentences:
-            keep(bench_ingest_throughput(ingest_sentences, folder))
+            keep(bench_ingest_throughput(ingest_sentences, stores))
         else:
             from reverie.engines.embedding import get_embedder
 
@@ -542,10 +645,10 @@ def bench_synthetic(
             get_embedder().encode(["warm up"])
         if flows:
             bar.describe("starting Prefect")
-            warm_up_prefect(folder)
+            warm_up_prefect(stores)
         for n in sizes:
             spec = SyntheticSpec(n, profiles, duplicate_share, embeddings, as_of=AS_OF)  # type: ignore[arg-type]
-            keep(bench_size(spec, folder, config, flows, checks, step_rows, flow_names))
+            keep(bench_size(spec, stores, config, flows, checks, step_rows, flow_names))
         if log is not None:
             keep([server_health(log)])
     return results
@@ -652,8 +755,18 @@ def _cell(value: float | None, digits: int = 3) -> str:
     return "" if value is None else f"{value:.{digits}f}"
 
 
+STORE_TITLES = {
+    "sqlite": "Stores: SQLite files.",
+    "postgresql": "Stores: PostgreSQL databases (peak RSS is the bench's own process; "
+                  "the server's memory is not in it).",
+}
+
+
 def render_markdown(results: Sequence[Result]) -> str:
+    backends = dict.fromkeys(r.backend for r in results) or ["sqlite"]
     lines = [
+        *(STORE_TITLES[b] for b in backends),
+        "",
         "| task | n | profiles | seconds | peak RSS MB | baseline s | speed-up | recall "
         "| target | verdict | notes |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---|---|---|",
@@ -670,9 +783,12 @@ def render_markdown(results: Sequence[Result]) -> str:
     return "\n".join(lines)
 
 
-def as_json(results: Sequence[Result], command: str) -> dict[str, Any]:
+def as_json(results: Sequence[Result], command: str,
+            stores: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The rows, the command and the machine; ``stores`` (``backend``'s answer) joins
+    the machine section, SQLite when not given."""
     return {
         "command": command,
-        "machine": machine(),
+        "machine": {**machine(), **(stores or backend(None))},
         "results": [r.as_json() for r in results],
     }

@@ -232,6 +232,10 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--server", action="store_true",
                    help="run the flows through a real Prefect server started for the bench "
                         "(its database: $PREFECT_API_DATABASE_CONNECTION_URL, else SQLite)")
+    b.add_argument("--database-url", metavar="URL",
+                   help="keep the stores on this PostgreSQL server, one database each, "
+                        "dropped at the end; its role must be allowed to CREATE DATABASE "
+                        "(default: SQLite files in a temporary folder)")
     b.add_argument("--json", type=Path, dest="json_out", help="write the results as JSON")
     b.add_argument("--markdown", type=Path, help="write the results table as markdown")
     b = bench.add_parser(
@@ -866,7 +870,13 @@ def _bench_synthetic(args: argparse.Namespace) -> int:
     # Prefect reads these when it is first imported: keep its console to warnings.
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    from reverie.benchmarks.speed import FLOW_ORDER, as_json, bench_synthetic, render_markdown
+    from reverie.benchmarks.speed import (
+        FLOW_ORDER,
+        as_json,
+        backend,
+        bench_synthetic,
+        render_markdown,
+    )
     from reverie.deployments.serve import loopback_server
     from reverie.flows.temporary_server import keep_with_this_process
 
@@ -874,6 +884,10 @@ def _bench_synthetic(args: argparse.Namespace) -> int:
     if unknown:
         raise ReverieError(f"--flow-list: unknown flow(s) {', '.join(unknown)}; "
                            f"choose from {', '.join(FLOW_ORDER)}")
+    if args.database_url and not args.database_url.startswith("postgresql"):
+        raise ReverieError("--database-url: a PostgreSQL server URL, e.g. "
+                           "postgresql+psycopg2://user:password@host:5432/postgres")
+    store_backend = backend(args.database_url)
     if args.flows and not args.server:
         keep_with_this_process()
 
@@ -884,6 +898,7 @@ def _bench_synthetic(args: argparse.Namespace) -> int:
         + ("" if args.flows else " --no-flows") + ("" if args.checks else " --no-baseline")
         + ("" if args.step_rows else " --no-steps") + (" --server" if args.server else "")
         + (f" --flow-list {','.join(args.flow_list)}" if args.flow_list else "")
+        + (f" --database-url {store_backend['database_server']}" if args.database_url else "")
     )
     done: list[Any] = []
 
@@ -895,7 +910,7 @@ def _bench_synthetic(args: argparse.Namespace) -> int:
         done.append(row)
         if args.json_out:
             args.json_out.write_text(
-                json.dumps(as_json(done, command), indent=2) + "\n", encoding="utf-8"
+                json.dumps(as_json(done, command, store_backend), indent=2) + "\n", encoding="utf-8"
             )
         if args.markdown:
             args.markdown.write_text(render_markdown(done) + "\n", encoding="utf-8")
@@ -905,6 +920,7 @@ def _bench_synthetic(args: argparse.Namespace) -> int:
         args.checks, args.ingest_sentences, progress,
         server=loopback_server if args.server else None,
         step_rows=args.step_rows, flow_names=args.flow_list or FLOW_ORDER,
+        database_url=args.database_url,
     )
     print(render_markdown(results))  # the files already hold every row
     return EXIT_OK

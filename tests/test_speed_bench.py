@@ -15,6 +15,8 @@ from reverie.deployments.cli import main
 from reverie.models.config import SearchConfig
 from reverie.models.errors import ConfigError
 
+from conftest import TEST_POSTGRES
+
 
 def test_the_same_spec_gives_the_same_store() -> None:
     first, v1 = records(SyntheticSpec(500, profiles=3))
@@ -138,7 +140,7 @@ def test_bench_synthetic_from_the_cli_writes_every_step_and_flow(tmp_path: Path)
                  "--json", str(out), "--markdown", str(table)])
     assert code == 0
     data = json.loads(out.read_text())
-    assert data["machine"]["cores"] >= 1
+    assert data["machine"]["cores"] >= 1 and data["machine"]["backend"] == "sqlite"
     # The terminal's bar counts to the rows the bench gives.
     assert len(data["results"]) == speed.expected_rows([400], ingest_sentences=64)
     assert data["command"].startswith("reverie bench synthetic --sizes 400 --profiles 1 ")
@@ -156,6 +158,8 @@ def test_bench_synthetic_from_the_cli_writes_every_step_and_flow(tmp_path: Path)
     assert rows["cluster"]["recall"] == 1.0
     assert rows["ingest + embed"]["baseline_seconds"] > 0
     assert "| dedup | 400 |" in table.read_text()
+    assert table.read_text().startswith("Stores: SQLite files.")
+    assert {r["backend"] for r in data["results"]} == {"sqlite"}
 
 
 def test_bench_synthetic_refuses_bad_sizes(capsys: pytest.CaptureFixture[str]) -> None:
@@ -216,3 +220,88 @@ def test_a_bench_ends_cleanly_with_no_traceback(tmp_path: Path, server: bool) ->
     assert "Traceback" not in done.stderr and "Error" not in done.stderr, done.stderr[-3000:]
     rows = json.loads((tmp_path / "b.json").read_text())["results"]
     assert {"flow decay", "flow lightweight-consolidation"} <= {r["task"] for r in rows}
+
+
+def _bench_databases(run: str) -> list[str]:
+    """The databases on the test server that bench run ``run`` made and left."""
+    from sqlalchemy import create_engine, text
+
+    admin = create_engine(TEST_POSTGRES)  # type: ignore[arg-type]
+    query = text("SELECT datname FROM pg_database WHERE datname LIKE :name")
+    try:
+        with admin.connect() as conn:
+            return list(conn.execute(query, {"name": f"reverie_bench_{run}_%"}).scalars())
+    finally:
+        admin.dispose()
+
+
+@pytest.fixture
+def bench_stores(monkeypatch: pytest.MonkeyPatch) -> list[speed.Stores]:
+    """The bench's ``Stores``, kept to look at afterwards, with every store it made."""
+    made: list[speed.Stores] = []
+
+    class Kept(speed.Stores):
+        def __init__(self, *args: object) -> None:
+            super().__init__(*args)  # type: ignore[arg-type]
+            self.urls: list[str] = []
+            made.append(self)
+
+        def new(self, name: str) -> str:
+            self.urls.append(super().new(name))
+            return self.urls[-1]
+
+        def copy(self, source: str, name: str) -> str:
+            self.urls.append(super().copy(source, name))
+            return self.urls[-1]
+
+    monkeypatch.setattr(speed, "Stores", Kept)
+    return made
+
+
+@pytest.mark.skipif(not TEST_POSTGRES, reason="needs REVERIE_TEST_POSTGRES")
+def test_bench_synthetic_on_postgresql_gives_every_step_and_drops_its_databases(
+    tmp_path: Path, bench_stores: list[speed.Stores]
+) -> None:
+    from sqlalchemy.engine import make_url
+
+    out, table = tmp_path / "bench.json", tmp_path / "bench.md"
+    code = main(["bench", "synthetic", "--sizes", "300", "--no-flows", "--ingest-sentences",
+                 "0", "--database-url", str(TEST_POSTGRES), "--json", str(out),
+                 "--markdown", str(table)])
+    assert code == 0
+    data = json.loads(out.read_text())
+    assert data["machine"]["backend"] == "postgresql" and data["machine"]["postgresql"]
+    password = make_url(TEST_POSTGRES).password  # type: ignore[arg-type]
+    assert "--database-url postgresql" in data["command"]
+    assert not password or f":{password}@" not in out.read_text()
+    assert len(data["results"]) == speed.expected_rows([300], flows=False, ingest_sentences=0)
+    assert {r["backend"] for r in data["results"]} == {"postgresql"}
+    rows = {r["task"]: r for r in data["results"]}
+    for task, _ in speed.steps():
+        assert rows[task]["n"] == 300 and rows[task]["seconds"] >= 0
+    assert rows["dedup"]["recall"] == 1.0
+    assert table.read_text().startswith("Stores: PostgreSQL databases")
+    # Every store was a database on the server: the first, and its copies (by TEMPLATE).
+    (stores,) = bench_stores
+    assert [make_url(u).database.rsplit("_", 1)[1] for u in stores.urls] == [
+        "store", "steps", "plain"]
+    assert all(u.startswith("postgresql") for u in stores.urls)
+    assert stores.made == [] and _bench_databases(stores.run) == []
+
+
+@pytest.mark.skipif(not TEST_POSTGRES, reason="needs REVERIE_TEST_POSTGRES")
+def test_a_failed_bench_on_postgresql_drops_its_databases(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bench_stores: list[speed.Stores]
+) -> None:
+    from reverie.tasks.decay import decay
+
+    def failing(store: object, args: object) -> None:
+        raise RuntimeError("the step broke")
+
+    monkeypatch.setattr(speed, "steps", lambda: [("decay", decay), ("dedup", failing)])
+    with pytest.raises(RuntimeError, match="the step broke"):
+        speed.bench_synthetic([200], flows=False, checks=False, ingest_sentences=0,
+                              database_url=TEST_POSTGRES)
+    (stores,) = bench_stores
+    assert len(stores.urls) == 2  # the store and the steps' copy
+    assert stores.made == [] and _bench_databases(stores.run) == []

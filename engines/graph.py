@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import random
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 import igraph as ig
 import numpy as np
@@ -74,27 +75,37 @@ LEIDEN_MAX_ITERATIONS = 100
 def communities(graph: ig.Graph, seed: int = 0) -> list[int]:
     """Leiden (modularity) community of each vertex, reproducible for a given seed."""
     weights = "weight" if graph.ecount() and "weight" in graph.es.attributes() else None
+    with seeded(seed):
+        # igraph's n_iterations=-1 iterates until an iteration moves no vertex, with no
+        # cap: a property test's store once kept it busy for 20 minutes. The same
+        # iterations one at a time, capped, nearly always end on igraph's partition; a
+        # rare one is another local optimum, within a few percent of its modularity
+        # (tests/test_graph.py holds both).
+        labels = canonical_labels(graph.community_leiden(
+            objective_function="modularity", weights=weights, n_iterations=1
+        ).membership)
+        for _ in range(LEIDEN_MAX_ITERATIONS - 1):
+            moved = canonical_labels(graph.community_leiden(
+                objective_function="modularity", weights=weights, n_iterations=1,
+                initial_membership=labels,
+            ).membership)
+            if moved == labels:
+                break
+            labels = moved
+    return labels
+
+
+@contextmanager
+def seeded(seed: int) -> Iterator[None]:
+    """igraph's random numbers drawn from ``seed`` for the block. The generator is one
+    per process: the block holds it, so two threads drawing at once cannot take each
+    other's numbers (and a result would then depend on timing)."""
     with _rng_lock:
         ig.set_random_number_generator(random.Random(seed))
         try:
-            # igraph's n_iterations=-1 iterates until an iteration moves no vertex,
-            # with no cap: a property test's store once kept it busy for 20 minutes.
-            # The same iterations one at a time, capped, give igraph's partition
-            # wherever igraph's own loop ends (tests/test_graph.py holds them equal).
-            labels = canonical_labels(graph.community_leiden(
-                objective_function="modularity", weights=weights, n_iterations=1
-            ).membership)
-            for _ in range(LEIDEN_MAX_ITERATIONS - 1):
-                moved = canonical_labels(graph.community_leiden(
-                    objective_function="modularity", weights=weights, n_iterations=1,
-                    initial_membership=labels,
-                ).membership)
-                if moved == labels:
-                    break
-                labels = moved
+            yield
         finally:
             ig.set_random_number_generator(random)
-    return labels
 
 
 def similarity_graph(n: int, i: np.ndarray, j: np.ndarray, sims: np.ndarray) -> ig.Graph:

@@ -35,6 +35,9 @@ QUERY_CHUNK = 4096
 # rows x cells, which at a million rows and 10,000 cells is minutes.
 MAX_CELLS = 4096
 TRAIN_ROWS_PER_CELL = 40
+# k-means iterations for the cells: 6 found the same pairs as 10 (recall 0.99999 against
+# exact search of dedup's 100k rows at 0.80) in 2.7 s instead of 3.4 s.
+CELL_ITERATIONS = 6
 CELL_SEED = 1234
 
 DEFAULT_SEARCH = SearchConfig()
@@ -57,6 +60,8 @@ def chosen_rows(
     rows = [i for i, m in enumerate(memories) if keep(m)]
     if not rows:
         return [], np.zeros((0, vectors.shape[1]), np.float32)
+    if len(rows) == len(memories):  # all of them: no copy of the matrix
+        return list(memories), vectors
     return [memories[i] for i in rows], vectors[rows]
 
 
@@ -209,15 +214,27 @@ def similarity_pairs(
     return i[first], j[first], s[first]
 
 
+def _cell_count(rows: int, search: SearchConfig) -> int:
+    return min(MAX_CELLS, max(2, rows // search.rows_per_cell))
+
+
+def comparisons_per_row(rows: int, search: SearchConfig = DEFAULT_SEARCH) -> int:
+    """How many rows an all-pairs search of ``rows`` rows compares each row with, about:
+    all of them up to ``exact_limit``, the rows of its probed cells above it."""
+    if rows <= search.exact_limit:
+        return rows
+    return min(rows, search.cell_probes * -(-rows // _cell_count(rows, search)))
+
+
 def _cell_hits(
     vectors: np.ndarray, threshold: float, search: SearchConfig
 ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """Hits (row, other row, similarity) found by cells; see the module docstring."""
     n, dim = vectors.shape
-    cells = min(MAX_CELLS, max(2, n // search.rows_per_cell))
+    cells = _cell_count(n, search)
     rng = np.random.default_rng(CELL_SEED)
     sample = np.sort(rng.choice(n, min(n, cells * TRAIN_ROWS_PER_CELL), replace=False))
-    kmeans = faiss.Kmeans(dim, cells, niter=10, seed=CELL_SEED, spherical=True)
+    kmeans = faiss.Kmeans(dim, cells, niter=CELL_ITERATIONS, seed=CELL_SEED, spherical=True)
     kmeans.train(vectors[sample])
     quantizer = faiss.IndexFlatIP(dim)
     quantizer.add(kmeans.centroids / np.linalg.norm(kmeans.centroids, axis=1, keepdims=True))

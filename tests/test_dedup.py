@@ -134,3 +134,30 @@ def test_a_pass_that_merges_nothing_says_which_knob_held_it_back() -> None:
     assert nothing_merged_note(12, config) == [
         "no 3 of the 12 memories are alike at cosine >= 0.9"]
     assert nothing_merged_note(2, config) == []  # fewer than a group: nothing to explain
+
+
+def test_comparisons_per_row_follow_the_search() -> None:
+    from reverie.models.config import SearchConfig
+    from reverie.engines.similarity import comparisons_per_row
+
+    search = SearchConfig(exact_limit=1_000, rows_per_cell=100, cell_probes=8)
+    assert comparisons_per_row(1_000, search) == 1_000  # exact: every row
+    assert comparisons_per_row(1_001, search) == 8 * 101  # 10 cells of 100.1 rows, 8 probed
+    assert comparisons_per_row(1_001, SearchConfig(exact_limit=1_000, cell_probes=64)) == 1_001
+
+
+def test_the_new_summary_check_is_skipped_only_when_the_search_is_cheaper() -> None:
+    """More new summaries than the merge's search compares each row with: "maybe",
+    without comparing them; fewer: an exact answer either way."""
+    from reverie.models.config import SearchConfig
+    from reverie.tasks.dedup import may_have_new_duplicates
+
+    lone = [view(f"s{k}", origin=Origin.COMPRESSED, linked_at=None) for k in range(4)]
+    vectors = np.stack([axis(k) for k in range(4)])  # nothing alike
+    exact = SearchConfig(exact_limit=1_000)
+    assert not may_have_new_duplicates(lone, vectors, AS_OF, CONFIG, exact)
+    cells = SearchConfig(exact_limit=2, rows_per_cell=10, cell_probes=1)  # 2 rows per row
+    assert may_have_new_duplicates(lone, vectors, AS_OF, CONFIG, cells)
+    old = [view(f"o{k}", linked_at=AS_OF) for k in range(3)]
+    assert not may_have_new_duplicates([lone[0], *old], np.stack([axis(k) for k in range(4)]),
+                                       AS_OF, CONFIG, cells)

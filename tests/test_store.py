@@ -130,3 +130,35 @@ def test_bulk_updates_write_every_chunk_and_only_the_named_profile(
     in_write(store, "a", memories_repo.set_relevance, [(mid, k / 10) for k, mid in enumerate(ids)] + [(other, 0.9)])
     assert [m.relevance for m in in_read(store, "a", memories_repo.memories)] == [0.0, 0.1, 0.2, 0.3, 0.4]
     assert in_read(store, "b", memories_repo.memories)[0].relevance is None  # an id of another profile is left alone
+
+
+
+def test_plain_row_inserts_read_back_as_sqlalchemys_own(store: Store) -> None:
+    """Rows written by bulk.insert_rows (on SQLite the driver's executemany, each
+    distinct value converted once) read back exactly as SQLAlchemy's own insert writes
+    them: timestamps to the microsecond, JSON, and NULLs."""
+    from sqlalchemy import insert, select
+
+    from reverie.models.db import reading
+    from reverie.models.repositories import bulk
+
+    at = datetime(2025, 3, 1, 12, 30, 45, 123456)
+    metas = [{}, {"why": ["é", 1, 2.5, None]}, {"nested": {"x": True}}]
+    rows = [
+        {"profile_id": "p", "source_id": f"s{k}", "target_id": f"t{k}",
+         "kind": EdgeKind.DISCOVERED, "subkind": None if k else "shares_theme",
+         "weight": 0.25 * (k + 1), "base_weight": 0.25, "confidence": None if k == 1 else 0.5,
+         "last_strengthened_at": at + timedelta(days=k), "created_at": at, "metadata": meta}
+        for k, meta in enumerate(metas)
+    ]
+    E = edges_repo.E
+    with writing(store.url) as s:
+        bulk.insert_rows(s, E, [{"id": f"plain{k}"} | r for k, r in enumerate(rows)])
+        s.execute(insert(E), [{"id": f"sqla{k}"} | r for k, r in enumerate(rows)])
+    with reading(store.url) as s:
+        read = {r.id: {**r._mapping, "id": None} for r in s.execute(select(E))}
+    assert len(read) == 6
+    assert [read[f"plain{k}"] for k in range(3)] == [read[f"sqla{k}"] for k in range(3)]
+    assert read["plain1"]["metadata"] == metas[1]
+    assert read["plain0"]["created_at"] == at  # to the microsecond
+    assert read["plain1"]["confidence"] is None

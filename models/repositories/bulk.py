@@ -19,6 +19,7 @@ from sqlalchemy import (
     insert,
     update,
 )
+from sqlalchemy.sql import Executable
 from sqlmodel import Session
 
 # Ids per IN (...) clause: SQLite allows at most 32,766 bound values in a statement.
@@ -53,6 +54,61 @@ def chunks(values: Iterable[str]) -> Iterator[list[str]]:
             batch = []
     if batch:
         yield batch
+
+
+def plain_rows(s: Session, query: Executable) -> list[tuple[Any, ...]]:
+    """The rows of ``query`` as the driver gives them: SQLAlchemy's Row objects and
+    per-value result processing took as long as SQLite's reading itself (a profile of
+    100k rows with vectors, read per step). Values keep the driver's types: on SQLite a
+    timestamp is text and a boolean an integer."""
+    result = s.execute(query)
+    try:
+        return result.cursor.fetchall()  # type: ignore[attr-defined]
+    finally:
+        result.close()
+
+
+def insert_rows(s: Session, table: Table, rows: Sequence[dict[str, Any]]) -> None:
+    """Insert plain rows, each with the same keys (column names).
+
+    On SQLite the rows go to the driver's executemany with each column's values
+    converted once per distinct value: SQLAlchemy converts every parameter of every row
+    on its own (a JSON column is json.dumps'd per row, a datetime formatted per row),
+    which for 240k edges and 22k summaries of a full run at 100k cost more than the
+    inserts. PostgreSQL keeps SQLAlchemy's batched multi-row INSERT."""
+    if not rows:
+        return
+    connection = s.connection()
+    dialect = connection.dialect
+    if dialect.name != "sqlite":
+        s.execute(insert(table), rows)
+        return
+    names = list(rows[0])
+    compiled = insert(table).compile(dialect=dialect, column_keys=names)
+    columns = {name: [row[name] for row in rows] for name in names}
+    for name, values in columns.items():
+        process = table.c[name].type.bind_processor(dialect)
+        if process is not None:
+            columns[name] = _converted(values, process)
+    order = [columns[name] for name in compiled.positiontup or ()]
+    with collector_paused():
+        connection.exec_driver_sql(str(compiled), list(zip(*order, strict=True)))
+
+
+def _converted(values: list[Any], process: Any) -> list[Any]:
+    """``process`` applied to each value, once per distinct hashable value (a run's
+    timestamps are one or two values over all rows)."""
+    done: dict[Any, Any] = {}
+    out = []
+    for value in values:
+        try:
+            out.append(done[value])
+        except KeyError:
+            done[value] = converted = process(value)
+            out.append(converted)
+        except TypeError:  # unhashable (a dict for a JSON column): each on its own
+            out.append(process(value))
+    return out
 
 
 def bulk_set(

@@ -10,12 +10,18 @@ from typing import Any
 
 import numpy as np
 from pydantic_core import from_json
-from sqlalchemy import Text, case, delete, exists, func, insert, or_, select, type_coerce, update
+from sqlalchemy import Text, case, delete, exists, func, or_, select, type_coerce, update
 from sqlmodel import Session
 
 from reverie.models.errors import AmbiguousIdError, NotFoundError
 from reverie.models.records import GraphScore, MemoryView, RelevanceInputs, RelevanceSpread
-from reverie.models.repositories.bulk import bulk_set, chunks, collector_paused
+from reverie.models.repositories.bulk import (
+    bulk_set,
+    chunks,
+    collector_paused,
+    insert_rows,
+    plain_rows,
+)
 from reverie.models.store import ProfileTx
 from reverie.models.tables import (
     Edge,
@@ -48,10 +54,20 @@ LIVE = (
 _META_AT = len(VIEW_COLUMNS) - 1  # VIEW_COLUMNS follow MemoryView's fields, meta last
 
 
+_TIMES = [k for k, f in enumerate(dataclass_fields(MemoryView)) if "datetime" in str(f.type)]
+_PROTECTED = [f.name for f in dataclass_fields(MemoryView)].index("protected")
+
+
 def view(row: Any) -> MemoryView:
     """A MemoryView from a row that starts with VIEW_COLUMNS (positional: a profile is
-    read per step, and building 100k dicts first doubles the cost)."""
-    return MemoryView(*row[:_META_AT], metadata(row[_META_AT]))
+    read per step, and building 100k dicts first doubles the cost), as SQLAlchemy or
+    the driver gives it (see ``plain_rows``)."""
+    values = list(row[:_META_AT])
+    for k in _TIMES:
+        if isinstance(values[k], str):
+            values[k] = datetime.fromisoformat(values[k])
+    values[_PROTECTED] = bool(values[_PROTECTED])
+    return MemoryView(*values, metadata(row[_META_AT]))
 
 
 def metadata(raw: str | dict[str, Any] | None) -> dict[str, Any]:
@@ -183,15 +199,16 @@ def snapshot(
         .where(M.c.tier.in_(list(tiers)))
         .order_by(M.c.id)
     )
-    if ids_ is None:
-        rows = tx.session.execute(query).all()
-    else:
-        # In the order given, which came from the store's own ORDER BY (its collation
-        # may not be Python's).
-        found = {r.id: r for batch in chunks(ids_)
-                 for r in tx.session.execute(query.where(M.c.id.in_(batch)))}
-        rows = [found[i] for i in ids_ if i in found]
-    views = [view(r) for r in rows]
+    with collector_paused():
+        if ids_ is None:
+            rows = plain_rows(tx.session, query)
+        else:
+            # In the order given, which came from the store's own ORDER BY (its collation
+            # may not be Python's).
+            found = {r[0]: r for batch in chunks(ids_)
+                     for r in plain_rows(tx.session, query.where(M.c.id.in_(batch)))}
+            rows = [found[i] for i in ids_ if i in found]
+        views = [view(r) for r in rows]
     return views, from_blobs([r[-1] for r in rows])
 
 
@@ -357,8 +374,7 @@ def put_vectors(s: Session, vectors: dict[str, bytes | None], replace: bool = Tr
         for batch in chunks(vectors):
             s.execute(delete(V).where(V.c.memory_id.in_(batch)))
     rows = [{"memory_id": mid, "embedding": blob} for mid, blob in vectors.items() if blob]
-    if rows:
-        s.execute(insert(V), rows)
+    insert_rows(s, V, rows)
 
 
 def memory_defaults() -> dict[str, Any]:

@@ -7,14 +7,20 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, insert, or_, select, update
+from sqlalchemy import delete, or_, select, update
 from sqlmodel import Session
 
 from reverie.models import ids, tables
 from reverie.models.errors import ConflictError, NotFoundError, RefusedError
 from reverie.models.records import MemoryView, NewEdge, SummaryPlan
 from reverie.models.repositories import audit
-from reverie.models.repositories.bulk import bulk_set, chunks
+from reverie.models.repositories.bulk import (
+    bulk_set,
+    chunks,
+    collector_paused,
+    insert_rows,
+    plain_rows,
+)
 from reverie.models.repositories.edges import E, upsert_edges
 from reverie.models.repositories.memories import (
     VIEW_COLUMNS,
@@ -41,16 +47,17 @@ class UndoResult:
 def originals_of(tx: ProfileTx, summary_ids: Sequence[str]) -> dict[str, list[MemoryView]]:
     """The memories each summary superseded, by summary id."""
     out: dict[str, list[MemoryView]] = {sid: [] for sid in summary_ids}
-    for batch in chunks(summary_ids):
-        query = (
-            select(*VIEW_COLUMNS)
-            .where(M.c.profile_id == tx.profile)
-            .where(M.c.superseded_by.in_(batch))
-            .order_by(M.c.id)
-        )
-        for row in tx.session.execute(query):
-            found = view(row)
-            out[found.superseded_by].append(found)  # type: ignore[index]
+    with collector_paused():  # tens of thousands of rows at 100k
+        for batch in chunks(summary_ids):
+            query = (
+                select(*VIEW_COLUMNS)
+                .where(M.c.profile_id == tx.profile)
+                .where(M.c.superseded_by.in_(batch))
+                .order_by(M.c.id)
+            )
+            for row in tx.session.execute(query):
+                found = view(row)
+                out[found.superseded_by].append(found)  # type: ignore[index]
     return out
 
 
@@ -89,9 +96,9 @@ def apply_summaries(
         for mid in (*plan.member_ids, *plan.absorbed_ids)
     }
     states = {
-        r.id: [r.tier, r.lifecycle, r.superseded_by]
+        mid: [tier, lifecycle, superseded_by]
         for batch in chunks(replaced_by)
-        for r in s.execute(
+        for mid, tier, lifecycle, superseded_by in plain_rows(s,
             select(M.c.id, M.c.tier, M.c.lifecycle, M.c.superseded_by)
             .where(M.c.profile_id == profile)
             .where(M.c.id.in_(batch))
@@ -122,7 +129,7 @@ def apply_summaries(
     # Plain rows, not ORM objects: constructing 10k validated objects cost more than
     # inserting them.
     defaults = memory_defaults()
-    s.execute(insert(M), [defaults | _summary_row(profile, plan) for plan in todo])
+    insert_rows(s, M, [defaults | _summary_row(profile, plan) for plan in todo])
     put_vectors(s, {plan.summary_id: plan.embedding for plan in todo}, replace=False)
     bulk_set(s, M, ["tier", "lifecycle", "superseded_by"],
              [(mid, Tier.COLD, tables.Lifecycle.ARCHIVED, by)
@@ -132,7 +139,7 @@ def apply_summaries(
         NewEdge(plan.summary_id, member, tables.EdgeKind.CONSOLIDATION, plan.link_weight)
         for plan in todo for member in plan.member_ids
     ], as_of, as_of)
-    s.execute(insert(tables.Consolidation), audits)
+    insert_rows(s, tables.Consolidation.__table__, audits)  # type: ignore[attr-defined]
     return [plan.summary_id for plan in todo]
 
 

@@ -9,7 +9,7 @@ yields the same scores and community numbers (see ``tasks.graph``).
 from __future__ import annotations
 
 from reverie.engines.graph import importance
-from reverie.models.repositories.edges import edges as profile_edges
+from reverie.models.repositories.edges import weighted_ends
 from reverie.models.repositories.memories import memory_ids, set_graph_scores
 from reverie.models.store import Store
 from reverie.tasks.step import Change, StepArgs, StepReport, step_task
@@ -22,7 +22,7 @@ def graph_importance(store: Store, args: StepArgs) -> StepReport:
     profile, config = args.profile, args.config
     with store.reading(profile) as tx:
         nodes = memory_ids(tx)
-        edges = [(e.source_id, e.target_id, e.weight) for e in profile_edges(tx)]
+        edges = weighted_ends(tx)
     scores = importance(nodes, edges, config.graph.damping, config.graph.community_seed)
     with store.writing(profile) as tx:
         changed = set(set_graph_scores(tx, scores))

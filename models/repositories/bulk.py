@@ -27,6 +27,8 @@ IN_CHUNK = 10_000
 # Rows per bulk update statement on PostgreSQL: bounds the size of the arrays that carry
 # them.
 BULK_SET_CHUNK = 50_000
+# Rows per multi-row INSERT on PostgreSQL.
+INSERT_PAGE = 1_000
 
 
 @contextmanager
@@ -71,27 +73,35 @@ def plain_rows(s: Session, query: Executable) -> list[tuple[Any, ...]]:
 def insert_rows(s: Session, table: Table, rows: Sequence[dict[str, Any]]) -> None:
     """Insert plain rows, each with the same keys (column names).
 
-    On SQLite the rows go to the driver's executemany with each column's values
-    converted once per distinct value: SQLAlchemy converts every parameter of every row
-    on its own (a JSON column is json.dumps'd per row, a datetime formatted per row),
-    which for 240k edges and 22k summaries of a full run at 100k cost more than the
-    inserts. PostgreSQL keeps SQLAlchemy's batched multi-row INSERT."""
+    The rows go straight to the driver, each column's values converted for it once per
+    distinct value: SQLAlchemy converts every parameter of every row on its own (a JSON
+    column is json.dumps'd per row, on SQLite a datetime formatted per row), which for
+    the 240k edges and 22k summaries of a full run at 100k cost more than the inserts.
+    SQLite takes them by executemany, PostgreSQL as multi-row VALUES (psycopg2's
+    execute_values, pages of INSERT_PAGE rows)."""
     if not rows:
         return
     connection = s.connection()
     dialect = connection.dialect
-    if dialect.name != "sqlite":
-        s.execute(insert(table), rows)
-        return
     names = list(rows[0])
-    compiled = insert(table).compile(dialect=dialect, column_keys=names)
     columns = {name: [row[name] for row in rows] for name in names}
     for name, values in columns.items():
         process = table.c[name].type.bind_processor(dialect)
         if process is not None:
             columns[name] = _converted(values, process)
-    order = [columns[name] for name in compiled.positiontup or ()]
     with collector_paused():
+        if dialect.name == "postgresql":
+            from psycopg2.extras import execute_values
+
+            quote = dialect.identifier_preparer
+            statement = (f"INSERT INTO {quote.format_table(table)} "
+                         f"({', '.join(quote.quote(n) for n in names)}) VALUES %s")
+            values = list(zip(*columns.values(), strict=True))
+            with connection.connection.dbapi_connection.cursor() as cursor:  # type: ignore[union-attr]
+                execute_values(cursor, statement, values, page_size=INSERT_PAGE)
+            return
+        compiled = insert(table).compile(dialect=dialect, column_keys=names)
+        order = [columns[name] for name in compiled.positiontup or ()]
         connection.exec_driver_sql(str(compiled), list(zip(*order, strict=True)))
 
 

@@ -12,7 +12,7 @@ from sqlmodel import Session
 
 from reverie.models import ids
 from reverie.models.records import EdgeView, NewEdge
-from reverie.models.repositories.bulk import bulk_set, chunks, insert_rows
+from reverie.models.repositories.bulk import bulk_set, chunks, insert_rows, plain_rows
 from reverie.models.repositories.memories import M
 from reverie.models.store import ProfileTx
 from reverie.models.tables import Edge, EdgeKind
@@ -26,6 +26,14 @@ def edges(tx: ProfileTx, kinds: Sequence[str] | None = None) -> list[EdgeView]:
     if kinds is not None:
         query = query.where(E.c.kind.in_(list(kinds)))
     return [EdgeView(*r) for r in tx.session.execute(query)]
+
+
+def weighted_ends(tx: ProfileTx) -> list[tuple[str, str, float]]:
+    """Every edge of the profile as (source, target, weight), ordered by id: what the
+    memory graph is built from (hundreds of thousands at 100k memories: plain rows,
+    none of an EdgeView's timestamps to parse)."""
+    return plain_rows(tx.session, select(E.c.source_id, E.c.target_id, E.c.weight)
+                      .where(E.c.profile_id == tx.profile).order_by(E.c.id))
 
 
 def association_edges_to_decay(tx: ProfileTx, idle_since: datetime) -> list[EdgeView]:

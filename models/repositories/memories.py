@@ -339,8 +339,8 @@ def set_graph_scores(tx: ProfileTx, scores: Sequence[GraphScore]) -> list[str]:
     wanted = {sc.memory_id: (sc.pagerank, sc.community) for sc in scores}
     current = {
         mid: (pr, cm)
-        for mid, pr, cm in s.execute(
-            select(M.c.id, M.c.pagerank, M.c.community).where(M.c.profile_id == profile)
+        for mid, pr, cm in plain_rows(
+            s, select(M.c.id, M.c.pagerank, M.c.community).where(M.c.profile_id == profile)
         )
     }
     stale = [mid for mid, v in current.items() if mid not in wanted and v != (None, None)]

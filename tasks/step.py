@@ -4,14 +4,18 @@ A step is a function ``(store, StepArgs) -> StepReport`` that reads a snapshot o
 profile, plans in pure code and writes the plan in one transaction; ``step_task``
 makes it a Prefect task over a chunk of profiles, with retries per profile for
 transient faults; a retry starts from whatever the last attempt committed. It returns
-a report of how much it examined, what it changed and why. Reports are plain data: a dry run returns the very report
-the real run would, and flows turn reports into Prefect artifacts. Memory content
+a report of how much it examined, what it changed and why. Reports are plain data: a
+dry run returns the very report the real run would, and flows turn reports into Prefect
+artifacts. A step that left the process much larger hands its freed heap back to the
+operating system, so a worker does not carry one large profile's peak. Memory content
 appears only as a short preview, cut to ``REVERIE_ARTIFACT_CONTENT_CHARS`` (0 hides it).
 """
 
 from __future__ import annotations
 
+import ctypes
 import logging
+import mmap
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -134,8 +138,13 @@ StepFunction = Callable[[Store, StepArgs], StepReport]
 
 def run_step(name: str, fn: StepFunction, args: StepArgs) -> StepReport:
     """Run one step on its store, time it, and log its counts (never memory content)."""
+    held = resident_bytes()
     started = time.perf_counter()
-    report = fn(Store(args.store_url), args)
+    try:
+        report = fn(Store(args.store_url), args)
+    finally:
+        if resident_bytes() - held >= GIVE_BACK_BYTES:
+            give_back_freed_memory()
     report.seconds = round(time.perf_counter() - started, 4)
     # Per profile at DEBUG: at INFO, 10,000 profiles would send Prefect 80,000 log lines
     # a night. Each chunk logs its totals at INFO (run_batch).
@@ -144,6 +153,37 @@ def run_step(name: str, fn: StepFunction, args: StepArgs) -> StepReport:
         name, args.profile, report.examined, report.changed, report.skipped, report.seconds,
     )
     return report
+
+
+# glibc keeps what a large step freed (its snapshot, vectors and plan: gigabytes at a
+# million memories) in its heap, and a worker would carry its largest profile's peak into
+# every later one. A step that left the process this much larger hands the free pages
+# back; a small profile's step leaves too little to be worth the heap walk.
+GIVE_BACK_BYTES = 64 * 1024 * 1024
+
+
+def resident_bytes() -> int:
+    """The process's resident memory (0 where /proc is not there)."""
+    try:
+        with open("/proc/self/statm", "rb") as statm:
+            return int(statm.read().split()[1]) * mmap.PAGESIZE
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+@lru_cache(maxsize=1)
+def _malloc_trim() -> Callable[[int], int] | None:
+    try:
+        return ctypes.CDLL(None).malloc_trim  # type: ignore[no-any-return]
+    except (OSError, AttributeError):  # not glibc (musl, macOS): nothing to hand back
+        return None
+
+
+def give_back_freed_memory() -> None:
+    """Return the heap's free pages to the operating system (glibc's malloc_trim)."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
 
 
 # A step that fails transiently (a dropped database connection, a lock wait that timed
@@ -197,7 +237,7 @@ def run_batch(
             continue
         try:
             reports.append(retrying(
-                lambda: run_step(name, fn, args), STEP_RETRIES, STEP_RETRY_FIRST_SECONDS,
+                lambda a=args: run_step(name, fn, a), STEP_RETRIES, STEP_RETRY_FIRST_SECONDS,
                 STEP_RETRY_CAP_SECONDS, on_retry=lambda n, exc, wait, p=args.profile:
                 step_logger().warning("step=%s profile=%s attempt %d failed (%s, transient); "
                                   "retrying in %.1f s", name, p, n, type(exc).__name__, wait),

@@ -32,12 +32,12 @@ from reverie.engines.wording import Summarizer
 from reverie.models.config import CompressConfig, SearchConfig
 from reverie.models.records import MemoryView, SummaryPlan
 from reverie.models.repositories.memories import snapshot
-from reverie.models.repositories.summaries import originals_of, undone_summaries
+from reverie.models.repositories.summaries import undone_summaries
 from reverie.models.store import Store
-from reverie.models.tables import DERIVED_ORIGINS, SUMMARY_ORIGINS, Lifecycle, Origin
+from reverie.models.tables import DERIVED_ORIGINS, Lifecycle, Origin
 from reverie.tasks.decay import relevance_notes
 from reverie.tasks.step import Change, StepArgs, StepReport, preview, step_task
-from reverie.tasks.summaries import reworded, stand_ins, summary_plan, write_summaries
+from reverie.tasks.summaries import reworded, summary_plan, write_summaries
 
 OPERATION = Origin.COMPRESSED
 
@@ -156,7 +156,6 @@ def plan_compression(
     as_of: datetime,
     memories: Sequence[MemoryView],
     vectors: np.ndarray,
-    originals: dict[str, list[MemoryView]],
     config: CompressConfig,
     search: SearchConfig = DEFAULT_SEARCH,
 ) -> list[SummaryPlan]:
@@ -181,12 +180,13 @@ def plan_compression(
         same = subjects[key]
         candidates = [memories[i] for i in same]
         for group in fading_groups(candidates, vectors[same], config, search):
+            # Summaries are never candidates: a group is its own originals, and the
+            # originals of earlier summaries need not be read.
             hot = [candidates[i] for i in group]
-            members, _ = stand_ins(hot, originals)
-            ordered = sorted(members, key=lambda m: (m.created_at, m.id))
+            ordered = sorted(hot, key=lambda m: (m.created_at, m.id))
             plans.append(
                 summary_plan(
-                    profile, OPERATION, hot, originals, rules_wording(ordered), hot[0],
+                    profile, OPERATION, hot, {}, rules_wording(ordered), hot[0],
                     dict(parameters), link_weight=config.link_weight, sources=tuple(ordered),
                     # Fresh: a summary dated at its oldest member would be born fading.
                     created_at=as_of, meta={**hot[0].meta, **member_dates(ordered)},
@@ -220,13 +220,11 @@ def compress_fading(store: Store, args: StepArgs) -> StepReport:
     config = args.config.compress
     with store.reading(args.profile) as tx:
         memories, vectors = snapshot(tx)
-        summaries = [m.id for m in memories if m.origin in SUMMARY_ORIGINS]
-        originals = originals_of(tx, summaries)
         vetoed = undone_summaries(tx)
         stale = relevance_notes(tx, args.as_of, any(m.relevance is not None for m in memories),
                                 args.config.decay)
     plans = plan_compression(
-        args.profile, args.as_of, memories, vectors, originals, config, args.config.search,
+        args.profile, args.as_of, memories, vectors, config, args.config.search,
     )
     report = StepReport(
         "compress_fading", args.profile, examined=sum(is_candidate(m, config) for m in memories)

@@ -110,7 +110,8 @@ def decay(store: Store, args: StepArgs) -> StepReport:
     scores, eligible, write = plan_decay(inputs, args.as_of, args.config.decay)
     rows = np.flatnonzero(write)
     with store.writing(args.profile) as tx:
-        set_relevance(tx, list(zip([inputs.ids[i] for i in rows], scores[rows].tolist())))
+        changed = [inputs.ids[i] for i in rows]
+        set_relevance(tx, list(zip(changed, scores[rows].tolist(), strict=True)))
     report = StepReport("decay", args.profile, examined=len(scores))
     report.skipped = int(np.count_nonzero(~eligible))
     report.tally(len(rows), (

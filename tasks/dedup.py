@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 
 import numpy as np
@@ -90,37 +91,54 @@ def duplicate_groups(
     return groups
 
 
-def plan_dedup(
-    profile: str,
-    memories: Sequence[MemoryView],
-    vectors: np.ndarray,
-    originals: dict[str, list[MemoryView]],
-    as_of: datetime,
-    config: DedupConfig,
-    search: SearchConfig = DEFAULT_SEARCH,
-) -> list[SummaryPlan]:
-    """One SummaryPlan per group of near-duplicates among the candidates, worded by the
-    rules: the representative's own words, with its own vector.
+@dataclass(frozen=True, slots=True)
+class Duplicates:
+    """The candidates, their vectors (row-aligned) and the groups found among them."""
 
-    ``memories`` and ``vectors`` are row-aligned; ``originals`` maps each earlier
-    summary to the memories it replaced: a new summary that takes in an earlier one
-    stands for those originals, never for the summary itself.
-    """
+    candidates: list[MemoryView]
+    vectors: np.ndarray
+    groups: list[list[int]]
+
+    def absorbed(self) -> list[str]:
+        """The earlier summaries in some group: the only ones whose originals a plan
+        reads (at a million memories, reading every summary's was gigabytes)."""
+        return [self.candidates[i].id for group in self.groups for i in group
+                if self.candidates[i].origin in SUMMARY_ORIGINS]
+
+
+def find_duplicates(
+    memories: Sequence[MemoryView], vectors: np.ndarray, as_of: datetime,
+    config: DedupConfig, search: SearchConfig = DEFAULT_SEARCH,
+) -> Duplicates:
+    """The groups of near-duplicates among the candidates (``memories`` and
+    ``vectors`` row-aligned)."""
     candidates, cand_vectors = chosen_rows(memories, vectors, lambda m: is_candidate(m, as_of))
+    order = representative_order(candidates)
+    return Duplicates(candidates, cand_vectors,
+                      duplicate_groups(cand_vectors, order, config, search))
+
+
+def plan_merges(
+    profile: str, found: Duplicates, originals: dict[str, list[MemoryView]],
+    config: DedupConfig,
+) -> list[SummaryPlan]:
+    """One SummaryPlan per group, worded by the rules: the representative's own words,
+    with its own vector. ``originals`` maps each earlier summary in a group to the
+    memories it replaced: a new summary that takes in an earlier one stands for those
+    originals, never for the summary itself."""
     parameters = {
         "similarity": config.similarity,
         "min_group_size": config.min_group_size,
         "mode": "rules",
     }
     plans: list[SummaryPlan] = []
-    order = representative_order(candidates)
-    for group in duplicate_groups(cand_vectors, order, config, search):
-        hot = [candidates[i] for i in group]
+    for group in found.groups:
+        hot = [found.candidates[i] for i in group]
         rep = hot[0]
         plans.append(
             summary_plan(
                 profile, OPERATION, hot, originals, rep.content, rep, dict(parameters),
-                embedding=to_blob(cand_vectors[group[0]]),
+                embedding=to_blob(found.vectors[group[0]]),
                 embedding_model=rep.embedding_model,
             )
         )
@@ -150,19 +168,19 @@ def dedup(store: Store, args: StepArgs) -> StepReport:
     """Merge near-duplicates of one profile into summaries; originals go cold."""
     with store.reading(args.profile) as tx:
         memories, vectors = snapshot(tx)
-        originals, vetoed = _history(tx, memories)
-    report = StepReport(
-        "dedup", args.profile, examined=sum(is_candidate(m, args.as_of) for m in memories)
-    )
-    return _merge(store, args, memories, vectors, originals, vetoed, report)
+        found, originals, vetoed = _groups_and_history(tx, memories, vectors, args)
+    report = StepReport("dedup", args.profile, examined=len(found.candidates))
+    return _merge(store, args, found, originals, vetoed, report)
 
 
-def _history(
-    tx: ProfileTx, memories: Sequence[MemoryView]
-) -> tuple[dict[str, list[MemoryView]], set[str]]:
-    """What earlier summaries stand for, and the summaries an operator undid."""
-    summaries = [m.id for m in memories if m.origin in SUMMARY_ORIGINS]
-    return originals_of(tx, summaries), undone_summaries(tx)
+def _groups_and_history(
+    tx: ProfileTx, memories: Sequence[MemoryView], vectors: np.ndarray, args: StepArgs
+) -> tuple[Duplicates, dict[str, list[MemoryView]], set[str]]:
+    """The groups, what the earlier summaries among them stand for, and the summaries
+    an operator undid."""
+    found = find_duplicates(memories, vectors, args.as_of, args.config.dedup,
+                            args.config.search)
+    return found, originals_of(tx, found.absorbed()), undone_summaries(tx)
 
 
 def may_have_new_duplicates(
@@ -201,18 +219,16 @@ def dedup_new_summaries(store: Store, args: StepArgs) -> StepReport:
             memories, vectors, args.as_of, config.dedup, config.search
         ):
             return report
-        originals, vetoed = _history(tx, memories)
-    return _merge(store, args, memories, vectors, originals, vetoed, report)
+        found, originals, vetoed = _groups_and_history(tx, memories, vectors, args)
+    return _merge(store, args, found, originals, vetoed, report)
 
 
 def _merge(
-    store: Store, args: StepArgs, memories: list[MemoryView], vectors: np.ndarray,
+    store: Store, args: StepArgs, found: Duplicates,
     originals: dict[str, list[MemoryView]], vetoed: set[str], report: StepReport,
 ) -> StepReport:
     config = args.config
-    plans = plan_dedup(
-        args.profile, memories, vectors, originals, args.as_of, config.dedup, config.search,
-    )
+    plans = plan_merges(args.profile, found, originals, config.dedup)
     if not plans:
         report.notes += nothing_merged_note(report.examined, config.dedup)
     plans = write_summaries(store, args, plans, vetoed, word_merges, report)

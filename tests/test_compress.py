@@ -21,8 +21,8 @@ def fading(n: int, cos: float = 0.9, **fields):
     return memories, vectors
 
 
-def plan(memories, vectors, originals=None, config=CONFIG):
-    return plan_compression("p", AS_OF, memories, np.stack(vectors), originals or {}, config)
+def plan(memories, vectors, config=CONFIG):
+    return plan_compression("p", AS_OF, memories, np.stack(vectors), config)
 
 
 def test_relevance_must_be_strictly_below_020() -> None:

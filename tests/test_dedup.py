@@ -6,9 +6,10 @@ from reverie.models.config import DedupConfig
 from reverie.models.tables import Lifecycle, Origin, Tier
 from reverie.tasks.dedup import (
     duplicate_groups,
+    find_duplicates,
     is_candidate,
     nothing_merged_note,
-    plan_dedup,
+    plan_merges,
     representative_order,
 )
 
@@ -18,7 +19,8 @@ CONFIG = DedupConfig()
 
 
 def plan(memories, vectors, originals=None, config=CONFIG):
-    return plan_dedup("p", memories, np.stack(vectors), originals or {}, AS_OF, config)
+    found = find_duplicates(memories, np.stack(vectors), AS_OF, config)
+    return plan_merges("p", found, originals or {}, config)
 
 
 def star(cosines):
@@ -123,6 +125,18 @@ def test_a_group_absorbing_an_earlier_summary_stands_for_its_originals() -> None
     assert p.absorbed_ids == ("s1",)
 
 
+def test_only_the_summaries_a_group_absorbs_have_their_originals_read() -> None:
+    memories, vectors = star([0.9, 0.9])
+    memories[1] = view("s1", content="member 1", origin=Origin.DEDUP_SUMMARY)
+    # A summary far from every group: its originals are not needed.
+    memories.append(view("s2", content="elsewhere", origin=Origin.COMPRESSED))
+    vectors.append(axis(7))
+    found = find_duplicates(memories, np.stack(vectors), AS_OF, CONFIG)
+    assert found.absorbed() == ["s1"]
+    plain, plain_vectors = star([0.9, 0.9])
+    assert find_duplicates(plain, np.stack(plain_vectors), AS_OF, CONFIG).absorbed() == []
+
+
 def test_representatives_are_the_most_informative_first() -> None:
     memories = [view("a", content="short one"), view("b", content="a much longer memory text"),
                 view("c", content="short two", importance=0.9), view("d", content="short six")]
@@ -137,8 +151,8 @@ def test_a_pass_that_merges_nothing_says_which_knob_held_it_back() -> None:
 
 
 def test_comparisons_per_row_follow_the_search() -> None:
-    from reverie.models.config import SearchConfig
     from reverie.engines.similarity import comparisons_per_row
+    from reverie.models.config import SearchConfig
 
     search = SearchConfig(exact_limit=1_000, rows_per_cell=100, cell_probes=8)
     assert comparisons_per_row(1_000, search) == 1_000  # exact: every row

@@ -55,7 +55,7 @@ def originals_of(tx: ProfileTx, summary_ids: Sequence[str]) -> dict[str, list[Me
                 .where(M.c.superseded_by.in_(batch))
                 .order_by(M.c.id)
             )
-            for row in tx.session.execute(query):
+            for row in plain_rows(tx.session, query):
                 found = view(row)
                 out[found.superseded_by].append(found)  # type: ignore[index]
     return out

@@ -295,11 +295,15 @@ def _retry_after(response: httpx.Response) -> float | None:
         return None
 
 
+# Jitter from a generator of its own, not the global one an application may have seeded.
+_jitter = random.Random()
+
+
 def _backoff(attempt: int, asked: float | None) -> float:
     """Seconds before attempt ``attempt + 1``: exponential with jitter (clients that
     failed together do not retry together), at least what the server asked, capped."""
     step = min(BACKOFF_BASE_SECONDS * 2**attempt, BACKOFF_CAP_SECONDS)
-    wait = random.uniform(step / 2, step)
+    wait = _jitter.uniform(step / 2, step)
     return min(max(wait, asked or 0.0), BACKOFF_CAP_SECONDS)
 
 

@@ -48,12 +48,17 @@ def is_transient(exc: BaseException) -> bool:
     return cause is not None and cause is not exc and is_transient(cause)
 
 
+# Jitter from a generator of its own: drawing from the global one would shift the
+# sequence of an application (or a seeded test) that uses it, from whichever thread retries.
+_jitter = random.Random()
+
+
 def backoff(first: float, cap: float, attempts: int) -> Iterator[float]:
     """Delays before each retry: doubling from ``first`` up to ``cap``, each drawn at
     random from its upper half, so runs that failed together do not retry together."""
     delay = first
     for _ in range(attempts):
-        yield random.uniform(delay / 2, delay)
+        yield _jitter.uniform(delay / 2, delay)
         delay = min(delay * 2, cap)
 
 

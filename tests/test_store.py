@@ -132,6 +132,26 @@ def test_bulk_updates_write_every_chunk_and_only_the_named_profile(
     assert in_read(store, "b", memories_repo.memories)[0].relevance is None  # an id of another profile is left alone
 
 
+def test_a_snapshot_of_driver_rows_reads_as_sqlalchemys_rows(store: Store) -> None:
+    """snapshot() builds its views from the driver's own tuples (SQLite: text times and
+    integer booleans); memories() from SQLAlchemy's rows. Every field agrees."""
+    ingest_records(store, [record("alpha", id="a", metadata={"why": ["é", 1]}),
+                           record("beta", id="b")], profile="p")
+    at = datetime(2025, 3, 1, 12, 30, 45, 123456)
+    with writing(store.url) as s:
+        s.execute(update(Memory).where(Memory.external_id == "a").values(
+            last_accessed_at=at, valid_from=at - timedelta(days=1),
+            valid_until=at + timedelta(days=1, microseconds=1), linked_at=at,
+            protected=True, relevance=0.25))
+    views, vectors = in_read(store, "p", memories_repo.snapshot)
+    assert views == in_read(store, "p", memories_repo.memories)
+    assert len(vectors) == 2
+    first = next(v for v in views if v.external_id == "a")
+    assert first.protected is True and first.linked_at == at
+    assert first.valid_until == at + timedelta(days=1, microseconds=1)
+    assert first.meta == {"why": ["é", 1]}
+    assert next(v for v in views if v.external_id == "b").protected is False
+
 
 def test_plain_row_inserts_read_back_as_sqlalchemys_own(store: Store) -> None:
     """Rows written by bulk.insert_rows (on SQLite the driver's executemany, each

@@ -29,7 +29,7 @@ from reverie.models.errors import (
     StoreError,
     StoreUnavailableError,
 )
-from reverie.models.settings import resolve_database_url
+from reverie.models.settings import get_settings, resolve_database_url
 
 _BEGIN_OPTION = "reverie_sqlite_begin"
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
@@ -72,6 +72,7 @@ def _create_engine(url: str) -> Engine:
             url, connect_args={"timeout": 60, "check_same_thread": False},
             hide_parameters=True,
         )
+        cache_kib = get_settings().sqlite_cache_mib * 1024
 
         @event.listens_for(engine, "connect")
         def _on_connect(dbapi_connection, _record) -> None:  # type: ignore[no-untyped-def]
@@ -81,6 +82,8 @@ def _create_engine(url: str) -> Engine:
             cursor.execute("PRAGMA journal_mode=WAL")
             cursor.execute("PRAGMA synchronous=NORMAL")
             cursor.execute("PRAGMA busy_timeout=60000")
+            # Negative: a size in KiB, not in pages.
+            cursor.execute(f"PRAGMA cache_size=-{cache_kib}")
             cursor.close()
 
         @event.listens_for(engine, "begin")

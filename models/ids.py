@@ -12,11 +12,10 @@ from collections.abc import Iterable
 
 
 def _digest(*parts: str) -> str:
-    h = hashlib.blake2b(digest_size=8)
-    for part in parts:
-        h.update(part.encode("utf-8"))
-        h.update(b"\x1f")
-    return h.hexdigest()
+    # Each part followed by a unit separator, hashed in one call: a full run at 100k
+    # makes ~200k edge ids, and one update per part cost twice as long.
+    joined = "\x1f".join(parts) + "\x1f" if parts else ""
+    return hashlib.blake2b(joined.encode("utf-8"), digest_size=8).hexdigest()
 
 
 def content_hash(content: str) -> str:

@@ -70,6 +70,12 @@ class Settings(BaseSettings):
         description="Folder of the OpenVINO models exported from the sentence model, "
         "one per model and OpenVINO version, made on first use.",
     )
+    sqlite_cache_mib: int = Field(
+        256, ge=2, le=65_536,
+        description="Pages of a SQLite store each connection may keep in memory, in MiB "
+        "(SQLite's own default is 2): a step at 100k memories rereads and rewrites "
+        "indexes far larger than that. Taken only as pages are used.",
+    )
     # Longest memory the store accepts, in characters.
     max_content_chars: int = Field(32_000, ge=1)
     # Characters of memory content shown in artifacts and reports; 0 hides content.

@@ -2,6 +2,7 @@ from datetime import timedelta
 
 import numpy as np
 
+from reverie.engines.similarity import radius_neighbours
 from reverie.models.config import DedupConfig
 from reverie.models.tables import Lifecycle, Origin, Tier
 from reverie.tasks.dedup import (
@@ -72,7 +73,8 @@ def test_a_memory_joins_only_the_first_group_that_claims_it() -> None:
     vectors = np.stack([axis(0), at_cosine(0.9, other=2), at_cosine(0.9, other=3),
                         at_cosine(0.9, base=1, other=4), at_cosine(0.9, base=1, other=5),
                         axis(1)])
-    groups = duplicate_groups(vectors, [0, 5, 1, 2, 3, 4], CONFIG)
+    neighbours = radius_neighbours(vectors, CONFIG.similarity)
+    groups = duplicate_groups(neighbours, [0, 5, 1, 2, 3, 4], CONFIG)
     assert groups == [[0, 1, 2], [5, 3, 4]]
 
 
@@ -141,6 +143,7 @@ def test_representatives_are_the_most_informative_first() -> None:
     memories = [view("a", content="short one"), view("b", content="a much longer memory text"),
                 view("c", content="short two", importance=0.9), view("d", content="short six")]
     assert representative_order(memories) == [1, 2, 0, 3]
+    assert representative_order(memories, [3, 0, 2]) == [2, 0, 3]
 
 
 def test_a_pass_that_merges_nothing_says_which_knob_held_it_back() -> None:

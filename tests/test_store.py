@@ -62,6 +62,39 @@ def test_record_access_counts_and_strengthens_co_accessed_edges(store: Store) ->
     assert get_memory(store, a).last_accessed_at == later and get_memory(store, a).access_count == 2
 
 
+def test_an_edge_added_again_keeps_its_larger_weight_and_its_later_strengthening(
+    store: Store,
+) -> None:
+    ingest_records(store, [record("a", id="a"), record("b", id="b"), record("c", id="c")],
+                   profile="p")
+    a, b, c = (get_memory(store, x).id for x in "abc")
+    later = T0 + timedelta(days=3)
+
+    def add(edges: list[tuple[str, str, float]], at: datetime) -> None:
+        def write(tx):  # type: ignore[no-untyped-def]
+            edges_repo.upsert_edges(tx.session, tx.profile, [
+                NewEdge(x, y, EdgeKind.ASSOCIATION, w) for x, y, w in edges], at, T0)
+        in_write(store, "p", write)
+
+    def stored() -> dict[tuple[str, str], tuple[float, float, datetime]]:
+        return {(e.source_id, e.target_id): (e.weight, e.base_weight, e.last_strengthened_at)
+                for e in in_read(store, "p", edges_repo.edges)}
+
+    pair = lambda x, y: (min(x, y), max(x, y))  # noqa: E731
+    # Twice in one batch, the larger weight wins; reversed, it is the same edge.
+    add([(a, b, 0.4), (b, a, 0.6), (a, c, 0.5)], later)
+    assert stored() == {pair(a, b): (0.6, 0.6, later), pair(a, c): (0.5, 0.5, later)}
+    # A weaker arrival changes nothing; a stronger one from an earlier time raises the
+    # weight but does not move the strengthening back.
+    add([(a, b, 0.3), (a, c, 0.7)], T0)
+    assert stored() == {pair(a, b): (0.6, 0.6, later), pair(a, c): (0.7, 0.7, later)}
+    # A stronger one from a later time moves both; a new edge beside them is added.
+    latest = later + timedelta(days=1)
+    add([(a, b, 0.9), (b, c, 0.2)], latest)
+    assert stored() == {pair(a, b): (0.9, 0.9, latest), pair(a, c): (0.7, 0.7, later),
+                        pair(b, c): (0.2, 0.2, latest)}
+
+
 def test_recall_searches_hot_and_deep_adds_cold(store: Store) -> None:
     ingest_records(store, [record("Maya's cat is called Pixel", id="cat"),
                   record("Maya deploys with Argo CD", id="deploy")], profile="p")

@@ -70,8 +70,12 @@ def plain_rows(s: Session, query: Executable) -> list[tuple[Any, ...]]:
         result.close()
 
 
-def insert_rows(s: Session, table: Table, rows: Sequence[dict[str, Any]]) -> None:
-    """Insert plain rows, each with the same keys (column names).
+def insert_rows(
+    s: Session, table: Table, rows: Sequence[dict[str, Any]], on_conflict: str = ""
+) -> None:
+    """Insert plain rows, each with the same keys (column names); ``on_conflict``: an
+    ``ON CONFLICT ...`` clause (SQL both SQLite and PostgreSQL read) for rows that
+    exist already.
 
     The rows go straight to the driver, each column's values converted for it once per
     distinct value: SQLAlchemy converts every parameter of every row on its own (a JSON
@@ -95,14 +99,16 @@ def insert_rows(s: Session, table: Table, rows: Sequence[dict[str, Any]]) -> Non
 
             quote = dialect.identifier_preparer
             statement = (f"INSERT INTO {quote.format_table(table)} "
-                         f"({', '.join(quote.quote(n) for n in names)}) VALUES %s")
+                         f"({', '.join(quote.quote(n) for n in names)}) VALUES %s "
+                         f"{on_conflict}")
             values = list(zip(*columns.values(), strict=True))
             with connection.connection.dbapi_connection.cursor() as cursor:  # type: ignore[union-attr]
                 execute_values(cursor, statement, values, page_size=INSERT_PAGE)
             return
         compiled = insert(table).compile(dialect=dialect, column_keys=names)
         order = [columns[name] for name in compiled.positiontup or ()]
-        connection.exec_driver_sql(str(compiled), list(zip(*order, strict=True)))
+        connection.exec_driver_sql(f"{compiled} {on_conflict}",
+                                   list(zip(*order, strict=True)))
 
 
 def _converted(values: list[Any], process: Any) -> list[Any]:
@@ -116,8 +122,16 @@ def _converted(values: list[Any], process: Any) -> list[Any]:
         except KeyError:
             done[value] = converted = process(value)
             out.append(converted)
-        except TypeError:  # unhashable (a dict for a JSON column): each on its own
-            out.append(process(value))
+        except TypeError:  # unhashable (a dict for a JSON column): each on its own,
+            # but the empty one once per type (most edges carry no metadata).
+            key = ("empty", type(value))
+            if value or key not in done:
+                converted = process(value)
+                if not value:
+                    done[key] = converted
+                out.append(converted)
+            else:
+                out.append(done[key])
     return out
 
 

@@ -372,13 +372,16 @@ def bench_flows(url: str, twin: str, spec: SyntheticSpec, config: ConsolidationC
     beside the same steps without Prefect on ``twin`` (an identical copy; both copies
     go through the flows in the same order, so each flow finds the same store)."""
     from reverie.flows.catalog import FLOWS
+    from reverie.flows.runtime import without_heartbeats
 
     for name in (n for n in FLOW_ORDER if n in names):
         work = None
         if name in FLOW_STEPS:
             with using_database(twin):
                 work = run_plain(name, twin, config)
-        with using_database(url), measured(
+        # Without heartbeats, as a local command runs its flows: the bench's server is
+        # its own too, and ending a heartbeat added 0-1 s to every flow row.
+        with using_database(url), without_heartbeats(), measured(
             f"flow {FLOWS[name].name}", spec.memories, spec.profiles
         ) as row:
             report = FLOWS[name](profile=None, as_of=AS_OF, config=config)

@@ -92,20 +92,16 @@ def use_local_api() -> str | None:
 def local_api() -> Iterator[str | None]:
     """``use_local_api`` for the flow runs inside the ``with``, without Prefect's flow-run
     heartbeats when the API is a local server (shared or temporary); a configured
-    ``PREFECT_API_URL`` keeps them. Heartbeats let an automation mark a run whose process
-    died as crashed, which nobody sets up on a private local server, and ending them
-    holds up every flow run by up to a second (Prefect's heartbeat thread looks for the
-    run's end once a second)."""
+    ``PREFECT_API_URL`` keeps them (see ``flows.runtime.without_heartbeats``)."""
     from reverie.flows.event_delivery import api_configured
+    from reverie.flows.runtime import without_heartbeats
 
     configured = api_configured()
     url = use_local_api()
     if configured:
         yield url
         return
-    from prefect.settings import temporary_settings
-
-    with temporary_settings(updates={"flows.heartbeat_frequency": None}):
+    with without_heartbeats():
         yield url
 
 

@@ -1,13 +1,15 @@
 """Reverie's flows inside Prefect: how a flow is declared (its name, run names and task
-runner), what the run knows of itself (its id, its scheduled start, its logger), and
-waiting for Prefect to have recorded a run made against a temporary server.
+runner), what the run knows of itself (its id, its scheduled start, its logger),
+flow runs without heartbeats on a server of the command's own, and waiting for Prefect
+to have recorded a run made against a temporary server.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +31,18 @@ log = logging.getLogger(__name__)
 HISTORY_WAIT_SECONDS = 15.0
 HISTORY_POLL_SECONDS = 0.5
 HISTORY_PAGE = 200
+
+
+@contextmanager
+def without_heartbeats() -> Iterator[None]:
+    """Flow runs inside the ``with`` send no Prefect heartbeats. Heartbeats let an
+    automation mark a run whose process died as crashed, which nobody sets up on a
+    server a command started for itself; and ending them holds up every flow run by up
+    to a second (Prefect's heartbeat thread looks for the run's end once a second)."""
+    from prefect.settings import temporary_settings
+
+    with temporary_settings(updates={"flows.heartbeat_frequency": None}):
+        yield
 
 
 def task_runner() -> TaskRunner:  # type: ignore[type-arg]

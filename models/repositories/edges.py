@@ -12,7 +12,13 @@ from sqlmodel import Session
 
 from reverie.models import ids
 from reverie.models.records import EdgeView, NewEdge
-from reverie.models.repositories.bulk import bulk_set, chunks, insert_rows, plain_rows
+from reverie.models.repositories.bulk import (
+    bulk_set,
+    chunks,
+    insert_rows,
+    owned_by,
+    plain_rows,
+)
 from reverie.models.repositories.memories import M
 from reverie.models.store import ProfileTx
 from reverie.models.tables import Edge, EdgeKind
@@ -89,7 +95,7 @@ def add_edges(
     for batch in chunks(linked_summaries):
         tx.session.execute(
             update(M)
-            .where(M.c.profile_id == tx.profile)
+            .where(owned_by(M, tx.profile))
             .where(M.c.id.in_(batch))
             .values(linked_at=as_of)
         )

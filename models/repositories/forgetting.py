@@ -15,7 +15,7 @@ from reverie.models.errors import ConflictError
 from reverie.models.records import BlockPlan, MemoryView
 from reverie.models.repositories import blocks as core_blocks
 from reverie.models.repositories.audit import C
-from reverie.models.repositories.bulk import chunks
+from reverie.models.repositories.bulk import chunks, owned_by
 from reverie.models.repositories.edges import E
 from reverie.models.repositories.memories import LIVE, VIEW_COLUMNS, M, V, metadata, view
 from reverie.models.store import ProfileTx
@@ -137,7 +137,7 @@ def forget(
     doomed = [mid for mid, _, _ in delete_]
     for batch in chunks(archive):
         s.execute(
-            update(M).where(M.c.profile_id == profile).where(M.c.id.in_(batch))
+            update(M).where(owned_by(M, profile)).where(M.c.id.in_(batch))
             .values(tier=Tier.COLD, lifecycle=tables.Lifecycle.ARCHIVED)
         )
     if delete_:
@@ -146,7 +146,7 @@ def forget(
             for batch in chunks(doomed)
             for r in s.execute(
                 select(M.c.id, M.c.external_id, M.c.content_hash)
-                .where(M.c.profile_id == profile).where(M.c.id.in_(batch))
+                .where(owned_by(M, profile)).where(M.c.id.in_(batch))
             )
         }
         for mid, score, reason in delete_:
@@ -163,7 +163,7 @@ def forget(
                 )
             s.execute(delete(V).where(V.c.memory_id.in_(batch)))
             s.execute(
-                delete(M).where(M.c.profile_id == profile).where(M.c.id.in_(batch))
+                delete(M).where(owned_by(M, profile)).where(M.c.id.in_(batch))
             )
     s.add(tables.Consolidation(
         id=ids.consolidation_id(profile, operation, as_of.isoformat()),
@@ -201,14 +201,14 @@ def migrate_to_cold(
         for batch in chunks(wanted)
         for r in s.execute(
             select(M.c.id, M.c.tier, M.c.lifecycle, M.c.superseded_by)
-            .where(M.c.profile_id == profile).where(M.c.id.in_(batch))
+            .where(owned_by(M, profile)).where(M.c.id.in_(batch))
         )
     }
     if len(prior) != len(wanted) or any(t != Tier.HOT for t, _, _ in prior.values()):
         raise ConflictError("cold migration: memories changed since they were read")
     for batch in chunks(wanted):
         s.execute(
-            update(M).where(M.c.profile_id == profile).where(M.c.id.in_(batch))
+            update(M).where(owned_by(M, profile)).where(M.c.id.in_(batch))
             .values(tier=Tier.COLD, lifecycle=tables.Lifecycle.ARCHIVED)
         )
     s.add(tables.Consolidation(

@@ -20,6 +20,7 @@ from reverie.models.repositories.bulk import (
     chunks,
     collector_paused,
     insert_rows,
+    owned_by,
     plain_rows,
 )
 from reverie.models.store import ProfileTx
@@ -193,9 +194,10 @@ def snapshot(
 ) -> tuple[list[MemoryView], np.ndarray]:
     """The profile's memories in ``tiers`` and their vectors, row-aligned: ordered by id,
     or only ``ids_`` in their order."""
+    owner = M.c.profile_id == tx.profile if ids_ is None else owned_by(M, tx.profile)
     query = (
         select(*VIEW_COLUMNS, V.c.embedding).select_from(WITH_VECTOR)
-        .where(M.c.profile_id == tx.profile)
+        .where(owner)
         .where(M.c.tier.in_(list(tiers)))
         .order_by(M.c.id)
     )

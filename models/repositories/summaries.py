@@ -19,6 +19,7 @@ from reverie.models.repositories.bulk import (
     chunks,
     collector_paused,
     insert_rows,
+    owned_by,
     plain_rows,
 )
 from reverie.models.repositories.edges import E, upsert_edges
@@ -100,7 +101,7 @@ def apply_summaries(
         for batch in chunks(replaced_by)
         for mid, tier, lifecycle, superseded_by in plain_rows(s,
             select(M.c.id, M.c.tier, M.c.lifecycle, M.c.superseded_by)
-            .where(M.c.profile_id == profile)
+            .where(owned_by(M, profile))
             .where(M.c.id.in_(batch))
         )
     }

@@ -293,8 +293,8 @@ def bench_locomo(
     config: ConsolidationConfig | None = None,
 ) -> LocomoResult:
     """Load, measure, consolidate (decay, then full consolidation), measure again."""
-    from reverie.models.db import dispose
     from reverie.engines.wording import summarizer_for
+    from reverie.models.db import dispose
 
     conversations = load_locomo(path)
     config = config or ConsolidationConfig()

@@ -347,7 +347,7 @@ import numpy as np  # noqa: E402
 
 from reverie.models.config import FORGET_BY_RISK  # noqa: E402
 from reverie.tasks.forget import forget as forget_step  # noqa: E402
-from reverie.tasks.forget import forgetting_risk, risk_action
+from reverie.tasks.forget import forgetting_risk, risk_action  # noqa: E402
 from reverie.tasks.step import StepArgs  # noqa: E402
 
 RISK = ForgetConfig(policy="risk", delete_threshold=0.5)  # deletion armed

@@ -123,6 +123,9 @@ def _converted(values: list[Any], process: Any) -> list[Any]:
     """``process`` applied to each value, once per distinct hashable value (a run's
     timestamps are one or two values over all rows)."""
     done: dict[Any, Any] = {}
+    # Unhashable values (a dict for a JSON column) are converted each on its own, but
+    # an empty one once per type: most edges carry no metadata.
+    empty: dict[type, Any] = {}
     out = []
     for value in values:
         try:
@@ -130,16 +133,13 @@ def _converted(values: list[Any], process: Any) -> list[Any]:
         except KeyError:
             done[value] = converted = process(value)
             out.append(converted)
-        except TypeError:  # unhashable (a dict for a JSON column): each on its own,
-            # but the empty one once per type (most edges carry no metadata).
-            key = ("empty", type(value))
-            if value or key not in done:
-                converted = process(value)
-                if not value:
-                    done[key] = converted
-                out.append(converted)
+        except TypeError:
+            if value:
+                out.append(process(value))
             else:
-                out.append(done[key])
+                if type(value) not in empty:
+                    empty[type(value)] = process(value)
+                out.append(empty[type(value)])
     return out
 
 

@@ -1,11 +1,13 @@
 import json
 from datetime import datetime, timedelta
+from pathlib import Path
 
 import pytest
-from sqlalchemy import update
+from pydantic import ValidationError
+from sqlalchemy import select, update
 
 from reverie.engines.recall import recall
-from reverie.models.db import writing
+from reverie.models.db import dispose, engine_for, writing
 from reverie.models.errors import AmbiguousIdError, NotFoundError
 from reverie.models.export import export_jsonl
 from reverie.models.records import NewEdge
@@ -13,6 +15,9 @@ from reverie.models.repositories import edges as edges_repo
 from reverie.models.repositories import forgetting as forgetting_repo
 from reverie.models.repositories import memories as memories_repo
 from reverie.models.repositories import summaries as summaries_repo
+from reverie.models.repositories.bulk import owned_by
+from reverie.models.repositories.memories import M
+from reverie.models.settings import Settings
 from reverie.models.store import Store
 from reverie.models.tables import EdgeKind, Memory, Tier, Tombstone
 
@@ -93,6 +98,39 @@ def test_an_edge_added_again_keeps_its_larger_weight_and_its_later_strengthening
     add([(a, b, 0.9), (b, c, 0.2)], latest)
     assert stored() == {pair(a, b): (0.9, 0.9, latest), pair(a, c): (0.7, 0.7, later),
                         pair(b, c): (0.2, 0.2, latest)}
+
+
+def test_a_lookup_by_ids_stays_inside_its_profile(store: Store) -> None:
+    ingest_records(store, [record("mine", id="a")], profile="p")
+    ingest_records(store, [record("theirs", id="b")], profile="q")
+    a, b = get_memory(store, "a", "p").id, get_memory(store, "b", "q").id
+
+    def ids_of(profile: str) -> list[str]:
+        with writing(store.url) as s:
+            return sorted(s.execute(
+                select(M.c.id).where(owned_by(M, profile)).where(M.c.id.in_([a, b]))
+            ).scalars())
+
+    assert ids_of("p") == [a]
+    assert ids_of("q") == [b]
+    assert ids_of("nobody") == []
+
+
+def test_a_sqlite_connection_keeps_the_page_cache_the_settings_give(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("REVERIE_SQLITE_CACHE_MIB", "3")
+    url = f"sqlite:///{tmp_path / 'cache.db'}"
+    try:
+        with engine_for(url).connect() as conn:
+            assert conn.exec_driver_sql("PRAGMA cache_size").scalar() == -3 * 1024
+    finally:
+        dispose(url)
+    for allowed in (2, 65_536):
+        assert Settings(sqlite_cache_mib=allowed).sqlite_cache_mib == allowed
+    for refused in (1, 65_537):
+        with pytest.raises(ValidationError):
+            Settings(sqlite_cache_mib=refused)
 
 
 def test_recall_searches_hot_and_deep_adds_cold(store: Store) -> None:

@@ -94,6 +94,11 @@ class SummaryPlan:
     parameters: dict[str, Any] = field(default_factory=dict)
     # What a summarizer reads to reword it, in the order it reads them; never stored.
     sources: tuple[MemoryView, ...] = field(default=(), compare=False, repr=False)
+    # (tier, lifecycle, superseded_by) of each memory it replaces (members and absorbed
+    # summaries), as the plan read them: the write goes ahead only if they still hold
+    # these, and an undo restores them.
+    priors: dict[str, tuple[str, str, str | None]] = field(
+        default_factory=dict, compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True)

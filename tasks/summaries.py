@@ -92,6 +92,7 @@ def summary_plan(
         "meta": dict(template.meta),
         "parameters": parameters,
         "sources": tuple(members),
+        "priors": {m.id: (m.tier, m.lifecycle, m.superseded_by) for m in (*members, *absorbed)},
         **merged_attributes([*hot, *members]),
     }
     fields.update(overrides)

@@ -14,6 +14,7 @@ import pytest
 from sqlalchemy import event, text, update
 
 from reverie.models.backup import backup_lines, restore
+from reverie.models.config import DedupConfig
 from reverie.models.db import engine_for
 from reverie.models.errors import (
     ConflictError,
@@ -26,13 +27,16 @@ from reverie.models.errors import (
     StoreUnavailableError,
     TransientError,
 )
+from reverie.models.records import SummaryPlan
 from reverie.models.repositories import audit, forgetting, summaries
+from reverie.models.repositories.memories import snapshot
 from reverie.models.store import Store
 from reverie.models.tables import Memory, Operation, Profile
 from reverie.models.transient import is_transient, retrying
+from reverie.tasks.dedup import find_duplicates, plan_merges
 
 from conftest import TEST_POSTGRES
-from factories import get_memory, ingest_records, record
+from factories import AS_OF, at_cosine, axis, get_memory, ingest_records, record
 
 T0 = datetime(2025, 7, 1)
 
@@ -133,6 +137,57 @@ def test_members_changed_since_they_were_read_is_a_conflict(store: Store) -> Non
         with store.writing("p") as tx:
             forgetting.migrate_to_cold(tx, [mid], T0 + timedelta(days=1), None, {})
     assert retryable(caught.value)
+
+
+def _three_alike(store: Store) -> list[SummaryPlan]:
+    """One dedup plan over three near-duplicates of profile p, read before any change."""
+    made = (AS_OF - timedelta(days=1)).isoformat()
+    ingest_records(store, [
+        record("the representative of the group", id="r", created_at=made,
+               embedding=axis(0).tolist()),
+        *(record(f"member {k}", id=f"m{k}", created_at=made,
+                 embedding=at_cosine(0.9, other=1 + k).tolist()) for k in range(2)),
+    ], profile="p")
+    with store.reading("p") as tx:
+        memories, vectors = snapshot(tx)
+    config = DedupConfig()
+    (plan,) = plan_merges("p", find_duplicates(memories, vectors, AS_OF, config), {}, config)
+    return [plan]
+
+
+def test_a_summary_whose_member_changed_since_the_plan_is_a_conflict_that_writes_nothing(
+    store: Store,
+) -> None:
+    plans = _three_alike(store)
+    moved = get_memory(store, "m1").id
+    # Between the step's read and its write, something else sends a member cold.
+    with store.writing("p") as tx:
+        forgetting.migrate_to_cold(tx, [moved], AS_OF, None, {})
+    with pytest.raises(ConflictError) as caught:
+        with store.writing("p") as tx:
+            summaries.apply_summaries(tx, plans, AS_OF, None)
+    assert retryable(caught.value)
+    assert plans[0].summary_id in str(caught.value)
+    with store.reading_all() as s:
+        assert s.get(Memory, plans[0].summary_id) is None
+        rest = [get_memory(store, ident) for ident in ("r", "m0")]
+        assert [(m.tier, m.superseded_by) for m in rest] == [("hot", None)] * 2
+        assert get_memory(store, "m1").tier == "cold"  # the other writer's change stands
+    with store.reading("p") as tx:
+        assert not [c for c in audit.consolidations(tx) if c.summary_id == plans[0].summary_id]
+
+
+def test_a_summary_whose_members_held_still_is_written_with_their_priors(store: Store) -> None:
+    (plan,) = _three_alike(store)
+    with store.writing("p") as tx:
+        assert summaries.apply_summaries(tx, [plan], AS_OF, None) == [plan.summary_id]
+    with store.reading("p") as tx:
+        (decision,) = [c for c in audit.consolidations(tx) if c.summary_id == plan.summary_id]
+    assert decision.parameters["prior"] == {
+        mid: ["hot", "active", None] for mid in plan.member_ids}
+    with store.reading_all() as s:
+        assert {s.get(Memory, mid).superseded_by for mid in plan.member_ids} == {
+            plan.summary_id}
 
 
 def test_a_constraint_refusal_is_an_integrity_violation(store: Store) -> None:

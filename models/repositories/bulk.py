@@ -145,52 +145,70 @@ def _converted(values: list[Any], process: Any) -> list[Any]:
 
 def bulk_set(
     s: Session, table: Table, columns: Sequence[str], rows: Sequence[Sequence[Any]],
-    *where: ColumnElement[bool],
-) -> None:
+    *where: ColumnElement[bool], expect: Sequence[str] = (),
+) -> int:
     """Set ``columns`` of many rows of ``table``: each of ``rows`` is an id followed by
-    the new values, in the order of ``columns``; ``where`` narrows the rows matched.
+    the new values, in the order of ``columns``, then the values the row must still
+    hold in the columns ``expect`` names (NULL matching NULL) for it to be set;
+    ``where`` narrows the rows matched. Returns how many rows were set: with
+    ``expect``, fewer than given means some row changed since it was read.
 
     Neither the driver nor SQLAlchemy handles 100k statements: on PostgreSQL the rows
     travel as one array per column and chunk; on SQLite they go to a temporary table
     joined by one UPDATE. Values must be plain scalars (no datetimes): they reach the
     driver as given."""
     if not rows:
-        return
+        return 0
+    keys = ["id", *columns, *(_EXPECTED + name for name in expect)]
+    types = [table.c.id.type, *(table.c[name].type for name in (*columns, *expect))]
     if s.get_bind().dialect.name == "postgresql":
-        _bulk_set_postgres(s, table, columns, rows, where)
-    else:
-        _bulk_set_sqlite(s, table, columns, rows, where)
+        return _bulk_set_postgres(s, table, columns, expect, keys, types, rows, where)
+    return _bulk_set_sqlite(s, table, columns, expect, keys, types, rows, where)
+
+
+# Prefix of a column that carries a value the row must still hold.
+_EXPECTED = "was_"
+
+
+def _bulk_update(
+    table: Table, given: Any, columns: Sequence[str], expect: Sequence[str],
+    where: Sequence[ColumnElement[bool]],
+) -> Any:
+    still = [table.c[name].is_not_distinct_from(given.c[_EXPECTED + name]) for name in expect]
+    return (
+        update(table).where(table.c.id == given.c.id, *where, *still)
+        .values({name: given.c[name] for name in columns})
+    )
 
 
 def _bulk_set_postgres(
-    s: Session, table: Table, columns: Sequence[str], rows: Sequence[Sequence[Any]],
+    s: Session, table: Table, columns: Sequence[str], expect: Sequence[str],
+    keys: Sequence[str], types: Sequence[Any], rows: Sequence[Sequence[Any]],
     where: Sequence[ColumnElement[bool]],
-) -> None:
-    keys = ["id", *columns]
+) -> int:
+    done = 0
     for start in range(0, len(rows), BULK_SET_CHUNK):
         chunk = rows[start:start + BULK_SET_CHUNK]
         arrays = [
-            bindparam(f"a{k}", [r[k] for r in chunk],
-                      type_=ARRAY(table.c[name].type if k else table.c.id.type))
-            for k, name in enumerate(keys)
+            bindparam(f"a{k}", [r[k] for r in chunk], type_=ARRAY(type_))
+            for k, type_ in enumerate(types)
         ]
         given = func.unnest(*arrays).table_valued(*keys).render_derived()
-        s.execute(
-            update(table).where(table.c.id == given.c.id, *where)
-            .values({name: given.c[name] for name in columns})
-        )
+        done += s.execute(_bulk_update(table, given, columns, expect, where)).rowcount  # type: ignore[attr-defined]
+    return done
 
 
 def _bulk_set_sqlite(
-    s: Session, table: Table, columns: Sequence[str], rows: Sequence[Sequence[Any]],
+    s: Session, table: Table, columns: Sequence[str], expect: Sequence[str],
+    keys: Sequence[str], types: Sequence[Any], rows: Sequence[Sequence[Any]],
     where: Sequence[ColumnElement[bool]],
-) -> None:
+) -> int:
     # Keyed by id (WITHOUT ROWID: the rows live in the key's B-tree), so that the UPDATE
     # looks each of the table's rows up by key. At 100k memories this took half the time
     # of the rows as one JSON parameter read through json_each.
     given = Table(
-        f"bulk_{table.name}", MetaData(), Column("id", table.c.id.type, primary_key=True),
-        *(Column(name, table.c[name].type) for name in columns),
+        f"bulk_{table.name}", MetaData(), Column("id", types[0], primary_key=True),
+        *(Column(name, type_) for name, type_ in zip(keys[1:], types[1:], strict=True)),
         prefixes=["TEMPORARY"], sqlite_with_rowid=False,
     )
     connection = s.connection()
@@ -201,8 +219,6 @@ def _bulk_set_sqlite(
     fill = insert(given).prefix_with("OR REPLACE").compile(dialect=connection.dialect)
     with collector_paused():
         connection.exec_driver_sql(str(fill), [tuple(r) for r in rows])
-    s.execute(
-        update(table).where(table.c.id == given.c.id, *where)
-        .values({name: given.c[name] for name in columns})
-    )
+    done = s.execute(_bulk_update(table, given, columns, expect, where)).rowcount  # type: ignore[attr-defined]
     given.drop(connection)
+    return int(done)

@@ -117,8 +117,9 @@ def rules_wording(members: Sequence[MemoryView]) -> str:
         # A word already said is not said again (the summary keeps every word its
         # members used, names, numbers and dates among them, once); a member with
         # nothing new is said whole: its date is a fact too.
-        kept = [t for t in tokens if _norm(t) not in said] or tokens
-        said |= {_norm(t) for t in tokens}
+        normed = [_norm(t) for t in tokens]
+        kept = [t for t, n in zip(tokens, normed, strict=True) if n not in said] or tokens
+        said.update(normed)
         text = " ".join(kept).rstrip(".;")
         if days and days[-1][0].date() == m.created_at.date():
             days[-1][1].append(text)

@@ -73,6 +73,11 @@ def undone_summaries(tx: ProfileTx) -> set[str]:
     )
 
 
+# What a summary changes in each memory it replaces, and checks first (in the order of
+# ``SummaryPlan.priors``).
+MOVED = ("tier", "lifecycle", "superseded_by")
+
+
 def apply_summaries(
     tx: ProfileTx, plans: Sequence[SummaryPlan], as_of: datetime, run_id: str | None
 ) -> list[str]:
@@ -108,8 +113,7 @@ def apply_summaries(
     defaults = memory_defaults()
     insert_rows(s, M, [defaults | _summary_row(profile, plan) for plan in todo])
     put_vectors(s, {plan.summary_id: plan.embedding for plan in todo}, replace=False)
-    moved = bulk_set(s, M, ["tier", "lifecycle", "superseded_by"], moves,
-                     M.c.profile_id == profile, expect=["tier", "lifecycle", "superseded_by"])
+    moved = bulk_set(s, M, MOVED, moves, M.c.profile_id == profile, expect=MOVED)
     if moved != len({move[0] for move in moves}):
         raise ConflictError(
             f"summary {_changed_since_read(tx, todo, replaced)}: members changed since "

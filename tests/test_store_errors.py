@@ -177,6 +177,21 @@ def test_a_summary_whose_member_changed_since_the_plan_is_a_conflict_that_writes
         assert not [c for c in audit.consolidations(tx) if c.summary_id == plans[0].summary_id]
 
 
+def test_a_member_still_hot_but_promoted_since_the_plan_is_a_conflict_too(store: Store) -> None:
+    # The audit keeps the lifecycle for undo: a lifecycle other than the one read
+    # would be restored wrongly, so it must hold as well, not only tier and supersession.
+    plans = _three_alike(store)
+    promoted = get_memory(store, "m0").id
+    with store.writing("p") as tx:
+        tx.session.execute(update(Memory).where(Memory.id == promoted)
+                           .values(lifecycle="promoted"))
+    with pytest.raises(ConflictError):
+        with store.writing("p") as tx:
+            summaries.apply_summaries(tx, plans, AS_OF, None)
+    with store.reading_all() as s:
+        assert s.get(Memory, plans[0].summary_id) is None
+
+
 def test_a_summary_whose_members_held_still_is_written_with_their_priors(store: Store) -> None:
     (plan,) = _three_alike(store)
     with store.writing("p") as tx:

@@ -76,6 +76,14 @@ class Settings(BaseSettings):
         "(SQLite's own default is 2): a step at 100k memories rereads and rewrites "
         "indexes far larger than that. Taken only as pages are used.",
     )
+    write_ahead_seconds: float = Field(
+        5.0, ge=0, le=600,
+        description="When a step's new summaries are still being embedded, its write "
+        "begins once the model has about this many seconds of work left, so that the "
+        "store's work and the model's overlap. The write then holds the store's write "
+        "lock up to this much longer than the write alone; 0 writes only after the "
+        "last vector.",
+    )
     # Longest memory the store accepts, in characters.
     max_content_chars: int = Field(32_000, ge=1)
     # Characters of memory content shown in artifacts and reports; 0 hides content.

@@ -130,14 +130,11 @@ def learning_plan(
     )
 
 
-def word_learning(plans: list[SummaryPlan], summarizer: Summarizer) -> list[SummaryPlan]:
+def word_learning(plan: SummaryPlan, summarizer: Summarizer) -> SummaryPlan:
     """linksee's ``use_llm``: the model words each learning memory from its notes,
     checked as every wording is; where it gives none, the rules' exemplars stay."""
-    worded = []
-    for plan in plans:
-        text = summarizer.compress(plan.sources) if plan.sources else None
-        worded.append(plan if text is None else reworded(plan, text, summarizer.mode))
-    return worded
+    text = summarizer.compress(plan.sources) if plan.sources else None
+    return plan if text is None else reworded(plan, text, summarizer.mode)
 
 
 def plan_cold(

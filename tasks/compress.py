@@ -22,7 +22,7 @@ and it is never compressed again.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 
 import numpy as np
@@ -162,6 +162,19 @@ def plan_compression(
 ) -> list[SummaryPlan]:
     """One summary plan per group of similar fading memories of the same kind and entity,
     worded by the rules."""
+    return list(compression_plans(profile, as_of, memories, vectors, config, search))
+
+
+def compression_plans(
+    profile: str,
+    as_of: datetime,
+    memories: Sequence[MemoryView],
+    vectors: np.ndarray,
+    config: CompressConfig,
+    search: SearchConfig = DEFAULT_SEARCH,
+) -> Iterator[SummaryPlan]:
+    """``plan_compression``'s plans one subject at a time, as they are made: the step
+    hands each to the model while it plans the next."""
     parameters = {
         "max_relevance": config.max_relevance,
         "similarity": config.similarity,
@@ -169,7 +182,6 @@ def plan_compression(
         "max_group_size": config.max_group_size,
         "mode": "rules",
     }
-    plans: list[SummaryPlan] = []
     rows = [i for i, m in enumerate(memories) if is_candidate(m, config)]
 
     # One entity per summary: its subject is said once, and facts about two people never
@@ -185,26 +197,18 @@ def plan_compression(
             # originals of earlier summaries need not be read.
             hot = [candidates[i] for i in group]
             ordered = sorted(hot, key=lambda m: (m.created_at, m.id))
-            plans.append(
-                summary_plan(
-                    profile, OPERATION, hot, {}, rules_wording(ordered), hot[0],
-                    dict(parameters), link_weight=config.link_weight, sources=tuple(ordered),
-                    # Fresh: a summary dated at its oldest member would be born fading.
-                    created_at=as_of, meta={**hot[0].meta, **member_dates(ordered)},
-                )
+            yield summary_plan(
+                profile, OPERATION, hot, {}, rules_wording(ordered), hot[0],
+                dict(parameters), link_weight=config.link_weight, sources=tuple(ordered),
+                # Fresh: a summary dated at its oldest member would be born fading.
+                created_at=as_of, meta={**hot[0].meta, **member_dates(ordered)},
             )
-    return plans
 
 
-def word_compressions(plans: list[SummaryPlan], summarizer: Summarizer) -> list[SummaryPlan]:
-    """The plans in the summarizer's words, dated by their members, where it gives any."""
-    worded = []
-    for plan in plans:
-        text = summarizer.compress(plan.sources)
-        worded.append(
-            reworded(plan, dated(text, plan.sources), summarizer.mode) if text else plan
-        )
-    return worded
+def word_compression(plan: SummaryPlan, summarizer: Summarizer) -> SummaryPlan:
+    """The plan in the summarizer's words, dated by its members, where it gives any."""
+    text = summarizer.compress(plan.sources)
+    return reworded(plan, dated(text, plan.sources), summarizer.mode) if text else plan
 
 
 def nothing_to_compress_note(fading: int, config: CompressConfig) -> list[str]:
@@ -224,16 +228,18 @@ def compress_fading(store: Store, args: StepArgs) -> StepReport:
         vetoed = undone_summaries(tx)
         stale = relevance_notes(tx, args.as_of, any(m.relevance is not None for m in memories),
                                 args.config.decay)
-    plans = plan_compression(
-        args.profile, args.as_of, memories, vectors, config, args.config.search,
-    )
     report = StepReport(
         "compress_fading", args.profile, examined=sum(is_candidate(m, config) for m in memories)
     )
     report.notes += stale
-    if not plans:
+    plans = write_summaries(
+        store, args,
+        compression_plans(args.profile, args.as_of, memories, vectors, config,
+                          args.config.search),
+        vetoed, word_compression, report,
+    )
+    if not plans and not report.skipped:
         report.notes += nothing_to_compress_note(report.examined, config)
-    plans = write_summaries(store, args, plans, vetoed, word_compressions, report)
     for plan in plans:
         detail = f"{len(plan.member_ids)} fading {plan.kind} memories"
         report.record(Change("compressed", plan.summary_id, detail, preview(plan.content)))

@@ -150,15 +150,11 @@ def plan_merges(
     return plans
 
 
-def word_merges(plans: list[SummaryPlan], summarizer: Summarizer) -> list[SummaryPlan]:
-    """The plans in the summarizer's words, where it gives other words than the
+def word_merge(plan: SummaryPlan, summarizer: Summarizer) -> SummaryPlan:
+    """The plan in the summarizer's words, where it gives other words than the
     representative's (which keep the representative's vector)."""
-    worded = []
-    for plan in plans:
-        text = summarizer.merge(plan.sources)
-        changed = text and text != plan.content
-        worded.append(reworded(plan, text, summarizer.mode) if changed else plan)
-    return worded
+    text = summarizer.merge(plan.sources)
+    return reworded(plan, text, summarizer.mode) if text and text != plan.content else plan
 
 
 def nothing_merged_note(candidates: int, config: DedupConfig) -> list[str]:
@@ -236,7 +232,7 @@ def _merge(
     plans = plan_merges(args.profile, found, originals, config.dedup)
     if not plans:
         report.notes += nothing_merged_note(report.examined, config.dedup)
-    plans = write_summaries(store, args, plans, vetoed, word_merges, report)
+    plans = write_summaries(store, args, plans, vetoed, word_merge, report)
     for plan in plans:
         absorbing = (
             f", absorbing {len(plan.absorbed_ids)} earlier summaries" if plan.absorbed_ids else ""

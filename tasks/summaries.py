@@ -10,11 +10,11 @@ is left, embed the texts worded afresh, and write it all in one transaction.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import TypeVar
 
+from reverie.engines.background_embedding import BackgroundEmbedding
 from reverie.engines.embedding import embedder_for
 from reverie.engines.wording import Summarizer, fallback_notes, summarizer_for
 from reverie.models import ids
@@ -22,7 +22,6 @@ from reverie.models.records import MemoryView, MetaPlan, SummaryPlan
 from reverie.models.repositories.summaries import apply_summaries
 from reverie.models.store import Store
 from reverie.models.tables import SUMMARY_ORIGINS
-from reverie.models.vectors import to_blob
 from reverie.tasks.step import Change, StepArgs, StepReport
 
 
@@ -99,28 +98,13 @@ def summary_plan(
     return SummaryPlan(**fields)  # type: ignore[arg-type]
 
 
-def embed_new_wordings(store: Store, plans: list[SummaryPlan]) -> list[SummaryPlan]:
-    """Give every summary worded afresh (no vector yet) its own embedding."""
-    fresh = [p for p in plans if p.embedding is None]
-    if not fresh:
-        return plans
-    embedder = embedder_for(store.settings)
-    vectors = embedder.encode([p.content for p in fresh])
-    model = embedder.name
-    replaced = {
-        p.summary_id: replace(p, embedding=to_blob(v), embedding_model=model)
-        for p, v in zip(fresh, vectors, strict=True)
-    }
-    return [replaced.get(p.summary_id, p) for p in plans]
-
-
-Wording = Callable[[list[SummaryPlan], Summarizer], list[SummaryPlan]]
+Wording = Callable[[SummaryPlan, Summarizer], SummaryPlan]
 
 
 def write_summaries(
     store: Store,
     args: StepArgs,
-    plans: list[SummaryPlan],
+    plans: Iterable[SummaryPlan],
     vetoed: set[str],
     word: Wording,
     report: StepReport,
@@ -128,17 +112,36 @@ def write_summaries(
     """Write the plans an operator has not vetoed (``vetoed``: the profile's undone
     summaries), each worded by ``word`` with the run's summarizer (which is asked
     nothing for a vetoed plan) and with its own vector; note vetoes and model
-    fallbacks in ``report``. Returns what was written."""
-    kept = drop_vetoed(vetoed, plans, lambda p: p.summary_id, report)
+    fallbacks in ``report``. Returns what was written.
+
+    ``plans`` may be a generator: each plan worded afresh goes to the model as soon as
+    it is worded, and the model embeds on a worker thread while the step goes on
+    planning and wording. The write begins when the model has about
+    ``write_ahead_seconds`` of work left, and stores the vectors last."""
     summarizer = summarizer_for(args.config.summarizer)
-    kept = word(kept, summarizer)
-    started = time.perf_counter()
-    kept = embed_new_wordings(store, kept)
-    report.embedding_seconds = round(time.perf_counter() - started, 4)
-    with store.writing(args.profile) as tx:
-        apply_summaries(tx, kept, args.as_of, args.run_id)
+    settings = store.settings
+    kept: list[SummaryPlan] = []
+    with BackgroundEmbedding(lambda: embedder_for(settings)) as embedding:
+        for plan in plans:
+            if plan.summary_id in vetoed:
+                note_veto(plan.summary_id, len(plan.member_ids), report)
+                continue
+            plan = word(plan, summarizer)
+            if plan.embedding is None:
+                embedding.add(plan.summary_id, plan.content)
+            kept.append(plan)
+        embedding.close()
+        embedding.wait(settings.write_ahead_seconds)
+        model = embedding.model_name()
+        kept = [p if p.embedding is not None else replace(p, embedding_model=model)
+                for p in kept]
+        with store.writing(args.profile) as tx:
+            apply_summaries(tx, kept, args.as_of, args.run_id, vectors=embedding.vectors)
+        late = embedding.vectors()
+    report.embedding_seconds = round(embedding.seconds, 4)
     report.notes += fallback_notes(summarizer)
-    return kept
+    return [p if p.embedding is not None else replace(p, embedding=late[p.summary_id])
+            for p in kept]
 
 
 def reworded(plan: SummaryPlan, content: str, mode: str, **changes: object) -> SummaryPlan:
@@ -157,7 +160,12 @@ def drop_vetoed(
     ``undone_summaries``); vetoes are noted in ``report``."""
     for plan in plans:
         if key(plan) in vetoed:
-            report.skipped += 1
-            detail = f"{len(plan.member_ids)} memories: undone by an operator, not redone"
-            report.record(Change("vetoed", key(plan), detail), counts=False)
+            note_veto(key(plan), len(plan.member_ids), report)
     return [p for p in plans if key(p) not in vetoed]
+
+
+def note_veto(summary_id: str, members: int, report: StepReport) -> None:
+    """Say in ``report`` that a plan an operator undid was not made again."""
+    report.skipped += 1
+    detail = f"{members} memories: undone by an operator, not redone"
+    report.record(Change("vetoed", summary_id, detail), counts=False)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -11,7 +11,7 @@ from sqlalchemy import delete, or_, select, update
 from sqlmodel import Session
 
 from reverie.models import ids, tables
-from reverie.models.errors import ConflictError, NotFoundError, RefusedError
+from reverie.models.errors import ConflictError, EmbeddingError, NotFoundError, RefusedError
 from reverie.models.records import MemoryView, NewEdge, SummaryPlan
 from reverie.models.repositories import audit
 from reverie.models.repositories.bulk import (
@@ -79,7 +79,8 @@ MOVED = ("tier", "lifecycle", "superseded_by")
 
 
 def apply_summaries(
-    tx: ProfileTx, plans: Sequence[SummaryPlan], as_of: datetime, run_id: str | None
+    tx: ProfileTx, plans: Sequence[SummaryPlan], as_of: datetime, run_id: str | None,
+    vectors: Callable[[], Mapping[str, bytes]] | None = None,
 ) -> list[str]:
     """Write each summary, move what it replaces to cold with ``superseded_by``, link
     the summary to its originals with provenance edges and audit the decision, with
@@ -87,7 +88,9 @@ def apply_summaries(
     (its audit row exists: a retried step, or a merge an operator undid) is skipped.
     What a plan replaces must still be as the plan read it (``SummaryPlan.priors``),
     else nothing is written (``ConflictError``: a fresh read and plan will see the new
-    state). Returns the summaries written."""
+    state). ``vectors`` gives the vectors of the plans that have none yet, by summary
+    id; it is asked last, after every other row is written, because the model may still
+    be embedding them. Returns the summaries written."""
     s, profile = tx.session, tx.profile
     audit_ids = {
         plan.summary_id: ids.consolidation_id(profile, plan.operation, plan.summary_id)
@@ -112,7 +115,6 @@ def apply_summaries(
     # inserting them.
     defaults = memory_defaults()
     insert_rows(s, M, [defaults | _summary_row(profile, plan) for plan in todo])
-    put_vectors(s, {plan.summary_id: plan.embedding for plan in todo}, replace=False)
     moved = bulk_set(s, M, MOVED, moves, M.c.profile_id == profile, expect=MOVED)
     if moved != len({move[0] for move in moves}):
         raise ConflictError(
@@ -136,7 +138,22 @@ def apply_summaries(
         }
         for plan in todo
     ])
+    put_vectors(s, _vectors(todo, vectors), replace=False)
     return [plan.summary_id for plan in todo]
+
+
+def _vectors(
+    plans: Sequence[SummaryPlan], late: Callable[[], Mapping[str, bytes]] | None
+) -> dict[str, bytes]:
+    """Each plan's vector: its own, or the one ``late`` gives for it."""
+    given = late() if late is not None and any(p.embedding is None for p in plans) else {}
+    out: dict[str, bytes] = {}
+    for plan in plans:
+        blob = plan.embedding if plan.embedding is not None else given.get(plan.summary_id)
+        if blob is None:
+            raise EmbeddingError(f"summary {plan.summary_id}: no vector to store")
+        out[plan.summary_id] = blob
+    return out
 
 
 def _changed_since_read(

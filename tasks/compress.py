@@ -152,19 +152,6 @@ def member_dates(members: Sequence[MemoryView]) -> dict[str, object]:
     }
 
 
-def plan_compression(
-    profile: str,
-    as_of: datetime,
-    memories: Sequence[MemoryView],
-    vectors: np.ndarray,
-    config: CompressConfig,
-    search: SearchConfig = DEFAULT_SEARCH,
-) -> list[SummaryPlan]:
-    """One summary plan per group of similar fading memories of the same kind and entity,
-    worded by the rules."""
-    return list(compression_plans(profile, as_of, memories, vectors, config, search))
-
-
 def compression_plans(
     profile: str,
     as_of: datetime,
@@ -173,7 +160,8 @@ def compression_plans(
     config: CompressConfig,
     search: SearchConfig = DEFAULT_SEARCH,
 ) -> Iterator[SummaryPlan]:
-    """``plan_compression``'s plans one subject at a time, as they are made: the step
+    """One summary plan per group of similar fading memories of the same kind and entity,
+    worded by the rules; given one subject at a time, as they are made, so that the step
     hands each to the model while it plans the next."""
     parameters = {
         "max_relevance": config.max_relevance,

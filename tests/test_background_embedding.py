@@ -52,8 +52,7 @@ class Gated:
 def test_the_vectors_are_one_encode_of_every_text_in_the_order_handed_in(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(background_embedding, "MIN_CHUNK", 50)
-    monkeypatch.setattr(background_embedding, "MAX_CHUNK", 64)
+    chunks_of(monkeypatch, 50, 64)
     model = get_embedder()
     with BackgroundEmbedding(lambda: model) as embedding:
         for i, text in enumerate(TEXTS):
@@ -83,8 +82,7 @@ def test_nothing_handed_in_loads_no_model_and_starts_no_thread() -> None:
 def test_the_first_chunk_waits_for_min_chunk_texts_then_chunks_take_what_waits(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(background_embedding, "MIN_CHUNK", 3)
-    monkeypatch.setattr(background_embedding, "MAX_CHUNK", 4)
+    chunks_of(monkeypatch, 3, 4)
     model = Gated()
     with BackgroundEmbedding(lambda: model) as embedding:
         for i in range(2):
@@ -118,8 +116,7 @@ def eventually(check: Callable[[], object], seconds: float = 30.0) -> bool:
 def test_wait_with_time_to_spare_returns_only_after_close_and_once_the_rest_is_short(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(background_embedding, "MIN_CHUNK", 10)
-    monkeypatch.setattr(background_embedding, "MAX_CHUNK", 10)
+    chunks_of(monkeypatch, 10, 10)
     model = Gated()
     returned = threading.Event()
     with BackgroundEmbedding(lambda: model) as embedding:
@@ -142,13 +139,11 @@ def test_wait_with_time_to_spare_returns_only_after_close_and_once_the_rest_is_s
 def test_a_model_failure_reaches_the_caller_and_stops_the_worker(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(background_embedding, "MIN_CHUNK", 2)
-    monkeypatch.setattr(background_embedding, "MAX_CHUNK", 2)
+    chunks_of(monkeypatch, 2, 2)
     model = Gated(fail_on=2)
     with pytest.raises(RuntimeError, match="injected"):
         with BackgroundEmbedding(lambda: model) as embedding:
-            for i in range(6):
-                embedding.add(f"k{i}", TEXTS[i])
+            hand_in(embedding, 6)
             for _ in range(3):
                 model.gate.release()
             embedding.vectors()
@@ -158,8 +153,7 @@ def test_a_model_failure_reaches_the_caller_and_stops_the_worker(
 def test_leaving_early_waits_for_the_chunk_in_flight_and_starts_no_other(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(background_embedding, "MIN_CHUNK", 2)
-    monkeypatch.setattr(background_embedding, "MAX_CHUNK", 2)
+    chunks_of(monkeypatch, 2, 2)
     model = Gated()
 
     def open_gate_later() -> None:
@@ -168,12 +162,21 @@ def test_leaving_early_waits_for_the_chunk_in_flight_and_starts_no_other(
 
     with pytest.raises(KeyError):
         with BackgroundEmbedding(lambda: model) as embedding:
-            for i in range(6):
-                embedding.add(f"k{i}", TEXTS[i])
+            hand_in(embedding, 6)
             threading.Thread(target=open_gate_later).start()
             raise KeyError("the step failed while the model was embedding")
     assert model.chunks == [2]
     assert not any(t.name == "reverie-embedding" for t in threading.enumerate())
+
+
+def chunks_of(monkeypatch: pytest.MonkeyPatch, first: int, most: int) -> None:
+    monkeypatch.setattr(background_embedding, "MIN_CHUNK", first)
+    monkeypatch.setattr(background_embedding, "MAX_CHUNK", most)
+
+
+def hand_in(embedding: BackgroundEmbedding, count: int) -> None:
+    for i in range(count):
+        embedding.add(f"k{i}", TEXTS[i])
 
 
 def test_add_after_close_is_refused() -> None:
@@ -189,8 +192,7 @@ def test_a_write_begun_before_the_last_vector_stores_what_a_write_after_it_store
     ahead: str, new_store: Callable[[str], Store], monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # 600 s: the write begins as soon as the model has a pace, before most vectors exist.
-    monkeypatch.setattr(background_embedding, "MIN_CHUNK", 1)
-    monkeypatch.setattr(background_embedding, "MAX_CHUNK", 1)
+    chunks_of(monkeypatch, 1, 1)
     rows, _ = records(SYNTHETIC)
     stores = {}
     for name, seconds in (("after", "0"), ("ahead", ahead)):

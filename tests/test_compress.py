@@ -6,7 +6,7 @@ from hypothesis import strategies as st
 
 from reverie.models.config import CompressConfig
 from reverie.models.tables import Lifecycle, Origin, Tier
-from reverie.tasks.compress import is_candidate, plan_compression, rules_wording
+from reverie.tasks.compress import compression_plans, is_candidate, rules_wording
 
 from factories import AS_OF, at_cosine, axis, below, view
 
@@ -22,7 +22,7 @@ def fading(n: int, cos: float = 0.9, **fields):
 
 
 def plan(memories, vectors, config=CONFIG):
-    return plan_compression("p", AS_OF, memories, np.stack(vectors), config)
+    return list(compression_plans("p", AS_OF, memories, np.stack(vectors), config))
 
 
 def test_relevance_must_be_strictly_below_020() -> None:

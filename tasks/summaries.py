@@ -112,7 +112,8 @@ def write_summaries(
     """Write the plans an operator has not vetoed (``vetoed``: the profile's undone
     summaries), each worded by ``word`` with the run's summarizer (which is asked
     nothing for a vetoed plan) and with its own vector; note vetoes and model
-    fallbacks in ``report``. Returns what was written.
+    fallbacks in ``report``. Returns what was written (a plan worded afresh names its
+    model; its vector is in the store, not on the plan).
 
     ``plans`` may be a generator: each plan worded afresh goes to the model as soon as
     it is worded, and the model embeds on a worker thread while the step goes on
@@ -137,11 +138,9 @@ def write_summaries(
                 for p in kept]
         with store.writing(args.profile) as tx:
             apply_summaries(tx, kept, args.as_of, args.run_id, vectors=embedding.vectors)
-        late = embedding.vectors()
     report.embedding_seconds = round(embedding.seconds, 4)
     report.notes += fallback_notes(summarizer)
-    return [p if p.embedding is not None else replace(p, embedding=late[p.summary_id])
-            for p in kept]
+    return kept
 
 
 def reworded(plan: SummaryPlan, content: str, mode: str, **changes: object) -> SummaryPlan:

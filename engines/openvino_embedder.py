@@ -22,6 +22,7 @@ import json
 import logging
 import os
 import shutil
+import sys
 import tempfile
 import threading
 import warnings
@@ -29,7 +30,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
-import openvino as ov
 from tokenizers import Tokenizer
 
 from reverie.engines.torch_embedder import (
@@ -41,6 +41,18 @@ from reverie.engines.torch_embedder import (
 )
 from reverie.models.errors import EmbeddingError
 from reverie.models.settings import EmbeddingBackend
+
+# OpenVINO sends usage telemetry on import unless ~/intel/openvino_telemetry says no:
+# its package forks the whole process from a thread of its own to reach Google
+# Analytics. A memory store's process must not phone home, and a fork while another
+# thread is inside an OpenBLAS call leaves that call waiting forever for BLAS threads
+# the fork shut down (a full consolidation hung in compression's planning, with the
+# model loading on the embedding thread). Without the package, OpenVINO falls back to
+# its own stub, which sends nothing. A process that imported it already keeps it.
+# Set here, where importing this module is what loads OpenVINO, and before it does.
+sys.modules.setdefault("openvino_telemetry", None)  # type: ignore[arg-type]
+
+import openvino as ov  # noqa: E402
 
 log = logging.getLogger(__name__)
 

@@ -25,8 +25,8 @@ from reverie.models.errors import EmbeddingError
 from reverie.models.settings import EmbeddingBackend, Settings, get_settings
 from reverie.models.vectors import DIMENSION
 
-ov = pytest.importorskip("openvino")
-from reverie.engines import openvino_embedder  # noqa: E402
+# Ours first: it keeps OpenVINO's telemetry from forking this process (see below).
+openvino_embedder = pytest.importorskip("reverie.engines.openvino_embedder")
 from reverie.engines.openvino_embedder import (  # noqa: E402
     MANIFEST,
     MIN_COSINE,
@@ -61,6 +61,27 @@ def ov_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("openvino-cache")
     cached_model(MODEL, folder)
     return folder
+
+
+def test_loading_openvino_neither_forks_nor_phones_home(ov_cache: Path, tmp_path: Path) -> None:
+    # A fresh process, without the CI variables that would silence the telemetry anyway,
+    # and a home of its own, where the telemetry keeps its client id.
+    script = f"""
+import os, sys, threading, time
+from pathlib import Path
+forks = []
+os.register_at_fork(before=lambda: forks.append(threading.current_thread().name))
+from reverie.engines.openvino_embedder import OpenVinoEmbedder
+from reverie.engines.torch_embedder import default_model_path
+OpenVinoEmbedder(default_model_path(), 8, Path({str(ov_cache)!r})).encode(["hello"])
+time.sleep(3)  # the telemetry sends from a thread of its own, a moment after the import
+print(forks, sys.modules.get("openvino_telemetry"))
+"""
+    env = {k: v for k, v in os.environ.items() if k not in ("CI", "TF_BUILD", "JENKINS_URL")}
+    done = subprocess.run([sys.executable, "-c", script], env=env | {"HOME": str(tmp_path)},
+                          capture_output=True, text=True, timeout=300, check=True)
+    assert done.stdout.split() == ["[]", "None"]
+    assert not (tmp_path / "intel").exists()
 
 
 @pytest.fixture(scope="session")

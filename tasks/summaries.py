@@ -129,7 +129,7 @@ def write_summaries(
                 continue
             plan = word(plan, summarizer)
             if plan.embedding is None:
-                embedding.add(plan.summary_id, plan.content)
+                embedding.add(plan.summary_id, plan.gist or plan.content)
             kept.append(plan)
         embedding.close()
         embedding.wait(settings.write_ahead_seconds)
@@ -144,7 +144,9 @@ def write_summaries(
 
 
 def reworded(plan: SummaryPlan, content: str, mode: str, **changes: object) -> SummaryPlan:
-    """``plan`` in a summarizer's words: worded afresh, it will get its own vector."""
+    """``plan`` in a summarizer's words: worded afresh, it will get its own vector (made
+    from the whole ``content`` unless ``changes`` give a ``gist``)."""
+    changes = {"gist": None, **changes}
     return replace(plan, content=content, embedding=None, embedding_model=None,  # type: ignore[arg-type]
                    parameters={**plan.parameters, "mode": mode}, **changes)
 

@@ -127,9 +127,23 @@ def test_rules_wording_groups_by_day_says_the_year_once_and_the_subject_once() -
         view("c", entity="Ann", created_at=may12, content="Ann ran 5 km in Oslo."),
         view("d", entity="Ann", created_at=jan2, content="Ann's race in Oslo was fun."),
     ]
-    assert rules_wording(members) == (
+    assert rules_wording(members).text == (
         "Ann - 8 May 2023: adopted a cat named Tom; feeds the twice day. "
         "12 May: ran 5 km in Oslo. 2 January 2024: Ann's race was fun.")
+    # What the model embeds: the same words, the dates that head the days left out.
+    assert rules_wording(members).gist == (
+        "Ann - adopted a cat named Tom; feeds the twice day. ran 5 km in Oslo. "
+        "Ann's race was fun.")
+
+
+def test_a_plan_embeds_its_gist_and_a_rewording_without_one_embeds_its_text() -> None:
+    from reverie.tasks.summaries import reworded
+
+    (p,) = plan(*fading(3))
+    assert p.content == "23 March 2025: fact 0. 24 March: 1. 25 March: 2."
+    assert p.gist == "fact 0. 1. 2."
+    assert reworded(p, "facts 0 to 2.", "llm").gist is None
+    assert reworded(p, "D: facts 0 to 2.", "llm", gist="facts 0 to 2.").gist == "facts 0 to 2."
 
 
 def test_rules_wording_does_not_say_a_word_twice_but_says_each_date() -> None:
@@ -137,7 +151,7 @@ def test_rules_wording_does_not_say_a_word_twice_but_says_each_date() -> None:
                view("b", content="Bo liked the LGBTQ support group a lot."),
                view("c", content="Bo went to the LGBTQ support group.",
                     created_at=AS_OF - timedelta(days=1))]
-    wording = rules_wording(members)
+    wording = rules_wording(members).text
     assert wording.count("LGBTQ") == 2 and wording.count("support") == 2  # c: nothing new
     assert wording.count("liked") == 1
 
@@ -158,9 +172,10 @@ def test_rules_wording_keeps_every_word_name_number_and_date(rows) -> None:
               created_at=datetime(2022, 1, 1) + timedelta(days=days))
          for i, (text, days, entity) in enumerate(rows)),
         key=lambda m: (m.created_at, m.id))
-    wording = rules_wording(members)
+    wording, gist = rules_wording(members)
     for m in members:
         assert words(m.content) <= words(wording)
+        assert words(m.content) <= words(gist)
         d = m.created_at
         assert {str(d.day), d.strftime("%B").lower(), str(d.year)} <= words(wording)
 

@@ -98,10 +98,14 @@ def test_compression_replaces_fading_memories_by_a_summary(fading_store: Store) 
     assert summary["tier"] == Tier.HOT and summary["embedding_sha256"]
     edges = [r for r in export_rows(fading_store.url, "p") if r["type"] == "edge"]
     assert sorted((e["kind"], e["weight"]) for e in edges) == [(EdgeKind.CONSOLIDATION, 0.8)] * 7
-    # The summary has a vector of its own words, not one of its originals'.
+    # The summary has a vector of its own words, not one of its originals', and without
+    # the dates that head its days: its members' vectors hold no date either.
+    assert summary["content"].endswith(": 6.")
+    gist = "hiked trail number 0 in spring. 1. 2. 3. 4. 5. 6."
     vector = stored_vector(fading_store, summary["id"])
-    words = embedder_of(fading_store).encode([summary["content"]])[0]
+    words, dated = embedder_of(fading_store).encode([gist, summary["content"]])
     assert float(np.dot(vector, words)) == pytest.approx(1.0, abs=1e-5)
+    assert float(np.dot(vector, dated)) < 0.99
 
 
 def test_deep_recall_finds_originals_and_names_their_summary(fading_store: Store) -> None:
@@ -277,6 +281,20 @@ def test_llm_compression_and_its_fallback(fading_store: Store, llm) -> None:
     assert step.notes == ["llm: 1 wording(s) fell back to rules (compress: HTTP 500)"]
     summary = next(m for m in memories(fading_store).values() if m["origin"] == "compress")
     assert summary["content"].startswith(f"{first.day} {first:%B %Y}: hiked trail")
+
+
+def test_a_model_worded_compression_is_embedded_without_its_dates(
+        fading_store: Store, llm) -> None:
+    compress(profile="p", as_of=AS_OF, config=ConsolidationConfig(summarizer="llm"))
+    summary = next(m for m in memories(fading_store).values() if m["origin"] == "compress")
+    first, last = AS_OF - timedelta(days=300), AS_OF - timedelta(days=294)
+    span = f"{first.day} {first:%B %Y} to {last.day} {last:%B %Y}: "
+    assert summary["content"].startswith(span)  # the model's words, not the rules'
+    words, dated = embedder_of(fading_store).encode(
+        [summary["content"].removeprefix(span), summary["content"]])
+    vector = stored_vector(fading_store, summary["id"])
+    assert float(np.dot(vector, words)) == pytest.approx(1.0, abs=1e-5)
+    assert float(np.dot(vector, dated)) < 0.99
 
 
 def test_llm_words_the_prose_blocks(sample_store: Store, llm) -> None:

@@ -108,7 +108,7 @@ class Digest(NamedTuple):
     # The same words without the dates that head the days: a member's vector holds no
     # date (its date is metadata), nor then does its summary's. The headers were a
     # quarter of the tokens the model embeds at 100k; on LoCoMo, answers found stay
-    # within a question of the dated vectors' (BENCHMARKS, seventh session).
+    # within a question of the dated vectors' (README, Quality).
     gist: str
 
 

@@ -92,9 +92,8 @@ class SummaryPlan:
     embedding_model: str | None = None
     meta: dict[str, Any] = field(default_factory=dict)
     parameters: dict[str, Any] = field(default_factory=dict)
-    # The words a fresh vector is made from, when not the whole ``content``: a
-    # compression without the dates that head its days. A member's vector holds no
-    # date (dates are metadata), so neither does its summary's; never stored.
+    # The words a fresh vector is made from, when not the whole ``content`` (a
+    # compression's, without its dates: see ``tasks.compress.Digest``); never stored.
     gist: str | None = field(default=None, compare=False, repr=False)
     # What a summarizer reads to reword it, in the order it reads them; never stored.
     sources: tuple[MemoryView, ...] = field(default=(), compare=False, repr=False)

@@ -143,11 +143,12 @@ def write_summaries(
     return kept
 
 
-def reworded(plan: SummaryPlan, content: str, mode: str, **changes: object) -> SummaryPlan:
-    """``plan`` in a summarizer's words: worded afresh, it will get its own vector (made
-    from the whole ``content`` unless ``changes`` give a ``gist``)."""
-    changes = {"gist": None, **changes}
-    return replace(plan, content=content, embedding=None, embedding_model=None,  # type: ignore[arg-type]
+def reworded(
+    plan: SummaryPlan, content: str, mode: str, gist: str | None = None, **changes: object
+) -> SummaryPlan:
+    """``plan`` in a summarizer's words: worded afresh, it will get its own vector, made
+    from ``gist`` if given, else from the whole ``content``."""
+    return replace(plan, content=content, gist=gist, embedding=None, embedding_model=None,  # type: ignore[arg-type]
                    parameters={**plan.parameters, "mode": mode}, **changes)
 
 

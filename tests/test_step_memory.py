@@ -36,8 +36,11 @@ def args(tmp_path) -> Iterator[StepArgs]:
 def test_a_step_that_left_the_process_much_larger_gives_the_freed_pages_back(
     args: StepArgs, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # The control: without the hand-back the freed pages stay resident.
+    # The control: without the hand-back the freed pages stay resident. Each half starts
+    # from a trimmed heap: pages that earlier tests freed would otherwise absorb the step's
+    # allocation and hide what it leaves behind.
     monkeypatch.setattr(step, "GIVE_BACK_BYTES", 1 << 62)
+    step.give_back_freed_memory()
     before = resident_bytes()
     run_step("fragmenting", fragmenting_step, args)
     kept = resident_bytes() - before
@@ -46,6 +49,7 @@ def test_a_step_that_left_the_process_much_larger_gives_the_freed_pages_back(
     step.give_back_freed_memory()
 
     monkeypatch.setattr(step, "GIVE_BACK_BYTES", 64 * MB)
+    step.give_back_freed_memory()
     before = resident_bytes()
     report = run_step("fragmenting", fragmenting_step, args)
     assert report.examined == 300_000

@@ -6,8 +6,8 @@ similarity is exactly the threshold counts. FAISS's own range search is strict
 (``> radius``), so the radius is widened by one float32 step and the result
 filtered with ``>=``.
 
-All-pairs searches (dedup, compression, clustering) are exact up to
-``SearchConfig.exact_limit`` rows. Above it they go by cells, the pairs FAISS's
+All-pairs searches (dedup, compression, clustering) and linking's nearest neighbours
+are exact up to ``SearchConfig.exact_limit`` rows. Above it they go by cells, the pairs FAISS's
 inverted file would find: spherical k-means splits the set into cells of about
 ``rows_per_cell`` rows (at most ``MAX_CELLS``; past that, cells hold more rows), each
 row is listed in its nearest cell, and each row is compared with the rows of the
@@ -40,6 +40,9 @@ TRAIN_ROWS_PER_CELL = 40
 # exact search of dedup's 100k rows at 0.80) in 2.7 s instead of 3.4 s.
 CELL_ITERATIONS = 6
 CELL_SEED = 1234
+# Query rows per pass of linking's search by cells: bounds the hits held before each
+# row's are cut to its k best.
+NEAREST_CHUNK = 16_384
 
 DEFAULT_SEARCH = SearchConfig()
 
@@ -150,19 +153,24 @@ def radius_neighbours(
 
 
 def nearest_within(
-    vectors: np.ndarray, rows: Sequence[int], threshold: float, k: int
+    vectors: np.ndarray, rows: Sequence[int], threshold: float, k: int,
+    search: SearchConfig = DEFAULT_SEARCH,
 ) -> Neighbours:
     """For each of ``rows`` (rows of ``vectors``): its ``k`` most similar other rows at
     similarity >= ``threshold``, best first, ties by index. What
     ``radius_neighbours(vectors, threshold, queries=vectors[rows])`` lists, without the
     row itself, cut to ``k``; but held in memory ``len(rows) x k`` whatever the
     threshold lets through (a low threshold among alike memories returns thousands
-    per row, which at a million memories was gigabytes)."""
+    per row, which at a million memories was gigabytes). Exact up to
+    ``search.exact_limit`` rows of ``vectors``, among the rows of each row's probed
+    cells above it."""
     vectors = _check(vectors)
     n, bound = len(vectors), np.float32(threshold)
     if n == 0 or k <= 0:
         empty = [np.zeros(0, np.int64) for _ in rows]
         return Neighbours(empty, [np.zeros(0, np.float32) for _ in rows])
+    if n > search.exact_limit:
+        return _nearest_by_cells(vectors, np.asarray(rows, dtype=np.int64), bound, k, search)
     index = _index(vectors)
     # k others, the row itself, and one more: a tie across the cut shows as the last
     # one found equalling the k-th kept.
@@ -247,10 +255,9 @@ def comparisons_per_row(rows: int, search: SearchConfig = DEFAULT_SEARCH) -> int
     return min(rows, search.cell_probes * -(-rows // _cell_count(rows, search)))
 
 
-def _cell_hits(
-    vectors: np.ndarray, threshold: float, search: SearchConfig
-) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """Hits (row, other row, similarity) found by cells; see the module docstring."""
+def _cells(vectors: np.ndarray, search: SearchConfig) -> tuple[int, np.ndarray]:
+    """The cells of ``vectors``: their number, and per row the ``cell_probes`` cells
+    nearest to it, nearest first (a row lies in the first)."""
     n, dim = vectors.shape
     cells = _cell_count(n, search)
     rng = np.random.default_rng(CELL_SEED)
@@ -263,39 +270,70 @@ def _cell_hits(
     # of its cell looks across that edge (cell-to-cell probing found 0.92 of the pairs
     # of a sparse 84k-row set at 1M, where these probes find 0.996).
     _, nearest = quantizer.search(vectors, min(search.cell_probes, cells))
-    yield from _probed_hits(vectors, nearest, cells, threshold)
+    return cells, nearest
+
+
+def _cell_hits(
+    vectors: np.ndarray, threshold: float, search: SearchConfig
+) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Hits (row, other row, similarity) found by cells; see the module docstring."""
+    cells, nearest = _cells(vectors, search)
+    yield from _probed_hits(vectors, nearest[:, 0], np.arange(len(vectors)), nearest, cells,
+                            threshold)
 
 
 def _probed_hits(
-    vectors: np.ndarray, nearest: np.ndarray, cells: int, threshold: float
+    vectors: np.ndarray, own: np.ndarray, queries: np.ndarray, probed: np.ndarray,
+    cells: int, threshold: float,
 ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """Hits of each row among the rows of the cells it probes (``nearest``: per row,
-    its cells, nearest first; a row lies in the first). The pairs FAISS's inverted
-    file finds, but computed cell by cell, as one matrix product of a cell's rows with
-    every row probing it: FAISS's range search compares one query at a time and took
-    6 s of dedup at 100k."""
+    """Hits (query's position in ``queries``, row, similarity) of each query row among
+    the rows of the cells it probes (``own``: each row's cell; ``probed``: per query,
+    its cells). The pairs FAISS's inverted file finds, but computed cell by cell, as
+    one matrix product of a cell's rows with every query probing it: FAISS's range
+    search compares one query at a time and took 6 s of dedup at 100k."""
     bound = np.float32(threshold)
-    probes = nearest.shape[1]
-    own = nearest[:, 0]
+    probes = probed.shape[1]
     members = np.argsort(own, kind="stable")
     member_bounds = np.searchsorted(own[members], np.arange(cells + 1))
-    probed = nearest.ravel()
-    probing = np.argsort(probed, kind="stable")
-    probing_bounds = np.searchsorted(probed[probing], np.arange(cells + 1))
-    probing //= probes  # the probing rows, grouped by the cell they probe
+    flat = probed.ravel()
+    probing = np.argsort(flat, kind="stable")
+    probing_bounds = np.searchsorted(flat[probing], np.arange(cells + 1))
+    probing //= probes  # the probing queries, grouped by the cell they probe
     for cell in range(cells):
         rows = members[member_bounds[cell] : member_bounds[cell + 1]]
-        queries = probing[probing_bounds[cell] : probing_bounds[cell + 1]]
+        asked = probing[probing_bounds[cell] : probing_bounds[cell + 1]]
         # In blocks: a crowded cell (skewed data) would otherwise need a product of
         # its rows with hundreds of thousands of probing rows at once.
         for start in range(0, len(rows), QUERY_CHUNK):
             block = rows[start : start + QUERY_CHUNK]
             block_vectors = vectors[block].T
-            for first in range(0, len(queries), QUERY_CHUNK):
-                asking = queries[first : first + QUERY_CHUNK]
-                sims = vectors[asking] @ block_vectors
+            for first in range(0, len(asked), QUERY_CHUNK):
+                asking = asked[first : first + QUERY_CHUNK]
+                sims = vectors[queries[asking]] @ block_vectors
                 q, r = np.nonzero(sims >= bound)
                 yield asking[q].astype(np.int64), block[r].astype(np.int64), sims[q, r]
+
+
+def _nearest_by_cells(
+    vectors: np.ndarray, rows: np.ndarray, bound: np.float32, k: int, search: SearchConfig
+) -> Neighbours:
+    """``nearest_within`` among the rows of each row's probed cells. Queries go in
+    chunks, each cut to its ``k`` best before the next: a low threshold among alike
+    memories finds thousands of hits per row."""
+    cells, nearest = _cells(vectors, search)
+    indices: list[np.ndarray] = []
+    similarities: list[np.ndarray] = []
+    for start in range(0, len(rows), NEAREST_CHUNK):
+        chunk = rows[start : start + NEAREST_CHUNK]
+        parts = list(_probed_hits(vectors, nearest[:, 0], chunk, nearest[chunk], cells, bound))
+        asking = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0, np.int64)
+        found = np.concatenate([p[1] for p in parts]) if parts else np.zeros(0, np.int64)
+        sims = np.concatenate([p[2] for p in parts]) if parts else np.zeros(0, np.float32)
+        others = found != chunk[asking]
+        listed = _per_row(asking[others], found[others], sims[others], len(chunk))
+        indices += [idx[:k] for idx in listed.indices]
+        similarities += [s[:k] for s in listed.similarities]
+    return Neighbours(indices, similarities)
 
 
 def pair_similarities(vectors: np.ndarray) -> np.ndarray:

@@ -121,7 +121,8 @@ class GraphConfig(_Section):
 
 class LinkConfig(_Section):
     """Linking new summaries into the graph (SuperLocalMemory step 6): each new summary
-    gets association edges, weighted by similarity, to its nearest hot memories."""
+    gets association edges, weighted by similarity, to its nearest hot memories (found
+    as ``search`` says: by cells above its exact limit)."""
 
     similarity: float = Field(0.7, ge=0.0, le=1.0, description=(
         "Cosine similarity (0-1), inclusive, a hot memory needs to a new summary to be "
@@ -451,9 +452,10 @@ class ColdTierConfig(_Section):
 
 class SearchConfig(_Section):
     """How the all-pairs similarity searches (dedup, compression, clustering) find their
-    pairs: every pair compared up to ``exact_limit`` rows; above it, by cells (spherical
-    k-means), each cell compared with its nearest cells. Cells trade a little recall for
-    time; BENCHMARKS.md measures both. Not a seed's: Reverie's own."""
+    pairs, and linking its nearest neighbours: every pair compared up to ``exact_limit``
+    rows; above it, by cells (spherical k-means), each memory compared with the memories
+    of its nearest cells. Cells trade a little recall for time; BENCHMARKS.md measures
+    both. Not a seed's: Reverie's own."""
 
     exact_limit: int = Field(20_000, ge=2, le=100_000_000, description=(
         "Largest set of memories searched exactly, every pair compared; above it the "

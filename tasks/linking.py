@@ -4,6 +4,10 @@ Every hot summary not yet linked gets an association edge (weight = similarity) 
 each of its ``max_links`` nearest hot memories at cosine >= ``similarity`` (0.7),
 and is then marked linked. Linking is keyed on that mark, not on "created in this
 run", so a run that stopped after merging links its summaries when run again.
+
+Above ``search.exact_limit`` hot memories the nearest are those in the cells each
+summary probes (``engines.similarity``): at 100k, a fifth of the time of comparing
+every summary with every memory, at a recall BENCHMARKS.md measures.
 """
 
 from __future__ import annotations
@@ -12,8 +16,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from reverie.engines.similarity import nearest_within
-from reverie.models.config import LinkConfig
+from reverie.engines.similarity import DEFAULT_SEARCH, nearest_within
+from reverie.models.config import LinkConfig, SearchConfig
 from reverie.models.records import MemoryView, NewEdge
 from reverie.models.repositories.edges import add_edges
 from reverie.models.repositories.memories import snapshot
@@ -27,13 +31,14 @@ def needs_link(memory: MemoryView) -> bool:
 
 
 def plan_links(
-    memories: Sequence[MemoryView], vectors: np.ndarray, config: LinkConfig
+    memories: Sequence[MemoryView], vectors: np.ndarray, config: LinkConfig,
+    search: SearchConfig = DEFAULT_SEARCH,
 ) -> tuple[list[str], list[NewEdge]]:
     """(summaries to mark linked, association edges to add); rows are aligned."""
     rows = [i for i, m in enumerate(memories) if needs_link(m)]
     if not rows:
         return [], []
-    neighbours = nearest_within(vectors, rows, config.similarity, config.max_links)
+    neighbours = nearest_within(vectors, rows, config.similarity, config.max_links, search)
     edges: list[NewEdge] = []
     for row, found, sims in zip(rows, neighbours.indices, neighbours.similarities, strict=True):
         for j, sim in zip(found, sims, strict=True):
@@ -49,7 +54,7 @@ def link_summaries(store: Store, args: StepArgs) -> StepReport:
     profile, as_of, config = args.profile, args.as_of, args.config
     with store.reading(profile) as tx:
         memories, vectors = snapshot(tx)
-    linked, edges = plan_links(memories, vectors, config.linking)
+    linked, edges = plan_links(memories, vectors, config.linking, config.search)
     with store.writing(profile) as tx:
         add_edges(tx, edges, as_of, linked_summaries=linked)
     report = StepReport("link_summaries", profile, examined=len(linked))

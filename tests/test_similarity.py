@@ -154,3 +154,43 @@ def test_probing_every_cell_is_the_exact_search_and_fewer_probes_find_less() -> 
     assert np.array_equal(sims, exact[2])
     one = similarity_pairs(vectors, 0.8, everywhere.model_copy(update={"cell_probes": 1}))
     assert 0 < len(one[0]) < len(exact[0])
+
+
+def test_linking_goes_by_cells_above_the_limit_with_high_recall_and_no_false_neighbours(
+) -> None:
+    vectors = clustered(4000)
+    rows = list(range(0, 4000, 3))
+    exact = nearest_within(vectors, rows, 0.7, 10)
+    cells = SearchConfig(exact_limit=1000, rows_per_cell=50)
+    found = nearest_within(vectors, rows, 0.7, 10, cells)
+    exact_links = {(r, int(j)) for r, idx in zip(rows, exact.indices, strict=True) for j in idx}
+    links = {(r, int(j)) for r, idx in zip(rows, found.indices, strict=True) for j in idx}
+    assert len(links & exact_links) / len(exact_links) >= 0.99
+    for row, idx, sims in zip(rows, found.indices, found.similarities, strict=True):
+        assert len(idx) <= 10 and row not in idx.tolist()
+        assert np.all(sims >= np.float32(0.7))
+        assert np.allclose(sims, vectors[idx] @ vectors[row], atol=1e-6)
+        # Best first, ties by index.
+        assert np.array_equal(np.lexsort((idx, -sims)), np.arange(len(idx)))
+    # Below the limit the same call is the exact search.
+    exact_again = nearest_within(vectors, rows, 0.7, 10, SearchConfig(exact_limit=4000))
+    assert all(np.array_equal(a, b) for a, b in
+               zip(exact_again.indices, exact.indices, strict=True))
+
+
+def test_linking_by_cells_probing_every_cell_is_exact_whatever_its_chunks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    vectors = clustered(2000)
+    rows = [5, 5, 17, *range(100, 2000, 7)]  # a row asked twice gets its answer twice
+    exact = nearest_within(vectors, rows, 0.6, 8)
+    everywhere = SearchConfig(exact_limit=100, rows_per_cell=50, cell_probes=4096)
+    monkeypatch.setattr(similarity, "NEAREST_CHUNK", 37)
+    found = nearest_within(vectors, rows, 0.6, 8, everywhere)
+    for a, b in zip(found.indices, exact.indices, strict=True):
+        assert a.tolist() == b.tolist()
+    # Within a float32 step: FAISS's exact search sums the products in another order.
+    for a, b in zip(found.similarities, exact.similarities, strict=True):
+        assert np.allclose(a, b, rtol=0, atol=1e-6)
+    one = nearest_within(vectors, rows, 0.6, 8, everywhere.model_copy(update={"cell_probes": 1}))
+    assert sum(map(len, one.indices)) < sum(map(len, exact.indices))

@@ -9,10 +9,17 @@ import numpy as np
 import pytest
 
 from reverie.benchmarks import speed
-from reverie.benchmarks.speed import Result, check_search, exact_pairs, judge, peak_rss
+from reverie.benchmarks.speed import (
+    Result,
+    check_links,
+    check_search,
+    exact_pairs,
+    judge,
+    peak_rss,
+)
 from reverie.benchmarks.synthetic import SyntheticSpec, layout, records
 from reverie.deployments.cli import main
-from reverie.models.config import SearchConfig
+from reverie.models.config import ConsolidationConfig, SearchConfig
 from reverie.models.errors import ConfigError
 
 from conftest import TEST_POSTGRES
@@ -91,6 +98,24 @@ def test_cell_search_recall_against_the_exact_baseline() -> None:
     assert 0.98 <= check.recall <= 1.0
 
 
+def test_link_check_measures_the_cells_against_the_exact_links(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _, vectors = records(SyntheticSpec(6000))
+    rows = list(range(0, 6000, 4))
+    exact = check_links(vectors, rows, ConsolidationConfig())  # below the limit: exact
+    assert exact.recall == 1.0 and exact.asked == 1500 and exact.exact_pairs > 1000
+    assert "1,500 summaries among 6,000 memories" in exact.describe()
+    config = ConsolidationConfig(search=SearchConfig(exact_limit=1000, cell_probes=1))
+    cells = check_links(vectors, rows, config)
+    assert 0.5 < cells.recall < 1.0 and cells.exact_pairs == exact.exact_pairs
+    monkeypatch.setattr(speed, "EXACT_BASELINE_LIMIT", 1000)
+    monkeypatch.setattr(speed, "RECALL_SAMPLE_ROWS", 300)
+    sampled = check_links(vectors, rows, config)
+    assert sampled.estimated and 0 < sampled.exact_pairs < exact.exact_pairs
+    assert "in the sample" in sampled.describe()
+
+
 @pytest.mark.parametrize(
     ("task", "n", "seconds", "verdict"),
     [
@@ -115,6 +140,9 @@ def test_recall_and_ingest_verdicts() -> None:
     exact = Result("cluster", 100_000, 10.0, recall=0.99)
     judge(exact)
     assert exact.verdict == "met; met"
+    links = Result("link_summaries", 100_000, 3.0, recall=0.99)
+    judge(links)
+    assert (links.target, links.verdict) == ("recall >= 0.99", "met")
     ingest = Result("ingest + embed", 2048, 10.0, baseline_seconds=9.0)
     judge(ingest)
     assert ingest.verdict == "met"

@@ -237,14 +237,16 @@ def check_search(vectors: np.ndarray, threshold: float, seed: int = 0,
 
 def check_links(vectors: np.ndarray, rows: Sequence[int], config: ConsolidationConfig,
                 seed: int = 0) -> SearchCheck:
-    """Time linking's search for the nearest of ``rows`` (as ``config.search`` says)
-    and the exact one; the recall of its links against the exact links (for a sample
+    """Time linking's search for the nearest of ``rows`` (as the step makes it) and the
+    exact one; the recall of its links against the exact links (for a sample
     of ``rows`` above ``EXACT_BASELINE_LIMIT`` memories)."""
     from reverie.engines.similarity import nearest_within
+    from reverie.tasks.linking import link_search
 
     link = config.linking
     started = time.perf_counter()
-    found = nearest_within(vectors, rows, link.similarity, link.max_links, config.search)
+    found = nearest_within(vectors, rows, link.similarity, link.max_links,
+                           link_search(link, config.search))
     search_seconds = time.perf_counter() - started
     asked = np.asarray(rows, dtype=np.int64)
     positions = np.arange(len(asked))

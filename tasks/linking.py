@@ -5,9 +5,10 @@ each of its ``max_links`` nearest hot memories at cosine >= ``similarity`` (0.7)
 and is then marked linked. Linking is keyed on that mark, not on "created in this
 run", so a run that stopped after merging links its summaries when run again.
 
-Above ``search.exact_limit`` hot memories the nearest are those in the cells each
-summary probes (``engines.similarity``): at 100k, a fifth of the time of comparing
-every summary with every memory, at a recall BENCHMARKS.md measures.
+Above ``search.exact_limit`` hot memories the nearest are those in the
+``cell_probes`` cells each summary probes (``engines.similarity``): at 1M, an eighth of
+the time of comparing every summary with every memory, at a recall BENCHMARKS.md
+measures.
 """
 
 from __future__ import annotations
@@ -30,6 +31,11 @@ def needs_link(memory: MemoryView) -> bool:
     return memory.origin in SUMMARY_ORIGINS and memory.linked_at is None
 
 
+def link_search(config: LinkConfig, search: SearchConfig = DEFAULT_SEARCH) -> SearchConfig:
+    """``search`` with linking's own probes."""
+    return search.model_copy(update={"cell_probes": config.cell_probes})
+
+
 def plan_links(
     memories: Sequence[MemoryView], vectors: np.ndarray, config: LinkConfig,
     search: SearchConfig = DEFAULT_SEARCH,
@@ -38,7 +44,8 @@ def plan_links(
     rows = [i for i, m in enumerate(memories) if needs_link(m)]
     if not rows:
         return [], []
-    neighbours = nearest_within(vectors, rows, config.similarity, config.max_links, search)
+    neighbours = nearest_within(vectors, rows, config.similarity, config.max_links,
+                                link_search(config, search))
     edges: list[NewEdge] = []
     for row, found, sims in zip(rows, neighbours.indices, neighbours.similarities, strict=True):
         for j, sim in zip(found, sims, strict=True):

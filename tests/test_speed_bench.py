@@ -19,7 +19,7 @@ from reverie.benchmarks.speed import (
 )
 from reverie.benchmarks.synthetic import SyntheticSpec, layout, records
 from reverie.deployments.cli import main
-from reverie.models.config import ConsolidationConfig, SearchConfig
+from reverie.models.config import ConsolidationConfig, LinkConfig, SearchConfig
 from reverie.models.errors import ConfigError
 
 from conftest import TEST_POSTGRES
@@ -106,7 +106,9 @@ def test_link_check_measures_the_cells_against_the_exact_links(
     exact = check_links(vectors, rows, ConsolidationConfig())  # below the limit: exact
     assert exact.recall == 1.0 and exact.asked == 1500 and exact.exact_pairs > 1000
     assert "1,500 summaries among 6,000 memories" in exact.describe()
-    config = ConsolidationConfig(search=SearchConfig(exact_limit=1000, cell_probes=1))
+    # Linking's own probes, not the search's, decide what the step finds.
+    config = ConsolidationConfig(search=SearchConfig(exact_limit=1000, cell_probes=4096),
+                                 linking=LinkConfig(cell_probes=1))
     cells = check_links(vectors, rows, config)
     assert 0.5 < cells.recall < 1.0 and cells.exact_pairs == exact.exact_pairs
     monkeypatch.setattr(speed, "EXACT_BASELINE_LIMIT", 1000)

@@ -1,0 +1,35 @@
+"""Linking's plan: which summaries get which neighbours, exactly below the search's
+limit and by linking's own cell probes above it."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from reverie.models.config import LinkConfig, SearchConfig
+from reverie.models.tables import Origin
+from reverie.tasks.linking import plan_links
+
+from factories import view
+
+
+def clustered(n: int, dim: int = 48, seed: int = 5) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(size=(n // 20, dim))
+    v = centres[rng.integers(0, len(centres), n)] + 0.45 * rng.normal(size=(n, dim))
+    return (v / np.linalg.norm(v, axis=1, keepdims=True)).astype(np.float32)
+
+
+def test_above_the_limit_linking_probes_as_many_cells_as_its_own_config_says() -> None:
+    vectors = clustered(3000)
+    memories = [view(f"m{i:05d}", origin=Origin.COMPRESSED if i % 3 == 0
+                     else Origin.INGESTED) for i in range(len(vectors))]
+    # Its own probes decide, not the search's (which would find everything here).
+    search = SearchConfig(exact_limit=100, rows_per_cell=50, cell_probes=4096)
+    exact_linked, exact = plan_links(memories, vectors, LinkConfig(), SearchConfig())
+    every_linked, every = plan_links(memories, vectors, LinkConfig(cell_probes=4096), search)
+    _, one = plan_links(memories, vectors, LinkConfig(cell_probes=1), search)
+    assert every_linked == exact_linked == [m.id for m in memories[::3]]
+    assert {(e.source_id, e.target_id) for e in every} == {
+        (e.source_id, e.target_id) for e in exact}
+    assert 0 < len(one) < len(exact)
+    assert all(e.weight >= 0.7 for e in one)

@@ -36,6 +36,14 @@ def view(mid: str, **fields: Any) -> MemoryView:
     return MemoryView(**values)
 
 
+def clustered(n: int, dim: int = 48, seed: int = 5) -> np.ndarray:
+    """Unit vectors in clusters of about 20: what the searches by cells are tested on."""
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(size=(n // 20, dim))
+    v = centres[rng.integers(0, len(centres), n)] + 0.45 * rng.normal(size=(n, dim))
+    return (v / np.linalg.norm(v, axis=1, keepdims=True)).astype(np.float32)
+
+
 def axis(i: int, dim: int = DIMENSION) -> np.ndarray:
     v = np.zeros(dim, dtype=np.float32)
     v[i] = 1.0

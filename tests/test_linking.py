@@ -3,20 +3,11 @@ limit and by linking's own cell probes above it."""
 
 from __future__ import annotations
 
-import numpy as np
-
 from reverie.models.config import LinkConfig, SearchConfig
 from reverie.models.tables import Origin
 from reverie.tasks.linking import plan_links
 
-from factories import view
-
-
-def clustered(n: int, dim: int = 48, seed: int = 5) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    centres = rng.normal(size=(n // 20, dim))
-    v = centres[rng.integers(0, len(centres), n)] + 0.45 * rng.normal(size=(n, dim))
-    return (v / np.linalg.norm(v, axis=1, keepdims=True)).astype(np.float32)
+from factories import clustered, view
 
 
 def test_above_the_limit_linking_probes_as_many_cells_as_its_own_config_says() -> None:

@@ -13,7 +13,7 @@ from reverie.engines.similarity import (
 )
 from reverie.models.config import SearchConfig
 
-from factories import at_cosine, axis, below
+from factories import at_cosine, axis, below, clustered
 
 
 def test_threshold_is_inclusive_in_float32() -> None:
@@ -90,13 +90,6 @@ def test_pairs_threshold_is_inclusive() -> None:
     vectors = np.stack([axis(0), at_cosine(0.75, other=1), at_cosine(below(0.75), other=2)])
     i, j, _ = similarity_pairs(vectors, 0.75)
     assert list(zip(i.tolist(), j.tolist(), strict=True)) == [(0, 1)]
-
-
-def clustered(n: int, dim: int = 48, seed: int = 5) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    centres = rng.normal(size=(n // 20, dim))
-    v = centres[rng.integers(0, len(centres), n)] + 0.45 * rng.normal(size=(n, dim))
-    return (v / np.linalg.norm(v, axis=1, keepdims=True)).astype(np.float32)
 
 
 def test_large_sets_go_by_cells_with_high_recall_and_no_false_pairs() -> None:

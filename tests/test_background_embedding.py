@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 
 import numpy as np
@@ -163,9 +164,14 @@ def test_leaving_early_waits_for_the_chunk_in_flight_and_starts_no_other(
     with pytest.raises(KeyError):
         with BackgroundEmbedding(lambda: model) as embedding:
             hand_in(embedding, 6)
+            # The step fails once the first chunk is in flight: had it failed before the
+            # worker took one, no chunk would start at all (CI once saw that race).
+            deadline = time.monotonic() + 60
+            while not model.started and time.monotonic() < deadline:
+                time.sleep(0.005)
             threading.Thread(target=open_gate_later).start()
             raise KeyError("the step failed while the model was embedding")
-    assert model.chunks == [2]
+    assert model.started == model.chunks == [2]
     assert not any(t.name == "reverie-embedding" for t in threading.enumerate())
 
 

@@ -20,7 +20,7 @@ guaranteed to find nothing more.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -143,13 +143,17 @@ def radius_neighbours(
     if len(vectors) == 0:
         empty = np.zeros(0, np.int64)
         return _per_row(empty, empty, np.zeros(0, np.float32), len(queries))
-    parts = list(_hits(vectors, queries, threshold))
-    return _per_row(
-        np.concatenate([p[0] for p in parts]) if parts else np.zeros(0, np.int64),
-        np.concatenate([p[1] for p in parts]) if parts else np.zeros(0, np.int64),
-        np.concatenate([p[2] for p in parts]) if parts else np.zeros(0, np.float32),
-        len(queries),
-    )
+    return _per_row(*_joined(_hits(vectors, queries, threshold)), len(queries))
+
+
+def _joined(
+    parts: Iterable[tuple[np.ndarray, np.ndarray, np.ndarray]],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Hits given chunk by chunk as one (row, other row, similarity) triple of arrays."""
+    found = list(parts)
+    if not found:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float32)
+    return tuple(np.concatenate([p[k] for p in found]) for k in range(3))  # type: ignore[return-value]
 
 
 def nearest_within(
@@ -325,10 +329,8 @@ def _nearest_by_cells(
     similarities: list[np.ndarray] = []
     for start in range(0, len(rows), NEAREST_CHUNK):
         chunk = rows[start : start + NEAREST_CHUNK]
-        parts = list(_probed_hits(vectors, nearest[:, 0], chunk, nearest[chunk], cells, bound))
-        asking = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0, np.int64)
-        found = np.concatenate([p[1] for p in parts]) if parts else np.zeros(0, np.int64)
-        sims = np.concatenate([p[2] for p in parts]) if parts else np.zeros(0, np.float32)
+        asking, found, sims = _joined(
+            _probed_hits(vectors, nearest[:, 0], chunk, nearest[chunk], cells, bound))
         others = found != chunk[asking]
         listed = _per_row(asking[others], found[others], sims[others], len(chunk))
         indices += [idx[:k] for idx in listed.indices]

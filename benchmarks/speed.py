@@ -241,12 +241,11 @@ def check_links(vectors: np.ndarray, rows: Sequence[int], config: ConsolidationC
     exact one; the recall of its links against the exact links (for a sample
     of ``rows`` above ``EXACT_BASELINE_LIMIT`` memories)."""
     from reverie.engines.similarity import nearest_within
-    from reverie.tasks.linking import link_search
 
     link = config.linking
     started = time.perf_counter()
     found = nearest_within(vectors, rows, link.similarity, link.max_links,
-                           link_search(link, config.search))
+                           config.search.with_probes(link.cell_probes))
     search_seconds = time.perf_counter() - started
     asked = np.asarray(rows, dtype=np.int64)
     positions = np.arange(len(asked))
@@ -335,8 +334,7 @@ def _search_check(
     if step == "link_summaries":
         with store.reading(profile) as tx:
             memories, vectors = snapshot(tx)
-        return check_links(
-            vectors, [i for i, m in enumerate(memories) if linking.needs_link(m)], config)
+        return check_links(vectors, linking.link_rows(memories), config)
     if step == "dedup":
         vectors = _candidate_vectors(store, profile, lambda m: dedup.is_candidate(m, AS_OF))
         threshold = config.dedup.similarity
@@ -345,7 +343,7 @@ def _search_check(
             store, profile, lambda m: cluster.is_candidate(m, config.cluster)
         )
         threshold = config.cluster.similarity
-        search = search.model_copy(update={"cell_probes": config.cluster.cell_probes})
+        search = search.with_probes(config.cluster.cell_probes)
     return check_search(vectors, threshold, search=search)
 
 

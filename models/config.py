@@ -475,6 +475,11 @@ class SearchConfig(_Section):
         "probes find more of the pairs near a threshold, in proportionally more time."
     ))
 
+    def with_probes(self, cell_probes: int) -> SearchConfig:
+        """This search with a step's own ``cell_probes`` (cluster's and linking's
+        thresholds are low, so they probe more cells than the default)."""
+        return self.model_copy(update={"cell_probes": cell_probes})
+
 
 class RecallConfig(_Section):
     """Recall with access tracking (``reverie recall --track``): the memories found

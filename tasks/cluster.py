@@ -128,8 +128,7 @@ def plan_clusters(
     """One MetaPlan per cluster among the candidates (rows of ``memories``/``vectors``),
     described by the rules."""
     candidates, cand_vectors = chosen_rows(memories, vectors, lambda m: is_candidate(m, config))
-    probing = search.model_copy(update={"cell_probes": config.cell_probes})
-    groups = find_clusters(cand_vectors, config, seed, probing)
+    groups = find_clusters(cand_vectors, config, seed, search.with_probes(config.cell_probes))
     clusters = [[candidates[r] for r in g] for g in groups]
     cluster_ids = [[m.id for m in c] for c in clusters]
     continued = match_existing(cluster_ids, existing, config.reuse_overlap)

@@ -31,9 +31,9 @@ def needs_link(memory: MemoryView) -> bool:
     return memory.origin in SUMMARY_ORIGINS and memory.linked_at is None
 
 
-def link_search(config: LinkConfig, search: SearchConfig = DEFAULT_SEARCH) -> SearchConfig:
-    """``search`` with linking's own probes."""
-    return search.model_copy(update={"cell_probes": config.cell_probes})
+def link_rows(memories: Sequence[MemoryView]) -> list[int]:
+    """The rows of ``memories`` that linking gives neighbours to."""
+    return [i for i, m in enumerate(memories) if needs_link(m)]
 
 
 def plan_links(
@@ -41,11 +41,11 @@ def plan_links(
     search: SearchConfig = DEFAULT_SEARCH,
 ) -> tuple[list[str], list[NewEdge]]:
     """(summaries to mark linked, association edges to add); rows are aligned."""
-    rows = [i for i, m in enumerate(memories) if needs_link(m)]
+    rows = link_rows(memories)
     if not rows:
         return [], []
     neighbours = nearest_within(vectors, rows, config.similarity, config.max_links,
-                                link_search(config, search))
+                                search.with_probes(config.cell_probes))
     edges: list[NewEdge] = []
     for row, found, sims in zip(rows, neighbours.indices, neighbours.similarities, strict=True):
         for j, sim in zip(found, sims, strict=True):

@@ -145,7 +145,7 @@ def test_probing_every_cell_is_the_exact_search_and_fewer_probes_find_less() -> 
     # The same pairs and the same similarities: both are products of the same rows.
     assert np.array_equal(i, exact[0]) and np.array_equal(j, exact[1])
     assert np.array_equal(sims, exact[2])
-    one = similarity_pairs(vectors, 0.8, everywhere.model_copy(update={"cell_probes": 1}))
+    one = similarity_pairs(vectors, 0.8, everywhere.with_probes(1))
     assert 0 < len(one[0]) < len(exact[0])
 
 
@@ -185,5 +185,5 @@ def test_linking_by_cells_probing_every_cell_is_exact_whatever_its_chunks(
     # Within a float32 step: FAISS's exact search sums the products in another order.
     for a, b in zip(found.similarities, exact.similarities, strict=True):
         assert np.allclose(a, b, rtol=0, atol=1e-6)
-    one = nearest_within(vectors, rows, 0.6, 8, everywhere.model_copy(update={"cell_probes": 1}))
+    one = nearest_within(vectors, rows, 0.6, 8, everywhere.with_probes(1))
     assert sum(map(len, one.indices)) < sum(map(len, exact.indices))

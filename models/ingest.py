@@ -202,13 +202,16 @@ class _Ingest:
 
         new_rows: list[dict[str, Any]] = []
         changed: list[tuple[str, dict[str, Any]]] = []
+        # Once per chunk: building the defaults constructs a model object, and per row
+        # that was an eighth of ingesting (embedding included).
+        defaults = memory_defaults()
         for mid, row in rows.items():
             values = row["values"]
             old = existing.get(mid)
             if old is None:
                 new_rows.append(
                     {
-                        **memory_defaults(),
+                        **defaults,
                         **{("metadata" if k == "meta" else k): v for k, v in values.items()},
                         "id": mid,
                         "profile_id": row["profile"],

@@ -46,7 +46,7 @@ from reverie.models.repositories.summaries import originals_of, undone_summaries
 from reverie.models.store import ProfileTx, Store
 from reverie.models.tables import SUMMARY_ORIGINS, Origin
 from reverie.models.vectors import to_blob
-from reverie.tasks.linking import needs_link
+from reverie.tasks.linking import link_rows, needs_link
 from reverie.tasks.step import Change, StepArgs, StepReport, preview, step_task
 from reverie.tasks.summaries import reworded, summary_plan, write_summaries
 
@@ -196,7 +196,7 @@ def may_have_new_duplicates(
     100k: 22,508 new among 36,136 candidates, 5 s of checking for a 1.5 s search), it
     would cost more than it saves, and the answer is "maybe": the search decides."""
     candidates, cand_vectors = chosen_rows(memories, vectors, lambda m: is_candidate(m, as_of))
-    new = [i for i, m in enumerate(candidates) if needs_link(m)]
+    new = link_rows(candidates)
     if not new:
         return False
     if len(new) > comparisons_per_row(len(candidates), search):

@@ -32,7 +32,8 @@ def needs_link(memory: MemoryView) -> bool:
 
 
 def link_rows(memories: Sequence[MemoryView]) -> list[int]:
-    """The rows of ``memories`` that linking gives neighbours to."""
+    """The rows of ``memories`` that are summaries not linked yet: those linking gives
+    neighbours to, and the new summaries the second merge pass checks."""
     return [i for i, m in enumerate(memories) if needs_link(m)]
 
 

@@ -49,7 +49,7 @@ def run_for_profiles(
     publish(report, _user_ids(plan.store_url, report))
     failed = report.failed()
     if failed:
-        raise StepFailedError(failed)
+        raise StepFailedError(failed, report.as_of)
     return report
 
 

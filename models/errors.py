@@ -116,13 +116,21 @@ class StepFailedError(ReverieError):
     """Steps failed for some profiles after their retries; every other profile finished
     and is recorded. Re-run the flow for the profiles named."""
 
-    def __init__(self, failed: dict[str, list[str]]) -> None:
+    def __init__(self, failed: dict[str, list[str]], as_of: str) -> None:
         self.failed = failed
+        self.as_of = as_of
         names = sorted(failed)
         shown = ", ".join(names[:20]) + (f" and {len(names) - 20} more" if len(names) > 20 else "")
         first = failed[names[0]][0]
+        # The run's own as_of is spelled out: a scheduled or triggered run had none
+        # given, and the advice must work as printed.
         super().__init__(
             f"{len(names)} profile(s) failed ({shown}); the others finished. "
             f"First failure, {names[0]}: {first}. Re-run the flow for these alone "
-            f"(CLI: --not-done with the same --as-of)"
+            f"(CLI: --not-done --as-of {as_of})"
         )
+
+    def __reduce__(self) -> tuple[type, tuple[dict[str, list[str]], str]]:
+        # Prefect pickles a failed run's exception; the default would rebuild it from
+        # the message alone.
+        return type(self), (self.failed, self.as_of)

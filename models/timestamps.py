@@ -22,10 +22,16 @@ def days_between(earlier: datetime, later: datetime) -> float:
 
 
 def to_utc_naive(value: datetime) -> datetime:
-    """A timezone-aware time converted to UTC; a naive one is taken as UTC already."""
+    """A timezone-aware time converted to UTC; a naive one is taken as UTC already.
+
+    Always a plain ``datetime``: Prefect hands a run's scheduled start over as a
+    subclass (pendulum's or whenever's DateTime), and database drivers look adapters up
+    by exact type, so sqlite3 refuses such a value ("type 'DateTime' is not supported").
+    """
     if value.tzinfo is not None:
-        value = value.astimezone(UTC).replace(tzinfo=None)
-    return value
+        value = value.astimezone(UTC)
+    return datetime(value.year, value.month, value.day, value.hour, value.minute,
+                    value.second, value.microsecond)
 
 
 def parse_timestamp(value: object) -> datetime:

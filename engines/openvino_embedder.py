@@ -9,8 +9,9 @@ matched PyTorch's on fixed probe sentences: a reader never sees half an export, 
 two processes exporting at once one rename wins and the other uses the winner's.
 
 Texts are tokenised with the model's own ``tokenizer.json`` (the Rust ``tokenizers``,
-no torch), sorted by token count and batched with texts of similar length, so that
-short texts are not padded to the length of a long one; rows come back in input order.
+no torch) and batched with texts of the same token count, never padded, so that a
+text's vector does not depend on the others (engines/torch_embedder.py says why); rows
+come back in input order.
 The model is compiled for throughput: several batches are in flight at once, one per
 OpenVINO stream.
 """
@@ -26,7 +27,7 @@ import sys
 import tempfile
 import threading
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -36,8 +37,10 @@ from reverie.engines.torch_embedder import (
     Progress,
     TorchEmbedder,
     batches,
+    filled,
     load_torch,
     model_name,
+    same_length_batches,
 )
 from reverie.models.errors import EmbeddingError
 from reverie.models.settings import EmbeddingBackend
@@ -119,24 +122,6 @@ def check_layout(path: Path) -> None:
             "(the layout the OpenVINO export reproduces)")
     if not (path / "tokenizer.json").exists():
         raise EmbeddingError(f"the model in {path} has no tokenizer.json")
-
-
-def length_buckets(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
-    """Indices of the texts in batches of ``batch_size``, shortest texts first (ties in
-    input order): a batch is padded only to its own longest text."""
-    order = sorted(range(len(lengths)), key=lengths.__getitem__)
-    return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
-
-
-def padded(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[np.ndarray, np.ndarray]:
-    """Token ids of ``rows`` padded on the right to the longest, and the attention mask."""
-    width = max(len(r) for r in rows)
-    ids = np.full((len(rows), width), pad_id, dtype=np.int64)
-    mask = np.zeros((len(rows), width), dtype=np.int64)
-    for k, row in enumerate(rows):
-        ids[k, : len(row)] = row
-        mask[k, : len(row)] = 1
-    return ids, mask
 
 
 def min_cosine(a: np.ndarray, b: np.ndarray) -> float:
@@ -271,8 +256,6 @@ class OpenVinoEmbedder:
 
     def _setup(self, folder: Path, max_seq_length: int) -> None:
         self._tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
-        padding = self._tokenizer.padding
-        self._pad_id = int(padding["pad_id"]) if padding else 0
         self._tokenizer.no_padding()
         self._tokenizer.enable_truncation(max_seq_length)
         core = ov.Core()
@@ -305,8 +288,8 @@ class OpenVinoEmbedder:
             return np.zeros((0, self.dimension), dtype=np.float32)
         tokens = [e.ids for e in self._tokenizer.encode_batch(texts)]
         out = np.empty((len(texts), self.dimension), dtype=np.float32)
-        buckets = length_buckets([len(t) for t in tokens], self.batch_size)
-        starts, done = batches(len(texts), self.batch_size, progress)
+        buckets = same_length_batches([len(t) for t in tokens], self.batch_size)
+        chosen, done = batches(buckets, progress)
         # Request k takes batches k, k + n, ...: before it starts its next batch, its
         # last one is waited for and copied out.
         running: list[list[int] | None] = [None] * len(self._requests)
@@ -315,7 +298,7 @@ class OpenVinoEmbedder:
             bucket = running[k]
             if bucket is not None:
                 self._requests[k].wait()
-                out[bucket] = self._requests[k].get_output_tensor(0).data
+                out[bucket] = self._requests[k].get_output_tensor(0).data[: len(bucket)]
                 running[k] = None
                 if done is not None:
                     done(len(bucket))
@@ -323,11 +306,11 @@ class OpenVinoEmbedder:
         with self._lock:
             try:
                 n = len(self._requests)
-                for number, (_, bucket) in enumerate(zip(starts, buckets, strict=True)):
+                for number, bucket in enumerate(chosen):
                     collect(number % n)
-                    ids, mask = padded([tokens[i] for i in bucket], self._pad_id)
+                    ids = np.array(filled([tokens[i] for i in bucket]), dtype=np.int64)
                     self._requests[number % n].start_async(
-                        {"input_ids": ids, "attention_mask": mask})
+                        {"input_ids": ids, "attention_mask": np.ones_like(ids)})
                     running[number % n] = bucket
                 # Oldest first, so that progress hears of the batches in order.
                 for later in range(1, n + 1):

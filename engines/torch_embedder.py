@@ -11,8 +11,9 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from itertools import groupby
 from pathlib import Path
 
 import numpy as np
@@ -52,17 +53,45 @@ def offline_hub() -> None:
 
 
 def batches(
-    count: int, batch_size: int, progress: Progress
-) -> tuple[Iterable[int], Callable[[int], None] | None]:
-    """Batch starts over ``count`` texts (under a bar when ``progress`` is True), and the
-    callable to tell each batch's size to (when ``progress`` is one)."""
-    starts: Iterable[int] = range(0, count, batch_size)
+    chosen: list[list[int]], progress: Progress
+) -> tuple[Iterable[list[int]], Callable[[int], None] | None]:
+    """The batches ``chosen`` (under a bar when ``progress`` is True), and the callable
+    to tell each batch's size to (when ``progress`` is one)."""
     if progress is True:
         from tqdm import tqdm
 
         # disable=None lets tqdm hide itself when stderr is not a terminal.
-        starts = tqdm(starts, desc="embedding", unit="batch", disable=None, leave=False)
-    return starts, progress if callable(progress) else None
+        return tqdm(chosen, desc="embedding", unit="batch", disable=None, leave=False), None
+    return chosen, progress if callable(progress) else None
+
+
+# A text's vector must depend on its text alone, not on what else is embedded with it
+# (two runs of the same store would otherwise differ in the last bits, and a cosine at
+# a threshold with them). So a batch holds texts of one token count only: a padded
+# row's numbers depend on how far it was padded, as the attention and pooling sums run
+# over more positions. Position in a batch and the batch's size do not matter (checked
+# bit for bit on both backends, tests/test_embedding_backends.py), except that PyTorch
+# computes products of very few rows another way, whose last bits differ (seen up to a
+# dozen tokens in all): a batch under this many tokens is filled with copies of its rows.
+MIN_BATCH_TOKENS = 128
+
+
+def same_length_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
+    """Indices of the texts in batches of at most ``batch_size``, each of one token
+    count, shortest first (ties in input order)."""
+    order = sorted(range(len(lengths)), key=lengths.__getitem__)
+    out: list[list[int]] = []
+    for _, group in groupby(order, key=lengths.__getitem__):
+        rows = list(group)
+        out += [rows[i : i + batch_size] for i in range(0, len(rows), batch_size)]
+    return out
+
+
+def filled(rows: list[list[int]]) -> list[list[int]]:
+    """``rows`` (token ids, all one length), repeated until they hold MIN_BATCH_TOKENS
+    tokens: the rows past ``len(rows)`` are thrown away."""
+    need = max(len(rows), -(-MIN_BATCH_TOKENS // max(1, len(rows[0]))))
+    return [rows[k % len(rows)] for k in range(need)]
 
 
 class TorchEmbedder:
@@ -92,20 +121,22 @@ class TorchEmbedder:
     def encode(self, texts: list[str], progress: Progress = False) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dimension), dtype=np.float32)
+        import torch
+
+        tokens = self._model.tokenizer(
+            texts, truncation=True, max_length=self._model.max_seq_length)["input_ids"]
         out = np.empty((len(texts), self.dimension), dtype=np.float32)
-        starts, done = batches(len(texts), self.batch_size, progress)
-        with self._lock:
-            for start in starts:
-                batch = texts[start : start + self.batch_size]
-                out[start : start + len(batch)] = self._model.encode(
-                    batch,
-                    batch_size=self.batch_size,
-                    normalize_embeddings=True,
-                    convert_to_numpy=True,
-                    show_progress_bar=False,
-                )
+        chosen, done = batches(
+            same_length_batches([len(t) for t in tokens], self.batch_size), progress)
+        with self._lock, torch.inference_mode():
+            for bucket in chosen:
+                ids = torch.tensor(filled([tokens[i] for i in bucket]))
+                features = {"input_ids": ids, "attention_mask": torch.ones_like(ids),
+                            "token_type_ids": torch.zeros_like(ids)}
+                rows = self._model.forward(features)["sentence_embedding"][: len(bucket)]
+                out[bucket] = torch.nn.functional.normalize(rows, p=2, dim=1).numpy()
                 if done is not None:
-                    done(len(batch))
+                    done(len(bucket))
         return out
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import random
 import subprocess
 import sys
 import time
@@ -20,7 +21,14 @@ from pydantic import ValidationError
 
 from reverie.engines import embedding
 from reverie.engines.embedding import get_embedder
-from reverie.engines.torch_embedder import TorchEmbedder, default_model_path, load_torch
+from reverie.engines.torch_embedder import (
+    MIN_BATCH_TOKENS,
+    TorchEmbedder,
+    default_model_path,
+    filled,
+    load_torch,
+    same_length_batches,
+)
 from reverie.models.errors import EmbeddingError
 from reverie.models.settings import EmbeddingBackend, Settings, get_settings
 from reverie.models.vectors import DIMENSION
@@ -32,9 +40,7 @@ from reverie.engines.openvino_embedder import (  # noqa: E402
     MIN_COSINE,
     OpenVinoEmbedder,
     cached_model,
-    length_buckets,
     min_cosine,
-    padded,
 )
 
 LOCOMO = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo" / "locomo3.json"
@@ -129,12 +135,67 @@ def test_rows_come_back_in_input_order_across_length_buckets(
     assert np.array_equal(np.argmax(got @ expected.T, axis=1), np.arange(len(texts)))
 
 
-def test_length_buckets_sort_by_length_and_keep_ties_in_order() -> None:
-    assert length_buckets([5, 1, 3, 1, 9], 2) == [[1, 3], [2, 0], [4]]
-    assert length_buckets([], 4) == []
-    ids, mask = padded([[7, 8, 9], [7]], pad_id=0)
-    assert ids.tolist() == [[7, 8, 9], [7, 0, 0]]
-    assert mask.tolist() == [[1, 1, 1], [1, 0, 0]]
+def test_batches_hold_one_token_count_and_keep_ties_in_order() -> None:
+    assert same_length_batches([5, 1, 3, 1, 9, 1, 1], 2) == [[1, 3], [5, 6], [2], [0], [4]]
+    assert same_length_batches([], 4) == []
+    # Filled up to MIN_BATCH_TOKENS with copies of its own rows, never padded.
+    short = filled([[7, 8], [7, 9]])
+    assert len(short) == MIN_BATCH_TOKENS // 2 and short[:4] == [[7, 8], [7, 9]] * 2
+    long = [[1] * MIN_BATCH_TOKENS]
+    assert filled(long) == long
+    assert len(filled([[1] * (MIN_BATCH_TOKENS - 1)])) == 2
+
+
+def _varied_texts() -> list[str]:
+    """Texts of many token counts, a few of each count, and some of one or two tokens
+    (PyTorch computes products of very few rows another way)."""
+    rng = random.Random(11)
+    words = ("rent tea dog walk the user moved office sprint planning honey super "
+             "harvest retries backoff seconds Jira Linear café crème brûlée 14 kg").split()
+    texts = ["", " ", "ok", "x", "a b", "tea", "the rent", "moved to Linear"]
+    texts += [" ".join(rng.choice(words) for _ in range(rng.randint(1, 60)))
+              for _ in range(240)]
+    texts += [" ".join(f"token{k}" for k in range(600)), texts[20], texts[21]]
+    return texts
+
+
+@pytest.mark.parametrize("backend", ["fast", "reference"])
+def test_a_texts_vector_depends_on_its_text_alone(
+    backend: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """Alone, all together, in random chunks among random others, and in another
+    process: the same bits."""
+    model = request.getfixturevalue(backend)
+    texts = _varied_texts()
+    together = model.encode(texts)
+    alone = np.stack([model.encode([t])[0] for t in texts])
+    assert np.array_equal(together, alone)
+    rng = random.Random(3)
+    for _ in range(3):
+        order = rng.sample(range(len(texts)), len(texts))
+        start = 0
+        while start < len(order):
+            size = rng.randint(1, 90)
+            chunk = order[start : start + size]
+            got = model.encode([texts[i] for i in chunk])
+            assert np.array_equal(got, together[chunk]), chunk
+            start += size
+    # Another process, with the same settings: what another worker would compute.
+    out = tmp_path / "vectors.npy"
+    (tmp_path / "texts.json").write_text(json.dumps(texts))
+    probe = (
+        "import json, sys, numpy as np\n"
+        "from pathlib import Path\n"
+        "from reverie.engines.embedding import get_embedder\n"
+        "texts = json.loads(Path(sys.argv[1]).read_text())\n"
+        "model = get_embedder(batch_size=64, backend=sys.argv[3], cache_dir=sys.argv[4])\n"
+        "assert model.backend.value == sys.argv[3]\n"
+        "np.save(sys.argv[2], model.encode(texts[::-1])[::-1])\n"
+    )
+    cache = str(request.getfixturevalue("ov_cache")) if backend == "fast" else str(tmp_path)
+    subprocess.run([sys.executable, "-c", probe, str(tmp_path / "texts.json"), str(out),
+                    model.backend.value, cache], check=True, timeout=300)
+    assert np.array_equal(np.load(out), together)
 
 
 def test_empty_input_gives_no_rows(fast: OpenVinoEmbedder, reference: TorchEmbedder) -> None:
@@ -156,8 +217,9 @@ def test_truncation_matches_past_the_token_limit(
 
 def test_progress_is_told_every_text_once(fast: OpenVinoEmbedder) -> None:
     counts: list[int] = []
-    fast.encode([f"text {k}" for k in range(130)], progress=counts.append)
-    assert counts == [64, 64, 2]
+    texts = [f"text {k}" for k in range(130)] + ["a longer text"] * 3
+    fast.encode(texts, progress=counts.append)
+    assert sum(counts) == len(texts) and max(counts) == 64
 
 
 def test_a_bad_backend_setting_names_the_setting(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from reverie.models.config import ConsolidationConfig
 from reverie.models.errors import ReverieError
+from reverie.models.ids import given_id
 from reverie.models.store import Store
 from reverie.models.tables import Memory, Tombstone
 from reverie.models.timestamps import parse_timestamp
@@ -64,6 +65,16 @@ def _timestamp(text: str) -> datetime:
             "2025-07-01T03:00:00Z)") from None
 
 
+def _name(text: str) -> str:
+    """A profile, session or memory id from the command line, in the form the store
+    keeps names in (``ids.given_id``): flows are handed profile names, and refuse one
+    in another Unicode form than they are stored in."""
+    try:
+        return given_id(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -87,7 +98,7 @@ def _parser() -> argparse.ArgumentParser:
 
     p = command("ingest", _ingest, "Store the memories (and edges) of a JSONL file.")
     p.add_argument("file", type=Path)
-    p.add_argument("--profile", help="profile for records that do not name one")
+    p.add_argument("--profile", type=_name, help="profile for records that do not name one")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
 
     p = command("consolidate", _consolidate, "Run full or lightweight consolidation.")
@@ -99,7 +110,7 @@ def _parser() -> argparse.ArgumentParser:
                                     "cold-tier"])
     _add_run_options(p)
     p.add_argument("--scope", choices=["all", "session"], help="cold: all memories or a session's")
-    p.add_argument("--session", help="cold: the session for --scope session")
+    p.add_argument("--session", type=_name, help="cold: the session for --scope session")
     p.add_argument("--min-age-days", type=float, help="cold: minimum age (default 7; 0 allowed)")
     p.add_argument("--archive-below", type=float, metavar="RELEVANCE",
                    help="forget, cold: archive memories whose relevance is below this")
@@ -131,7 +142,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="last as_of, ISO-8601 (included)")
     p.add_argument("--every", default="1d", help="step between dates: 30m, 12h, 1d, 1w")
     group = p.add_mutually_exclusive_group(required=True)
-    group.add_argument("--profile", action="append", help="a profile (repeat for several)")
+    group.add_argument("--profile", type=_name, action="append",
+                       help="a profile (repeat for several)")
     group.add_argument("--all", action="store_true", help="every profile in the store")
     p.add_argument("--json", action="store_true")
 
@@ -139,13 +151,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("action", choices=["status", "stop"])
 
     p = command("status", _status, "Last run and next scheduled run of every flow, per profile.")
-    p.add_argument("--profile", help="one profile (default: all)")
+    p.add_argument("--profile", type=_name, help="one profile (default: all)")
     p.add_argument("--limit", type=int, default=20, help="runs of history to show (default 20)")
     p.add_argument("--json", action="store_true")
 
     p = command("session-end", _session_end, "Record the end of a profile's session.")
-    p.add_argument("--profile", required=True)
-    p.add_argument("--session", help="the session's id")
+    p.add_argument("--profile", type=_name, required=True)
+    p.add_argument("--session", type=_name, help="the session's id")
 
     p = command("events", _events, "Prefect events waiting in the store, per profile "
                 "(`reverie events flush` sends them).")
@@ -162,35 +174,38 @@ def _parser() -> argparse.ArgumentParser:
     f.set_defaults(handler=_events_flush)
 
     p = command("undo", _undo, "Undo a consolidation: its originals return, its summary goes.")
-    p.add_argument("id", help="a consolidation id (c-...) or the id of the summary it made")
-    p.add_argument("--profile", required=True, help="the profile the consolidation belongs to")
+    p.add_argument("id", type=_name,
+                   help="a consolidation id (c-...) or the id of the summary it made")
+    p.add_argument("--profile", type=_name, required=True,
+                   help="the profile the consolidation belongs to")
     p.add_argument("--json", action="store_true")
 
     p = command("consolidations", _consolidations, "List a profile's consolidation decisions.")
-    p.add_argument("--profile", required=True)
+    p.add_argument("--profile", type=_name, required=True)
     p.add_argument("--limit", type=int, default=50)
     p.add_argument("--json", action="store_true")
 
     p = command("blocks", _blocks, "Show a profile's Core Memory blocks.")
-    p.add_argument("--profile", required=True)
+    p.add_argument("--profile", type=_name, required=True)
     p.add_argument("--json", action="store_true")
 
     p = command("recall", _recall, "Find the memories most similar to a query.")
     p.add_argument("query")
-    p.add_argument("--profile", required=True)
+    p.add_argument("--profile", type=_name, required=True)
     p.add_argument("-k", type=int, default=5, help="how many memories (default 5)")
     p.add_argument("--deep", action="store_true", help="search the cold tier too")
     p.add_argument("--track", action="store_true", help="count the hits as accessed")
     p.add_argument("--json", action="store_true")
 
     p = command("get", _get, "Show one memory (any tier) or its tombstone.")
-    p.add_argument("id", help="a Reverie id or your own external id")
-    p.add_argument("--profile", help="needed when an external id exists in several profiles")
+    p.add_argument("id", type=_name, help="a Reverie id or your own external id")
+    p.add_argument("--profile", type=_name,
+                   help="needed when an external id exists in several profiles")
     p.add_argument("--json", action="store_true")
 
     p = command("export", _export, "Back up a profile as JSONL (`reverie ingest` restores "
                 "it), or dump it in canonical form to compare states.")
-    p.add_argument("--profile", required=True)
+    p.add_argument("--profile", type=_name, required=True)
     p.add_argument("--output", type=Path, help="file to write (default: standard output)")
     p.add_argument("--canonical", action="store_true",
                    help="the comparison form: vectors as hashes, no run history")
@@ -274,7 +289,8 @@ def _flow_list(text: str) -> list[str]:
 def _add_run_options(p: argparse.ArgumentParser) -> None:
     """What every flow run takes: which profiles, its 'now', dry run, and knobs."""
     group = p.add_mutually_exclusive_group(required=True)
-    group.add_argument("--profile", action="append", help="a profile (repeat for several)")
+    group.add_argument("--profile", type=_name, action="append",
+                       help="a profile (repeat for several)")
     group.add_argument("--all", action="store_true", help="every profile in the store")
     p.add_argument("--as-of", type=_timestamp,
                    help="the 'now' of the run, ISO-8601 (default: now)")

@@ -45,26 +45,36 @@ Checks on an answer (``check_answer``), in order
        appear in the sources is allowed (a memory may quote such a phrase).
     4. No invented facts (every wording): each number and name of the answer must
        occur in its sources.
-    5. No lost facts. Merge and compress: each number and name of the members must
-       occur in the answer, and at least half of the content words every member
-       shares (so "User likes things." cannot stand for specific memories). Cluster
-       descriptions and blocks sum up many memories in few words: they must name at
-       least one of their sources' names or numbers (when there are any).
+    5. Something to check against: sources with no number, name or content word give
+       the check nothing to hold an answer to, so any answer is refused.
+    6. No lost facts. Merge and compress: each number and name of the members must
+       occur in the answer, at least half of the content words every member shares,
+       and at least one content word of each member (so "User likes things." cannot
+       stand for specific memories). Cluster descriptions and blocks sum up many
+       memories in few words: they must name at least one of their sources' names or
+       numbers, or with none among the sources, use one of their content words.
 
-Facts, by a deliberately small heuristic (``facts``):
+Facts, by a deliberately small heuristic (``facts``, ``kept_names``):
     - numbers: each run of digits, leading zeros dropped, thousands separators
       joined ("1,200" is 1200; "2025-03-10" gives 2025, 3 and 10; "09:00" gives 9, 0);
     - names: words with a capital that are not the first word of a sentence (after
       ``. ! ? : ;``, a bullet, or at the start), plus, wherever they stand, words with
       a capital after the first letter (PostgreSQL, UTC, Q1 counts as a number) and
       possessives (Maya's). Month and day names count as names, so dates are covered.
+      What an answer must keep of its sources also counts a capitalised word opening
+      a sentence ("Leo skips homework") unless it is a common opening word (the, every,
+      usually... ``_OPENING_WORDS``) or some source writes it in lower case. An answer's
+      own opening word is never a name ("Overall, ..." invents nothing).
+    - content words: words of four letters or more that are not common function words
+      (``_COMMON``), compared by their first five letters ("lessons" ~ "lesson").
     Names are compared case-insensitively as whole words; a possessive "'s" is dropped.
-    Limits, all erring towards the rules: a name that only ever opens a sentence is
-    not a name (but it is a shared word); a name after an abbreviation ("Dr. Smith")
-    neither; numbers written as words ("three") are not numbers; an answer that writes
+    Limits, all erring towards the rules: a name after an abbreviation ("Dr. Smith") is
+    not a name; a capitalised verb opening a note ("Decided to ...") is held to as a
+    name; numbers written as words ("three") are not numbers; an answer that writes
     "March 10, 2025" for "2025-03-10" invents "March"; a paraphrase that drops shared
     words ("brief replies" for "concise answers") is refused. Spelling variants and
-    synonyms are not facts the check can see.
+    synonyms are not facts the check can see, and one word in common with each member
+    is all the check asks of its content words.
 """
 
 from __future__ import annotations
@@ -425,9 +435,18 @@ _OPENERS = "\"'“‘([{"
 _SENTENCE_BREAKS = ".!?:;-–—•*#>\n"
 # Words too common to show that an answer kept what its members share.
 _COMMON = frozenset(
-    "about also been from have into just more most only over same some such than that "
-    "their them then there these they this very were what when where which will with "
-    "would your user users".split()
+    "about after again also because been before being both does during each from have "
+    "into just more most only other over same since some still such than that their "
+    "them then there these they this through under until very were what when where "
+    "which while will with within without would your user users".split()
+)
+# Words that open sentences without being names: a capitalised first word that is none
+# of these (and is never written in lower case) is taken for a name (see kept_names).
+_OPENING_WORDS = _COMMON | frozenset(
+    "a an the it its he she his her hers we our you i my me us him and but or so yet nor "
+    "if as at by for in of on to up no not now all any few many much every either neither "
+    "here is are was has had do did can could may might must shall should let please "
+    "always never often sometimes usually today yesterday tomorrow".split()
 )
 
 
@@ -436,6 +455,10 @@ class Facts:
     numbers: frozenset[str]
     names: frozenset[str]  # lower-case
     words: frozenset[str]  # every word, lower-case, possessive dropped
+    # Capitalised words that only open a sentence here (lower-case): names or not.
+    openers: frozenset[str] = frozenset()
+    # Words written in lower case here: not names, wherever else they stand.
+    lower: frozenset[str] = frozenset()
 
     @property
     def stems(self) -> frozenset[str]:
@@ -451,10 +474,14 @@ def facts(text: str) -> Facts:
     numbers = {g.lstrip("0") or "0" for g in _DIGITS.findall(text)}
     names: set[str] = set()
     words: set[str] = set()
+    openers: set[str] = set()
+    lower: set[str] = set()
     for match in _WORD.finditer(text):
         raw = match.group(0)
         word = _POSSESSIVE.sub("", raw)
         words.add(word.lower())
+        if word.islower():
+            lower.add(word)
         if not word[:1].isupper() or any(c.isdigit() for c in word) or word == "I":
             continue
         # A short look back suffices (and keeps long texts linear).
@@ -464,7 +491,21 @@ def facts(text: str) -> Facts:
         inner_capital = len(word) > 1 and any(c.isupper() for c in word[1:])
         if not opens_sentence or inner_capital or raw != word:
             names.add(word.lower())
-    return Facts(frozenset(numbers), frozenset(names), frozenset(words))
+        else:
+            openers.add(word.lower())
+    return Facts(frozenset(numbers), frozenset(names), frozenset(words),
+                 frozenset(openers - names), frozenset(lower))
+
+
+def kept_names(known: Sequence[Facts]) -> frozenset[str]:
+    """The names of sources an answer is held to: their names, and the words that open
+    a sentence with a capital unless they are common opening words or written in lower
+    case in some source ("Leo" of "Leo skips homework" is a name; "The", "Every" and
+    "Tracking" of "Tracking is on; we use tracking" are not)."""
+    names = frozenset().union(*(k.names for k in known))
+    openers = frozenset().union(*(k.openers for k in known))
+    lower = frozenset().union(*(k.lower for k in known))
+    return names | (openers - lower - _OPENING_WORDS)
 
 
 def _words_of(text: str) -> str:
@@ -500,19 +541,28 @@ def check_answer(
     known_words = frozenset().union(*(k.words for k in known))
     if not said.numbers <= known_numbers or not said.names <= known_words:
         raise Rejected("answer adds facts absent from its sources")
+    names = kept_names(known)
+    stems = frozenset().union(*(k.stems for k in known))
+    if not (known_numbers or names or stems):
+        # Nothing the answer could be held to: it might say anything.
+        raise Rejected("its sources have no fact to check the answer against")
     if not keep_facts:
-        # A description need not keep every fact, but must name one, if there are any.
-        named = frozenset().union(*(k.names | k.numbers for k in known))
-        if named and not named & (said.numbers | {w for w in said.words if w in named}):
+        # A description need not keep every fact, but must name one (or, with no name
+        # or number among its sources, use one of their content words).
+        named = known_numbers | names
+        if named and not named & (said.numbers | said.words):
+            raise Rejected("answer names none of its sources' facts")
+        if not named and not stems & said.stems:
             raise Rejected("answer names none of its sources' facts")
     else:
-        needed_numbers = frozenset().union(*(k.numbers for k in known))
-        needed_names = frozenset().union(*(k.names for k in known))
-        if not needed_numbers <= said.numbers or not needed_names <= said.words:
+        if not known_numbers <= said.numbers or not names <= said.words:
             raise Rejected("answer drops facts of its sources")
-        shared = frozenset.intersection(*(k.stems for k in known)) if known else frozenset()
+        shared = frozenset.intersection(*(k.stems for k in known))
         if 2 * len(shared & said.stems) < len(shared):
             raise Rejected("answer drops what its sources share")
+        # Each member still speaks in the answer, by one of its content words at least.
+        if any(k.stems and not k.stems & said.stems for k in known):
+            raise Rejected("answer drops what a source says")
     return text
 
 

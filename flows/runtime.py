@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 HISTORY_WAIT_SECONDS = 15.0
 HISTORY_POLL_SECONDS = 0.5
 HISTORY_PAGE = 200
+LOOPBACK = "127.0.0.1"
 
 
 @contextmanager
@@ -48,17 +49,34 @@ def without_heartbeats() -> Iterator[None]:
 def task_runner() -> TaskRunner:  # type: ignore[type-arg]
     """The task runner flows use (``REVERIE_TASK_RUNNER``): ``REVERIE_TASK_THREADS``
     threads in the flow's process, or Dask: the scheduler at ``REVERIE_DASK_ADDRESS``, else
-    a local cluster of ``REVERIE_DASK_WORKERS`` processes started for the run."""
+    a local cluster of ``REVERIE_DASK_WORKERS`` processes started for the run, on
+    loopback (``REVERIE_DASK_DASHBOARD_PORT`` gives it a dashboard)."""
     settings = get_settings()
     if settings.task_runner == "dask":
         from prefect_dask import DaskTaskRunner
 
         if settings.dask_address:
             return DaskTaskRunner(address=settings.dask_address)
-        return DaskTaskRunner(
-            cluster_kwargs={"n_workers": settings.dask_workers, "threads_per_worker": 1}
-        )
+        options = local_cluster_options(settings.dask_workers, settings.dask_dashboard_port)
+        return DaskTaskRunner(cluster_kwargs=options)
     return ThreadPoolTaskRunner(max_workers=settings.task_threads)
+
+
+def local_cluster_options(workers: int, dashboard_port: int | None) -> dict[str, Any]:
+    """``distributed.LocalCluster`` arguments for a cluster that only this machine can
+    reach. Dask's defaults put an unauthenticated dashboard on every interface
+    (0.0.0.0:8787), and nothing of a run needs to be reached from elsewhere."""
+    # Without a dashboard the scheduler still serves health checks and metrics over HTTP,
+    # by default on port 8787: on a free port instead, so that two runs at once do not
+    # contend for it. Workers and nannies listen on the cluster's host.
+    http = f"{LOOPBACK}:{0 if dashboard_port is None else dashboard_port}"
+    return {
+        "n_workers": workers,
+        "threads_per_worker": 1,
+        "host": LOOPBACK,
+        "dashboard_address": None if dashboard_port is None else http,
+        "scheduler_kwargs": {"dashboard_address": http},
+    }
 
 
 def reverie_flow(name: str) -> Callable[[Callable[..., RunReport]], Flow[..., RunReport]]:

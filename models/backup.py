@@ -33,6 +33,7 @@ from sqlalchemy import JSON, DateTime, LargeBinary, Table, insert, select
 from reverie.models import tables
 from reverie.models.db import PROFILE_TABLES, reading, writing
 from reverie.models.errors import InputError, RecordError, RefusedError
+from reverie.models.ids import sought_id
 
 FORMAT = "reverie_backup"
 VERSION = 1
@@ -101,7 +102,7 @@ def restore(
     profile = header.get("profile")
     if not isinstance(profile, str) or not profile:
         raise RecordError(where, "profile", "must name the profile backed up")
-    if expected is not None and expected != profile:
+    if expected is not None and sought_id(expected, "profile named") != profile:
         raise InputError(f"the backup is of profile {profile!r}, not {expected!r}")
     known = _tables()
     rows: dict[str, list[dict[str, Any]]] = {name: [] for name in known}

@@ -13,9 +13,17 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from reverie.models.errors import ConfigError
+from reverie.models.ids import given_id
 
 # Who words summaries: "auto" is "llm" when an LLM server is configured, else "rules".
 SummarizerName = Literal["auto", "rules", "llm"]
@@ -225,6 +233,12 @@ class ColdConfig(_Section):
         "The session whose notes are processed when scope is 'session' (required then); "
         "unused with 'all'."
     ))
+
+    @field_validator("session_id")
+    @classmethod
+    def _session_as_stored(cls, value: str | None) -> str | None:
+        # Compared with the session ids ingest stored, which are in this form.
+        return None if value is None else given_id(value)
 
     @model_validator(mode="after")
     def _session_needs_an_id(self) -> ColdConfig:

@@ -10,6 +10,28 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable
 
+from reverie.models.errors import NotFoundError
+from reverie.models.text import clean_text
+
+
+def given_id(text: str) -> str:
+    """A name someone gives Reverie (a memory's own id, a profile, a session) in the one
+    form the store keeps and compares: NFC, without surrounding whitespace. Ingest
+    stores names in this form and every lookup by a given name goes through it too, so
+    that an id typed in another Unicode form (``"cafe\u0301"`` for ``"café"``) finds the
+    same memory. ValueError if no stored name can be this text (a NUL, an unpaired
+    surrogate)."""
+    return clean_text(text).strip()
+
+
+def sought_id(text: str, what: str) -> str:
+    """``given_id(text)`` for looking a stored name up: NotFoundError ("no {what}
+    '...'") when no stored name can be this text."""
+    try:
+        return given_id(text)
+    except ValueError:
+        raise NotFoundError(f"no {what} {text!r}") from None
+
 
 def _digest(*parts: str) -> str:
     # Each part followed by a unit separator, hashed in one call: a full run at 100k

@@ -119,6 +119,9 @@ class _Ingest:
         self.progress = progress
         self.queue_events = queue_events
         self.report = IngestReport()
+        # (profile, id) -> (the id as first spelled, where), for the ids that can be
+        # spelled more than one way only (see _another_spelling).
+        self.spellings: dict[tuple[str, str], tuple[str, str]] = {}
 
     def run(self, items: Iterable[tuple[str, object]], profile: str | None) -> IngestReport:
         report = self.report
@@ -144,6 +147,11 @@ class _Ingest:
                 edges.append(record)
                 dealt_with(1)
                 continue
+            clash = self._another_spelling(record, obj)
+            if clash is not None:
+                report.errors.append(clash)
+                dealt_with(1)
+                continue
             chunk.append(record)
             if len(chunk) >= INGEST_CHUNK:
                 self._write_memories(chunk)
@@ -153,6 +161,28 @@ class _Ingest:
         if edges:
             self._write_edges(edges)
         return report
+
+    def _another_spelling(self, record: MemoryIn, obj: object) -> RecordError | None:
+        """The error of a record whose id is an id of an earlier record of this ingest
+        spelled in another Unicode form ("café" composed, then "cafe" + a combining
+        accent), else None. Both are one id (ids are compared in NFC), so the later
+        record would silently update the earlier one: two spellings in one file are
+        more likely two memories than one, so the later one is refused and the first
+        spelling stands. (An id already stored is updated by either spelling, as any
+        lookup finds it by either.)"""
+        ext = record.external_id
+        if ext is None or _one_spelling(ext):
+            return None
+        spelling = str(obj["id"]).strip()  # type: ignore[index]
+        first, where = self.spellings.setdefault((record.profile, ext), (spelling, record.where))
+        if spelling == first:
+            return None
+        return RecordError(
+            record.where, "id",
+            f"{ascii(spelling)} is the id {ascii(first)} of {where} in another Unicode "
+            "form: both would name one memory; spell the id one way to update it, or "
+            "give this record its own id",
+        )
 
     def _write_memories(self, records: list[MemoryIn]) -> None:
         progress, at, report = self.progress, self.at, self.report
@@ -407,6 +437,18 @@ def _refused_value(exc: BaseException | None) -> str | None:
 def _words(class_name: str) -> str:
     """``NumericValueOutOfRange`` -> ``numeric value out of range``."""
     return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", " ", class_name).lower() or "invalid value"
+
+
+# The only characters outside ASCII whose NFC form is ASCII: KELVIN SIGN (K), GREEK
+# QUESTION MARK (;) and GREEK VARIA (`).
+_ASCII_IN_NFC = frozenset("K;`")
+
+
+def _one_spelling(ident: str) -> bool:
+    """Whether ``ident`` (an NFC id) is the NFC form of no other spelling (whitespace
+    around it aside): true of an ASCII id without the three characters above, so that
+    an ingest remembers the spellings of few ids, not of all."""
+    return ident.isascii() and _ASCII_IN_NFC.isdisjoint(ident)
 
 
 def _no_progress(_: int) -> None:

@@ -95,6 +95,12 @@ class Settings(BaseSettings):
     task_runner: Literal["threads", "dask"] = "threads"
     dask_address: str | None = None
     dask_workers: int = Field(2, ge=1, le=512)
+    dask_dashboard_port: int | None = Field(
+        None, ge=0, le=65_535,
+        description="Port of the Dask dashboard of a local cluster (no dask_address), "
+        "on 127.0.0.1 only (0: any free port); unset: no dashboard. The dashboard has no "
+        "authentication and shows task names and errors.",
+    )
     # Profiles one task run takes, one after another. Prefect costs tens of ms per task
     # run, more than a small profile's step: chunks make a run over 10,000 profiles cost
     # about its work. Chunks run side by side (threads or Dask workers).

@@ -3,8 +3,9 @@
 The queries and writes themselves live in ``models.repositories``, one module per
 aggregate, as functions taking the transaction. A profile's work goes through
 ``reading(profile)`` / ``writing(profile)``, whose ``ProfileTx`` names the one profile
-the block may touch; cross-profile work (run history, leases, the profile list) goes
-through ``reading_all()`` / ``writing_all()`` and gets a plain session.
+the block may touch (in the form the store keeps names in, ``ids.given_id``);
+cross-profile work (run history, leases, the profile list) goes through
+``reading_all()`` / ``writing_all()`` and gets a plain session.
 
 The database's own failures leave these blocks as the errors of ``models.errors``,
 grouped by what the caller can do: retry (``StoreRetryableError``) or report
@@ -23,6 +24,7 @@ from sqlmodel import Session
 from reverie.models import db as engines
 from reverie.models.db import translated
 from reverie.models.errors import NotFoundError
+from reverie.models.ids import sought_id
 from reverie.models.settings import Settings, get_settings, resolve_database_url
 from reverie.models.tables import Profile
 
@@ -66,13 +68,15 @@ class Store:
 
     @contextmanager
     def reading(self, profile: str) -> Iterator[ProfileTx]:
+        name = sought_id(profile, "profile named")
         with self.reading_all() as session:
-            yield ProfileTx(session, profile)
+            yield ProfileTx(session, name)
 
     @contextmanager
     def writing(self, profile: str) -> Iterator[ProfileTx]:
+        name = sought_id(profile, "profile named")
         with self.writing_all() as session:
-            yield ProfileTx(session, profile)
+            yield ProfileTx(session, name)
 
     # --- profiles ---------------------------------------------------------------------
 
@@ -85,7 +89,8 @@ class Store:
         known = self.profiles()
         if selector is None:
             return known
-        wanted = [selector] if isinstance(selector, str) else list(selector)
+        wanted = [sought_id(name, "profile named")
+                  for name in ([selector] if isinstance(selector, str) else selector)]
         missing = sorted(set(wanted) - set(known))
         if missing:
             raise NotFoundError(f"no profile named {', '.join(map(repr, missing))}")

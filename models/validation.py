@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from reverie.models.errors import RecordError
+from reverie.models.ids import given_id
 from reverie.models.text import clean_text, has_visible_text
 from reverie.models.timestamps import in_record_range, parse_timestamp
 from reverie.models.vectors import normalise
@@ -83,12 +84,16 @@ class EdgeIn:
 def _text(value: object, *, limit: int = MAX_SHORT_TEXT, lower: bool = False) -> str:
     if not isinstance(value, str):
         raise ValueError(f"expected a string, got {_type_name(value)}")
-    text = clean_text(value).strip()
+    text = _bounded(clean_text(value).strip(), limit)
+    return text.lower() if lower else text
+
+
+def _bounded(text: str, limit: int) -> str:
     if not text:
         raise ValueError("must not be empty")
     if len(text) > limit:
         raise ValueError(f"is {len(text)} characters, longer than the limit of {limit}")
-    return text.lower() if lower else text
+    return text
 
 
 def _identifier(value: object) -> str:
@@ -97,7 +102,7 @@ def _identifier(value: object) -> str:
     if isinstance(value, int) and abs(value) >= _LONGEST_ID_INT:
         # Checked before str(): a long enough integer would make str() itself fail.
         raise ValueError(f"is longer than the limit of {MAX_SHORT_TEXT} characters")
-    return _text(str(value))
+    return _bounded(given_id(str(value)), MAX_SHORT_TEXT)
 
 
 def _unit_interval(value: object) -> float:
@@ -201,7 +206,9 @@ def _time(value: object) -> datetime:
 
 
 def _profile(value: object) -> str:
-    name = _text(value, limit=128)
+    if not isinstance(value, str):
+        raise ValueError(f"expected a string, got {_type_name(value)}")
+    name = _bounded(given_id(value), 128)
     if not PROFILE_NAME.match(name):
         raise ValueError(
             f"{name!r} is not a valid profile name (letters, digits and . _ @ : + - only)"

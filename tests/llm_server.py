@@ -31,11 +31,13 @@ class FakeLLM:
     control   good + an escape sequence
     injection good + orders to the reader (``INJECTION``)
     vague     ``VAGUE``, whatever was asked
+    fixed     ``fixed``, whatever was asked
     invent    good + a name, a date and a number found in no memory
     """
 
     def __init__(self) -> None:
         self.behaviour = "good"
+        self.fixed = ""
         self.script: list[str] = []
         self.delay = 2.0
         self.drip_seconds = 0.2
@@ -96,6 +98,7 @@ class FakeLLM:
             # Within the length a prompt asks for, so that only the words are wrong.
             "injection": INJECTION + " " + self.answer(body, room=len(INJECTION) + 1),
             "vague": VAGUE,
+            "fixed": self.fixed,
             "invent": self.answer(body, room=len(INVENTED)) + INVENTED,
         }.get(behaviour, good)
         reply = {"choices": [{"index": 0, "message": {"role": "assistant", "content": content}}]}

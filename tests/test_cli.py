@@ -249,3 +249,38 @@ def test_a_reader_that_goes_away_ends_the_command_quietly(tmp_path: Path) -> Non
         code = process.wait(timeout=120)
     assert "Traceback" not in error and "BrokenPipe" not in error, error
     assert code == 1
+
+
+@pytest.mark.usefixtures("prefect_api")
+def test_ids_and_profiles_are_found_in_either_unicode_form(
+    store: Store, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from factories import at_cosine, axis
+
+    cafe, cafe_nfd = "caf\u00e9", "cafe\u0301"
+    zoe, zoe_nfd = "zo\u00eb", "zoe\u0308"
+    path = tmp_path / "zoe.jsonl"
+    records = [  # three near-duplicates (a merge to undo) and one loner
+        {"id": f"d{k}", "content": f"Zoë orders a flat white{'!' * k}",
+         "created_at": "2025-04-01T00:00:00Z", "access_count": 3 + k, "confidence": 0.8,
+         "embedding": (axis(0) if k == 2 else at_cosine(0.9, other=1 + k)).tolist()}
+        for k in range(3)
+    ] + [{"id": cafe_nfd, "content": "the corner café opens at seven",
+          "embedding": axis(10).tolist()}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    assert main(["ingest", str(path), "--profile", zoe_nfd]) == EXIT_OK
+    capsys.readouterr()
+    for ident, profile in [(cafe_nfd, zoe_nfd), (cafe, zoe_nfd), (cafe_nfd, zoe)]:
+        assert main(["get", ident, "--profile", profile, "--json"]) == EXIT_OK
+        got = json.loads(capsys.readouterr().out)
+        assert (got["external_id"], got["profile_id"]) == (cafe, zoe)
+
+    assert main(["consolidate", "full", "--profile", zoe_nfd,
+                 "--as-of", "2025-07-01T00:00:00Z"]) == EXIT_OK
+    capsys.readouterr()
+    assert main(["consolidations", "--profile", zoe_nfd, "--json"]) == EXIT_OK
+    (merge,) = json.loads(capsys.readouterr().out)
+    assert main(["undo", merge["id"], "--profile", zoe_nfd]) == EXIT_OK
+    assert "3 memories restored" in capsys.readouterr().out
+    assert main(["undo", merge["summary_id"], "--profile", zoe]) == EXIT_OK
+    assert "already undone" in capsys.readouterr().out

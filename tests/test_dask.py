@@ -1,7 +1,9 @@
-"""Many profiles in parallel on a local Dask cluster give what a sequential run gives."""
+"""On a local Dask cluster, many profiles in parallel give what a sequential run gives;
+the cluster a run starts for itself listens on loopback only."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
@@ -64,3 +66,81 @@ def test_fifty_profiles_on_dask_match_a_sequential_run(
 
     for profile in parallel.profiles():
         assert export_jsonl(parallel.url, profile) == export_jsonl(sequential.url, profile)
+
+
+def listening(pids: set[int]) -> set[tuple[int, str, int]]:
+    """(pid, host, port) of every listening TCP socket of these processes."""
+    import psutil
+
+    found = set()
+    for pid in pids:
+        try:
+            conns = psutil.Process(pid).net_connections(kind="inet")
+        except psutil.Error:  # the process ended between listing and asking
+            continue
+        found |= {(pid, c.laddr.ip, c.laddr.port) for c in conns if c.status == psutil.CONN_LISTEN}
+    return found
+
+
+def process_tree() -> set[int]:
+    import psutil
+
+    me = psutil.Process()
+    return {me.pid} | {child.pid for child in me.children(recursive=True)}
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.usefixtures("prefect_api")
+@pytest.mark.parametrize("dashboard", [False, True], ids=["no dashboard", "dashboard asked for"])
+def test_a_local_cluster_listens_on_loopback_only(
+    store: Store, monkeypatch: pytest.MonkeyPatch, dashboard: bool
+) -> None:
+    """The cluster a run starts for itself is reachable from this machine only: its
+    scheduler, workers and the dashboard (unauthenticated) if asked for listen on
+    loopback."""
+    import threading
+
+    from reverie.flows.decay import decay
+    from reverie.flows.runtime import task_runner
+
+    ingest_records(store, [{**r, "profile": "p00"} for r in profile_records(0)])
+    monkeypatch.setenv("REVERIE_TASK_RUNNER", "dask")
+    monkeypatch.delenv("REVERIE_DASK_ADDRESS", raising=False)
+    monkeypatch.setenv("REVERIE_DASK_WORKERS", "1")
+    port = free_port()
+    if dashboard:
+        monkeypatch.setenv("REVERIE_DASK_DASHBOARD_PORT", str(port))
+    else:
+        monkeypatch.delenv("REVERIE_DASK_DASHBOARD_PORT", raising=False)
+    before = listening(process_tree())
+
+    # The sockets exist only while the run's cluster does: look from beside the run.
+    seen: set[tuple[int, str, int]] = set()
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            seen.update(listening(process_tree()))
+            done.wait(0.05)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        decay.with_options(task_runner=task_runner())(profile="p00", as_of=AS_OF)
+    finally:
+        done.set()
+        watcher.join()
+
+    # The watch saw the cluster: its scheduler (in this process), its worker and nanny
+    # (in child processes).
+    opened = {pid for pid, _, _ in seen - before}
+    assert os.getpid() in opened and opened - {os.getpid()}, sorted(seen)
+    assert {host for _, host, _ in seen} <= {"127.0.0.1", "::1"}, sorted(seen)
+    assert ((os.getpid(), "127.0.0.1", port) in seen) == dashboard

@@ -1,5 +1,6 @@
 import json
 import sqlite3
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
@@ -10,7 +11,7 @@ from sqlalchemy.exc import IntegrityError
 
 from reverie.models import ids
 from reverie.models.db import engine_for, reading, writing
-from reverie.models.errors import IntegrityViolationError
+from reverie.models.errors import IntegrityViolationError, NotFoundError
 from reverie.models.export import export_jsonl
 from reverie.models.ingest import SUPPLIED_EMBEDDING
 from reverie.models.repositories import edges as edges_repo
@@ -497,3 +498,106 @@ def test_a_database_error_does_not_quote_record_content(store: Store) -> None:
     assert isinstance(cause, IntegrityError)
     assert "4921" not in str(caught.value) and "4921" not in str(cause)
     assert "parameters hidden" in str(cause)
+
+
+# --- ids in either Unicode form -----------------------------------------------------------
+# One id, "café", spelled composed (NFC) and decomposed (NFD); a profile too.
+CAFE, CAFE_NFD = "caf\u00e9", "cafe\u0301"
+ZOE, ZOE_NFD = "zo\u00eb", "zoe\u0308"
+
+
+@pytest.mark.parametrize("given", [CAFE, CAFE_NFD], ids=["stored NFC", "stored NFD"])
+def test_an_id_is_found_as_given_in_either_unicode_form(store: Store, given: str) -> None:
+    report = ingest_records(store, [record("Zoë orders a flat white", id=given)], profile=ZOE_NFD)
+    assert not report.errors and store.profiles() == [ZOE]
+    for ident in (CAFE, CAFE_NFD, f" {CAFE_NFD} "):
+        for profile in (None, ZOE, ZOE_NFD):
+            found = get_memory(store, ident, profile)
+            assert (found.external_id, found.profile_id) == (CAFE, ZOE)
+    assert [m.external_id for m in in_read(store, ZOE_NFD, memories_repo.memories)] == [CAFE]
+    assert store.resolve_profiles([ZOE_NFD, ZOE]) == [ZOE]
+
+
+def test_a_lookup_that_no_stored_id_can_match_is_not_found(store: Store) -> None:
+    ingest_records(store, [record("x", id=CAFE)], profile="a")
+    for ident in ("caf\x00e", "caf\ud800"):
+        with pytest.raises(NotFoundError, match="no memory with id"):
+            get_memory(store, ident)
+
+
+def test_two_spellings_of_one_id_in_one_file_are_reported_and_the_rest_is_stored(
+    store: Store, tmp_path: Path
+) -> None:
+    lines = [
+        {"profile": "a", "id": CAFE, "content": "the corner café opens at seven"},
+        {"profile": "a", "id": "tea", "content": "green tea after lunch"},
+        {"profile": "a", "id": CAFE_NFD, "content": "a different café, by the station"},
+        {"profile": "b", "id": CAFE_NFD, "content": "another profile's café"},
+        {"profile": "a", "id": f" {CAFE} ", "content": "the corner café opens at half past seven"},
+    ]
+    report = ingest_file(store, write_jsonl(tmp_path / "in.jsonl", lines))
+    (error,) = report.errors
+    assert (error.where, error.field) == ("line 3", "id")
+    assert "line 1" in str(error) and "Unicode form" in str(error)
+    assert ascii(CAFE_NFD) in str(error) and ascii(CAFE) in str(error)
+    # The first spelling stands, and its later records update it as always.
+    assert report.stored == 3 and report.updated == 0
+    assert get_memory(store, CAFE, "a").content == "the corner café opens at half past seven"
+    assert get_memory(store, CAFE, "b").content == "another profile's café"
+
+
+def test_a_stored_id_is_updated_by_a_later_file_in_its_other_spelling(store: Store) -> None:
+    ingest_records(store, [record("Maya is 41", id=CAFE_NFD)], profile="a")
+    report = ingest_records(store, [record("Maya is 42", id=CAFE)], profile="a")
+    assert (report.stored, report.updated, report.errors) == (0, 1, [])
+    (m,) = in_read(store, "a", memories_repo.memories)
+    assert (m.external_id, m.content) == (CAFE, "Maya is 42")
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "clash"),
+    [
+        ("K1", "\u212a1", True),  # KELVIN SIGN: its NFC form is the ASCII letter K
+        ("\u212a1", "K1", True),
+        ("a;b", "a\u037eb", True),  # GREEK QUESTION MARK, NFC ';'
+        ("m1", "m1", False),  # one spelling twice: the later updates, as always
+        ("m1", 1, False),  # an integer id is its digits
+    ],
+)
+def test_the_spellings_that_meet_in_plain_ascii_are_reported_too(
+    store: Store, first: object, second: object, clash: bool
+) -> None:
+    report = ingest_records(store, [{"id": first, "content": "one"}, {"id": second, "content": "two"}],
+                            profile="a")
+    assert [(e.where, e.field) for e in report.errors] == ([("record 2", "id")] if clash else [])
+
+
+def test_edges_find_their_ends_in_either_spelling(store: Store, tmp_path: Path) -> None:
+    lines = [
+        {"profile": ZOE_NFD, "id": CAFE_NFD, "content": "the corner café opens at seven"},
+        {"profile": ZOE, "id": "thé", "content": "green tea after lunch"},
+        {"type": "edge", "profile": ZOE, "source": CAFE, "target": "the\u0301", "weight": 0.4},
+        {"type": "edge", "profile": ZOE_NFD, "source": "thé", "target": CAFE_NFD, "kind": "contradicts"},
+    ]
+    report = ingest_file(store, write_jsonl(tmp_path / "in.jsonl", lines))
+    assert report.errors == [] and report.edges == 2
+    ends = {get_memory(store, CAFE).id, get_memory(store, "thé").id}
+    assert [{e.source_id, e.target_id} for e in in_read(store, ZOE, edges_repo.edges)] == [ends] * 2
+
+
+def test_sessions_and_restores_take_names_in_either_spelling(
+    store: Store, new_store: Callable[[str], Store], tmp_path: Path
+) -> None:
+    from reverie.models.backup import backup_lines, restore
+    from reverie.models.config import ColdConfig
+    from reverie.models.validation import read_jsonl
+
+    ingest_records(store, [record("x", id="a1", session_id=CAFE_NFD)], profile=ZOE_NFD)
+    assert get_memory(store, "a1").session_id == CAFE
+    # Cold consolidation of one session compares this with the stored session ids.
+    assert ColdConfig(scope="session", session_id=CAFE_NFD).session_id == CAFE
+
+    backup = tmp_path / "zoe.jsonl"
+    backup.write_text("".join(backup_lines(store.url, ZOE)), encoding="utf-8")
+    restored = restore(new_store("elsewhere").url, read_jsonl(backup), expected=ZOE_NFD)
+    assert restored.profile == ZOE

@@ -9,7 +9,7 @@ import threading
 import time
 import unicodedata
 import uuid
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import pytest
 
@@ -22,6 +22,7 @@ from reverie.engines.llm import (
     breaker_for,
     check_answer,
     facts,
+    kept_names,
 )
 from reverie.engines.wording import RulesSummarizer, fallback_notes, summarizer_for
 from reverie.flows.artifacts import markdown
@@ -34,7 +35,7 @@ from reverie.models.settings import get_settings
 from reverie.models.store import Store
 from reverie.models.tables import Origin
 
-from factories import undo_consolidation, view
+from factories import at_cosine, axis, ingest_records, undo_consolidation, view
 from llm_server import INJECTION, VAGUE
 
 MEMBERS = [view(f"m{i}", content=f"User went hiking at spot {i} on March {10 + i}") for i in range(5)]
@@ -410,7 +411,8 @@ ARGO = [
     [
         ("Maya prefers concise answers without long preambles.", PREAMBLES, True, None),
         ("Maya likes short, concise answers with no long preamble.", PREAMBLES, True, None),
-        (VAGUE, PREAMBLES, True, "answer drops what its sources share"),
+        # "Maya" opens every source, and is a name all the same.
+        (VAGUE, PREAMBLES, True, "answer drops facts of its sources"),
         ("Maya wants brief replies.", PREAMBLES, True, "answer drops what its sources share"),
         ("Since 2025-03-10 (March) the tracking service deploys through Argo CD; the "
          "shipment-tracking API serves about 1200 requests per second.", ARGO, True, None),
@@ -423,7 +425,14 @@ ARGO = [
         # A description need not keep every fact, but must name one.
         ("Deploys go through Argo CD.", ARGO, False, None),
         (VAGUE, ARGO, False, "answer names none of its sources' facts"),
-        (VAGUE, ["Maya likes green tea", "Maya likes black tea"], False, None),
+        (VAGUE, ["Maya likes green tea", "Maya likes black tea"], False,
+         "answer names none of its sources' facts"),
+        ("Maya likes tea.", ["Maya likes green tea", "Maya likes black tea"], False, None),
+        # With no name or number among the sources, a content word of theirs will do.
+        (VAGUE, ["green tea in the morning", "black tea after lunch"], False,
+         "answer names none of its sources' facts"),
+        ("Tea: green in the morning, black after lunch.",
+         ["green tea in the morning", "black tea after lunch"], False, None),
         # Instructions, unless the memories themselves say so.
         (INJECTION, ["Maya asked to delete every memory about Jira"], False,
          "answer reads as instructions"),
@@ -460,6 +469,89 @@ def test_facts_are_numbers_and_names() -> None:
 
 def test_an_answer_is_nfc_normalised() -> None:
     assert check_answer("Cafe\u0301 Lisbon", ["Café Lisbon"], 100, True) == "Café Lisbon"
+
+
+# Members with no number, whose one name opens their sentence, sharing no long word.
+LEO = ["Leo practises more on days after a lesson", "Leo skips homework in weeks with night shifts"]
+LEO_FAITHFUL = "Leo practises more after lessons and skips homework in weeks with night shifts."
+
+
+NOTHING = "its sources have no fact to check the answer against"
+
+
+@pytest.mark.parametrize(
+    ("answer", "sources", "keep", "verdict"),
+    [
+        (VAGUE, LEO, True, "answer drops facts of its sources"),
+        (LEO_FAITHFUL, LEO, True, None),
+        # An answer's own opening word invents no name.
+        ("Overall, leo" + LEO_FAITHFUL[3:], LEO, True, None),
+        ("Leo likes things.", LEO, True, "answer drops what a source says"),
+        ("Leo practises more after lessons.", LEO, True, "answer drops what a source says"),
+        # One content word of each member is as much as the check asks.
+        ("Leo practises after lessons and skips homework.", LEO, True, None),
+        ("Practises more after lessons and skips homework in weeks with night shifts.", LEO,
+         True, "answer drops facts of its sources"),
+        # A description names one fact of its sources, here their one name.
+        (VAGUE, LEO, False, "answer names none of its sources' facts"),
+        ("Leo's weeks.", LEO, False, None),
+        # Nothing to hold an answer to: no number, no name, no content word.
+        ("It is so.", ["It is so", "So it is"], True, NOTHING),
+        ("It is so.", ["It is so", "So it is"], False, NOTHING),
+    ],
+)
+def test_members_without_numbers_or_names_are_checked_by_their_words(
+    answer: str, sources: list[str], keep: bool, verdict: str | None
+) -> None:
+    if verdict is None:
+        assert check_answer(answer, sources, 1200, keep) == answer
+    else:
+        with pytest.raises(Rejected) as refused:
+            check_answer(answer, sources, 1200, keep)
+        assert refused.value.kind == verdict
+
+
+@pytest.mark.usefixtures("patient")
+@pytest.mark.parametrize("behaviour", ["vague", "fixed"])
+def test_a_compression_keeps_its_members_words_or_the_rules_word_it(
+    store: Store, llm, behaviour: str
+) -> None:
+    """The case that let "User likes things." into a summary, and from there into the
+    behavioral_patterns block: refused, the rules word it; a faithful answer is used."""
+    from reverie.tasks.blocks import compile_blocks
+    from reverie.tasks.compress import compress_fading
+    from reverie.tasks.decay import decay as decay_step
+    from reverie.tasks.step import StepArgs
+
+    llm.behaviour, llm.fixed = behaviour, LEO_FAITHFUL
+    day = (AS_OF - timedelta(days=300)).isoformat()
+    ingest_records(store, [
+        {"id": f"leo{k}", "content": text, "kind": "behavioral", "created_at": day,
+         "importance": 0.1, "embedding": (axis(0) if k == 0 else at_cosine(0.9)).tolist()}
+        for k, text in enumerate(LEO)
+    ], profile="leo")
+    args = StepArgs(store.url, "leo", AS_OF, LLM)
+    decay_step(store, args)
+    report = compress_fading(store, args)
+    compile_blocks(store, args)
+
+    (summary,) = [m for m in rows(store, "leo", "memory") if m["origin"] == Origin.COMPRESSED]
+    (audit,) = rows(store, "leo", "consolidation")
+    block = {b["block_type"]: b["content"] for b in rows(store, "leo", "block")}
+    assert block["behavioral_patterns"] == summary["content"]
+    if behaviour == "fixed":
+        assert audit["parameters"]["mode"] == "llm" and summary["content"].endswith(LEO_FAITHFUL)
+    else:
+        assert audit["parameters"]["mode"] == "rules" and VAGUE not in block["behavioral_patterns"]
+        assert all(w in summary["content"] for w in ("Leo", "practises", "lesson", "homework",
+                                                    "night", "shifts"))
+        assert "compress: answer drops facts of its sources" in " ".join(report.notes)
+
+
+def test_a_word_opening_a_sentence_is_a_name_unless_common_or_also_lower_case() -> None:
+    known = [facts(t) for t in ("Leo skips homework", "The tracking is on; Every day counts",
+                                "Tracking helps. We met Ana", "Usually Maya's")]
+    assert kept_names(known) == {"leo", "ana", "maya"}
 
 
 # -- reports and selection ------------------------------------------------------------

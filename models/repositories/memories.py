@@ -14,6 +14,7 @@ from sqlalchemy import Text, case, delete, exists, func, or_, select, type_coerc
 from sqlmodel import Session
 
 from reverie.models.errors import AmbiguousIdError, NotFoundError
+from reverie.models.ids import sought_id
 from reverie.models.records import GraphScore, MemoryView, RelevanceInputs, RelevanceSpread
 from reverie.models.repositories.bulk import (
     bulk_set,
@@ -85,6 +86,8 @@ def metadata(raw: str | dict[str, Any] | None) -> dict[str, Any]:
 def get(s: Session, ident: str, profile: str | None = None) -> Memory | Tombstone:
     """A memory by Reverie id or external id, in any tier; else its tombstone. Without
     ``profile``, across profiles (an external id in several of them is ambiguous)."""
+    ident = sought_id(ident, "memory with id")
+    profile = None if profile is None else sought_id(profile, "profile named")
     memory = s.get(Memory, ident)
     if memory is not None and (profile is None or memory.profile_id == profile):
         return memory

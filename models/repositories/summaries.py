@@ -186,6 +186,7 @@ def undo(tx: ProfileTx, ident: str, at: datetime) -> UndoResult:
     Only the transaction's profile is searched: whoever holds an id of another profile's
     consolidation cannot undo it from here (and learns nothing: it is "not found")."""
     s, profile = tx.session, tx.profile
+    ident = ids.sought_id(ident, "consolidation with id")
     of_profile = tables.Consolidation.profile_id == profile
     found = s.execute(
         select(tables.Consolidation).where(of_profile).where(

@@ -1,0 +1,173 @@
+"""Runs are reproducible bit for bit, at a size where the embedding batches differ.
+
+A store of several thousand memories, a third of them in near-duplicate groups and
+most of them fading, makes about two thousand summaries per full consolidation:
+merges, compressions and second-pass merges, embedded in many batches whose make-up
+depends on what else is embedded. Two runs of identical copies, one in this process
+and one as the CLI in another, must leave identical canonical exports; so must a run
+killed midway and run again. On both embedding backends (the rest of the suite runs on
+PyTorch), and on PostgreSQL in that leg of the suite.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from reverie.benchmarks.synthetic import SyntheticSpec, records
+from reverie.engines.embedding import get_embedder
+from reverie.flows.catalog import FLOWS
+from reverie.models.db import copy_profiles, dispose
+from reverie.models.export import export_jsonl
+from reverie.models.store import Store
+
+from factories import ingest_records
+
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("prefect_api")]
+
+SPEC = SyntheticSpec(memories=6000, profiles=3, duplicate_share=0.35, seed=36)
+# Long enough after the newest memory that most have faded below the compression
+# threshold: compression then words and embeds a summary for each group it forms.
+AS_OF = SPEC.as_of + timedelta(days=120)
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The store, ingested once (with its generated vectors: nothing to embed) and
+    decayed as of AS_OF, so that every run below starts from the same fading store."""
+    url = f"sqlite:///{tmp_path_factory.mktemp('reproducible') / 'template.db'}"
+    rows, _ = records(SPEC)
+    assert not ingest_records(Store(url), rows).errors
+    saved = os.environ.get("REVERIE_DATABASE_URL")
+    os.environ["REVERIE_DATABASE_URL"] = url
+    try:
+        FLOWS["decay"](profile=None, as_of=AS_OF)
+    finally:
+        if saved is None:
+            os.environ.pop("REVERIE_DATABASE_URL")
+        else:
+            os.environ["REVERIE_DATABASE_URL"] = saved
+    dispose(url)
+    yield url
+
+
+@pytest.fixture(params=["torch", "openvino"])
+def backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch,
+            tmp_path_factory: pytest.TempPathFactory) -> str:
+    monkeypatch.setenv("REVERIE_EMBEDDING_BACKEND", request.param)
+    if request.param == "openvino":
+        pytest.importorskip("openvino")
+        cache = tmp_path_factory.getbasetemp() / "openvino-cache"
+        monkeypatch.setenv("REVERIE_EMBEDDING_CACHE_DIR", str(cache))
+        # Exported (or found) here, so that a failed export cannot pass as PyTorch.
+        assert get_embedder().backend.value == "openvino"
+    return str(request.param)
+
+
+def _copy(template: str, new_store: Callable[[str], Store], name: str) -> Store:
+    store = new_store(name)
+    copy_profiles(template, store.url, Store(template).profiles())
+    return store
+
+
+def _exports(store: Store) -> dict[str, str]:
+    return {p: export_jsonl(store.url, p) for p in store.profiles()}
+
+
+def _summaries(exports: dict[str, str]) -> int:
+    return sum(text.count('"origin": "') - text.count('"origin": "ingest"')
+               for text in exports.values())
+
+
+def _cli_env(tmp_path: Path, store: Store, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_API")}
+    env.update({"REVERIE_DATABASE_URL": store.url, "PREFECT_HOME": str(tmp_path / "prefect"),
+                "PREFECT_LOGGING_LEVEL": "ERROR",
+                "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120", **extra})
+    return env
+
+
+ARGS = ["consolidate", "full", "--all", "--as-of", AS_OF.isoformat()]
+
+
+def test_two_runs_of_identical_stores_in_two_processes_give_identical_exports(
+    backend: str, template: str, new_store: Callable[[str], Store], tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    here = _copy(template, new_store, "here")
+    monkeypatch.setenv("REVERIE_DATABASE_URL", here.url)
+    FLOWS["full"](profile=None, as_of=AS_OF)
+    expected = _exports(here)
+    # Enough summaries that they are embedded in many batches of mixed lengths.
+    assert _summaries(expected) > 1500
+
+    there = _copy(template, new_store, "there")
+    subprocess.run([sys.executable, "-m", "reverie.deployments.cli", *ARGS], check=True,
+                   env=_cli_env(tmp_path, there), cwd=ROOT, timeout=900,
+                   stdout=subprocess.DEVNULL)
+    assert _exports(there) == expected
+
+
+HOLD = """
+import os, sys, time
+import reverie.tasks.step
+
+run_step = reverie.tasks.step.run_step
+
+
+def held_run_step(name, fn, args):
+    report = run_step(name, fn, args)
+    if name == os.environ["HOLD"]:
+        open(os.environ["MARK"], "w").write(name)
+        time.sleep(600)
+    return report
+
+
+reverie.tasks.step.run_step = held_run_step
+from reverie.deployments.cli import main
+
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize("step", ["compress_fading"])
+def test_a_run_killed_midway_and_run_again_gives_the_clean_runs_export(
+    step: str, template: str, new_store: Callable[[str], Store], tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Killed once the merges and the compressions of its first profiles are written:
+    the run again embeds the rest in other batches than the clean run did."""
+    monkeypatch.setenv("REVERIE_LEASE_SECONDS", "3")
+    clean = _copy(template, new_store, "clean")
+    monkeypatch.setenv("REVERIE_DATABASE_URL", clean.url)
+    FLOWS["full"](profile=None, as_of=AS_OF)
+    expected = _exports(clean)
+
+    killed = _copy(template, new_store, "killed")
+    monkeypatch.setenv("REVERIE_DATABASE_URL", killed.url)
+    mark = tmp_path / "held"
+    process = subprocess.Popen(
+        [sys.executable, "-c", HOLD, *ARGS],
+        env=_cli_env(tmp_path, killed, HOLD=step, MARK=str(mark)), cwd=ROOT,
+        start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 600
+        while not mark.exists():
+            assert process.poll() is None, f"the run ended before {step} (exit {process.returncode})"
+            assert time.monotonic() < deadline, f"the run never reached {step}"
+            time.sleep(0.2)
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+    assert _exports(killed) != expected  # stopped midway: some work was left
+    FLOWS["full"](profile=None, as_of=AS_OF)  # waits out the dead lease
+    assert _exports(killed) == expected

@@ -374,10 +374,9 @@ def _ingest(args: argparse.Namespace) -> int:
 
 def _restore(args: argparse.Namespace) -> int:
     """A backup (``reverie export``) restores its profile as it was, all or nothing."""
-    from reverie.models.backup import restore
-    from reverie.models.validation import read_jsonl
+    from reverie.models.backup import restore_file
 
-    restored = restore(Store().url, read_jsonl(args.file), args.profile)
+    restored = restore_file(Store().url, args.file, args.profile)
     if args.json:
         _print_json({"restored": restored.profile, "rows": restored.rows})
     else:

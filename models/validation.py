@@ -4,6 +4,9 @@ One record per line. ``type`` is ``memory`` (the default) or ``edge``. A memory
 needs ``content`` and a profile (its own ``profile`` or the caller's default); every
 other field is optional. Each problem is reported as a ``RecordError`` naming the
 line (or record number) and the field; the caller stores the good records anyway.
+
+Rows as the store keeps them (a backup's, before ``models.backup`` restores them) go
+through the same converters: ``check_memory_row`` and ``check_edge_row``.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import json
 import math
 import re
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -103,6 +106,11 @@ def _identifier(value: object) -> str:
         # Checked before str(): a long enough integer would make str() itself fail.
         raise ValueError(f"is longer than the limit of {MAX_SHORT_TEXT} characters")
     return _bounded(given_id(str(value)), MAX_SHORT_TEXT)
+
+
+def _label(value: object) -> str:
+    """A short lower-case name from an open vocabulary (a kind, a layer, a status)."""
+    return _text(value, limit=64, lower=True)
 
 
 def _unit_interval(value: object) -> float:
@@ -225,9 +233,9 @@ def _type_name(value: object) -> str:
 # Optional memory fields: JSON name -> (stored name, converter).
 MEMORY_FIELDS: dict[str, tuple[str, Callable[[object], Any]]] = {
     "id": ("external_id", _identifier),
-    "kind": ("kind", lambda v: _text(v, limit=64, lower=True)),
+    "kind": ("kind", _label),
     "entity": ("entity", _text),
-    "layer": ("layer", lambda v: _text(v, limit=64, lower=True)),
+    "layer": ("layer", _label),
     "importance": ("importance", _unit_interval),
     "confidence": ("confidence", _unit_interval),
     "stability": ("stability", _stability),
@@ -237,13 +245,13 @@ MEMORY_FIELDS: dict[str, tuple[str, Callable[[object], Any]]] = {
     "valid_from": ("valid_from", _time),
     "valid_until": ("valid_until", _time),
     "session_id": ("session_id", _identifier),
-    "status": ("status", lambda v: _text(v, limit=64, lower=True)),
+    "status": ("status", _label),
     "protected": ("protected", _flag),
     "metadata": ("meta", _mapping),
 }
 
 EDGE_FIELDS: dict[str, tuple[str, Callable[[object], Any]]] = {
-    "subkind": ("subkind", lambda v: _text(v, limit=64, lower=True)),
+    "subkind": ("subkind", _label),
     "confidence": ("confidence", _unit_interval),
     "last_strengthened_at": ("last_strengthened_at", _time),
     "created_at": ("created_at", _time),
@@ -310,7 +318,7 @@ def _parse_edge(obj: dict[str, Any], where: str, default_profile: str | None) ->
     if ends["source"] == ends["target"]:
         raise RecordError(where, "target", "an edge must join two different memories")
     try:
-        kind = _text(obj.get("kind", "association"), limit=64, lower=True)
+        kind = _label(obj.get("kind", "association"))
     except ValueError as exc:
         raise RecordError(where, "kind", str(exc)) from None
     try:
@@ -379,24 +387,98 @@ def read_jsonl(path: Path) -> Iterator[tuple[str, object | RecordError]]:
             where = f"line {number}"
             if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
                 raw = raw[3:]
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                yield where, RecordError(where, None, f"is not valid UTF-8 (byte {exc.start})")
-                continue
-            if not line.strip():
-                continue
-            try:
-                yield where, json.loads(line)
-            except json.JSONDecodeError as exc:
-                message = f"is not valid JSON: {exc.msg} at column {exc.colno}"
-                yield where, RecordError(where, None, message)
-            except RecursionError:
-                yield where, RecordError(where, None, "is nested too deeply")
-            except ValueError:
-                # The only other refusal of json.loads: an integer with more digits than
-                # Python converts from text. Its own message speaks of Python's settings,
-                # which the person fixing the file cannot and should not change.
-                digits = sys.get_int_max_str_digits()
-                message = f"is not valid JSON here: a number is too long (over {digits} digits)"
-                yield where, RecordError(where, None, message)
+            line = decode_utf8(raw, where)
+            if isinstance(line, RecordError):
+                yield where, line
+            elif line.strip():
+                yield where, decode_json(line, where)
+
+
+def decode_utf8(raw: bytes, where: str) -> str | RecordError:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return RecordError(where, None, f"is not valid UTF-8 (byte {exc.start})")
+
+
+def decode_json(line: str, where: str) -> object | RecordError:
+    """One line of JSONL decoded, or the RecordError saying why it cannot be."""
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError as exc:
+        return RecordError(where, None, f"is not valid JSON: {exc.msg} at column {exc.colno}")
+    except RecursionError:
+        return RecordError(where, None, "is nested too deeply")
+    except ValueError:
+        # The only other refusal of json.loads: an integer with more digits than
+        # Python converts from text. Its own message speaks of Python's settings,
+        # which the person fixing the file cannot and should not change.
+        digits = sys.get_int_max_str_digits()
+        return RecordError(
+            where, None, f"is not valid JSON here: a number is too long (over {digits} digits)"
+        )
+
+
+# --- rows as the store keeps them (a backup's, before models.backup restores them) ------
+# They pass ingest's checks through ingest's own converters, and each converter must give
+# the value back unchanged: the store only ever holds what they return. Left out are the
+# limits ingest puts on callers' records to keep them small (content length, metadata
+# size): summaries join their members' and may exceed them.
+
+# Stored (column) names where they differ from the record's field names.
+_COLUMN_OF = {"meta": "metadata"}
+
+
+def check_json_value(value: object) -> None:
+    """ValueError unless ``value`` is JSON the store can keep and read back (see
+    ``_check_json_value``); without the size limit of a caller's metadata."""
+    _check_json_value(value, 1)
+
+
+def check_memory_row(row: dict[str, Any], where: str) -> None:
+    """RecordError (naming ``where`` and the column) unless a memory row as stored passes
+    the checks ingest makes on a memory record."""
+    _check_columns(row, MEMORY_FIELDS.values(), where)
+    content = _content(row, where, sys.maxsize)
+    if content != row["content"]:
+        raise RecordError(where, "content", _CHANGED)
+    start, end = row.get("valid_from"), row.get("valid_until")
+    if start is not None and end is not None and end <= start:
+        raise RecordError(where, "valid_until", "must be later than valid_from")
+
+
+def check_edge_row(row: dict[str, Any], where: str) -> None:
+    """RecordError unless an edge row as stored passes the checks ingest makes on an
+    edge record (its ends are memory ids; models.backup checks that they exist)."""
+    _check_columns(row, EDGE_FIELDS.values(), where)
+    _check_columns(row, [("kind", _label), ("weight", _unit_interval),
+                         ("base_weight", _unit_interval)], where)
+    if row.get("source_id") == row.get("target_id"):
+        raise RecordError(where, "target_id", "an edge must join two different memories")
+
+
+_CHANGED = "is not as Reverie stores it (ingest would have changed it)"
+
+
+def _check_columns(
+    row: dict[str, Any], fields: Iterable[tuple[str, Callable[[object], Any]]], where: str
+) -> None:
+    for attribute, convert in fields:
+        column = _COLUMN_OF.get(attribute, attribute)
+        value = row.get(column)
+        if value is None:
+            continue
+        if convert is _mapping:  # no size limit here (see above)
+            convert = _json_object
+        try:
+            if convert(value) != value:
+                raise RecordError(where, column, _CHANGED)
+        except ValueError as exc:
+            raise RecordError(where, column, str(exc)) from None
+
+
+def _json_object(value: object) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ValueError(f"expected a JSON object, got {_type_name(value)}")
+    check_json_value(value)
+    return value

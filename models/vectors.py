@@ -1,5 +1,5 @@
 """Plain vector helpers: the stored vectors' shape, their bytes, and checking a vector a
-caller supplies. No model here: engines/embedding.py loads one."""
+caller supplies (or a backup carries). No model here: engines/embedding.py loads one."""
 
 from __future__ import annotations
 
@@ -69,3 +69,22 @@ def normalise(vector: object, dimension: int = DIMENSION) -> np.ndarray:
     if abs(norm - 1.0) <= UNIT_TOLERANCE:
         return arr.astype(np.float32)
     return (scaled / np.linalg.norm(scaled)).astype(np.float32)
+
+
+def check_stored(blob: bytes, dimension: int = DIMENSION) -> np.ndarray:
+    """Check a vector in the form the store keeps (float32 bytes, unit length), as a
+    backup carries it: what ingest would have stored, or ValueError saying why not.
+
+    A blob of the wrong size would make every later read of the profile's vectors fail
+    (they are stacked into one matrix), and a vector that is not unit would skew every
+    cosine it takes part in: both are refused, never repaired.
+    """
+    if len(blob) != dimension * 4:
+        raise ValueError(f"embedding is {len(blob)} bytes, not {dimension} float32 numbers "
+                         f"({dimension * 4} bytes)")
+    vector = np.frombuffer(blob, dtype=np.float32)
+    # Ingest's own check: refuses NaN, infinity and all zeros, and returns a vector
+    # within UNIT_TOLERANCE of unit length exactly as given, rescaling any other.
+    if not np.array_equal(normalise(vector, dimension), vector):
+        raise ValueError("embedding is not of unit length (as every stored vector is)")
+    return vector

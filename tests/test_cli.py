@@ -71,9 +71,10 @@ def test_get_recall_export_and_blocks(
     assert [json.loads(line)["type"] for line in out_file.read_text().splitlines()] == ["memory"]
     backup = tmp_path / "ana-backup.jsonl"
     assert main(["export", "--profile", "ana", "--output", str(backup)]) == EXIT_OK
-    header, *rows = [json.loads(line) for line in backup.read_text().splitlines()]
-    assert header["reverie_backup"] == 1 and header["profile"] == "ana"
+    header, *rows, end = [json.loads(line) for line in backup.read_text().splitlines()]
+    assert header["reverie_backup"] == 2 and header["profile"] == "ana"
     assert [r["table"] for r in rows] == ["profile", "memory", "memoryvector"]
+    assert end["end"]["tables"]["memory"]["rows"] == 1
     # The backup goes back in through ingest, into a store without the profile.
     elsewhere = Store(f"sqlite:///{tmp_path / 'elsewhere.db'}")
     os.environ["REVERIE_DATABASE_URL"], before = elsewhere.url, os.environ["REVERIE_DATABASE_URL"]

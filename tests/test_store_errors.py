@@ -5,7 +5,6 @@ suite runs on, and retries follow the class alone."""
 
 from __future__ import annotations
 
-import json
 import sqlite3
 import threading
 from datetime import datetime, timedelta
@@ -64,8 +63,7 @@ def _add_profile(store: Store, backup: list[str]) -> None:
 
 def _restore_backup(store: Store, backup: list[str]) -> None:
     """A backup restore writes through models.db, not the repositories."""
-    lines = [(f"line {n}", json.loads(line)) for n, line in enumerate(backup, start=1)]
-    restore(store.url, lines)
+    restore(store.url, backup)
 
 
 @pytest.mark.skipif(bool(TEST_POSTGRES), reason="SQLite's write lock")

@@ -588,9 +588,8 @@ def test_edges_find_their_ends_in_either_spelling(store: Store, tmp_path: Path) 
 def test_sessions_and_restores_take_names_in_either_spelling(
     store: Store, new_store: Callable[[str], Store], tmp_path: Path
 ) -> None:
-    from reverie.models.backup import backup_lines, restore
+    from reverie.models.backup import backup_lines, restore_file
     from reverie.models.config import ColdConfig
-    from reverie.models.validation import read_jsonl
 
     ingest_records(store, [record("x", id="a1", session_id=CAFE_NFD)], profile=ZOE_NFD)
     assert get_memory(store, "a1").session_id == CAFE
@@ -599,5 +598,5 @@ def test_sessions_and_restores_take_names_in_either_spelling(
 
     backup = tmp_path / "zoe.jsonl"
     backup.write_text("".join(backup_lines(store.url, ZOE)), encoding="utf-8")
-    restored = restore(new_store("elsewhere").url, read_jsonl(backup), expected=ZOE_NFD)
+    restored = restore_file(new_store("elsewhere").url, backup, expected=ZOE_NFD)
     assert restored.profile == ZOE

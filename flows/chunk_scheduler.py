@@ -19,10 +19,18 @@ from reverie.flows.profile_holds import ProfileHolds
 from reverie.flows.report import CHUNK_STEP, WAIT_STEP, RunReport
 from reverie.flows.runtime import run_logger
 from reverie.flows.workspace import RunPlan
+from reverie.models.repositories.profiles import ingest_horizons
 from reverie.models.settings import get_settings
 from reverie.models.store import Store
 from reverie.models.timestamps import utcnow
-from reverie.tasks.step import StepBatch, StepReport
+from reverie.models.transient import retrying
+from reverie.tasks.step import (
+    STEP_RETRIES,
+    STEP_RETRY_CAP_SECONDS,
+    STEP_RETRY_FIRST_SECONDS,
+    StepBatch,
+    StepReport,
+)
 
 ProfileDag = Callable[[StepBatch], list[PrefectFuture[list[StepReport]]]]
 BUSY_POLL_SECONDS = 1.0
@@ -115,13 +123,25 @@ class ChunkScheduler:
 
     def _submit(self, profiles: tuple[str, ...]) -> None:
         for chunk in chunked(list(profiles), self.settings.profiles_per_task):
-            batch = StepBatch(self.url, chunk, self.plan.as_of, self.plan.config, self.plan.run_id)
+            batch = StepBatch(self.url, chunk, self.plan.as_of, self.plan.config,
+                              self.plan.run_id, self._horizons(chunk))
             taken = utcnow()
             for profile in chunk:
                 self.taken_at[profile] = taken
             futures = self.dag(batch)
             self.in_flight += 1
             _when_all_done(futures, lambda b=batch, f=futures: self.done.put((b, f)))
+
+    def _horizons(self, profiles: tuple[str, ...]) -> tuple[int, ...]:
+        """Where each profile's ingests stand as the run takes it (once held, before any
+        step reads): every step of the run works on what was ingested up to there, and
+        what an ingest writes meanwhile waits for the next run (ProfileTx.horizon)."""
+        def read() -> dict[str, int]:
+            with Store(self.url).reading_all() as s:
+                return ingest_horizons(s, profiles)
+
+        found = retrying(read, STEP_RETRIES, STEP_RETRY_FIRST_SECONDS, STEP_RETRY_CAP_SECONDS)
+        return tuple(found[p] for p in profiles)
 
     def _collect(self, poll: Callable[[], None]) -> None:
         """Gather finished chunks (giving their profiles back) until nothing is running

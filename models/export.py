@@ -3,7 +3,9 @@
 Lines come in a fixed order (memories, edges, blocks, consolidations, tombstones),
 each group sorted by id, each line with sorted keys. Vectors appear as a hash.
 Run ids are left out unless asked for: two runs of the same history differ only
-in them, and "the same store" should compare equal.
+in them, and "the same store" should compare equal. A memory's ``ingest_seq`` is
+always left out: it numbers the ingests in the order they happened to commit, which
+says when a row was written, not what the store holds (a backup keeps it).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ _ORDER: tuple[tuple[str, type, tuple[str, ...]], ...] = (
     ("tombstone", tables.Tombstone, ("memory_id",)),
 )
 _VOLATILE = {"run_id"}
+_UNEXPORTED = {"ingest_seq"}
 
 
 def export_rows(url: str, profile: str, include_run_ids: bool = False) -> Iterator[dict[str, Any]]:
@@ -51,7 +54,7 @@ def export_jsonl(url: str, profile: str, include_run_ids: bool = False) -> str:
 def _clean(row: dict[str, Any], include_run_ids: bool) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in row.items():
-        if key in _VOLATILE and not include_run_ids:
+        if key in _UNEXPORTED or (key in _VOLATILE and not include_run_ids):
             continue
         if key == "embedding":
             out["embedding_sha256"] = (

@@ -34,7 +34,11 @@ from reverie.models.repositories.memories import (
     put_vectors,
     stored_vectors,
 )
-from reverie.models.repositories.profiles import count_stored, ensure_profiles
+from reverie.models.repositories.profiles import (
+    count_stored,
+    ensure_profiles,
+    next_ingest_seqs,
+)
 from reverie.models.store import Store
 from reverie.models.tables import Memory
 from reverie.models.timestamps import utcnow
@@ -292,9 +296,15 @@ class _Ingest:
         at = self.at
         updated = unchanged = queued = 0
         with self.store.writing_all() as s:
-            ensure_profiles(s, {r["profile_id"] for r in new_rows} | {
+            profiles = {r["profile_id"] for r in new_rows} | {
                 rows[mid]["profile"] for mid, _ in changed
-            }, at)
+            }
+            ensure_profiles(s, profiles, at)
+            # What this ingest writes is stamped, so that a run that took the profile
+            # before it leaves these rows alone (models.store.ProfileTx.horizon).
+            seqs = next_ingest_seqs(s, profiles)
+            for r in new_rows:
+                r["ingest_seq"] = seqs[r["profile_id"]]
             if new_rows:
                 s.execute(insert(M), new_rows)
                 put_vectors(s, {r["id"]: vectors[r["id"]][0] for r in new_rows}, replace=False)
@@ -311,6 +321,7 @@ class _Ingest:
                     continue
                 for key, value in patch.items():
                     setattr(current, key, value)
+                current.ingest_seq = seqs[current.profile_id]
                 if blob != before:
                     revectored[mid] = blob
                 updated += 1

@@ -32,10 +32,18 @@ from reverie.models.tables import Profile
 @dataclass(frozen=True, slots=True)
 class ProfileTx:
     """One transaction on one profile: repository functions read and write ``profile``
-    only, so one call cannot mix two profiles' rows."""
+    only, so one call cannot mix two profiles' rows.
+
+    ``horizon``: the profile's ``ingest_seq`` when a run took it. Memories an ingest
+    wrote after that (a new memory, or new content for one) are beyond it: the
+    repositories' reads of a profile's memories leave them out and their writes leave
+    them alone, so a run never acts on what it did not see, and they wait for the next
+    run (the store ends as if the ingest had come after the run). ``None``: the profile
+    as it is."""
 
     session: Session
     profile: str
+    horizon: int | None = None
 
 
 class Store:
@@ -67,16 +75,16 @@ class Store:
             yield session
 
     @contextmanager
-    def reading(self, profile: str) -> Iterator[ProfileTx]:
+    def reading(self, profile: str, horizon: int | None = None) -> Iterator[ProfileTx]:
         name = sought_id(profile, "profile named")
         with self.reading_all() as session:
-            yield ProfileTx(session, name)
+            yield ProfileTx(session, name, horizon)
 
     @contextmanager
-    def writing(self, profile: str) -> Iterator[ProfileTx]:
+    def writing(self, profile: str, horizon: int | None = None) -> Iterator[ProfileTx]:
         name = sought_id(profile, "profile named")
         with self.writing_all() as session:
-            yield ProfileTx(session, name)
+            yield ProfileTx(session, name, horizon)
 
     # --- profiles ---------------------------------------------------------------------
 

@@ -87,12 +87,17 @@ class Profile(SQLModel, table=True):
     created_at: NaiveDatetime
     store_count: int = 0
     session_count: int = 0
+    # How many ingest transactions have written the profile's memories: each stamps what
+    # it writes with the next number (Memory.ingest_seq). A run reads it when it takes
+    # the profile, and works only on what is stamped no later (see models.store.ProfileTx).
+    ingest_seq: int = Field(default=0, sa_column_kwargs={"server_default": "0"})
 
 
 class Memory(SQLModel, table=True):
     __table_args__ = (
         UniqueConstraint("profile_id", "external_id", name="uq_memory_profile_external"),
         Index("ix_memory_profile_tier", "profile_id", "tier"),
+        Index("ix_memory_profile_ingest_seq", "profile_id", "ingest_seq"),
     )
 
     id: str = Field(primary_key=True)
@@ -127,6 +132,10 @@ class Memory(SQLModel, table=True):
     # The model that made the memory's vector (the vector is a MemoryVector row).
     embedding_model: str | None = None
     meta: dict[str, Any] = Field(default_factory=dict, sa_column=Column("metadata", JSON))
+    # Profile.ingest_seq of the ingest that last wrote the row (0: written by Reverie's
+    # own steps, which never change it). Bookkeeping of when, not memory state: left out
+    # of the canonical export.
+    ingest_seq: int = Field(default=0, sa_column_kwargs={"server_default": "0"})
 
 
 class MemoryVector(SQLModel, table=True):

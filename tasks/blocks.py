@@ -30,6 +30,7 @@ from reverie.engines.wording import Summarizer, fallback_notes, summarizer_for
 from reverie.models.config import BlocksConfig
 from reverie.models.records import BlockPlan, MemoryView
 from reverie.models.repositories.blocks import upsert_blocks
+from reverie.models.repositories.memories import ingested_since
 from reverie.models.repositories.memories import memories as memories_of
 from reverie.models.store import Store
 from reverie.tasks.step import Change, StepArgs, StepReport, preview, step_task
@@ -229,11 +230,20 @@ def compiled(
 def compile_blocks(store: Store, args: StepArgs) -> StepReport:
     """Recompile the profile's five blocks; a block's version moves when its text does."""
     profile, as_of, config = args.profile, args.as_of, args.config
-    with store.reading(profile) as tx:
+    with store.reading(profile, args.horizon) as tx:
         memories = memories_of(tx)
-    plans, notes = compiled(memories, as_of, config.blocks, summarizer_for(config.summarizer))
-    with store.writing(profile) as tx:
-        changed = set(upsert_blocks(tx, plans, as_of))
+    summarizer = summarizer_for(config.summarizer)
+    while True:
+        plans, notes = compiled(memories, as_of, config.blocks, summarizer)
+        with store.writing(profile, args.horizon) as tx:
+            reingested = ingested_since(tx)
+            if not any(mid in reingested for p in plans for mid in p.source_ids):
+                changed = set(upsert_blocks(tx, plans, as_of))
+                break
+        # A block would state what a memory said before an ingest changed it since the
+        # run took the profile: compiled again without it (it waits for the next run),
+        # as a read now would give the blocks. Each turn leaves out at least one.
+        memories = [m for m in memories if m.id not in reingested]
     report = StepReport("compile_blocks", profile, examined=len(memories), notes=notes)
     for plan in plans:
         if plan.block_type in changed:

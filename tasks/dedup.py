@@ -167,7 +167,7 @@ def nothing_merged_note(candidates: int, config: DedupConfig) -> list[str]:
 
 def dedup(store: Store, args: StepArgs) -> StepReport:
     """Merge near-duplicates of one profile into summaries; originals go cold."""
-    with store.reading(args.profile) as tx:
+    with store.reading(args.profile, args.horizon) as tx:
         memories, vectors = snapshot(tx)
         found, originals, vetoed = _groups_and_history(tx, memories, vectors, args)
     report = StepReport("dedup", args.profile, examined=len(found.candidates))
@@ -208,7 +208,7 @@ def may_have_new_duplicates(
 def dedup_new_summaries(store: Store, args: StepArgs) -> StepReport:
     """Merge again after compression: new summaries that are near-duplicates of each
     other or of what the first pass left (see the module's docstring)."""
-    with store.reading(args.profile) as tx:
+    with store.reading(args.profile, args.horizon) as tx:
         memories, vectors = snapshot(tx)
         report = StepReport(
             "dedup_new_summaries", args.profile,

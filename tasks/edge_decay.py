@@ -52,12 +52,19 @@ def decay_edges(store: Store, args: StepArgs) -> StepReport:
     """Reweigh the profile's idle association edges from their base weight; prune the weakest."""
     profile, as_of, config = args.profile, args.as_of, args.config
     cutoff = as_of - timedelta(days=config.edge_decay.inactive_days)
-    with store.reading(profile) as tx:
+    with store.reading(profile, args.horizon) as tx:
         edges = association_edges_to_decay(tx, cutoff)
     reweigh, prune = plan_edge_decay(edges, as_of, config.edge_decay)
-    with store.writing(profile) as tx:
-        update_edge_weights(tx, [(e.id, w) for e, w in reweigh], [e.id for e, _ in prune])
-    report = StepReport("decay_edges", profile, examined=len(edges))
+    with store.writing(profile, args.horizon) as tx:
+        strengthened = update_edge_weights(tx, reweigh, [e for e, _ in prune])
+    report = StepReport("decay_edges", profile, examined=len(edges),
+                        skipped=len(strengthened))
+    for edge in edges:
+        if edge.id in strengthened:
+            report.record(Change("kept", edge.id, "strengthened during the run"),
+                          counts=False)
+    reweigh = [(e, w) for e, w in reweigh if e.id not in strengthened]
+    prune = [(e, w) for e, w in prune if e.id not in strengthened]
     for edge, weight in reweigh:
         report.record(
             Change("decayed", edge.id, f"{edge.weight:.4f} -> {weight:.4f}")

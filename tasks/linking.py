@@ -21,7 +21,7 @@ from reverie.engines.similarity import DEFAULT_SEARCH, nearest_within
 from reverie.models.config import LinkConfig, SearchConfig
 from reverie.models.records import MemoryView, NewEdge
 from reverie.models.repositories.edges import add_edges
-from reverie.models.repositories.memories import snapshot
+from reverie.models.repositories.memories import ingested_since, snapshot
 from reverie.models.store import Store
 from reverie.models.tables import SUMMARY_ORIGINS, EdgeKind
 from reverie.tasks.step import Change, StepArgs, StepReport, step_task
@@ -57,15 +57,36 @@ def plan_links(
     return [memories[i].id for i in rows], edges
 
 
+def without_reingested(
+    linked: list[str], edges: list[NewEdge], reingested: set[str]
+) -> tuple[list[str], list[NewEdge], list[str]]:
+    """(summaries, edges) of a plan without the summaries that would link a memory an
+    ingest wrote since the run took the profile (``reingested``: its neighbours were
+    found with its old vector); and those summaries. They stay unlinked, and the next
+    run links them to their neighbours as they are then."""
+    if not reingested:
+        return linked, edges, []
+    waiting = {e.source_id for e in edges if e.target_id in reingested}
+    waiting.update(sid for sid in linked if sid in reingested)
+    return ([sid for sid in linked if sid not in waiting],
+            [e for e in edges if e.source_id not in waiting],
+            [sid for sid in linked if sid in waiting])
+
+
 def link_summaries(store: Store, args: StepArgs) -> StepReport:
     """Add association edges from each unlinked summary of the profile to its neighbours."""
     profile, as_of, config = args.profile, args.as_of, args.config
-    with store.reading(profile) as tx:
+    with store.reading(profile, args.horizon) as tx:
         memories, vectors = snapshot(tx)
     linked, edges = plan_links(memories, vectors, config.linking, config.search)
-    with store.writing(profile) as tx:
+    with store.writing(profile, args.horizon) as tx:
+        linked, edges, waiting = without_reingested(linked, edges, ingested_since(tx))
         add_edges(tx, edges, as_of, linked_summaries=linked)
-    report = StepReport("link_summaries", profile, examined=len(linked))
+    report = StepReport("link_summaries", profile, examined=len(linked) + len(waiting))
+    for sid in waiting:
+        report.skipped += 1
+        report.record(Change("deferred", sid, "a neighbour was ingested again during the "
+                             "run: left for the next run"), counts=False)
     per_summary: dict[str, int] = {sid: 0 for sid in linked}
     for e in edges:
         per_summary[e.source_id] += 1

@@ -16,7 +16,7 @@ from datetime import datetime
 from reverie.models.config import PromotionConfig
 from reverie.models.records import MemoryView
 from reverie.models.repositories.memories import memories as memories_of
-from reverie.models.repositories.memories import set_lifecycles
+from reverie.models.repositories.memories import ingested_since, set_lifecycles
 from reverie.models.store import Store
 from reverie.models.tables import Lifecycle
 from reverie.tasks.step import Change, StepArgs, StepReport, preview, preview_chars, step_task
@@ -52,12 +52,20 @@ def plan_promotions(
 def promote(store: Store, args: StepArgs) -> StepReport:
     """Set the lifecycle of the profile's hot memories from their use, trust and validity."""
     profile, as_of, config = args.profile, args.as_of, args.config
-    with store.reading(profile) as tx:
+    with store.reading(profile, args.horizon) as tx:
         memories = memories_of(tx)
     plan = plan_promotions(memories, as_of, config.promotion)
-    with store.writing(profile) as tx:
+    with store.writing(profile, args.horizon) as tx:
+        # A memory ingested again since the run took the profile may no longer meet
+        # the rule the plan read: it waits for the next run.
+        reingested = ingested_since(tx)
+        waiting = [m for m, _, _ in plan if m.id in reingested]
+        plan = [change for change in plan if change[0].id not in reingested]
         set_lifecycles(tx, [(m.id, lifecycle) for m, lifecycle, _ in plan])
-    report = StepReport("promote", profile, examined=len(memories))
+    report = StepReport("promote", profile, examined=len(memories), skipped=len(waiting))
+    for m in waiting:
+        report.record(Change("deferred", m.id, "ingested again during the run: left for "
+                             "the next run"), counts=False)
     chars = preview_chars()
     report.tally(len(plan), (
         Change("promoted" if lifecycle == Lifecycle.PROMOTED else "demoted", m.id, why,

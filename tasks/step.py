@@ -19,7 +19,7 @@ import mmap
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
 from functools import lru_cache
 from itertools import islice
@@ -29,6 +29,7 @@ from prefect import Task, task
 from prefect.cache_policies import NO_CACHE
 
 from reverie.models.config import ConsolidationConfig
+from reverie.models.repositories.profiles import ingest_horizons
 from reverie.models.settings import get_settings
 from reverie.models.store import Store
 from reverie.models.transient import retrying
@@ -38,13 +39,17 @@ log = logging.getLogger("reverie.steps")
 
 @dataclass(frozen=True, slots=True)
 class StepArgs:
-    """What a step is told: which store, which profile, the run's 'now' and knobs."""
+    """What a step is told: which store, which profile, the run's 'now' and knobs, and
+    the run's horizon on the profile (``ProfileTx.horizon``: every step of a run sees
+    the memories as they were ingested when the run took the profile; ``run_step``
+    takes the profile's horizon of the moment for a step run without one)."""
 
     store_url: str
     profile: str
     as_of: datetime
     config: ConsolidationConfig
     run_id: str | None = None
+    horizon: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,8 +145,11 @@ def run_step(name: str, fn: StepFunction, args: StepArgs) -> StepReport:
     """Run one step on its store, time it, and log its counts (never memory content)."""
     held = resident_bytes()
     started = time.perf_counter()
+    store = Store(args.store_url)
+    if args.horizon is None:
+        args = replace(args, horizon=current_horizon(store, args.profile))
     try:
-        report = fn(Store(args.store_url), args)
+        report = fn(store, args)
     finally:
         if resident_bytes() - held >= GIVE_BACK_BYTES:
             give_back_freed_memory()
@@ -153,6 +161,12 @@ def run_step(name: str, fn: StepFunction, args: StepArgs) -> StepReport:
         name, args.profile, report.examined, report.changed, report.skipped, report.seconds,
     )
     return report
+
+
+def current_horizon(store: Store, profile: str) -> int:
+    """The profile's horizon now: a run takes it when it takes the profile."""
+    with store.reading_all() as s:
+        return ingest_horizons(s, [profile])[profile]
 
 
 # glibc keeps what a large step freed (its snapshot, vectors and plan: gigabytes at a
@@ -209,10 +223,15 @@ class StepBatch:
     as_of: datetime
     config: ConsolidationConfig
     run_id: str | None = None
+    # The run's horizon on each profile, in the order of ``profiles`` (StepArgs.horizon);
+    # empty: each step takes the horizon of its moment.
+    horizons: tuple[int, ...] = ()
 
     def each(self) -> Iterator[StepArgs]:
-        for profile in self.profiles:
-            yield StepArgs(self.store_url, profile, self.as_of, self.config, self.run_id)
+        horizons = self.horizons or (None,) * len(self.profiles)
+        for profile, horizon in zip(self.profiles, horizons, strict=True):
+            yield StepArgs(self.store_url, profile, self.as_of, self.config, self.run_id,
+                           horizon)
 
     def label(self) -> str:
         """The chunk as a task run's name shows it."""

@@ -19,6 +19,7 @@ from reverie.engines.embedding import embedder_for
 from reverie.engines.wording import Summarizer, fallback_notes, summarizer_for
 from reverie.models import ids
 from reverie.models.records import MemoryView, MetaPlan, SummaryPlan
+from reverie.models.repositories.memories import ingested_since
 from reverie.models.repositories.summaries import apply_summaries
 from reverie.models.store import Store
 from reverie.models.tables import SUMMARY_ORIGINS
@@ -136,10 +137,33 @@ def write_summaries(
         model = embedding.model_name()
         kept = [p if p.embedding is not None else replace(p, embedding_model=model)
                 for p in kept]
-        with store.writing(args.profile) as tx:
+        with store.writing(args.profile, args.horizon) as tx:
+            kept = drop_reingested(kept, ingested_since(tx), report)
             apply_summaries(tx, kept, args.as_of, args.run_id, vectors=embedding.vectors)
     report.embedding_seconds = round(embedding.seconds, 4)
     report.notes += fallback_notes(summarizer)
+    return kept
+
+
+def drop_reingested(
+    plans: list[SummaryPlan], reingested: set[str], report: StepReport
+) -> list[SummaryPlan]:
+    """The plans none of whose memories an ingest wrote since the run took the profile
+    (``reingested``): a plan read them before, and would summarise words they no longer
+    hold. Such a group waits, whole, for the next run, which reads them anew; the
+    report says so."""
+    if not reingested:
+        return plans
+    kept = []
+    for plan in plans:
+        changed = reingested.intersection((*plan.member_ids, *plan.absorbed_ids))
+        if not changed:
+            kept.append(plan)
+            continue
+        report.skipped += 1
+        detail = (f"{len(plan.member_ids)} memories, {len(changed)} of them ingested again "
+                  "during the run: left for the next run")
+        report.record(Change("deferred", plan.summary_id, detail), counts=False)
     return kept
 
 

@@ -19,7 +19,7 @@ from reverie.models.repositories.bulk import (
     owned_by,
     plain_rows,
 )
-from reverie.models.repositories.memories import M
+from reverie.models.repositories.memories import M, ingested_since
 from reverie.models.store import ProfileTx
 from reverie.models.tables import Edge, EdgeKind
 
@@ -43,7 +43,9 @@ def weighted_ends(tx: ProfileTx) -> list[tuple[str, str, float]]:
 
 
 def association_edges_to_decay(tx: ProfileTx, idle_since: datetime) -> list[EdgeView]:
-    """Association edges idle since ``idle_since`` or already decayed (index-backed)."""
+    """Association edges idle since ``idle_since`` or already decayed (index-backed),
+    between memories within the horizon (an edge to a memory ingested since the run
+    took the profile is left to the next run, which decays it as of its own date)."""
     query = (
         select(*_EDGE_VIEW_COLUMNS)
         .where(E.c.profile_id == tx.profile)
@@ -51,7 +53,11 @@ def association_edges_to_decay(tx: ProfileTx, idle_since: datetime) -> list[Edge
         .where(or_(E.c.last_strengthened_at <= idle_since, E.c.weight != E.c.base_weight))
         .order_by(E.c.id)
     )
-    return [EdgeView(*r) for r in tx.session.execute(query)]
+    found = [EdgeView(*r) for r in tx.session.execute(query)]
+    beyond = ingested_since(tx)
+    if not beyond:
+        return found
+    return [e for e in found if e.source_id not in beyond and e.target_id not in beyond]
 
 
 def linked_pairs(tx: ProfileTx, memory_ids: Sequence[str]) -> set[frozenset[str]]:
@@ -67,21 +73,38 @@ def linked_pairs(tx: ProfileTx, memory_ids: Sequence[str]) -> set[frozenset[str]
 
 
 def update_edge_weights(
-    tx: ProfileTx, weights: Sequence[tuple[str, float]], prune: Sequence[str]
-) -> None:
-    """Set decayed weights and delete pruned edges; only association edges are touched."""
+    tx: ProfileTx, weights: Sequence[tuple[EdgeView, float]], prune: Sequence[EdgeView]
+) -> set[str]:
+    """Set decayed weights and delete pruned edges, each only while it is as it was
+    read: one strengthened since (by an ingest or a recall) keeps its new weight,
+    which the next run decays from, as it would have had the strengthening come
+    first. Only association edges are touched. Returns the ids left alone.
+
+    The edges are read again in this transaction, locked on PostgreSQL (SQLite's write
+    transaction holds the whole store): a few thousand rows at 100k memories."""
     if not weights and not prune:
-        return
+        return set()
     s, profile = tx.session, tx.profile
-    bulk_set(s, E, ["weight"], weights,
+    read = [*(e for e, _ in weights), *prune]
+    now: dict[str, tuple[Any, ...]] = {}
+    for batch in chunks(e.id for e in read):
+        now.update((r[0], tuple(r[1:])) for r in s.execute(
+            select(E.c.id, E.c.weight, E.c.base_weight, E.c.last_strengthened_at)
+            .where(owned_by(E, profile)).where(E.c.kind == EdgeKind.ASSOCIATION)
+            .where(E.c.id.in_(batch)).with_for_update()
+        ))
+    changed = {e.id for e in read
+               if now.get(e.id) != (e.weight, e.base_weight, e.last_strengthened_at)}
+    bulk_set(s, E, ["weight"], [(e.id, w) for e, w in weights if e.id not in changed],
              E.c.profile_id == profile, E.c.kind == EdgeKind.ASSOCIATION)
-    for batch in chunks(prune):
+    for batch in chunks(e.id for e in prune if e.id not in changed):
         s.execute(
             delete(E)
             .where(E.c.profile_id == profile)
             .where(E.c.kind == EdgeKind.ASSOCIATION)
             .where(E.c.id.in_(batch))
         )
+    return changed
 
 
 def add_edges(

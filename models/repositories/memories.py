@@ -10,7 +10,19 @@ from typing import Any
 
 import numpy as np
 from pydantic_core import from_json
-from sqlalchemy import Text, case, delete, exists, func, or_, select, type_coerce, update
+from sqlalchemy import (
+    ColumnElement,
+    Text,
+    case,
+    delete,
+    exists,
+    func,
+    or_,
+    select,
+    true,
+    type_coerce,
+    update,
+)
 from sqlmodel import Session
 
 from reverie.models.errors import AmbiguousIdError, NotFoundError
@@ -80,7 +92,26 @@ def metadata(raw: str | dict[str, Any] | None) -> dict[str, Any]:
     return from_json(raw)
 
 
+def within_horizon(tx: ProfileTx) -> ColumnElement[bool]:
+    """Memories the transaction's run may see and write (ProfileTx.horizon): none an
+    ingest wrote after the run took the profile."""
+    return true() if tx.horizon is None else M.c.ingest_seq <= tx.horizon
+
+
 # --- reading ---------------------------------------------------------------------------
+
+
+def ingested_since(tx: ProfileTx) -> set[str]:
+    """The profile's memories an ingest wrote after the horizon (none without one): what
+    a write checks its plan against, since they may have changed after the plan read
+    them. Read through the (profile, ingest_seq) index: a handful of rows, not the
+    profile."""
+    if tx.horizon is None:
+        return set()
+    return set(tx.session.execute(
+        select(M.c.id).where(M.c.profile_id == tx.profile)
+        .where(M.c.ingest_seq > tx.horizon)
+    ).scalars())
 
 
 def get(s: Session, ident: str, profile: str | None = None) -> Memory | Tombstone:
@@ -138,6 +169,7 @@ def memories(
         select(*VIEW_COLUMNS)
         .where(M.c.profile_id == tx.profile)
         .where(M.c.tier.in_(list(tiers)))
+        .where(within_horizon(tx))
         .order_by(M.c.id)
     )
     if ids_ is not None:
@@ -151,7 +183,7 @@ def memory_ids(tx: ProfileTx, tiers: Sequence[str] = (Tier.HOT,)) -> list[str]:
     return list(
         tx.session.execute(
             select(M.c.id).where(M.c.profile_id == tx.profile)
-            .where(M.c.tier.in_(list(tiers))).order_by(M.c.id)
+            .where(M.c.tier.in_(list(tiers))).where(within_horizon(tx)).order_by(M.c.id)
         ).scalars()
     )
 
@@ -162,7 +194,7 @@ def live_ids(tx: ProfileTx, relevance_above: float) -> list[str]:
     step that samples draws from these and reads only what it drew."""
     query = (
         select(M.c.id).select_from(WITH_VECTOR)
-        .where(M.c.profile_id == tx.profile).where(LIVE)
+        .where(M.c.profile_id == tx.profile).where(LIVE).where(within_horizon(tx))
         .where(M.c.relevance > relevance_above).order_by(M.c.id)
     )
     return list(tx.session.execute(query).scalars())
@@ -175,6 +207,7 @@ def relevance_spread(tx: ProfileTx) -> RelevanceSpread:
         select(func.count(), func.count(M.c.relevance), func.count(live_score),
                func.max(live_score))
         .where(M.c.profile_id == tx.profile).where(M.c.tier == Tier.HOT)
+        .where(within_horizon(tx))
     )
     hot, scored, live_scored, highest = tx.session.execute(query).one()
     return RelevanceSpread(hot, scored, live_scored, None if highest is None else float(highest))
@@ -184,7 +217,7 @@ def hot_count(tx: ProfileTx) -> tuple[int, bool]:
     """How many hot memories the profile holds, and whether any of them is scored: what
     a step that reports on stored relevance needs of RelevanceSpread, from the
     (profile, tier) index and the first scored row instead of every row."""
-    hot = (M.c.profile_id == tx.profile) & (M.c.tier == Tier.HOT)
+    hot = (M.c.profile_id == tx.profile) & (M.c.tier == Tier.HOT) & within_horizon(tx)
     count, scored = tx.session.execute(select(
         select(func.count()).where(hot).scalar_subquery(),
         exists().where(hot & M.c.relevance.is_not(None)),
@@ -202,6 +235,7 @@ def snapshot(
         select(*VIEW_COLUMNS, V.c.embedding).select_from(WITH_VECTOR)
         .where(owner)
         .where(M.c.tier.in_(list(tiers)))
+        .where(within_horizon(tx))
         .order_by(M.c.id)
     )
     with collector_paused():
@@ -228,6 +262,7 @@ def relevance_inputs(tx: ProfileTx) -> RelevanceInputs:
         .where(M.c.profile_id == tx.profile)
         .where(M.c.tier == Tier.HOT)
         .where(M.c.superseded_by.is_(None))
+        .where(within_horizon(tx))
         .order_by(M.c.id)
     )
     with collector_paused():
@@ -332,29 +367,34 @@ def set_statuses(tx: ProfileTx, changes: Sequence[tuple[str, str]]) -> None:
 
 
 def set_column(tx: ProfileTx, column: str, values: Sequence[tuple[str, Any]]) -> None:
-    """Set one column of many memories of the profile."""
+    """Set one column of many memories of the profile (within the horizon)."""
     if values:
-        bulk_set(tx.session, M, [column], values, M.c.profile_id == tx.profile)
+        bulk_set(tx.session, M, [column], values, M.c.profile_id == tx.profile,
+                 within_horizon(tx))
 
 
 def set_graph_scores(tx: ProfileTx, scores: Sequence[GraphScore]) -> list[str]:
     """Store PageRank and community per hot memory; memories outside the graph lose
-    theirs. Writes only what differs; returns the ids whose scores changed."""
+    theirs. Writes only what differs; returns the ids whose scores changed. Memories
+    beyond the horizon keep what they have: the graph was read without them."""
     s, profile = tx.session, tx.profile
     wanted = {sc.memory_id: (sc.pagerank, sc.community) for sc in scores}
     current = {
         mid: (pr, cm)
         for mid, pr, cm in plain_rows(
             s, select(M.c.id, M.c.pagerank, M.c.community).where(M.c.profile_id == profile)
+            .where(within_horizon(tx))
         )
     }
     stale = [mid for mid, v in current.items() if mid not in wanted and v != (None, None)]
-    changed = {mid: v for mid, v in wanted.items() if current.get(mid) != v}
+    # A scored memory not read here left the horizon since the graph was read.
+    changed = {mid: v for mid, v in wanted.items() if mid in current and current[mid] != v}
     for batch in chunks(stale):
-        s.execute(update(M).where(M.c.id.in_(batch)).values(pagerank=None, community=None))
+        s.execute(update(M).where(M.c.id.in_(batch)).where(within_horizon(tx))
+                  .values(pagerank=None, community=None))
     bulk_set(s, M, ["pagerank", "community"],
              [(mid, pr, cm) for mid, (pr, cm) in changed.items()],
-             M.c.profile_id == profile)
+             M.c.profile_id == profile, within_horizon(tx))
     return sorted([*stale, *changed])
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 
 from sqlalchemy import select, update
@@ -34,3 +34,27 @@ def count_stored(s: Session, stored: Mapping[str, int]) -> dict[str, int]:
             update(Profile).where(Profile.id == name).values(store_count=Profile.store_count + n)
         )
     return before
+
+
+def ingest_horizons(s: Session, names: Sequence[str]) -> dict[str, int]:
+    """Each profile's ingest_seq now: the horizon of a run that takes it now (see
+    ``ProfileTx.horizon``; a profile with nothing stored yet has 0)."""
+    found = dict.fromkeys(names, 0)
+    found.update(s.execute(
+        select(Profile.id, Profile.ingest_seq).where(Profile.id.in_(list(found)))).all())
+    return found
+
+
+def next_ingest_seqs(s: Session, names: Iterable[str]) -> dict[str, int]:
+    """Count one more ingest of each profile; returns the number its rows are stamped
+    with. The counter is bumped in the ingest's own transaction, which holds the
+    profile's row until it commits: ingests of a profile commit in the order of their
+    numbers, so a run that reads the counter (``ingest_horizons``) sees every ingest
+    numbered up to it and none after."""
+    out: dict[str, int] = {}
+    for name in sorted(set(names)):  # a fixed order: two ingests never lock crosswise
+        out[name] = s.execute(
+            update(Profile).where(Profile.id == name)
+            .values(ingest_seq=Profile.ingest_seq + 1).returning(Profile.ingest_seq)
+        ).scalar_one()
+    return out

@@ -30,6 +30,7 @@ from reverie.models.repositories.memories import (
     memory_defaults,
     put_vectors,
     view,
+    within_horizon,
 )
 from reverie.models.store import ProfileTx
 from reverie.models.tables import Memory, Tier
@@ -86,11 +87,12 @@ def apply_summaries(
     the summary to its originals with provenance edges and audit the decision, with
     the prior state of everything it replaced (for undo). A plan already decided
     (its audit row exists: a retried step, or a merge an operator undid) is skipped.
-    What a plan replaces must still be as the plan read it (``SummaryPlan.priors``),
-    else nothing is written (``ConflictError``: a fresh read and plan will see the new
-    state). ``vectors`` gives the vectors of the plans that have none yet, by summary
-    id; it is asked last, after every other row is written, because the model may still
-    be embedding them. Returns the summaries written."""
+    What a plan replaces must still be as the plan read it (``SummaryPlan.priors``)
+    and within the transaction's horizon, else nothing is written (``ConflictError``:
+    a fresh read and plan will see the new state). ``vectors`` gives the vectors of the
+    plans that have none yet, by summary id; it is asked last, after every other row is
+    written, because the model may still be embedding them. Returns the summaries
+    written."""
     s, profile = tx.session, tx.profile
     audit_ids = {
         plan.summary_id: ids.consolidation_id(profile, plan.operation, plan.summary_id)
@@ -115,7 +117,10 @@ def apply_summaries(
     # inserting them.
     defaults = memory_defaults()
     insert_rows(s, M, [defaults | _summary_row(profile, plan) for plan in todo])
-    moved = bulk_set(s, M, MOVED, moves, M.c.profile_id == profile, expect=MOVED)
+    # Nor may an ingest have written them since the run took the profile (the step
+    # leaves such plans out; on PostgreSQL one may commit in between).
+    moved = bulk_set(s, M, MOVED, moves, M.c.profile_id == profile, within_horizon(tx),
+                     expect=MOVED)
     if moved != len({move[0] for move in moves}):
         raise ConflictError(
             f"summary {_changed_since_read(tx, todo, replaced)}: members changed since "

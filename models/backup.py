@@ -449,7 +449,10 @@ def _decode(
         raise RecordError(at, column, f"must be the backup's profile {profile!r}")
     assigned = _ASSIGNED.get(name, set())
     for key, col in columns.items():
-        if key not in assigned and not col.nullable and raw.get(key) is None:
+        # A column with a default in the store may be missing (a backup from before it
+        # was added: memories' and profiles' ingest_seq): the row takes the default.
+        optional = key not in raw and col.server_default is not None
+        if key not in assigned and not col.nullable and not optional and raw.get(key) is None:
             raise RecordError(at, key, "is required")
     row: dict[str, Any] = {}
     for key, value in raw.items():

@@ -531,6 +531,20 @@ def test_a_memory_row_ingest_would_refuse_is_refused(
     refused(new_store("target"), bad, f"line {at + 1} (table memory), field '{column}': {reason}")
 
 
+def test_a_backup_from_before_ingest_stamps_restores_its_rows_as_stamped_zero(
+    new_store: Callable[[str], Store], small: list[str]
+) -> None:
+    older = list(small)
+    for table in ("profile", "memory"):
+        for n in range(sum(json.loads(line).get("table") == table for line in older)):
+            older = edited(older, row_line(older, table, n), lambda r: r.pop("ingest_seq"))
+    target = new_store("target")
+    restore(target.url, sealed(older))
+    stamped = [json.loads(line) for line in backup_lines(target.url, "maya")]
+    assert {item["row"]["ingest_seq"] for item in stamped
+            if item.get("table") in ("profile", "memory")} == {0}
+
+
 # --- keys -------------------------------------------------------------------------------
 
 

@@ -140,6 +140,11 @@ def _every_schedule_each_minute(spec: dict[str, Any]) -> None:
             schedule["active"] = True
 
 
+# What the scheduler and triggers hand a run is Prefect's; what the store makes of an
+# unset as_of is covered above on both back-ends.
+SCHEDULER = pytest.mark.store_independent("Prefect's scheduler and triggers")
+
+
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory, sample_template: Path) -> Iterator[Stack]:
     folder = tmp_path_factory.mktemp("default-path")
@@ -161,6 +166,7 @@ def _scheduled(spec_file: Path) -> list[str]:
     return sorted(names[d["name"]] for d in spec["deployments"] if d.get("schedules"))
 
 
+@SCHEDULER
 def test_runs_the_scheduler_creates_complete_with_as_of_unset(stack: Stack) -> None:
     from prefect.deployments import run_deployment
 
@@ -197,6 +203,7 @@ def test_runs_the_scheduler_creates_complete_with_as_of_unset(stack: Stack) -> N
         assert records and {r.as_of for r in records} == {wanted}, name
 
 
+@SCHEDULER
 def test_a_triggered_run_with_as_of_unset_completes_and_merges(stack: Stack) -> None:
     # A profile of its own: the scheduled runs above consolidated the others already.
     profile = "default-path"

@@ -43,6 +43,8 @@ from reverie.engines.openvino_embedder import (  # noqa: E402
     min_cosine,
 )
 
+pytestmark = pytest.mark.store_independent("the embedding backends open no store")
+
 LOCOMO = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo" / "locomo3.json"
 MODEL = default_model_path()
 LOG = "reverie.engines.embedding"

@@ -72,8 +72,9 @@ def batches(
 # over more positions. Position in a batch and the batch's size do not matter (checked
 # bit for bit on both backends, tests/test_embedding_backends.py), except that PyTorch
 # computes products of very few rows another way, whose last bits differ (seen up to a
-# dozen tokens in all, none from 24 to 70): its batches under this many tokens are filled with copies of
-# their rows. OpenVINO's rows are the same at any batch size, one row included.
+# dozen tokens in all, never from 24 to 70): its batches under this many tokens are
+# filled with copies of their rows. OpenVINO's rows are the same at any batch size, one
+# row included.
 MIN_BATCH_TOKENS = 32
 
 

@@ -159,8 +159,6 @@ def _scheduled(spec_file: Path) -> list[str]:
     """flow/deployment of every deployment that has a schedule."""
     import yaml
 
-    from reverie.flows.catalog import DEPLOYMENTS
-
     names = {d.split("/")[1]: d for d in DEPLOYMENTS.values()}
     spec = yaml.safe_load(spec_file.read_text())
     return sorted(names[d["name"]] for d in spec["deployments"] if d.get("schedules"))

@@ -24,9 +24,8 @@ from reverie.flows.catalog import DEPLOYMENTS, FLOWS
 from reverie.models.repositories import memories as memories_repo
 from reverie.models.store import Store
 
-from conftest import clone_sample
 from factories import end_session, in_read, ingest_records, run_history
-from prefect_stack import Stack, new_store_url, running_stack, write_prefect_file
+from prefect_stack import Stack, sample_stack
 
 PROFILE = "maya"
 
@@ -147,12 +146,8 @@ SCHEDULER = pytest.mark.store_independent("Prefect's scheduler and triggers")
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory, sample_template: Path) -> Iterator[Stack]:
-    folder = tmp_path_factory.mktemp("default-path")
-    with new_store_url(folder) as store_url:
-        clone_sample(sample_template, Store(store_url))
-        prefect_file = write_prefect_file(folder, _every_schedule_each_minute)
-        with running_stack(folder, store_url, prefect_file) as running:
-            yield running
+    with sample_stack(tmp_path_factory.mktemp("default-path"), sample_template, _every_schedule_each_minute) as running:
+        yield running
 
 
 def _scheduled(spec_file: Path) -> list[str]:

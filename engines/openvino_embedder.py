@@ -37,7 +37,6 @@ from reverie.engines.torch_embedder import (
     Progress,
     TorchEmbedder,
     batches,
-    filled,
     load_torch,
     model_name,
     same_length_batches,
@@ -308,7 +307,7 @@ class OpenVinoEmbedder:
                 n = len(self._requests)
                 for number, bucket in enumerate(chosen):
                     collect(number % n)
-                    ids = np.array(filled([tokens[i] for i in bucket]), dtype=np.int64)
+                    ids = np.array([tokens[i] for i in bucket], dtype=np.int64)
                     self._requests[number % n].start_async(
                         {"input_ids": ids, "attention_mask": np.ones_like(ids)})
                     running[number % n] = bucket

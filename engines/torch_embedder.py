@@ -72,8 +72,10 @@ def batches(
 # over more positions. Position in a batch and the batch's size do not matter (checked
 # bit for bit on both backends, tests/test_embedding_backends.py), except that PyTorch
 # computes products of very few rows another way, whose last bits differ (seen up to a
-# dozen tokens in all): a batch under this many tokens is filled with copies of its rows.
-MIN_BATCH_TOKENS = 128
+# dozen tokens in all, never from 24 to 70): its batches under this many tokens are
+# filled with copies of their rows. OpenVINO's rows are the same at any batch size, one
+# row included.
+MIN_BATCH_TOKENS = 32
 
 
 def same_length_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
@@ -87,10 +89,10 @@ def same_length_batches(lengths: Sequence[int], batch_size: int) -> list[list[in
     return out
 
 
-def filled(rows: list[list[int]]) -> list[list[int]]:
-    """``rows`` (token ids, all one length), repeated until they hold MIN_BATCH_TOKENS
-    tokens: the rows past ``len(rows)`` are thrown away."""
-    need = max(len(rows), -(-MIN_BATCH_TOKENS // max(1, len(rows[0]))))
+def filled(rows: list[list[int]], tokens: int = MIN_BATCH_TOKENS) -> list[list[int]]:
+    """``rows`` (token ids, all one length), repeated until they hold ``tokens`` tokens:
+    the rows past ``len(rows)`` are thrown away."""
+    need = max(len(rows), -(-tokens // max(1, len(rows[0]))))
     return [rows[k % len(rows)] for k in range(need)]
 
 

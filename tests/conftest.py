@@ -39,6 +39,19 @@ from factories import ingest_file
 TEST_POSTGRES = os.environ.get("REVERIE_TEST_POSTGRES")  # an admin URL, or unset
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The PostgreSQL leg skips what does not depend on the store's back-end (marked
+    ``store_independent``, each with its reason): it ran in the SQLite leg already,
+    and the suite's time is CI's limit."""
+    if not TEST_POSTGRES:
+        return
+    for item in items:
+        marker = item.get_closest_marker("store_independent")
+        if marker is not None:
+            item.add_marker(pytest.mark.skip(
+                reason=f"store-independent, run in the SQLite leg: {marker.args[0]}"))
+
+
 def _create_postgres_database() -> str:
     name = f"reverie_test_{uuid.uuid4().hex[:12]}"
     admin = create_engine(TEST_POSTGRES, isolation_level="AUTOCOMMIT")  # type: ignore[arg-type]

@@ -39,7 +39,7 @@ from reverie.models import outbox
 from reverie.models.db import dispose
 from reverie.models.store import Store
 
-from conftest import TEST_POSTGRES, _create_postgres_database, _drop_postgres_database
+from conftest import TEST_POSTGRES, _create_postgres_database, _drop_postgres_database, clone_sample
 
 FINAL = frozenset({"COMPLETED", "FAILED", "CRASHED", "CANCELLED"})
 POLL_SECONDS = 0.5
@@ -497,3 +497,16 @@ def running_stack(
                 yield stack
         finally:
             stop(processes)
+
+
+@contextmanager
+def sample_stack(
+    folder: Path, sample_template: Path, edit: Callable[[dict[str, Any]], None]
+) -> Iterator[Stack]:
+    """A stack whose store is a copy of the sample store, deploying the project's
+    prefect.yaml as ``edit`` changes it."""
+    with new_store_url(folder) as store_url:
+        clone_sample(sample_template, Store(store_url))
+        prefect_file = write_prefect_file(folder, edit)
+        with running_stack(folder, store_url, prefect_file) as running:
+            yield running

@@ -145,13 +145,15 @@ def test_demo_ingests_the_sample_and_reports(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setenv("REVERIE_DATABASE_URL", "sqlite:///unused.db")  # restored afterwards
-    database = tmp_path / "demo.db"
-    assert main(["demo", "--database", str(database)]) == EXIT_OK
+    # As `make demo` runs it (tests/test_readme.py holds the two to the same command).
+    monkeypatch.chdir(tmp_path)
+    assert main(["demo"]) == EXIT_OK
     out = capsys.readouterr().out
     records = sum(1 for line in SAMPLE_STORE.read_text().splitlines() if '"type": "edge"' not in line)
     assert f"Ingested {records} memories" in out
     assert out.count("merged:") >= 8 and "top PageRank" in out and "user_profile" in out
     # Run twice, the demo starts afresh and tells the same story.
+    database = tmp_path / ".reverie" / "demo.db"
     assert main(["demo", "--database", str(database)]) == EXIT_OK
     assert capsys.readouterr().out == out
 

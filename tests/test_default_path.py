@@ -24,9 +24,8 @@ from reverie.flows.catalog import DEPLOYMENTS, FLOWS
 from reverie.models.repositories import memories as memories_repo
 from reverie.models.store import Store
 
-from conftest import clone_sample
 from factories import end_session, in_read, ingest_records, run_history
-from prefect_stack import Stack, new_store_url, running_stack, write_prefect_file
+from prefect_stack import Stack, sample_stack
 
 PROFILE = "maya"
 
@@ -140,27 +139,27 @@ def _every_schedule_each_minute(spec: dict[str, Any]) -> None:
             schedule["active"] = True
 
 
+# What the scheduler and triggers hand a run is Prefect's; what the store makes of an
+# unset as_of is covered above on both back-ends.
+SCHEDULER = pytest.mark.store_independent("Prefect's scheduler and triggers")
+
+
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory, sample_template: Path) -> Iterator[Stack]:
-    folder = tmp_path_factory.mktemp("default-path")
-    with new_store_url(folder) as store_url:
-        clone_sample(sample_template, Store(store_url))
-        prefect_file = write_prefect_file(folder, _every_schedule_each_minute)
-        with running_stack(folder, store_url, prefect_file) as running:
-            yield running
+    with sample_stack(tmp_path_factory.mktemp("default-path"), sample_template, _every_schedule_each_minute) as running:
+        yield running
 
 
 def _scheduled(spec_file: Path) -> list[str]:
     """flow/deployment of every deployment that has a schedule."""
     import yaml
 
-    from reverie.flows.catalog import DEPLOYMENTS
-
     names = {d.split("/")[1]: d for d in DEPLOYMENTS.values()}
     spec = yaml.safe_load(spec_file.read_text())
     return sorted(names[d["name"]] for d in spec["deployments"] if d.get("schedules"))
 
 
+@SCHEDULER
 def test_runs_the_scheduler_creates_complete_with_as_of_unset(stack: Stack) -> None:
     from prefect.deployments import run_deployment
 
@@ -197,6 +196,7 @@ def test_runs_the_scheduler_creates_complete_with_as_of_unset(stack: Stack) -> N
         assert records and {r.as_of for r in records} == {wanted}, name
 
 
+@SCHEDULER
 def test_a_triggered_run_with_as_of_unset_completes_and_merges(stack: Stack) -> None:
     # A profile of its own: the scheduled runs above consolidated the others already.
     profile = "default-path"

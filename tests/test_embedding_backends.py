@@ -43,6 +43,8 @@ from reverie.engines.openvino_embedder import (  # noqa: E402
     min_cosine,
 )
 
+pytestmark = pytest.mark.store_independent("the embedding backends open no store")
+
 LOCOMO = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo" / "locomo3.json"
 MODEL = default_model_path()
 LOG = "reverie.engines.embedding"
@@ -144,6 +146,7 @@ def test_batches_hold_one_token_count_and_keep_ties_in_order() -> None:
     long = [[1] * MIN_BATCH_TOKENS]
     assert filled(long) == long
     assert len(filled([[1] * (MIN_BATCH_TOKENS - 1)])) == 2
+    assert filled([[7, 8]], tokens=0) == [[7, 8]]
 
 
 def _varied_texts() -> list[str]:

@@ -26,9 +26,8 @@ from reverie.models.events import MEMORY_STORED, SESSION_ENDED, SESSION_THRESHOL
 from reverie.models.repositories import blocks as blocks_repo
 from reverie.models.store import Store
 
-from conftest import clone_sample
 from factories import end_session, in_read, ingest_records, run_history
-from prefect_stack import Stack, new_store_url, running_stack, write_prefect_file
+from prefect_stack import Stack, sample_stack
 
 IDLE_SECONDS = 10
 # The deployments event-triggered runs belong to.
@@ -44,12 +43,8 @@ def _shorten_idle_window(spec: dict[str, Any]) -> None:
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory, sample_template: Path) -> Iterator[Stack]:
-    folder = tmp_path_factory.mktemp("platform")
-    with new_store_url(folder) as store_url:
-        clone_sample(sample_template, Store(store_url))
-        prefect_file = write_prefect_file(folder, _shorten_idle_window)
-        with running_stack(folder, store_url, prefect_file) as running:
-            yield running
+    with sample_stack(tmp_path_factory.mktemp("platform"), sample_template, _shorten_idle_window) as running:
+        yield running
 
 
 def test_every_deployment_is_there_with_its_schedule(stack: Stack) -> None:

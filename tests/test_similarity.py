@@ -142,9 +142,11 @@ def test_probing_every_cell_is_the_exact_search_and_fewer_probes_find_less() -> 
     exact = similarity_pairs(vectors, 0.8)
     everywhere = SearchConfig(exact_limit=100, rows_per_cell=50, cell_probes=4096)
     i, j, sims = similarity_pairs(vectors, 0.8, everywhere)
-    # The same pairs and the same similarities: both are products of the same rows.
+    # The same pairs and the same similarities: both are products of the same rows, but
+    # FAISS may block the two products differently, so the last bit can differ (seen on
+    # this machine at 24f5cd7 too: 0.82937217 against 0.82937205).
     assert np.array_equal(i, exact[0]) and np.array_equal(j, exact[1])
-    assert np.array_equal(sims, exact[2])
+    assert np.allclose(sims, exact[2], rtol=0, atol=1e-6)
     one = similarity_pairs(vectors, 0.8, everywhere.with_probes(1))
     assert 0 < len(one[0]) < len(exact[0])
 

@@ -33,6 +33,7 @@ from sqlalchemy import select
 
 from reverie.benchmarks.synthetic import SyntheticSpec, profile_name, records
 from reverie.flows.full_consolidation import full_consolidation
+from reverie.flows.catalog import FLOWS
 from reverie.flows.lightweight_consolidation import lightweight_consolidation
 from reverie.flows.report import RunReport
 from reverie.models.config import ConsolidationConfig
@@ -60,6 +61,10 @@ RULES = ConsolidationConfig(summarizer="rules")
 FULL_STEPS = ("dedup", "compress_fading", "dedup_new_summaries", "decay_edges", "promote",
               "compile_blocks", "link_summaries", "graph_importance")
 LIGHT_STEPS = ("compile_blocks", "decay_edges")
+# The other flows' writing steps, each flow by its catalog name.
+OTHER_STEPS = {"decay": ("decay",), "creative": ("creative",), "cluster": ("cluster",),
+               "forget": ("forget",), "cold": ("forget", "consolidate_cold", "mark_stalled"),
+               "cold-tier": ("migrate_cold", "expire_cold")}
 Flow = Callable[..., RunReport]
 # (step, "before" it reads | "after" it has read, before it writes)
 Moment = tuple[str, str]
@@ -259,7 +264,8 @@ def run_then_ingest(
             put(store, made[moment])
         after_ingest = export(store)
         flow(profile=PROFILE, as_of=NEXT, config=RULES)
-        acted_on_newcomers(store, len(moments), merges=flow is full_consolidation)
+        if flow in (full_consolidation, lightweight_consolidation):
+            acted_on_newcomers(store, len(moments), merges=flow is full_consolidation)
         serial[key] = {"kits": made, "after_ingest": after_ingest,
                        "after_second": export(store), "targets": aims}
     return serial[key]
@@ -290,13 +296,18 @@ def acted_on_newcomers(store: Store, kits_made: int, merges: bool) -> None:
 # --- the tests ----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("flow, steps", [(full_consolidation, FULL_STEPS),
-                                          (lightweight_consolidation, LIGHT_STEPS)],
-                         ids=["full", "lightweight"])
+@pytest.mark.parametrize("flow, steps", [
+    pytest.param(full_consolidation, FULL_STEPS, id="full"),
+    pytest.param(lightweight_consolidation, LIGHT_STEPS, id="lightweight"),
+    *[pytest.param(name, steps, id=name) for name, steps in OTHER_STEPS.items()],
+])
 def test_memories_ingested_during_each_step_wait_for_the_next_run(
-    flow: Flow, steps: Sequence[str], template: Path, new_store: Callable[[str], Store],
-    monkeypatch: pytest.MonkeyPatch, serial: dict[str, Any],
+    flow: Flow | str, steps: Sequence[str], template: Path,
+    new_store: Callable[[str], Store], monkeypatch: pytest.MonkeyPatch,
+    serial: dict[str, Any],
 ) -> None:
+    if isinstance(flow, str):
+        flow = FLOWS[flow]
     moments = moments_of(steps)
     expected = run_then_ingest(flow, moments, template, new_store, monkeypatch, serial)
     store = fresh(template, new_store, "during", monkeypatch)

@@ -270,8 +270,13 @@ def relevance_inputs(tx: ProfileTx) -> RelevanceInputs:
         ends = tx.session.execute(
             select(_E.c.source_id, _E.c.target_id).where(_E.c.profile_id == tx.profile)
         ).all()
+    # An edge to a memory ingested since the run took the profile came with it: the
+    # next run counts it, as it would had the ingest come after this run.
+    beyond = ingested_since(tx)
     degree: dict[str, int] = defaultdict(int)
     for source, target in ends:
+        if beyond and (source in beyond or target in beyond):
+            continue
         degree[source] += 1
         degree[target] += 1
 

@@ -1,10 +1,16 @@
 """Every comparison of memories goes through here, on FAISS.
 
 Vectors are unit length, so inner product is cosine similarity. Thresholds are
-inclusive and compared in float32 (the precision FAISS computes in): a pair whose
-similarity is exactly the threshold counts. FAISS's own range search is strict
-(``> radius``), so the radius is widened by one float32 step and the result
-filtered with ``>=``.
+inclusive and compared in float32: a pair whose similarity is exactly the threshold
+counts.
+
+Every similarity this module returns is a pair's own (``exact``): the two vectors'
+products summed in float64 in one fixed order, rounded once to float32. FAISS and
+numpy's matrix products sum in an order that depends on the block shape and on how
+many threads BLAS and OpenMP use (a Dask worker runs with one), so their float32
+results differ in the last bits from one process to another; taken as they are, an
+edge weight and the PageRanks computed from it differed between two runs of the same
+store. The products only find candidates, with ``MARGIN`` below the bound to spare.
 
 All-pairs searches (dedup, compression, clustering) and linking's nearest neighbours
 are exact up to ``SearchConfig.exact_limit`` rows. Above it they go by cells, the pairs FAISS's
@@ -43,6 +49,12 @@ CELL_SEED = 1234
 # Query rows per pass of linking's search by cells: bounds the hits held before each
 # row's are cut to its k best.
 NEAREST_CHUNK = 16_384
+# How far below a bound a matrix product's similarity may lie and the pair still be
+# at the bound: float32 products of unit vectors of 384 dimensions are off by ~1e-6
+# at worst, so this spares an order of magnitude.
+MARGIN = np.float32(1e-5)
+# Pairs per step of ``exact``: two float64 blocks of 3 MB each.
+EXACT_CHUNK = 1024
 
 DEFAULT_SEARCH = SearchConfig()
 
@@ -69,6 +81,34 @@ def chosen_rows(
     return [memories[i] for i in rows], vectors[rows]
 
 
+def exact(
+    vectors: np.ndarray, rows: np.ndarray, others: np.ndarray,
+    queries: np.ndarray | None = None,
+) -> np.ndarray:
+    """The similarity of each pair (``queries[rows[n]]`` or ``vectors[rows[n]]``,
+    ``vectors[others[n]]``), the same whatever else is computed with it and however
+    many threads run: products of float32 values are exact in float64, and einsum sums
+    each pair's products in one fixed order (it calls no BLAS for this form)."""
+    left = vectors if queries is None else queries
+    out = np.empty(len(rows), np.float32)
+    for start in range(0, len(rows), EXACT_CHUNK):
+        a = left[rows[start : start + EXACT_CHUNK]].astype(np.float64)
+        b = vectors[others[start : start + EXACT_CHUNK]].astype(np.float64)
+        out[start : start + EXACT_CHUNK] = np.einsum("ij,ij->i", a, b)
+    return out
+
+
+def _at_least(
+    vectors: np.ndarray, rows: np.ndarray, others: np.ndarray, bound: np.float32,
+    queries: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Of candidate pairs (as for ``exact``), those whose exact similarity is >=
+    ``bound``: (row, other, similarity)."""
+    sims = exact(vectors, rows, others, queries)
+    keep = sims >= bound
+    return rows[keep], others[keep], sims[keep]
+
+
 def _index(vectors: np.ndarray) -> faiss.Index:
     index = faiss.IndexFlatIP(vectors.shape[1])
     index.add(np.ascontiguousarray(vectors, dtype=np.float32))
@@ -85,7 +125,7 @@ def _hits(
     vectors: np.ndarray, queries: np.ndarray, threshold: float
 ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """Per chunk of queries: (query row, hit row, similarity) of every hit >= threshold."""
-    return _range_hits(_index(vectors), queries, threshold)
+    return _range_hits(_index(vectors), vectors, queries, threshold)
 
 
 def _product_hits(
@@ -104,23 +144,23 @@ def _product_hits(
         block = vectors[start : start + QUERY_CHUNK]
         for first in range(start, len(vectors), QUERY_CHUNK):
             sims = block @ vectors[first : first + QUERY_CHUNK].T
-            q, r = np.nonzero(sims >= bound)
-            yield q + start, r + first, sims[q, r]
+            q, r = np.nonzero(sims >= bound - MARGIN)
+            yield _at_least(vectors, q.astype(np.int64) + start, r.astype(np.int64) + first,
+                            bound)
 
 
 def _range_hits(
-    index: faiss.Index, queries: np.ndarray, threshold: float
+    index: faiss.Index, vectors: np.ndarray, queries: np.ndarray, threshold: float
 ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """``index``'s hits >= ``threshold`` for each query row, chunk by chunk."""
+    """``index``'s (of ``vectors``) hits >= ``threshold`` for each query row, chunk by
+    chunk."""
     bound = np.float32(threshold)
-    radius = float(np.nextafter(bound, np.float32(-np.inf)))
     for start in range(0, len(queries), QUERY_CHUNK):
         block = queries[start : start + QUERY_CHUNK]
-        lims, sims, idx = index.range_search(block, radius)
+        lims, _, idx = index.range_search(block, float(bound - MARGIN))
         counts = np.diff(lims).astype(np.int64)
         rows = np.repeat(np.arange(start, start + len(block), dtype=np.int64), counts)
-        keep = sims >= bound
-        yield rows[keep], idx[keep].astype(np.int64), sims[keep]
+        yield _at_least(vectors, rows, idx.astype(np.int64), bound, queries)
 
 
 def radius_neighbours(
@@ -176,23 +216,28 @@ def nearest_within(
     if n > search.exact_limit:
         return _nearest_by_cells(vectors, np.asarray(rows, dtype=np.int64), bound, k, search)
     index = _index(vectors)
-    # k others, the row itself, and one more: a tie across the cut shows as the last
-    # one found equalling the k-th kept.
+    # k others, the row itself, and one more: a row beyond those found that may be as
+    # similar as the k-th kept shows as the last one found coming that close to it.
     want = min(k + 2, n)
     indices: list[np.ndarray] = []
     similarities: list[np.ndarray] = []
     for start in range(0, len(rows), QUERY_CHUNK):
         chunk = np.asarray(rows[start : start + QUERY_CHUNK], dtype=np.int64)
         found_sims, found_idx = index.search(vectors[chunk], want)
-        for row, sims, idx in zip(chunk, found_sims, found_idx, strict=True):
-            kept_idx, kept_sims = _best_others(row, idx, sims, bound, k)
-            if want < n and len(kept_idx) == k and sims[-1] == kept_sims[-1]:
-                # Rows beyond those found may tie with the k-th: take every row at
-                # least that similar and choose among them by index.
-                _, all_sims, all_idx = index.range_search(
-                    vectors[row : row + 1],
-                    float(np.nextafter(kept_sims[-1], np.float32(-np.inf))))
-                kept_idx, kept_sims = _best_others(row, all_idx, all_sims, bound, k)
+        found_idx = found_idx.astype(np.int64)
+        exact_sims = exact(vectors, np.repeat(chunk, want), np.maximum(found_idx, 0).ravel())
+        exact_sims = np.where(found_idx >= 0, exact_sims.reshape(found_idx.shape), -np.inf)
+        for row, near, idx, sims in zip(chunk, found_sims, found_idx, exact_sims, strict=True):
+            kept_idx, kept_sims = _best_others(row, idx, sims.astype(np.float32), bound, k)
+            if want < n and len(kept_idx) == k and near[-1] >= kept_sims[-1] - MARGIN:
+                # Rows beyond those found may tie with the k-th: take every row about
+                # that similar and choose among them exactly, ties by index.
+                _, _, all_idx = index.range_search(
+                    vectors[row : row + 1], float(kept_sims[-1] - MARGIN))
+                all_idx = all_idx.astype(np.int64)
+                kept_idx, kept_sims = _best_others(
+                    row, all_idx, exact(vectors, np.full(len(all_idx), row), all_idx),
+                    bound, k)
             indices.append(kept_idx)
             similarities.append(kept_sims)
     return Neighbours(indices, similarities)
@@ -314,8 +359,11 @@ def _probed_hits(
             for first in range(0, len(asked), QUERY_CHUNK):
                 asking = asked[first : first + QUERY_CHUNK]
                 sims = vectors[queries[asking]] @ block_vectors
-                q, r = np.nonzero(sims >= bound)
-                yield asking[q].astype(np.int64), block[r].astype(np.int64), sims[q, r]
+                q, r = np.nonzero(sims >= bound - MARGIN)
+                asking_q, other = asking[q].astype(np.int64), block[r].astype(np.int64)
+                sims_q = exact(vectors, queries[asking_q], other)
+                keep = sims_q >= bound
+                yield asking_q[keep], other[keep], sims_q[keep]
 
 
 def _nearest_by_cells(
@@ -339,13 +387,20 @@ def _nearest_by_cells(
 
 
 def pair_similarities(vectors: np.ndarray) -> np.ndarray:
-    """The full similarity matrix of a small set (a sample), in float32."""
+    """The full similarity matrix of a small set (a sample), in float32, each pair's
+    own (``exact``)."""
     vectors = _check(vectors)
-    return vectors @ vectors.T
+    n = len(vectors)
+    i, j = np.triu_indices(n)
+    out = np.zeros((n, n), np.float32)
+    out[i, j] = exact(vectors, i.astype(np.int64), j.astype(np.int64))
+    out[j, i] = out[i, j]
+    return out
 
 
 def top_k(vectors: np.ndarray, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """The ``k`` most similar rows of ``vectors`` per query: (similarities, indices).
+    """The ``k`` most similar rows of ``vectors`` per query: (similarities, indices),
+    best first, ties by index.
 
     Missing places (fewer than k vectors) hold index -1.
     """
@@ -353,5 +408,15 @@ def top_k(vectors: np.ndarray, queries: np.ndarray, k: int) -> tuple[np.ndarray,
     if len(vectors) == 0 or k <= 0:
         shape = (len(queries), max(k, 0))
         return np.full(shape, -np.inf, np.float32), np.full(shape, -1, np.int64)
-    sims, idx = _index(vectors).search(queries, min(k, len(vectors)))
-    return sims, idx
+    # Two more than asked, ranked again by their exact similarities: what decides a
+    # place at the cut is the pair's own similarity, not the block it was found in.
+    want = min(k + 2, len(vectors))
+    _, idx = _index(vectors).search(queries, want)
+    idx = idx.astype(np.int64)
+    rows = np.repeat(np.arange(len(queries), dtype=np.int64), want)
+    sims = exact(vectors, rows, np.maximum(idx, 0).ravel(), queries).reshape(idx.shape)
+    sims = np.where(idx >= 0, sims, np.float32(-np.inf)).astype(np.float32)
+    order = np.lexsort((np.where(idx >= 0, idx, len(vectors)), -sims), axis=1)[:, :k]
+    keep = min(k, len(vectors))
+    return (np.take_along_axis(sims, order, axis=1)[:, :keep],
+            np.take_along_axis(idx, order, axis=1)[:, :keep])

@@ -23,9 +23,9 @@ from datetime import UTC
 from enum import StrEnum
 
 from reverie.models import outbox
-from reverie.models.db import reading, writing
 from reverie.models.events import ProfileEvent, resource
 from reverie.models.settings import get_settings
+from reverie.models.store import Store
 from reverie.models.timestamps import utcnow
 
 log = logging.getLogger(__name__)
@@ -130,7 +130,7 @@ def flush(
     deadline. Stops at the first send the API does not confirm, with one warning; never
     raises for the API (the store's own errors do raise)."""
     url = api or api_url()
-    with reading(store_url) as s:
+    with Store(store_url).reading_all() as s:
         left = outbox.count(s)
     if not left:
         return FlushResult(Outcome.DELIVERED, 0, 0)
@@ -140,14 +140,14 @@ def flush(
     sent = 0
     stop_at = time.monotonic() + budget
     while True:
-        with writing(store_url) as s:
+        with Store(store_url).writing_all() as s:
             batch = outbox.claim(s, holder, utcnow())
         if batch is None:
             return FlushResult(Outcome.BUSY, sent, _count(store_url))
         if not batch:
             return FlushResult(Outcome.DELIVERED, sent, 0)
         error = send(batch, url)
-        with writing(store_url) as s:
+        with Store(store_url).writing_all() as s:
             outbox.settle(s, holder, delivered=error is None)
         if error is not None:
             reason = str(error) or type(error).__name__
@@ -173,5 +173,5 @@ def deliver(store_url: str) -> None:
 
 
 def _count(store_url: str) -> int:
-    with reading(store_url) as s:
+    with Store(store_url).reading_all() as s:
         return outbox.count(s)

@@ -60,9 +60,10 @@ from sqlalchemy.types import TypeDecorator
 from sqlmodel import Session
 
 from reverie.models import ids, tables
-from reverie.models.db import PROFILE_TABLES, reading, writing
+from reverie.models.db import PROFILE_TABLES
 from reverie.models.errors import InputError, RecordError, RefusedError
 from reverie.models.repositories.bulk import chunks
+from reverie.models.store import Store
 from reverie.models.text import clean_text
 from reverie.models.timestamps import in_record_range
 from reverie.models.validation import (
@@ -140,7 +141,7 @@ def backup_lines(url: str, profile: str) -> Iterator[str]:
     header = _line({FORMAT: VERSION, "profile": profile, "tables": list(known)})
     digest.add(header.encode("utf-8"))
     yield header
-    with reading(url) as s:
+    with Store(url).reading_all() as s:
         for name, (table, column) in known.items():
             query = select(table)
             if column == "memory_id":  # vectors belong to their memory's profile
@@ -373,7 +374,7 @@ def _key_field(columns: tuple[str, ...]) -> str:
 def _write(url: str, plan: RestorePlan) -> RestoreReport:
     """The plan's rows in one transaction, once no key of theirs is in the store."""
     known = _tables()
-    with writing(url) as s:
+    with Store(url).writing_all() as s:
         clashes = _clashes(s, plan, known)
         if clashes:
             raise RefusedError(_refusal(plan.profile, clashes))

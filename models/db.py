@@ -149,8 +149,18 @@ def dispose(url: str) -> None:
 
 @contextmanager
 def reading(url: str) -> Iterator[Session]:
-    with translated(), Session(engine_for(url), expire_on_commit=False) as session:
-        yield session
+    """A session for reads, never committed. One block is one snapshot: REPEATABLE READ
+    on PostgreSQL, whose default would let each statement see a newer state (a backup
+    read table by table while a flow writes would hold its tables at different
+    moments), as a SQLite read transaction is already. Reached through
+    ``Store.reading_all`` / ``Store.reading``; ``copy_profiles`` below is its only other
+    user."""
+    with translated():
+        engine = engine_for(url)
+        if engine.dialect.name == "postgresql":
+            engine = engine.execution_options(isolation_level="REPEATABLE READ")  # type: ignore[assignment]
+        with Session(engine, expire_on_commit=False) as session:
+            yield session
 
 
 @contextmanager

@@ -19,7 +19,7 @@ from typing import Any
 from sqlalchemy import select
 
 from reverie.models import tables
-from reverie.models.db import reading
+from reverie.models.store import Store
 
 _ORDER: tuple[tuple[str, type, tuple[str, ...]], ...] = (
     ("memory", tables.Memory, ("id",)),
@@ -33,7 +33,7 @@ _UNEXPORTED = {"ingest_seq"}
 
 
 def export_rows(url: str, profile: str, include_run_ids: bool = False) -> Iterator[dict[str, Any]]:
-    with reading(url) as s:
+    with Store(url).reading_all() as s:
         for label, table, keys in _ORDER:
             t = table.__table__
             query = select(t).where(t.c.profile_id == profile).order_by(*(t.c[k] for k in keys))

@@ -31,8 +31,8 @@ from sqlalchemy import delete, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlmodel import Session
 
-from reverie.models.db import reading
 from reverie.models.events import ProfileEvent
+from reverie.models.store import Store
 from reverie.models.tables import OutboxEvent
 from reverie.models.timestamps import utcnow
 
@@ -122,5 +122,5 @@ def pending(s: Session) -> list[Pending]:
 
 
 def waiting(store_url: str) -> list[Pending]:
-    with reading(store_url) as s:
+    with Store(store_url).reading_all() as s:
         return pending(s)

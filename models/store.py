@@ -22,7 +22,6 @@ from sqlalchemy import select
 from sqlmodel import Session
 
 from reverie.models import db as engines
-from reverie.models.db import translated
 from reverie.models.errors import NotFoundError
 from reverie.models.ids import sought_id
 from reverie.models.settings import Settings, get_settings, resolve_database_url
@@ -57,15 +56,10 @@ class Store:
 
     @contextmanager
     def reading_all(self) -> Iterator[Session]:
-        """A session for reads across profiles, never committed. One block is one
-        snapshot: REPEATABLE READ on PostgreSQL (its default would let each statement
-        see a newer state), as a SQLite read transaction is already."""
-        with translated():
-            engine = engines.engine_for(self.url)
-            if engine.dialect.name == "postgresql":
-                engine = engine.execution_options(isolation_level="REPEATABLE READ")  # type: ignore[assignment]
-            with Session(engine, expire_on_commit=False) as session:
-                yield session
+        """A session for reads across profiles, never committed; one block is one
+        snapshot (``models.db.reading``)."""
+        with engines.reading(self.url) as session:
+            yield session
 
     @contextmanager
     def writing_all(self) -> Iterator[Session]:

@@ -198,6 +198,7 @@ class UpdatesResult:
     summarizer: str
     chains: list[ChainResult] = field(default_factory=list)
     distractors_found: int = 0
+    distractors_missed: list[str] = field(default_factory=list)
     distractors: int = 0
     hot_before: int = 0
     hot_after: int = 0
@@ -258,8 +259,10 @@ def bench_updates(
                     result.chains += [_judge(store, embedder, c) for c in mine]
                     for _, question, value in (d for d in distractors if d[0] == profile):
                         result.distractors += 1
-                        result.distractors_found += _hot_states(store, embedder, profile,
-                                                                question, value)
+                        if _hot_states(store, embedder, profile, question, value):
+                            result.distractors_found += 1
+                        else:
+                            result.distractors_missed.append(f"{profile}: {question}")
         finally:
             dispose(url)
     return result
@@ -332,7 +335,8 @@ def render_updates(result: UpdatesResult) -> str:
     lines.append(f"{'total':<10} {data['chains']:>6} {data['newest']:>6} {data['joined']:>6}")
     lines.append(
         f"newest value answered: {data['newest']}/{data['chains']} "
-        f"({100 * data['newest_share']:.1f}%); chains joined into one summary: "
+        f"({100 * data['newest_share']:.1f}%; by the very first hit: {data['top_newest']}); "
+        f"chains joined into one summary: "
         f"{data['joined']}, of which stating an older value without the newest: "
         f"{data['stale_summaries']}; distractors still answered from the hot tier: "
         f"{data['distractors_found']}/{data['distractors']}; hot memories "

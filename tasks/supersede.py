@@ -17,17 +17,21 @@ entity, on top of their cosine similarity:
 - the two state different values when each has a number the other lacks, or each has
   a name the other does not say at all (in any case);
 - and the rest of the statement is alike: at least half of the content words of the
-  shorter one (values left out, crudely stemmed) are in the other, and both name the
-  same relations (``RELATIONS``: "the user's sister" is not "the user").
+  shorter one (values left out, crudely stemmed, a few verbs of changing facts folded:
+  ``SYNONYMS``) are in the other, and half of both for a number (a number hardly
+  moves a vector: "a deposit of 1800 euros for the flat" is not "the rent of the
+  flat"), unless the numbers count the same thing and nothing else is said ("2 cats",
+  "3 cats"); and both name the same relations (``RELATIONS``: "the user's sister"
+  is not "the user").
 
 So "2 cats" and "two cats" agree, a memory that adds a number the other lacks is not
 a conflict (it adds a fact), and "the user's sister is Anna" / "the user's brother is
 Tom" share no content word and are not one fact. Memories of different entities never
 conflict (two speakers may say the same thing with their own numbers).
 
-A number barely moves a sentence's vector, so a number conflict between texts whose
-other words only partly agree also needs the two at cosine >= ``NUMBER_SIMILARITY`` (a name moves it a lot: "works at Google"
-and "works at Stripe" are near 0.4, hence the low ``supersede_similarity``).
+A name moves a sentence's vector a lot ("works at Google" and "works at Stripe" are
+near 0.4 with the default model), hence the low ``supersede_similarity``: the words
+decide, the vectors only narrow the pairs compared.
 
 ``plan_supersessions`` takes memories newest first: each unclaimed one claims the
 older unclaimed candidates within ``supersede_similarity`` of it that conflict with it,
@@ -70,11 +74,6 @@ _DIGIT_RUN = re.compile(r"[\d][\d,._]*")
 # At least this share of the shorter statement's other content words must be in the
 # longer one.
 CONTEXT_SHARE = 0.5
-# A number hardly moves a sentence's vector: two statements of one amount, count or
-# date are close (0.73 and above on the bench's paraphrases), while a deposit and a
-# rent of the same flat, in euros both, are 0.69-0.71. A number conflict between texts
-# whose other words only partly agree needs this.
-NUMBER_SIMILARITY = 0.72
 # Words that say whose fact it is: "the user's sister works at X" is not a fact about
 # where the user works. Two statements of one fact name the same ones.
 RELATIONS = frozenset(
@@ -173,18 +172,14 @@ def conflict(a: str, b: str) -> str | None:
         return None
     shorter = min(va.stems, vb.stems, key=len)
     shared = len(va.stems & vb.stems)
-    if kind == "number" and va.units & vb.units:
-        # Numbers of the same thing ("2 cats", "three cats") of one owner, unless the
-        # rest says what they are of ("rent: 900 euros", "deposit: 1800 euros").
-        return kind if shared or not shorter else None
+    if kind == "number" and va.units & vb.units and not shorter:
+        return kind  # numbers of the same thing ("2 cats", "three cats"), nothing else said
+    if kind == "number":
+        # A number hardly moves a sentence's vector, so the words must agree on both
+        # sides: "a deposit of 1800 euros for the flat" is not "the rent on the flat".
+        longer = max(vb.stems, va.stems, key=len)
+        return kind if shared and shared >= CONTEXT_SHARE * len(longer) else None
     return kind if shared and shared >= CONTEXT_SHARE * len(shorter) else None
-
-
-def said_alike(a: str, b: str) -> bool:
-    """Whether every content word of the shorter text (values left out) is in the other:
-    then the two say the same but for their values."""
-    va, vb = values(a), values(b)
-    return min(va.stems, vb.stems, key=len) <= max(vb.stems, va.stems, key=len)
 
 
 def same_fact_different_value(a: MemoryView, b: MemoryView) -> bool:
@@ -225,7 +220,7 @@ def plan_supersessions(
                    reverse=True)
     claimed = np.zeros(len(candidates), dtype=bool)
     parameters = {"rule": RULE, "similarity": config.supersede_similarity,
-                  "number_similarity": NUMBER_SIMILARITY, "context_share": CONTEXT_SHARE,
+                  "context_share": CONTEXT_SHARE,
                   "mode": "rules"}
     plans: list[SupersedePlan] = []
 
@@ -251,9 +246,6 @@ def plan_supersessions(
                 # newest's value again (then it is a near-duplicate of the answer).
                 kind = conflict(candidates[at].content, m.content)
                 if kind is None or conflict(newest.content, m.content) is None:
-                    continue
-                if (kind == "number" and not said_alike(candidates[at].content, m.content)
-                        and float(vectors[at] @ vectors[j]) < NUMBER_SIMILARITY):
                     continue
                 kinds[j] = kind
                 chain.append(j)

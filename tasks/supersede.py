@@ -18,9 +18,9 @@ entity, on top of their cosine similarity:
   a name the other does not say at all (in any case);
 - and the rest of the statement is alike: at least half of the content words of the
   shorter one (values left out, crudely stemmed, a few verbs of changing facts folded:
-  ``SYNONYMS``) are in the other, and half of both for a number (a number hardly
-  moves a vector: "a deposit of 1800 euros for the flat" is not "the rent of the
-  flat"), unless the numbers count the same thing and nothing else is said ("2 cats",
+  ``SYNONYMS``) are in the other, and half of the longer's too for a number (a number
+  hardly moves a vector: "a deposit of 1800 euros for the flat" is not "the rent of
+  the flat") or when the longer has more than ``SHORT_STATEMENT`` of them, unless the numbers count the same thing and nothing else is said ("2 cats",
   "3 cats"); and both name the same relations (``RELATIONS``: "the user's sister"
   is not "the user").
 
@@ -74,6 +74,8 @@ _DIGIT_RUN = re.compile(r"[\d][\d,._]*")
 # At least this share of the shorter statement's other content words must be in the
 # longer one.
 CONTEXT_SHARE = 0.5
+# Content words of a statement short enough to be one fact with a detail added.
+SHORT_STATEMENT = 3
 # Words that say whose fact it is: "the user's sister works at X" is not a fact about
 # where the user works. Two statements of one fact name the same ones.
 RELATIONS = frozenset(
@@ -95,6 +97,7 @@ class Values:
     stems: frozenset[str]  # content words that are not values, crudely stemmed
     relations: frozenset[str]  # whose fact: RELATIONS named, stemmed
     units: frozenset[str] = frozenset()  # what the numbers count or measure, stemmed
+    lower: frozenset[str] = frozenset()  # words written in lower case
 
 
 _SUFFIXES = ("ing", "ed", "es", "s")
@@ -153,7 +156,8 @@ def values(text: str) -> Values:
         and w not in _NUMBER_WORDS and w not in NOISE
     ) - units
     relations = frozenset(stem(w) for w in words if stem(w) in _STEMMED_RELATIONS)
-    return Values(frozenset(numbers), frozenset(names), words, stems, relations, units)
+    return Values(frozenset(numbers), frozenset(names), words, stems, relations, units,
+                  frozenset(found.lower))
 
 
 def conflict(a: str, b: str) -> str | None:
@@ -170,16 +174,26 @@ def conflict(a: str, b: str) -> str | None:
         kind = "name"
     if kind is None or va.relations != vb.relations:
         return None
-    shorter = min(va.stems, vb.stems, key=len)
-    shared = len(va.stems & vb.stems)
+    # A name (the subject "Gina" opening both, "Rome" in one) is no content word; a
+    # capitalised opener the other text writes in lower case ("Rent for ...") is one.
+    named = {stem(n) for n in (va.names - vb.lower) | (vb.names - va.lower)}
+    sa, sb = va.stems - named, vb.stems - named
+    shorter = min(sa, sb, key=len)
+    shared = len(sa & sb)
     if kind == "number" and va.units & vb.units and not shorter:
         return kind  # numbers of the same thing ("2 cats", "three cats"), nothing else said
-    if kind == "number":
-        # A number hardly moves a sentence's vector, so the words must agree on both
-        # sides: "a deposit of 1800 euros for the flat" is not "the rent on the flat".
-        longer = max(vb.stems, va.stems, key=len)
-        return kind if shared and shared >= CONTEXT_SHARE * len(longer) else None
-    return kind if shared and shared >= CONTEXT_SHARE * len(shorter) else None
+    if not shared or shared < CONTEXT_SHARE * len(shorter):
+        return None
+    # Half the words of the longer too, for a number (it hardly moves a vector: "a
+    # deposit of 1800 euros for the flat" is not "the rent on the flat") and for a long
+    # statement, which is seldom one fact ("Gina lost her job at Door Dash" is not what
+    # "Gina encouraged Jon to keep up the good work" updates); a short one may add a
+    # detail ("lives in Oslo these days, in a small flat").
+    longer = max(sb, sa, key=len)
+    if (kind == "number" or len(longer) > SHORT_STATEMENT) \
+            and shared < CONTEXT_SHARE * len(longer):
+        return None
+    return kind
 
 
 def same_fact_different_value(a: MemoryView, b: MemoryView) -> bool:

@@ -40,7 +40,7 @@ from reverie.models.tables import DERIVED_ORIGINS, Lifecycle, Origin
 from reverie.tasks.decay import relevance_notes
 from reverie.tasks.step import Change, StepArgs, StepReport, preview, step_task
 from reverie.tasks.summaries import reworded, summary_plan, write_summaries
-from reverie.tasks.supersede import compatible
+from reverie.tasks.supersede import compressible_together
 
 OPERATION = Origin.COMPRESSED
 
@@ -78,10 +78,10 @@ def fading_groups(
         for other in neighbours.indices[seed]:
             if len(group) >= config.max_group_size:
                 break
-            # A memory stating another value of a fact a member states is an update:
+            # A fact stating another value of a fact a member states is an update:
             # compressed together, a wording could state the older value as current.
-            if not claimed[other] and all(compatible(memories[other], memories[g])
-                                          for g in group):
+            if not claimed[other] and all(
+                    compressible_together(memories[other], memories[g]) for g in group):
                 group.append(int(other))
         if len(group) >= config.min_group_size:
             claimed[group] = True

@@ -58,6 +58,7 @@ from reverie.tasks.supersede import (
     SupersedePlan,
     compatible,
     plan_supersessions,
+    is_event,
     superseded_ids,
 )
 
@@ -185,8 +186,10 @@ def nothing_merged_note(candidates: int, config: DedupConfig) -> list[str]:
 
 def is_update_candidate(memory: MemoryView, as_of: datetime) -> bool:
     """A memory a supersession may involve: a merge candidate written as itself (a
-    summary's date is its oldest member's, not when its words were said)."""
-    return is_candidate(memory, as_of) and memory.origin not in DERIVED_ORIGINS
+    summary's date is its oldest member's, not when its words were said) that states a
+    fact, not an event (``tasks.supersede.is_event``)."""
+    return (is_candidate(memory, as_of) and memory.origin not in DERIVED_ORIGINS
+            and not is_event(memory))
 
 
 def find_updates(

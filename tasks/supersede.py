@@ -39,6 +39,12 @@ and, from each of those, the older ones that conflict with that one (a chain 900
 950 -> 1000 whose ends are further apart than its steps), all superseded by the newest.
 A memory that agrees with the newest (the same value said again) is not superseded: it
 is a near-duplicate, left to the merge.
+
+Only facts supersede: an episodic memory records an event ("ran 5 km on Monday"), and
+a later event with another number ("ran 10 km on Friday") does not make it stale.
+Merging still never joins two memories that disagree (a merge keeps one member's words
+in the hot tier); compression joins events whatever their numbers (it dates each), and
+never two facts that disagree.
 """
 
 from __future__ import annotations
@@ -60,6 +66,8 @@ from reverie.models.records import MemoryView
 from reverie.models.tables import Operation
 
 OPERATION = Operation.SUPERSEDE
+# Kinds that record events, not states (DESIGN: episodic).
+EVENT_KINDS = frozenset({"episodic"})
 RULE = "same fact, different value: the newest stands"
 
 _NUMBER_WORDS = {
@@ -292,9 +300,22 @@ def superseded_ids(plans: Sequence[SupersedePlan]) -> set[str]:
 
 
 def compatible(a: MemoryView, b: MemoryView) -> bool:
-    """Whether two memories may be merged or compressed together: they do not state
-    different values of one fact."""
+    """Whether two memories may be merged together: they do not state different values
+    of one fact (a merge keeps one member's words, and so one value, in the hot tier)."""
     return not same_fact_different_value(a, b)
+
+
+def compressible_together(a: MemoryView, b: MemoryView) -> bool:
+    """Whether two memories may be compressed together: events may (the compression
+    dates each: "hiked trail 3" and "hiked trail 4" are both true), facts that state
+    different values of one thing may not (a wording could state the older as current)."""
+    return is_event(a) or is_event(b) or compatible(a, b)
+
+
+def is_event(memory: MemoryView) -> bool:
+    """A memory of something that happened: another event with another number does not
+    make it stale, so it neither supersedes nor is superseded."""
+    return memory.kind in EVENT_KINDS
 
 
 _STEMMED_RELATIONS = frozenset(stem(w) for w in RELATIONS)

@@ -16,18 +16,19 @@ entity, on top of their cosine similarity:
   so dates are covered by their numbers and month names);
 - the two state different values when each has a number the other lacks, or each has
   a name the other does not say at all (in any case);
-- and the rest of the statement is alike: at least half of the content words of the
-  shorter one (values left out, crudely stemmed, a few verbs of changing facts folded:
-  ``SYNONYMS``) are in the other, and half of the longer's too for a number (a number
-  hardly moves a vector: "a deposit of 1800 euros for the flat" is not "the rent of
-  the flat") or when the longer has more than ``SHORT_STATEMENT`` of them, unless the numbers count the same thing and nothing else is said ("2 cats",
+- and the rest of the statement is alike: of their content words (values and names
+  left out, crudely stemmed, a few verbs of changing facts folded: ``SYNONYMS``), half
+  of each text's are shared (a number hardly moves a vector: "a deposit of 1800 euros
+  for the flat" is not "the rent of the flat"), or, for a name, one text only adds
+  words to the other ("lives in Oslo these days, in a small flat"), unless the numbers count the same thing and nothing else is said ("2 cats",
   "3 cats"); and both name the same relations (``RELATIONS``: "the user's sister"
   is not "the user").
 
 So "2 cats" and "two cats" agree, a memory that adds a number the other lacks is not
 a conflict (it adds a fact), and "the user's sister is Anna" / "the user's brother is
-Tom" share no content word and are not one fact. Memories of different entities never
-conflict (two speakers may say the same thing with their own numbers).
+Tom" share no content word and are not one fact. Memories of different entities or
+kinds never conflict (two speakers may say the same thing with their own numbers; a
+decision and a pattern about one service are not one fact restated).
 
 A name moves a sentence's vector a lot ("works at Google" and "works at Stripe" are
 near 0.4 with the default model), hence the low ``supersede_similarity``: the words
@@ -82,8 +83,6 @@ _DIGIT_RUN = re.compile(r"[\d][\d,._]*")
 # At least this share of the shorter statement's other content words must be in the
 # longer one.
 CONTEXT_SHARE = 0.5
-# Content words of a statement short enough to be one fact with a detail added.
-SHORT_STATEMENT = 3
 # Words that say whose fact it is: "the user's sister works at X" is not a fact about
 # where the user works. Two statements of one fact name the same ones.
 RELATIONS = frozenset(
@@ -131,6 +130,8 @@ NOISE = frozenset(
     "weekly year yearly day daily".split()
 )
 COMMON_WORDS = _COMMON | _OPENING_WORDS
+# Adjectives that open statements with a capital and are no names ("Old partitions").
+NOT_NAMES = frozenset("old new current previous former latest recent".split())
 # A few verbs of the facts that change most, said in other words ("moved to" a city is
 # where one "lives"; a "job at" a company is where one "works").
 SYNONYMS = {
@@ -151,7 +152,7 @@ def values(text: str) -> Values:
     numbers = set(found.numbers)
     tokens = _WORDS.findall(_DIGIT_RUN.sub(" 0 ", text.lower()))
     numbers |= {_NUMBER_WORDS[w] for w in tokens if w in _NUMBER_WORDS}
-    names = kept_names([found])
+    names = kept_names([found]) - NOT_NAMES
     # A unit is the word after a number ("900 euros", "two cats"): it goes with the value.
     units = frozenset(
         stem(tokens[i + 1]) for i, w in enumerate(tokens[:-1])
@@ -190,23 +191,22 @@ def conflict(a: str, b: str) -> str | None:
     shared = len(sa & sb)
     if kind == "number" and va.units & vb.units and not shorter:
         return kind  # numbers of the same thing ("2 cats", "three cats"), nothing else said
-    if not shared or shared < CONTEXT_SHARE * len(shorter):
+    if not shared:
         return None
-    # Half the words of the longer too, for a number (it hardly moves a vector: "a
-    # deposit of 1800 euros for the flat" is not "the rent on the flat") and for a long
-    # statement, which is seldom one fact ("Gina lost her job at Door Dash" is not what
-    # "Gina encouraged Jon to keep up the good work" updates); a short one may add a
-    # detail ("lives in Oslo these days, in a small flat").
     longer = max(sb, sa, key=len)
-    if (kind == "number" or len(longer) > SHORT_STATEMENT) \
-            and shared < CONTEXT_SHARE * len(longer):
-        return None
-    return kind
+    # One only adds words to the other ("lives in Oslo these days, in a small flat"), or
+    # half the words of each agree. A number must always agree on half of both: it
+    # hardly moves a vector ("a deposit of 1800 euros for the flat" is not "the rent on
+    # the flat"), and "Maya works mostly in Python" is not what "Maya lives in Lisbon
+    # and works remotely" updates.
+    adds = kind == "name" and shorter <= longer
+    return kind if adds or shared >= CONTEXT_SHARE * len(longer) else None
 
 
 def same_fact_different_value(a: MemoryView, b: MemoryView) -> bool:
     """Whether two memories state different values of one fact (see ``conflict``)."""
-    return (a.entity or "") == (b.entity or "") and conflict(a.content, b.content) is not None
+    return (a.entity or "") == (b.entity or "") and a.kind == b.kind \
+        and conflict(a.content, b.content) is not None
 
 
 def newest_first(m: MemoryView) -> tuple[datetime, str]:
@@ -262,7 +262,7 @@ def plan_supersessions(
                 if j == top or claimed[j] or j in kinds or not older(top, j):
                     continue
                 m = candidates[j]
-                if (m.entity or "") != (newest.entity or ""):
+                if (m.entity or "") != (newest.entity or "") or m.kind != newest.kind:
                     continue
                 # The member must disagree with the one that reached it, and not say the
                 # newest's value again (then it is a near-duplicate of the answer).

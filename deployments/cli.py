@@ -224,6 +224,16 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--preset", help="configuration preset (default: 'default')")
     b.add_argument("--json", type=Path, dest="json_out", help="also write the result as JSON")
     b = bench.add_parser(
+        "updates", help="update chains: does hot recall answer with the newest value?"
+    )
+    b.add_argument("--profiles", type=int, default=8,
+                   help="profiles, each with one chain per fact kind (default 8)")
+    b.add_argument("--as-of-offset-days", type=float, default=90.0,
+                   help="consolidate this long after the last memory (default 90)")
+    b.add_argument("--summarizer", default="auto", help="rules, llm or auto (default)")
+    b.add_argument("--preset", help="configuration preset (default: 'default')")
+    b.add_argument("--json", type=Path, dest="json_out", help="also write the result as JSON")
+    b = bench.add_parser(
         "synthetic", help="time every step and flow on generated stores of chosen sizes"
     )
     b.add_argument("--sizes", type=_sizes, default=[1000, 10_000],
@@ -850,6 +860,8 @@ def _bench(args: argparse.Namespace) -> int:
         return _bench_synthetic(args)
     if args.bench == "embedding":
         return _bench_embedding(args)
+    if args.bench == "updates":
+        return _bench_updates(args)
     from reverie.benchmarks.locomo import bench_locomo, render_locomo
 
     if not args.path.is_file():
@@ -863,6 +875,21 @@ def _bench(args: argparse.Namespace) -> int:
     keep_with_this_process()
     result = bench_locomo(args.path, args.as_of_offset_days, args.budget, config)
     print(render_locomo(result))
+    if args.json_out:
+        args.json_out.write_text(json.dumps(result.as_json(), indent=2) + "\n", encoding="utf-8")
+    return EXIT_OK
+
+
+def _bench_updates(args: argparse.Namespace) -> int:
+    from reverie.benchmarks.updates import bench_updates, render_updates
+    from reverie.flows.temporary_server import keep_with_this_process
+    from reverie.models.config import preset
+
+    base = preset(args.preset) if args.preset else ConsolidationConfig()
+    config = base.model_copy(update={"summarizer": args.summarizer})
+    keep_with_this_process()
+    result = bench_updates(args.profiles, args.as_of_offset_days, config)
+    print(render_updates(result))
     if args.json_out:
         args.json_out.write_text(json.dumps(result.as_json(), indent=2) + "\n", encoding="utf-8")
     return EXIT_OK

@@ -48,6 +48,12 @@ class DedupConfig(_Section):
         "smaller groups are left as they are. SuperLocalMemory merges groups of three or "
         "more, so a pair stays. Higher is stricter."
     ))
+    supersede_similarity: float = Field(0.35, ge=0.0, le=1.0, description=(
+        "Cosine similarity (0-1) at or above which two memories of one entity that state "
+        "different values of the same fact (a number, a name, a date) are an update: the "
+        "newest stays hot, the older move to the cold tier superseded by it, never merged. "
+        "Higher is stricter: fewer updates recognised."
+    ))
 
 
 class BlocksConfig(_Section):

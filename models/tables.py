@@ -76,6 +76,9 @@ class Operation(StrEnum):
     FORGET = "forget"  # archived some memories, deleted others (tombstones)
     MIGRATE_COLD = "migrate_cold"  # unused hot memories moved to cold; undoable
     EXPIRE_COLD = "expire_cold"  # long-cold memories turned into tombstones
+    # Older statements of a fact moved to cold, superseded by the newest (it stays hot,
+    # unchanged: no memory is written); undoable.
+    SUPERSEDE = "supersede"
 
 PROVENANCE_KINDS = frozenset({EdgeKind.CONSOLIDATION, EdgeKind.SUMMARIZES})
 

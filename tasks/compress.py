@@ -40,6 +40,7 @@ from reverie.models.tables import DERIVED_ORIGINS, Lifecycle, Origin
 from reverie.tasks.decay import relevance_notes
 from reverie.tasks.step import Change, StepArgs, StepReport, preview, step_task
 from reverie.tasks.summaries import reworded, summary_plan, write_summaries
+from reverie.tasks.supersede import compressible_together
 
 OPERATION = Origin.COMPRESSED
 
@@ -62,7 +63,8 @@ def fading_groups(
     search: SearchConfig = DEFAULT_SEARCH,
 ) -> list[list[int]]:
     """Rows grouped greedily around seeds taken oldest first, most similar first, up to
-    max_group_size; a seed that gathers fewer than min_group_size is left alone."""
+    max_group_size, never two that state different values of one fact (``compatible``);
+    a seed that gathers fewer than min_group_size is left alone."""
     neighbours = radius_neighbours(vectors, config.similarity, search=search)
     claimed = np.zeros(len(memories), dtype=bool)
     groups: list[list[int]] = []
@@ -76,7 +78,10 @@ def fading_groups(
         for other in neighbours.indices[seed]:
             if len(group) >= config.max_group_size:
                 break
-            if not claimed[other]:
+            # A fact stating another value of a fact a member states is an update:
+            # compressed together, a wording could state the older value as current.
+            if not claimed[other] and all(
+                    compressible_together(memories[other], memories[g]) for g in group):
                 group.append(int(other))
         if len(group) >= config.min_group_size:
             claimed[group] = True

@@ -25,7 +25,7 @@ needs such a summary in it, since everything else only lost neighbours since.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence, Set
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -42,13 +42,25 @@ from reverie.engines.wording import Summarizer
 from reverie.models.config import DedupConfig, SearchConfig
 from reverie.models.records import MemoryView, SummaryPlan
 from reverie.models.repositories.memories import snapshot
-from reverie.models.repositories.summaries import originals_of, undone_summaries
+from reverie.models.repositories.summaries import (
+    apply_supersessions,
+    originals_of,
+    undone_summaries,
+    undone_supersessions,
+)
 from reverie.models.store import ProfileTx, Store
-from reverie.models.tables import SUMMARY_ORIGINS, Origin
+from reverie.models.tables import DERIVED_ORIGINS, SUMMARY_ORIGINS, Origin
 from reverie.models.vectors import to_blob
 from reverie.tasks.linking import link_rows, needs_link
 from reverie.tasks.step import Change, StepArgs, StepReport, preview, step_task
 from reverie.tasks.summaries import reworded, summary_plan, write_summaries
+from reverie.tasks.supersede import (
+    SupersedePlan,
+    compatible,
+    is_event,
+    plan_supersessions,
+    superseded_ids,
+)
 
 OPERATION = Origin.DEDUP_SUMMARY
 _WORD = re.compile(r"\w+")
@@ -77,16 +89,20 @@ def representative_order(
 
 
 def duplicate_groups(
-    neighbours: Neighbours, order: Sequence[int], config: DedupConfig
+    neighbours: Neighbours, order: Sequence[int], config: DedupConfig,
+    alike: Callable[[int, int], bool] | None = None,
 ) -> list[list[int]]:
     """Row groups, each led by its representative; every member is within the
-    threshold of the representative. Rows are claimed by the first group they join."""
+    threshold of the representative and, given ``alike``, alike to it (a member that
+    states another value of one of its facts is an update, never a duplicate). Rows
+    are claimed by the first group they join."""
     claimed = np.zeros(len(neighbours.indices), dtype=bool)
     groups: list[list[int]] = []
     for rep in order:
         if claimed[rep]:
             continue
-        members = [rep, *(int(j) for j in neighbours.indices[rep] if not claimed[j])]
+        members = [rep, *(int(j) for j in neighbours.indices[rep]
+                          if not claimed[j] and (alike is None or alike(rep, int(j))))]
         if len(members) >= config.min_group_size:
             claimed[members] = True
             groups.append(members)
@@ -111,16 +127,19 @@ class Duplicates:
 def find_duplicates(
     memories: Sequence[MemoryView], vectors: np.ndarray, as_of: datetime,
     config: DedupConfig, search: SearchConfig = DEFAULT_SEARCH,
+    leaving: Set[str] = frozenset(),
 ) -> Duplicates:
     """The groups of near-duplicates among the candidates (``memories`` and
-    ``vectors`` row-aligned)."""
-    candidates, cand_vectors = chosen_rows(memories, vectors, lambda m: is_candidate(m, as_of))
+    ``vectors`` row-aligned), less ``leaving`` (memories a supersession moves to cold)."""
+    candidates, cand_vectors = chosen_rows(
+        memories, vectors, lambda m: is_candidate(m, as_of) and m.id not in leaving)
     neighbours = radius_neighbours(cand_vectors, config.similarity, search=search)
     # Only a row with a neighbour can lead a group (min_group_size >= 2): ranking the
     # others, most rows of a store, was a tenth of the search's time.
     order = representative_order(
         candidates, (i for i, hits in enumerate(neighbours.indices) if len(hits)))
-    return Duplicates(candidates, cand_vectors, duplicate_groups(neighbours, order, config))
+    return Duplicates(candidates, cand_vectors, duplicate_groups(
+        neighbours, order, config, lambda i, j: compatible(candidates[i], candidates[j])))
 
 
 def plan_merges(
@@ -165,22 +184,48 @@ def nothing_merged_note(candidates: int, config: DedupConfig) -> list[str]:
             f">= {config.similarity:g}"]
 
 
+def is_update_candidate(memory: MemoryView, as_of: datetime) -> bool:
+    """A memory a supersession may involve: a merge candidate written as itself (a
+    summary's date is its oldest member's, not when its words were said) that states a
+    fact, not an event (``tasks.supersede.is_event``)."""
+    return (is_candidate(memory, as_of) and memory.origin not in DERIVED_ORIGINS
+            and not is_event(memory))
+
+
+def find_updates(
+    profile: str, memories: Sequence[MemoryView], vectors: np.ndarray, as_of: datetime,
+    config: DedupConfig, search: SearchConfig = DEFAULT_SEARCH,
+    vetoed: Set[str] = frozenset(),
+) -> list[SupersedePlan]:
+    """The supersessions among the candidates (see ``tasks.supersede``), less those an
+    operator undid (``vetoed``: their audit ids)."""
+    candidates, cand_vectors = chosen_rows(
+        memories, vectors, lambda m: is_update_candidate(m, as_of))
+    plans = plan_supersessions(profile, candidates, cand_vectors, config, search)
+    return [p for p in plans if p.consolidation_id not in vetoed]
+
+
 def dedup(store: Store, args: StepArgs) -> StepReport:
-    """Merge near-duplicates of one profile into summaries; originals go cold."""
+    """Supersede older statements of an updated fact, then merge near-duplicates of one
+    profile into summaries; what either replaces goes cold."""
     with store.reading(args.profile, args.horizon) as tx:
         memories, vectors = snapshot(tx)
-        found, originals, vetoed = _groups_and_history(tx, memories, vectors, args)
+        updates = find_updates(args.profile, memories, vectors, args.as_of,
+                               args.config.dedup, args.config.search, undone_supersessions(tx))
+        found, originals, vetoed = _groups_and_history(
+            tx, memories, vectors, args, superseded_ids(updates))
     report = StepReport("dedup", args.profile, examined=len(found.candidates))
-    return _merge(store, args, found, originals, vetoed, report)
+    return _merge(store, args, found, originals, vetoed, report, updates)
 
 
 def _groups_and_history(
-    tx: ProfileTx, memories: Sequence[MemoryView], vectors: np.ndarray, args: StepArgs
+    tx: ProfileTx, memories: Sequence[MemoryView], vectors: np.ndarray, args: StepArgs,
+    leaving: Set[str] = frozenset(),
 ) -> tuple[Duplicates, dict[str, list[MemoryView]], set[str]]:
     """The groups, what the earlier summaries among them stand for, and the summaries
     an operator undid."""
     found = find_duplicates(memories, vectors, args.as_of, args.config.dedup,
-                            args.config.search)
+                            args.config.search, leaving)
     return found, originals_of(tx, found.absorbed()), undone_summaries(tx)
 
 
@@ -227,12 +272,25 @@ def dedup_new_summaries(store: Store, args: StepArgs) -> StepReport:
 def _merge(
     store: Store, args: StepArgs, found: Duplicates,
     originals: dict[str, list[MemoryView]], vetoed: set[str], report: StepReport,
+    updates: Sequence[SupersedePlan] = (),
 ) -> StepReport:
     config = args.config
     plans = plan_merges(args.profile, found, originals, config.dedup)
-    if not plans:
+    if not plans and not updates:
         report.notes += nothing_merged_note(report.examined, config.dedup)
-    plans = write_summaries(store, args, plans, vetoed, word_merge, report)
+    plans = write_summaries(
+        store, args, plans, vetoed, word_merge, report,
+        also=lambda tx: apply_supersessions(tx, updates, args.as_of, args.run_id),
+    )
+    for update in updates:
+        sims = ", ".join(f"{mid} {sim:.3f}" for mid, sim in update.similarities.items())
+        detail = (
+            f"{len(update.member_ids)} older statement(s) of the same fact with another "
+            f"value ({', '.join(sorted(set(update.conflicts.values())))}) superseded by the "
+            f"newest {update.newest_id}; cosine to it: {sims}"
+        )
+        content = update.newest.content if update.newest is not None else None
+        report.record(Change("superseded", update.newest_id, detail, preview(content)))
     for plan in plans:
         absorbing = (
             f", absorbing {len(plan.absorbed_ids)} earlier summaries" if plan.absorbed_ids else ""
@@ -243,6 +301,9 @@ def _merge(
         )
         report.record(Change("merged", plan.summary_id, detail, preview(plan.content)))
     report.facts = {"groups": len(plans), "archived": sum(len(p.member_ids) for p in plans)}
+    if updates:
+        report.facts |= {"superseded": sum(len(u.member_ids) for u in updates),
+                         "updates": len(updates)}
     return report
 
 

@@ -15,8 +15,8 @@ from datetime import datetime
 
 from reverie.models.config import PromotionConfig
 from reverie.models.records import MemoryView
-from reverie.models.repositories.memories import memories as memories_of
 from reverie.models.repositories.memories import ingested_since, set_lifecycles
+from reverie.models.repositories.memories import memories as memories_of
 from reverie.models.store import Store
 from reverie.models.tables import Lifecycle
 from reverie.tasks.step import Change, StepArgs, StepReport, preview, preview_chars, step_task

@@ -21,7 +21,7 @@ from reverie.models import ids
 from reverie.models.records import MemoryView, MetaPlan, SummaryPlan
 from reverie.models.repositories.memories import ingested_since
 from reverie.models.repositories.summaries import apply_summaries
-from reverie.models.store import Store
+from reverie.models.store import ProfileTx, Store
 from reverie.models.tables import SUMMARY_ORIGINS
 from reverie.tasks.step import Change, StepArgs, StepReport
 
@@ -109,6 +109,7 @@ def write_summaries(
     vetoed: set[str],
     word: Wording,
     report: StepReport,
+    also: Callable[[ProfileTx], object] | None = None,
 ) -> list[SummaryPlan]:
     """Write the plans an operator has not vetoed (``vetoed``: the profile's undone
     summaries), each worded by ``word`` with the run's summarizer (which is asked
@@ -119,7 +120,8 @@ def write_summaries(
     ``plans`` may be a generator: each plan worded afresh goes to the model as soon as
     it is worded, and the model embeds on a worker thread while the step goes on
     planning and wording. The write begins when the model has about
-    ``write_ahead_seconds`` of work left, and stores the vectors last."""
+    ``write_ahead_seconds`` of work left, and stores the vectors last. ``also`` writes
+    the step's other decisions (supersessions) in the same transaction, first."""
     summarizer = summarizer_for(args.config.summarizer)
     settings = store.settings
     kept: list[SummaryPlan] = []
@@ -139,6 +141,8 @@ def write_summaries(
                 for p in kept]
         with store.writing(args.profile, args.horizon) as tx:
             kept = drop_reingested(kept, ingested_since(tx), report)
+            if also is not None:
+                also(tx)
             apply_summaries(tx, kept, args.as_of, args.run_id, vectors=embedding.vectors)
     report.embedding_seconds = round(embedding.seconds, 4)
     report.notes += fallback_notes(summarizer)

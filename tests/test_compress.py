@@ -14,7 +14,10 @@ CONFIG = CompressConfig()
 
 
 def fading(n: int, cos: float = 0.9, **fields):
-    """A seed (oldest) and n-1 members at ``cos`` to it, all fading."""
+    """A seed (oldest) and n-1 members at ``cos`` to it, all fading: events by default
+    ("fact 1" and "fact 2" as facts would state two values of one: never compressed
+    together, see test_supersede)."""
+    fields = {"kind": "episodic", **fields}
     memories = [view(f"f{i}", relevance=0.1, content=f"fact {i}",
                      created_at=AS_OF - timedelta(days=100 - i), **fields) for i in range(n)]
     vectors = [axis(0)] + [at_cosine(cos, other=i) for i in range(1, n)]
@@ -71,7 +74,7 @@ def test_group_sizes_are_bounded_and_ordered() -> None:
 
 def test_only_memories_of_the_same_kind_are_grouped() -> None:
     memories, vectors = fading(2)
-    memories[1] = view("f1", relevance=0.1, kind="episodic", created_at=memories[1].created_at)
+    memories[1] = view("f1", relevance=0.1, kind="semantic", created_at=memories[1].created_at)
     assert plan(memories, vectors) == []
 
 
@@ -107,7 +110,7 @@ def test_a_summary_is_fresh_and_keeps_its_members_dates() -> None:
 def test_summary_attributes_max_importance_mean_stability_max_access() -> None:
     memories, vectors = fading(5)
     memories = [
-        view(m.id, relevance=0.1, content=m.content, created_at=m.created_at,
+        view(m.id, relevance=0.1, content=m.content, created_at=m.created_at, kind=m.kind,
              importance=imp, stability=stab, access_count=acc)
         for m, imp, stab, acc in zip(memories, [0.1, 0.9, 0.3, 0.2, 0.4], [1, 2, 3, 4, 5],
                                      [0, 7, 2, 1, 3], strict=True)

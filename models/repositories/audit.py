@@ -17,7 +17,7 @@ C = tables.Consolidation.__table__  # type: ignore[attr-defined]
 
 # Operations whose effects undo can reverse (a forget deletes rows; it cannot).
 UNDOABLE = frozenset({Operation.DEDUP, Operation.COMPRESS, Operation.COLD_LEARNING,
-                      Operation.CLUSTER, Operation.MIGRATE_COLD})
+                      Operation.CLUSTER, Operation.MIGRATE_COLD, Operation.SUPERSEDE})
 
 
 def consolidations(tx: ProfileTx, limit: int = 50) -> list[tables.Consolidation]:

@@ -27,6 +27,7 @@ from reverie.models.repositories.memories import (
     VIEW_COLUMNS,
     M,
     V,
+    ingested_since,
     memory_defaults,
     put_vectors,
     view,
@@ -69,6 +70,7 @@ def undone_summaries(tx: ProfileTx) -> set[str]:
         tx.session.execute(
             select(tables.Consolidation.summary_id)
             .where(tables.Consolidation.profile_id == tx.profile)
+            .where(tables.Consolidation.operation != tables.Operation.SUPERSEDE)
             .where(tables.Consolidation.undone_at.is_not(None))
         ).scalars()
     )
@@ -147,6 +149,65 @@ def apply_summaries(
     return [plan.summary_id for plan in todo]
 
 
+def apply_supersessions(
+    tx: ProfileTx, plans: Sequence[Any], as_of: datetime, run_id: str | None
+) -> list[str]:
+    """Write supersessions (``tasks.supersede.SupersedePlan``): each plan's older
+    members move to cold with ``superseded_by`` = its newest memory, which stays as it
+    is, and the decision is audited with the rule, each member's similarity to the
+    newest and its prior state (for undo). A plan already decided is skipped; members
+    changed since they were read write nothing (``ConflictError``)."""
+    s, profile = tx.session, tx.profile
+    decided = audit.decided(s, [p.consolidation_id for p in plans])
+    # A memory ingested again since the run took the profile may no longer state what
+    # the plan read: its supersession waits for the next run, which plans it afresh.
+    beyond = ingested_since(tx)
+    todo = []
+    for plan in plans:
+        if beyond & {plan.newest_id, *plan.member_ids}:
+            continue
+        if plan.consolidation_id not in decided:
+            decided.add(plan.consolidation_id)
+            todo.append(plan)
+    if not todo:
+        return []
+    moves = [
+        (mid, Tier.COLD, tables.Lifecycle.ARCHIVED, plan.newest_id, *plan.priors[mid])
+        for plan in todo for mid in plan.member_ids
+    ]
+    moved = bulk_set(s, M, MOVED, moves, M.c.profile_id == profile, within_horizon(tx),
+                     expect=MOVED)
+    if moved != len({move[0] for move in moves}):
+        raise ConflictError("supersession: members changed since they were read")
+    insert_rows(s, tables.Consolidation.__table__, [  # type: ignore[attr-defined]
+        {
+            "id": plan.consolidation_id, "profile_id": profile, "run_id": run_id,
+            "operation": tables.Operation.SUPERSEDE, "summary_id": plan.newest_id,
+            "member_ids": list(plan.member_ids),
+            "parameters": {
+                **plan.parameters, "similarities": dict(plan.similarities),
+                "conflicts": dict(plan.conflicts),
+                "prior": {mid: list(plan.priors[mid]) for mid in plan.member_ids},
+            },
+            "created_at": as_of,
+        }
+        for plan in todo
+    ])
+    return [plan.consolidation_id for plan in todo]
+
+
+def undone_supersessions(tx: ProfileTx) -> set[str]:
+    """Supersessions an operator undid: never to be made again."""
+    return set(
+        tx.session.execute(
+            select(tables.Consolidation.id)
+            .where(tables.Consolidation.profile_id == tx.profile)
+            .where(tables.Consolidation.operation == tables.Operation.SUPERSEDE)
+            .where(tables.Consolidation.undone_at.is_not(None))
+        ).scalars()
+    )
+
+
 def _vectors(
     plans: Sequence[SummaryPlan], late: Callable[[], Mapping[str, bytes]] | None
 ) -> dict[str, bytes]:
@@ -211,6 +272,8 @@ def undo(tx: ProfileTx, ident: str, at: datetime) -> UndoResult:
             "(their tombstones remain)"
         )
     summary = s.get(Memory, found.summary_id) if found.summary_id else None
+    if found.operation == tables.Operation.SUPERSEDE:
+        summary = None  # the newest memory was never written by it: it stays
     if summary is not None and summary.superseded_by is not None:
         later = ids.consolidation_id(
             found.profile_id, _origin_of(s, summary.superseded_by), summary.superseded_by

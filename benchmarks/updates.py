@@ -1,0 +1,345 @@
+"""``reverie bench updates``: does hot recall answer with the newest value of a fact?
+
+Issue #37 (item 3): an update supersedes; it is never averaged. The bench writes, for a
+number of profiles, *update chains*: two to five memories stating successive values of
+one fact (an amount, an employer, a person's name, a date, a place, a count), each in
+other words than the last, a month or more apart, among distractor memories that hold
+other facts of the same kinds (a deposit next to the rent, a brother next to the
+manager). It consolidates the store as ``bench locomo`` does (decay, then full
+consolidation, ``offset_days`` after the last memory: most are fading by then, so both
+merging and compression see them), then asks each chain's question of hot recall
+(``engines.recall``) and checks the answer, the best-ranked hot memory that states any
+value of the chain: it must state the newest value and none of the older ones (how
+often the very first hit does is reported too: a distractor ranked first is a matter
+of recall, not of staleness). Each distractor's own question must still find its
+value as the first hit of the hot tier.
+
+It also counts the chains a consolidation *joined*: one summary (merge or
+compression) standing for chain members that state different values; and, of those,
+the ones whose summary states an older value without the newest.
+"""
+
+from __future__ import annotations
+
+import string
+import tempfile
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from reverie.engines.embedding import embedder_for
+from reverie.engines.recall import candidates_for, rank
+from reverie.models.config import ConsolidationConfig
+from reverie.models.errors import InputError
+from reverie.models.ingest import ingest
+from reverie.models.records import MemoryView
+from reverie.models.repositories.memories import snapshot
+from reverie.models.settings import using_database
+from reverie.models.store import Store
+from reverie.models.tables import SUMMARY_ORIGINS, Tier
+
+_PUNCTUATION = str.maketrans({c: " " for c in string.punctuation})
+
+
+def words(text: str) -> list[str]:
+    return text.lower().translate(_PUNCTUATION).split()
+
+
+def states(text: str, value: str) -> bool:
+    """Whether ``text`` says ``value`` (its words, in order, as a run)."""
+    have, want = words(text), words(value)
+    return any(have[i:i + len(want)] == want for i in range(len(have) - len(want) + 1))
+
+
+@dataclass(frozen=True)
+class FactKind:
+    """One kind of fact: how its memories are worded (``{v}`` is the value), the
+    question that asks for it, and the values its chains go through."""
+
+    name: str
+    question: str
+    templates: tuple[str, ...]
+    values: tuple[str, ...]
+
+
+KINDS: tuple[FactKind, ...] = (
+    FactKind(
+        "amount", "How much rent does the user pay each month?",
+        ("The user's rent is {v} euros a month.",
+         "User now pays {v} euros of rent every month.",
+         "The monthly rent on the user's flat went up to {v} euros.",
+         "User said the rent is {v} euros per month now.",
+         "Rent for the user's apartment: {v} euros a month."),
+        ("900", "950", "1000", "1080", "1150", "1200", "1275"),
+    ),
+    FactKind(
+        "employer", "Which company does the user work for?",
+        ("The user works at {v}.",
+         "User now works for {v} as an engineer.",
+         "The user started a new job, working at {v}.",
+         "User mentioned working at {v} these days.",
+         "The user has been working for {v} since last month."),
+        ("Google", "Microsoft", "Stripe", "Spotify", "Siemens", "Airbus", "Zalando"),
+    ),
+    FactKind(
+        "person", "Who is the user's manager?",
+        ("The user's manager is {v}.",
+         "User's new manager at work is {v}.",
+         "{v} is now the user's manager.",
+         "The user said their manager is {v} now.",
+         "User has a new manager, {v}."),
+        ("Anna", "Tomas", "Priya", "Keith", "Marisol", "Jonas", "Leila"),
+    ),
+    FactKind(
+        "date", "When is the user's dentist appointment?",
+        ("The user's dentist appointment is on {v}.",
+         "User moved the dentist appointment to {v}.",
+         "The dentist appointment of the user is now on {v}.",
+         "User rescheduled the dentist appointment for {v}.",
+         "User's dentist appointment: {v}."),
+        ("3 March", "10 March", "2 April", "17 April", "5 May", "21 May", "9 June"),
+    ),
+    FactKind(
+        "place", "Which city does the user live in?",
+        ("The user lives in {v}.",
+         "User is now living in {v}.",
+         "The user lives in {v} these days, in a small flat.",
+         "User said they live in {v} now.",
+         "The user has been living in {v} since the spring."),
+        ("Lisbon", "Berlin", "Madrid", "Vienna", "Dublin", "Prague", "Oslo"),
+    ),
+    FactKind(
+        "count", "How many cats does the user have?",
+        ("The user has {v} cats.",
+         "User now has {v} cats at home.",
+         "The user said they keep {v} cats.",
+         "User has {v} cats living with them now.",
+         "The user's household has {v} cats."),
+        ("2", "three", "4", "five", "6", "seven", "8"),
+    ),
+)
+
+# Other facts of the same kinds, near the chains: none of them is an update of one.
+DISTRACTORS: tuple[tuple[str, str, str], ...] = (
+    ("The user paid a deposit of 1800 euros for the flat.",
+     "How much was the user's deposit?", "1800"),
+    ("The user's brother is called Rafael.", "What is the name of the user's brother?",
+     "Rafael"),
+    ("User visited Porto last summer on holiday.", "Which city did the user visit on holiday?",
+     "Porto"),
+    ("The user's gym membership costs 45 euros a month.", "How much is the user's gym?",
+     "45"),
+    ("The user has 2 goldfish in a tank.", "How many goldfish does the user have?", "2"),
+    ("User's sister works at Deloitte.", "Where does the user's sister work?", "Deloitte"),
+    ("The user's car service is booked for 14 February.", "When is the car service?",
+     "14 February"),
+    ("User enjoys hiking on weekends with friends.", "What does the user do on weekends?",
+     "hiking"),
+)
+
+
+@dataclass
+class Chain:
+    profile: str
+    kind: str
+    question: str
+    values: list[str]
+    memory_ids: list[str]
+
+
+def build(profiles: int, start: datetime) -> tuple[dict[str, list[dict[str, Any]]], list[Chain],
+                                                    list[tuple[str, str, str]]]:
+    """The bench's memories per profile, its chains and its distractor questions
+    (profile, question, value). Deterministic."""
+    records: dict[str, list[dict[str, Any]]] = {}
+    chains: list[Chain] = []
+    distractors: list[tuple[str, str, str]] = []
+    for p in range(profiles):
+        profile = f"updates-{p + 1}"
+        rows: list[dict[str, Any]] = []
+        for k, kind in enumerate(KINDS):
+            length = 2 + (p + k) % 4  # 2 to 5
+            values = [kind.values[(p + i) % len(kind.values)] for i in range(length)]
+            ids = []
+            for i, value in enumerate(values):
+                template = kind.templates[(p + k + i) % len(kind.templates)]
+                at = start + timedelta(days=35 * i + 3 * k + p)
+                mid = f"{kind.name}-{i}"
+                ids.append(mid)
+                rows.append({"id": mid, "content": template.format(v=value),
+                             "kind": "semantic", "created_at": at.isoformat()})
+            chains.append(Chain(profile, kind.name, kind.question, values, ids))
+        for d, (text, question, value) in enumerate(DISTRACTORS):
+            at = start + timedelta(days=11 * d + p)
+            rows.append({"id": f"distractor-{d}", "content": text, "kind": "semantic",
+                         "created_at": at.isoformat()})
+            distractors.append((profile, question, value))
+        records[profile] = rows
+    return records, chains, distractors
+
+
+@dataclass
+class ChainResult:
+    profile: str
+    kind: str
+    length: int
+    answer: str
+    newest: bool
+    joined: bool
+    stale_summary: bool
+    top: bool = False  # the very best-ranked hot memory states the newest value
+
+
+@dataclass
+class UpdatesResult:
+    profiles: int
+    offset_days: float
+    summarizer: str
+    chains: list[ChainResult] = field(default_factory=list)
+    distractors_found: int = 0
+    distractors_missed: list[str] = field(default_factory=list)
+    distractors: int = 0
+    hot_before: int = 0
+    hot_after: int = 0
+
+    def newest_share(self) -> float:
+        return round(sum(c.newest for c in self.chains) / len(self.chains), 4)
+
+    def as_json(self) -> dict[str, Any]:
+        by_kind: dict[str, list[ChainResult]] = {}
+        for c in self.chains:
+            by_kind.setdefault(c.kind, []).append(c)
+        return {
+            "profiles": self.profiles, "offset_days": self.offset_days,
+            "summarizer": self.summarizer, "chains": len(self.chains),
+            "newest": sum(c.newest for c in self.chains), "newest_share": self.newest_share(),
+            "top_newest": sum(c.top for c in self.chains),
+            "joined": sum(c.joined for c in self.chains),
+            "stale_summaries": sum(c.stale_summary for c in self.chains),
+            "distractors": self.distractors, "distractors_found": self.distractors_found,
+            "hot_before": self.hot_before, "hot_after": self.hot_after,
+            "kinds": {k: {"chains": len(v), "newest": sum(c.newest for c in v),
+                          "joined": sum(c.joined for c in v)} for k, v in by_kind.items()},
+        }
+
+
+def bench_updates(
+    profiles: int = 8, offset_days: float = 90.0, config: ConsolidationConfig | None = None,
+    start: datetime = datetime(2025, 1, 6, 9, 0),
+) -> UpdatesResult:
+    """Write the chains, consolidate each profile, ask every chain's question."""
+    from reverie.engines.wording import summarizer_for
+    from reverie.flows.decay import decay
+    from reverie.flows.full_consolidation import full_consolidation
+    from reverie.models.db import dispose
+
+    if profiles < 1:
+        raise InputError("bench updates needs at least one profile")
+    config = config or ConsolidationConfig()
+    records, chains, distractors = build(profiles, start)
+    result = UpdatesResult(profiles, offset_days, summarizer_for(config.summarizer).mode)
+    with tempfile.TemporaryDirectory(prefix="reverie-updates-") as folder:
+        url = f"sqlite:///{Path(folder) / 'updates.db'}"
+        store = Store(url)
+        try:
+            with using_database(url):
+                embedder = embedder_for(store.settings)
+                for profile, rows in records.items():
+                    report = ingest(store, rows, embedder, profile=profile)
+                    if report.errors:
+                        raise InputError(f"{profile}: {report.errors[0]}")
+                    result.hot_before += len(candidates_for(store, profile, False).memories)
+                    last = max(datetime.fromisoformat(r["created_at"]) for r in rows)
+                    as_of = last + timedelta(days=offset_days)
+                    decay(profile=profile, as_of=as_of, config=config)
+                    full_consolidation(profile=profile, as_of=as_of, config=config)
+                    result.hot_after += len(candidates_for(store, profile, False).memories)
+                    mine = [c for c in chains if c.profile == profile]
+                    result.chains += [_judge(store, embedder, c) for c in mine]
+                    for _, question, value in (d for d in distractors if d[0] == profile):
+                        result.distractors += 1
+                        if _hot_states(store, embedder, profile, question, value):
+                            result.distractors_found += 1
+                        else:
+                            result.distractors_missed.append(f"{profile}: {question}")
+        finally:
+            dispose(url)
+    return result
+
+
+def _ranked_hot(store: Store, embedder: Any, profile: str, question: str) -> list[MemoryView]:
+    hot = candidates_for(store, profile, deep=False)
+    [best] = rank(hot, embedder.encode([question]), len(hot.memories))
+    return [hot.memories[row] for row, _ in best]
+
+
+def _best_hot(store: Store, embedder: Any, profile: str, question: str) -> MemoryView | None:
+    ranked = _ranked_hot(store, embedder, profile, question)
+    return ranked[0] if ranked else None
+
+
+def _hot_states(store: Store, embedder: Any, profile: str, question: str, value: str) -> bool:
+    best = _best_hot(store, embedder, profile, question)
+    return best is not None and states(best.content, value)
+
+
+def _judge(store: Store, embedder: Any, chain: Chain) -> ChainResult:
+    newest, older = chain.values[-1], chain.values[:-1]
+    ranked = _ranked_hot(store, embedder, chain.profile, chain.question)
+    # The answer: the best-ranked hot memory that states a value of the fact (a
+    # distractor ranked above it is recall's matter, not staleness).
+    best = next((m for m in ranked if any(states(m.content, v) for v in chain.values)), None)
+    top = ranked[0].content if ranked else ""
+    text = best.content if best is not None else ""
+    answered = states(text, newest) and not any(states(text, v) for v in older if v != newest)
+    first = states(top, newest) and not any(states(top, v) for v in older if v != newest)
+    joined = stale = False
+    with store.reading(chain.profile) as tx:
+        memories, _ = snapshot(tx, (Tier.HOT, Tier.COLD))
+    by_id = {m.id: m for m in memories}
+    mine = {m.id: m for m in memories if m.external_id in chain.memory_ids} or {
+        m.id: m for m in memories if any(states(m.content, v) for v in chain.values)
+        and m.origin not in SUMMARY_ORIGINS
+    }
+    summaries: dict[str, set[str]] = {}
+    for m in mine.values():
+        owner = m.superseded_by
+        # Follow summaries absorbed by later summaries to the one standing now.
+        while owner is not None and owner in by_id and by_id[owner].origin in SUMMARY_ORIGINS \
+                and by_id[owner].superseded_by is not None:
+            owner = by_id[owner].superseded_by
+        if owner is not None and owner in by_id and by_id[owner].origin in SUMMARY_ORIGINS:
+            value = next((v for v in chain.values if states(m.content, v)), None)
+            summaries.setdefault(owner, set()).add(value or "")
+    for sid, said in summaries.items():
+        if len(said) > 1:
+            joined = True
+            content = by_id[sid].content
+            if not states(content, newest) and any(states(content, v) for v in older):
+                stale = True
+    return ChainResult(chain.profile, chain.kind, len(chain.values), text, answered, joined,
+                       stale, first)
+
+
+def render_updates(result: UpdatesResult) -> str:
+    data = result.as_json()
+    lines = [
+        f"Update chains: hot recall's best memory states the newest value (summarizer "
+        f"{result.summarizer}, {result.offset_days:g} days after the last memory; "
+        f"{result.profiles} profiles)",
+        f"{'kind':<10} {'chains':>6} {'newest':>6} {'joined':>6}",
+    ]
+    for kind, v in data["kinds"].items():
+        lines.append(f"{kind:<10} {v['chains']:>6} {v['newest']:>6} {v['joined']:>6}")
+    lines.append(f"{'total':<10} {data['chains']:>6} {data['newest']:>6} {data['joined']:>6}")
+    lines.append(
+        f"newest value answered: {data['newest']}/{data['chains']} "
+        f"({100 * data['newest_share']:.1f}%; by the very first hit: {data['top_newest']}); "
+        f"chains joined into one summary: "
+        f"{data['joined']}, of which stating an older value without the newest: "
+        f"{data['stale_summaries']}; distractors still answered from the hot tier: "
+        f"{data['distractors_found']}/{data['distractors']}; hot memories "
+        f"{data['hot_before']} -> {data['hot_after']}"
+    )
+    return "\n".join(lines)

@@ -1,0 +1,259 @@
+"""An update supersedes; it is never averaged (issue #37, item 3): the detector and the
+plan at their boundaries (pure), then the step through the flows: the newest stays hot,
+the older go cold pointing at it, the audit names the rule and each similarity, undo
+restores, a second run and a dry run agree; and the bench's chains answer the newest."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from reverie.benchmarks.updates import KINDS, bench_updates
+from reverie.flows.full_consolidation import full_consolidation
+from reverie.models.config import CompressConfig, ConsolidationConfig, DedupConfig
+from reverie.models.export import export_rows
+from reverie.models.store import Store
+from reverie.models.tables import Origin, Tier
+from reverie.tasks.compress import fading_groups
+from reverie.tasks.dedup import find_duplicates, find_updates, plan_merges
+from reverie.tasks.supersede import RULE, conflict
+
+from factories import AS_OF, at_cosine, axis, below, ingest_records, undo_consolidation, view
+
+CONFIG = DedupConfig()
+
+
+# --- the detector -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("a, b, kind", [
+    ("The user's rent is 900 euros.", "User now pays 950 euros of rent every month.", "number"),
+    ("The user works at Google.", "User now works for Stripe as an engineer.", "name"),
+    ("The user lives in Lisbon.", "User moved to Berlin.", "name"),
+    ("The dentist appointment is on 3 March.", "User moved the dentist appointment to 10 March.",
+     "number"),
+    ("The user has 2 cats.", "User now has 3 cats at home.", "number"),
+    ("The user's manager is Anna.", "Tomas is now the user's manager.", "name"),
+])
+def test_different_values_of_one_fact_conflict(a: str, b: str, kind: str) -> None:
+    assert conflict(a, b) == kind
+    assert conflict(b, a) == kind
+
+
+@pytest.mark.parametrize("a, b", [
+    # the same value, said again in other words
+    ("The user's rent is 900 euros.", "User pays 900 euros of rent."),
+    ("The user has 2 cats.", "The user has two cats."),
+    # one adds a number (a fact) the other lacks
+    ("The user's rent is 900 euros.", "The user's rent is 900 euros and the deposit 1800 euros."),
+    ("The user has cats.", "The user has 3 cats."),
+    # not one fact: another thing measured, another person, another subject
+    ("The user has 2 goldfish in a tank.", "The user has 3 cats."),
+    ("User's sister works at Deloitte.", "The user works at Siemens."),
+    ("The user's sister is Anna.", "The user's brother is Tom."),
+    ("The user's rent is 900 euros.", "The user's deposit is 1800 euros."),
+    ("The user's car service is booked for 14 February.", "The dentist appointment is on 3 March."),
+])
+def test_no_conflict(a: str, b: str) -> None:
+    assert conflict(a, b) is None
+    assert conflict(b, a) is None
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from(KINDS), st.data())
+def test_the_bench_paraphrases_conflict_exactly_when_the_value_differs(kind, data) -> None:
+    t1 = data.draw(st.sampled_from(kind.templates))
+    t2 = data.draw(st.sampled_from(kind.templates))
+    v1 = data.draw(st.sampled_from(kind.values))
+    v2 = data.draw(st.sampled_from(kind.values))
+    found = conflict(t1.format(v=v1), t2.format(v=v2))
+    assert (found is not None) == (v1 != v2)
+
+
+# --- the plan -----------------------------------------------------------------------
+
+
+def chain(texts: list[str], cosines: list[float], entity: str | None = None):
+    """Memories a month apart, oldest first; the last is the newest, on axis 0, and each
+    other at its cosine to it."""
+    memories, vectors = [], []
+    for n, (text, cos) in enumerate(zip(texts, cosines, strict=True)):
+        memories.append(view(f"m{n}", content=text, entity=entity,
+                             created_at=AS_OF - timedelta(days=30 * (len(texts) - n))))
+        vectors.append(axis(0) if cos == 1.0 else at_cosine(cos, other=1 + n))
+    return memories, np.stack(vectors)
+
+
+RENT = ["The user's rent is 900 euros.", "The user's rent is 950 euros.",
+        "The user's rent is 1000 euros."]
+
+
+def test_different_values_supersede_and_are_not_merged() -> None:
+    memories, vectors = chain(RENT, [0.9, 0.9, 1.0])
+    (update,) = find_updates("p", memories, vectors, AS_OF, CONFIG)
+    assert update.newest_id == "m2" and update.member_ids == ("m0", "m1")
+    assert update.parameters["rule"] == RULE
+    assert update.similarities == {"m0": pytest.approx(0.9), "m1": pytest.approx(0.9)}
+    assert update.conflicts == {"m0": "number", "m1": "number"}
+    # What a supersession moves to cold is not merged; what stays is alone.
+    found = find_duplicates(memories, vectors, AS_OF, CONFIG, leaving={"m0", "m1"})
+    assert plan_merges("p", found, {}, CONFIG) == []
+
+
+def test_a_merge_group_never_joins_a_member_stating_another_value() -> None:
+    memories, vectors = chain(RENT, [0.9, 0.9, 1.0])
+    found = find_duplicates(memories, vectors, AS_OF, CONFIG)
+    assert plan_merges("p", found, {}, CONFIG) == []
+
+
+def test_the_same_value_twice_is_still_a_merge() -> None:
+    texts = ["The user's rent is 900 euros.", "User pays 900 euros of rent.",
+             "The user's rent is 900 euros a month."]
+    memories, vectors = chain(texts, [0.9, 0.9, 1.0])
+    assert find_updates("p", memories, vectors, AS_OF, CONFIG) == []
+    (merge,) = plan_merges("p", find_duplicates(memories, vectors, AS_OF, CONFIG), {}, CONFIG)
+    assert merge.member_ids == ("m0", "m1", "m2")
+
+
+def test_a_member_adding_a_number_is_merged_and_its_fact_kept() -> None:
+    texts = ["The user rents a flat in town.", "The user rents a flat in town for 900 euros.",
+             "The user rents a flat in town."]
+    memories, vectors = chain(texts, [0.9, 0.9, 1.0])
+    assert find_updates("p", memories, vectors, AS_OF, CONFIG) == []
+    (merge,) = plan_merges("p", find_duplicates(memories, vectors, AS_OF, CONFIG), {}, CONFIG)
+    assert len(merge.member_ids) == 3 and "900" in merge.content
+
+
+def test_supersede_similarity_is_the_boundary() -> None:
+    at = CONFIG.supersede_similarity
+    memories, vectors = chain(["The user works at Google.", "The user works at Stripe."],
+                              [at, 1.0])
+    assert len(find_updates("p", memories, vectors, AS_OF, CONFIG)) == 1
+    memories, vectors = chain(["The user works at Google.", "The user works at Stripe."],
+                              [below(at), 1.0])
+    assert find_updates("p", memories, vectors, AS_OF, CONFIG) == []
+
+
+def test_memories_of_different_entities_never_supersede() -> None:
+    memories, vectors = chain(["Anna works at Google.", "Anna works at Stripe."], [0.9, 1.0])
+    memories[0] = view("m0", content=memories[0].content, entity="anna",
+                       created_at=memories[0].created_at)
+    memories[1] = view("m1", content=memories[1].content, entity="bob",
+                       created_at=memories[1].created_at)
+    assert find_updates("p", memories, vectors, AS_OF, CONFIG) == []
+
+
+def test_a_chain_whose_ends_are_far_apart_still_ends_at_the_newest() -> None:
+    # 900 is near 950, 950 near 1000, 900 not near 1000.
+    memories = [view(f"m{n}", content=t, created_at=AS_OF - timedelta(days=90 - 30 * n))
+                for n, t in enumerate(RENT)]
+    a = axis(0)
+    b = at_cosine(0.8, other=1)
+    c = (np.float32(0.8) * b + np.float32(0.6) * axis(2)).astype(np.float32)
+    vectors = np.stack([a, b, c / np.linalg.norm(c)])
+    config = DedupConfig(supersede_similarity=0.7)
+    assert float(vectors[0] @ vectors[2]) < config.supersede_similarity
+    (update,) = find_updates("p", memories, vectors, AS_OF, config)
+    assert update.newest_id == "m2" and update.member_ids == ("m0", "m1")
+
+
+def test_a_compression_group_never_joins_members_stating_different_values() -> None:
+    config = CompressConfig()
+    memories = [view(f"m{n}", content=t, relevance=0.1) for n, t in enumerate(RENT)]
+    vectors = np.stack([axis(0), at_cosine(0.9, other=1), at_cosine(0.9, other=2)])
+    assert fading_groups(memories, vectors, config) == []
+    same = [view(f"m{n}", content="The user's rent is 900 euros.", relevance=0.1)
+            for n in range(3)]
+    assert fading_groups(same, vectors, config) == [[0, 1, 2]]
+
+
+# --- the step, through the flows ----------------------------------------------------
+
+
+def iso(days: float) -> str:
+    return (AS_OF - timedelta(days=days)).isoformat() + "Z"
+
+
+def records(profile: str = "p") -> list[dict]:
+    """A rent chain (real embeddings), a same-valued near-duplicate of its newest, and
+    a distractor."""
+    return [
+        {"profile": profile, "id": "r1", "content": "The user's rent is 900 euros a month.",
+         "created_at": iso(200), "importance": 0.6},
+        {"profile": profile, "id": "r2", "content": "User now pays 950 euros of rent every month.",
+         "created_at": iso(150), "importance": 0.6},
+        {"profile": profile, "id": "r3",
+         "content": "The monthly rent on the user's flat went up to 1000 euros.",
+         "created_at": iso(100), "importance": 0.6},
+        {"profile": profile, "id": "d1",
+         "content": "The user paid a deposit of 1800 euros for the flat.",
+         "created_at": iso(190), "importance": 0.6},
+    ]
+
+
+def state(store: Store, profile: str = "p") -> list[dict]:
+    return [r for r in export_rows(store.url, profile) if r["type"] != "consolidation"]
+
+
+def by_external(store: Store, profile: str = "p") -> dict[str, dict]:
+    return {r["external_id"]: r for r in export_rows(store.url, profile)
+            if r["type"] == "memory" and r.get("external_id")}
+
+
+def audits(store: Store, profile: str = "p") -> list[dict]:
+    return [r for r in export_rows(store.url, profile)
+            if r["type"] == "consolidation" and r["operation"] == "supersede"]
+
+
+@pytest.mark.usefixtures("prefect_api")
+def test_full_consolidation_supersedes_undo_restores_and_runs_agree(store: Store) -> None:
+    assert not ingest_records(store, records()).errors
+    before = state(store)
+    dry = full_consolidation(profile="p", as_of=AS_OF, dry_run=True)
+    assert state(store) == before  # a dry run writes nothing
+    real = full_consolidation(profile="p", as_of=AS_OF)
+    assert dry.comparable() == real.comparable()
+
+    rows = by_external(store)
+    newest = rows["r3"]
+    assert newest["tier"] == Tier.HOT and newest["origin"] == Origin.INGESTED
+    for old in ("r1", "r2"):
+        assert rows[old]["tier"] == Tier.COLD and rows[old]["superseded_by"] == newest["id"]
+    assert rows["d1"]["tier"] == Tier.HOT, (rows["d1"], audits(store))  # not the rent
+    (audit,) = audits(store)
+    assert audit["summary_id"] == newest["id"]
+    assert sorted(audit["member_ids"]) == sorted([rows["r1"]["id"], rows["r2"]["id"]])
+    assert audit["parameters"]["rule"] == RULE
+    sims = audit["parameters"]["similarities"]
+    assert set(sims) == set(audit["member_ids"]) and all(0 < s <= 1 for s in sims.values())
+
+    # A second run changes nothing.
+    after = state(store)
+    again = full_consolidation(profile="p", as_of=AS_OF)
+    assert state(store) == after
+    assert not [c for s in again.steps if s.step.startswith("dedup") for c in s.changes
+                if c.action == "superseded"]
+
+    # Undo puts the older ones back, hot, and keeps the newest; a later run does not redo it.
+    result = undo_consolidation(store, audit["id"], "p")
+    assert sorted(result.restored) == sorted(audit["member_ids"])
+    rows = by_external(store)
+    assert all(rows[k]["tier"] == Tier.HOT and rows[k]["superseded_by"] is None
+               for k in ("r1", "r2", "r3"))
+    full_consolidation(profile="p", as_of=AS_OF)
+    assert by_external(store)["r1"]["superseded_by"] is None
+    assert undo_consolidation(store, audit["id"], "p").already_undone
+
+
+@pytest.mark.usefixtures("prefect_api")
+def test_the_bench_chains_answer_the_newest_value() -> None:
+    result = bench_updates(profiles=2, config=ConsolidationConfig(summarizer="rules"))
+    assert len(result.chains) == 2 * len(KINDS)
+    assert {c.length for c in result.chains} == {2, 3, 4, 5}
+    assert [c for c in result.chains if not c.newest] == []
+    assert not any(c.joined for c in result.chains)
+    assert result.distractors_found == result.distractors

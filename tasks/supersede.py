@@ -21,8 +21,8 @@ entity, on top of their cosine similarity:
   of each text's are shared (a number hardly moves a vector: "a deposit of 1800 euros
   for the flat" is not "the rent of the flat"), or, for a name, one text only adds
   words to the other ("lives in Oslo these days, in a small flat"), unless the
-  numbers count the same thing and nothing else is said ("2 cats", "3 cats"); and both name the same relations (``RELATIONS``: "the user's sister"
-  is not "the user").
+  numbers count the same thing and nothing else is said ("2 cats", "3 cats"); and
+  both name the same relations (``RELATIONS``: "the user's sister" is not "the user").
 
 So "2 cats" and "two cats" agree, a memory that adds a number the other lacks is not
 a conflict (it adds a fact), and "the user's sister is Anna" / "the user's brother is

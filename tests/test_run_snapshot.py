@@ -32,8 +32,8 @@ import pytest
 from sqlalchemy import select
 
 from reverie.benchmarks.synthetic import SyntheticSpec, profile_name, records
-from reverie.flows.full_consolidation import full_consolidation
 from reverie.flows.catalog import FLOWS
+from reverie.flows.full_consolidation import full_consolidation
 from reverie.flows.lightweight_consolidation import lightweight_consolidation
 from reverie.flows.report import RunReport
 from reverie.models.config import ConsolidationConfig

@@ -157,11 +157,11 @@ def plan_merges(
     return plans
 
 
-def stated_facts(text: str) -> frozenset[str]:
-    """The numbers and names (dates among them: their day, month and year) ``text``
-    states, as a model's merge is held to them (``engines.llm.check_answer``)."""
-    known = facts(text)
-    return known.numbers | kept_names([known])
+def stated_facts(texts: Sequence[str]) -> frozenset[str]:
+    """The numbers and names (dates among them: their day, month and year) ``texts``
+    state, as a model's merge of them is held to them (``engines.llm.check_answer``)."""
+    known = [facts(t) for t in texts]
+    return frozenset().union(*(k.numbers for k in known)) | kept_names(known)
 
 
 def merge_wording(rep: MemoryView, members: Sequence[MemoryView]) -> str:
@@ -171,8 +171,10 @@ def merge_wording(rep: MemoryView, members: Sequence[MemoryView]) -> str:
     that add nothing are not said again."""
     text = rep.content
     said = facts(text)
+    wanted = stated_facts([m.content for m in members])
     for m in sorted(members, key=lambda m: (m.created_at, m.id)):
-        if m.id == rep.id or stated_facts(m.content) <= said.numbers | said.words:
+        own = facts(m.content)
+        if m.id == rep.id or (own.numbers | own.words) & wanted <= said.numbers | said.words:
             continue
         text = text.rstrip()
         text = f"{text}{'' if text[-1:] in '.!?' else '.'} {m.content.strip()}"

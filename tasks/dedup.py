@@ -129,8 +129,8 @@ def plan_merges(
     config: DedupConfig,
 ) -> list[SummaryPlan]:
     """One SummaryPlan per group, worded by the rules (``merge_wording``): the
-    representative's own words, with its own vector, and whole any member that states a
-    fact they do not, with a vector of its own. ``originals`` maps each earlier summary in a group to the
+    representative's own words and vector, and whole any member that states a fact they
+    do not. ``originals`` maps each earlier summary in a group to the
     memories it replaced: a new summary that takes in an earlier one stands for those
     originals, never for the summary itself."""
     parameters = {
@@ -143,16 +143,16 @@ def plan_merges(
         hot = [found.candidates[i] for i in group]
         rep = hot[0]
         members, _ = stand_ins(hot, originals)
-        text = merge_wording(rep, members)
-        # The representative's own words keep its own vector; added words need a new one.
-        vector = (
-            {"embedding": to_blob(found.vectors[group[0]]),
-             "embedding_model": rep.embedding_model}
-            if text == rep.content else {"embedding": None, "embedding_model": None}
-        )
+        # The summary keeps the representative's vector even where members are added to
+        # its words: the group is every candidate within the threshold of that vector,
+        # so no hot memory is left near the summary and a second pass merges nothing
+        # more (a vector of the longer words could reach memories the group never met).
+        # The added members are near-duplicates of the representative, which stands for
+        # them all: the vector is its words' (the summary's gist), as any memory's is.
         plans.append(
-            summary_plan(profile, OPERATION, hot, originals, text, rep, dict(parameters),
-                         **vector)
+            summary_plan(profile, OPERATION, hot, originals, merge_wording(rep, members), rep,
+                         dict(parameters), embedding=to_blob(found.vectors[group[0]]),
+                         embedding_model=rep.embedding_model)
         )
     return plans
 

@@ -119,8 +119,8 @@ _JOINING = frozenset({"and", "or", "nor", "&", "with"})
 def statement(memory: MemoryView, subject: str | None) -> tuple[str, bool]:
     """What ``memory`` says once its subject is said for all: its words whole, bar a
     leading ``subject`` followed by a lower-case word ("Ann adopted a cat" -> "adopted a
-    cat"; "Ann's cat", "Ann Lee ran" and "Ann and Bo ran" keep theirs) and the full stop that ends it.
-    Whether the subject was dropped comes second."""
+    cat"; "Ann's cat", "Ann Lee ran" and "Ann and Bo ran" keep theirs) and the full stop
+    that ends it. Whether the subject was dropped comes second."""
     tokens = memory.content.split()
     stripped = bool(subject and len(tokens) > 1 and tokens[0] == subject
                     and tokens[1][:1].islower() and tokens[1] not in _JOINING)

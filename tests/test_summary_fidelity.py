@@ -44,7 +44,8 @@ FLAGS = [
 GEOCODER = [
     on("2025-04-20", "g1", "geocoder-client caches results for 30 seconds",
        entity="geocoder-client", layer="implementation"),
-    on("2025-05-04", "g2", "The geocoder client retries with exponential backoff capped at 8 seconds",
+    on("2025-05-04", "g2",
+       "The geocoder client retries with exponential backoff capped at 8 seconds",
        entity="geocoder-client", layer="implementation"),
 ]
 

@@ -174,3 +174,23 @@ def test_the_measures_add_up_per_operation() -> None:
     assert tallies["merge"].facts_share == 0.6667  # Bo and 5, not Oslo
     assert tallies["merge"].as_json()["summaries"] == 1
     assert content_words("Ann's cat, the 5 km!") == ["ann", "cat", "5", "km"]
+
+
+def test_the_bench_reads_each_live_summary_with_the_originals_it_stands_for() -> None:
+    from reverie.benchmarks.locomo import render_fidelity, summaries_with_members
+    from reverie.models.tables import Origin, Tier
+
+    old = view("s0", origin=Origin.COMPRESSED, tier=Tier.COLD, superseded_by="s1",
+               content="Ann - ran.")
+    top = view("s1", origin=Origin.DEDUP_SUMMARY, content="Ann ran 5 km.")
+    members = [view("a", tier=Tier.COLD, superseded_by="s0", content="Ann ran."),
+               view("b", tier=Tier.COLD, superseded_by="s1", content="Ann ran 5 km.",
+                    created_at=AS_OF - timedelta(days=20))]
+    loose = view("c", content="Bo swam.")
+    found = summaries_with_members([old, top, *members, loose])
+    assert [(s.id, [m.id for m in ms]) for s, ms in found] == [("s1", ["b", "a"])]
+    tallies = fidelity([("merge", s.content, [(m.content, m.entity) for m in ms])
+                        for s, ms in found])
+    lines = render_fidelity(tallies, "rules")
+    assert lines[-1].split() == ["merge", "1", "2", "1.000", "2", "1.000"]
+    assert render_fidelity({}, "rules")[-1] == "(no summary in the hot tier)"

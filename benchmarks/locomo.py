@@ -11,6 +11,10 @@ characters, and half of it), ranked by recall (``engines.recall``: a summary by 
 originals). A budget, not a top-k: a summary of five memories takes their room. Recall
 is reported per LoCoMo category, and once more by deep recall (cold tier included):
 an answer deep recall found before consolidation and not after is counted as lost.
+
+It also reads what each summary left in the hot tier says of the originals it stands
+for (``benchmarks.fidelity``): the share of members kept whole and of their numbers,
+names and dates kept, per operation (merge, compression, cold note).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from reverie.engines.embedding import embedder_for
+from reverie.benchmarks.fidelity import Tally, combined, fidelity
 from reverie.engines.recall import Candidates, candidates_for, rank
 from reverie.flows.event_delivery import deliver, wanted
 from reverie.flows.progress import Bar
@@ -36,6 +41,7 @@ from reverie.models.ingest import ingest
 from reverie.models.records import MemoryView
 from reverie.models.settings import using_database
 from reverie.models.store import Store
+from reverie.models.tables import SUMMARY_ORIGINS, Origin, Tier
 
 ANSWERED_CATEGORIES = (1, 2, 3, 4)
 DEFAULT_BUDGET = 2000
@@ -199,6 +205,7 @@ class ConversationResult:
     questions: int
     before: Snapshot
     after: Snapshot
+    fidelity: dict[str, Tally] = field(default_factory=dict)
 
     @property
     def lost(self) -> int:
@@ -230,6 +237,11 @@ class LocomoResult:
         hits = [f for c in self.conversations for f in getattr(c, side).deep]
         return round(sum(hits) / len(hits), 4) if hits else 0.0
 
+    def fidelity(self) -> dict[str, Tally]:
+        """Members kept whole and facts kept, per operation, over every conversation."""
+        found = combined(c.fidelity for c in self.conversations)
+        return {op: found[op] for op in OPERATIONS.values() if op in found}
+
     def totals(self) -> dict[str, Any]:
         def total(side: str, attr: str) -> int:
             return sum(getattr(getattr(c, side), attr) for c in self.conversations)
@@ -250,6 +262,7 @@ class LocomoResult:
             "deep_recall_after": self.deep_recall("after"),
             "lost": sum(c.lost for c in self.conversations),
             "questions": total("before", "asked"),
+            "fidelity": {op: t.as_json() for op, t in self.fidelity().items()},
             "categories": {
                 str(cat): {
                     "questions": sum(c.before.categories.count(cat) for c in self.conversations),
@@ -274,7 +287,8 @@ class LocomoResult:
             "summarizer": self.summarizer,
             "conversations": [
                 {"profile": c.profile, "as_of": c.as_of, "questions": c.questions,
-                 "before": side(c.before), "after": side(c.after), "lost": c.lost}
+                 "before": side(c.before), "after": side(c.after), "lost": c.lost,
+                 "fidelity": {op: t.as_json() for op, t in c.fidelity.items()}}
                 for c in self.conversations
             ],
         }
@@ -335,7 +349,73 @@ def _consolidate_and_measure(
     decay(profile=conv.profile, as_of=as_of, config=config)
     full_consolidation(profile=conv.profile, as_of=as_of, config=config)
     after = measure(store, conv.profile, conv.questions, budgets)
-    return ConversationResult(conv.profile, as_of.isoformat(), len(conv.questions), before, after)
+    return ConversationResult(conv.profile, as_of.isoformat(), len(conv.questions), before, after,
+                              summary_fidelity(store, conv.profile))
+
+
+# The operations whose summaries replace their members in the hot tier, as the bench
+# names them.
+OPERATIONS = {Origin.DEDUP_SUMMARY.value: "merge", Origin.COMPRESSED.value: "compression",
+              Origin.COLD_LEARNING.value: "cold note"}
+
+
+def summaries_with_members(
+    memories: Sequence[MemoryView],
+) -> list[tuple[MemoryView, list[MemoryView]]]:
+    """Each live summary among ``memories`` (every tier) with the originals it stands
+    for: the memories superseded by it, or by a summary it absorbed, that are not
+    summaries themselves. Originals oldest first."""
+    by_id = {m.id: m for m in memories}
+
+    def stands_for(m: MemoryView) -> str | None:
+        seen: set[str] = set()
+        while m.superseded_by and m.superseded_by in by_id and m.id not in seen:
+            seen.add(m.id)
+            m = by_id[m.superseded_by]
+        return m.id if m.is_live else None
+
+    members: dict[str, list[MemoryView]] = {}
+    for m in memories:
+        if m.origin not in SUMMARY_ORIGINS and m.superseded_by:
+            top = stands_for(m)
+            if top is not None:
+                members.setdefault(top, []).append(m)
+    return [
+        (by_id[sid], sorted(ms, key=lambda m: (m.created_at, m.id)))
+        for sid, ms in sorted(members.items())
+        if by_id[sid].origin in SUMMARY_ORIGINS
+    ]
+
+
+def summary_fidelity(store: Store, profile: str) -> dict[str, Tally]:
+    """Members kept whole and facts kept, per operation, over the profile's live
+    summaries (``benchmarks.fidelity``)."""
+    from reverie.models.repositories.memories import memories
+
+    with store.reading(profile) as tx:
+        everything = memories(tx, tiers=(Tier.HOT, Tier.COLD))
+    return fidelity(
+        (OPERATIONS[str(s.origin)], s.content, [(m.content, m.entity) for m in ms])
+        for s, ms in summaries_with_members(everything)
+    )
+
+
+def render_fidelity(tallies: dict[str, Tally], summarizer: str) -> list[str]:
+    """The measures' lines of the bench's text output."""
+    lines = [f"summaries ({summarizer}): members kept whole (statement's content words in "
+             "its own order), facts kept (numbers, names, dates of any member)",
+             f"{'operation':<16} {'summaries':>9} {'members':>8} {'kept whole':>10} "
+             f"{'facts':>6} {'kept':>6}"]
+    if not tallies:
+        lines.append("(no summary in the hot tier)")
+
+    def share(value: float | None) -> str:
+        return "-" if value is None else f"{value:.3f}"
+
+    for op, t in tallies.items():
+        lines.append(f"{op:<16} {t.summaries:>9} {t.members:>8} {share(t.whole_share):>10} "
+                     f"{t.facts:>6} {share(t.facts_share):>6}")
+    return lines
 
 
 def render_locomo(result: LocomoResult) -> str:
@@ -383,4 +463,5 @@ def render_locomo(result: LocomoResult) -> str:
             f"{v[f'recall_{result.budget}_after']:>6.3f} {v[f'recall_{short}_before']:>13.3f} "
             f"{v[f'recall_{short}_after']:>6.3f}"
         )
+    lines += render_fidelity(result.fidelity(), result.summarizer)
     return "\n".join(lines)

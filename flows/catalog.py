@@ -114,8 +114,9 @@ FLOW_ENTRIES: tuple[FlowEntry, ...] = (
         Command.RUN, ("consolidate_cold", "forget", "mark_stalled"), "session end, on demand",
         "Turn old context notes into learnings, sweep, and mark stalled work.",
         "per (entity, layer), >= 2 unprotected context/emotion/implementation notes at "
-        "least 7 days old with heat < 30 become one protected learning memory (top 3 "
-        "exemplars, period, count, replaced ids); then the forget sweep and `in_progress` "
+        "least 7 days old with heat < 30 become one protected learning memory that says "
+        "every note whole, by day (linksee's top 3 exemplars, the period, count and "
+        "replaced ids in its metadata); then the forget sweep and `in_progress` "
         "untouched for 30 days → `stalled`. `scope` all or one session, `min_age_days` (0 "
         "after a bulk import)", deployment="consolidate-cold/sleep"),
     FlowEntry(

@@ -12,10 +12,11 @@ after a bulk import) and are cold: heat < 30 on linksee's heat index (0-100)::
 
 (as linksee, all accesses count as recent when the last one is). They are grouped by
 (entity, layer); each group of at least 2 becomes one protected ``learning``-layer
-memory holding the top 3 exemplars by importance (200 characters each), the period
-covered, the count and the replaced ids. With a model configured (linksee's
-``use_llm``; ``config.summarizer``), the model words it instead, checked like every
-wording, the rules' text staying where it gives none. Unlike linksee, which deletes
+memory that says every note whole, grouped by day as a compression does
+(``tasks.compress.rules_wording``), with linksee's top 3 exemplars by importance (200
+characters each), the period covered, the count and the replaced ids in its metadata.
+With a model configured (linksee's ``use_llm``; ``config.summarizer``), the model words
+it instead, checked like every wording, the rules' text staying where it gives none. Unlike linksee, which deletes
 the originals, Reverie supersedes them into the cold tier, so the step can be undone.
 
 ``scope`` is ``all`` or ``session`` (only one session's memories). The flow follows
@@ -37,6 +38,7 @@ from reverie.models.repositories.summaries import originals_of, undone_summaries
 from reverie.models.store import Store
 from reverie.models.tables import SUMMARY_ORIGINS, Origin
 from reverie.models.timestamps import days_between
+from reverie.tasks.compress import rules_wording
 from reverie.tasks.step import Change, StepArgs, StepReport, preview, preview_chars, step_task
 from reverie.tasks.summaries import reworded, summary_plan, write_summaries
 
@@ -106,10 +108,12 @@ def learning_plan(
         "from": min(m.created_at for m in group).date().isoformat(),
         "to": max(m.created_at for m in group).date().isoformat(),
     }
-    content = (
-        f"{len(group)} {first.layer} notes on {first.entity} from {period['from']} to "
-        f"{period['to']}: " + " | ".join(e["fragment"] for e in exemplars)  # type: ignore[misc]
-    )
+    # Every note is said whole, by day (the exemplars are linksee's quotes, kept in the
+    # metadata): a learning memory stands for its notes in the hot tier, so it must say
+    # what each of them said. The header names the entity, so the digest does not.
+    header = (f"{len(group)} {first.layer} notes on {first.entity} from {period['from']} "
+              f"to {period['to']}: ")
+    digest = rules_wording(group, lead=False)
     meta = {
         "original_layer": first.layer,
         "count": len(group),
@@ -124,9 +128,9 @@ def learning_plan(
     # its own originals.
     notes = sorted(group, key=lambda m: (m.origin not in SUMMARY_ORIGINS, m.id))
     return summary_plan(
-        profile, OPERATION, group, originals or {}, content, first, parameters,
+        profile, OPERATION, group, originals or {}, header + digest.text, first, parameters,
         layer=LEARNING_LAYER, kind=LEARNING_KIND, protected=True, importance=importance,
-        meta=meta, sources=tuple(notes),
+        meta=meta, sources=tuple(notes), gist=header + digest.gist,
     )
 
 

@@ -7,11 +7,11 @@ group seeds; a seed gathers unclaimed candidates at cosine >= ``similarity`` (0.
 itself, most similar first, until the group holds ``max_group_size`` (8); a group
 smaller than ``min_group_size`` (2) is not compressed. Each group becomes one summary:
 the model's compression (the prompt asks it to keep names, dates, numbers and
-preferences) preceded by its members' dates or, without a model, the members' words
-grouped by day with no word said twice; the highest importance, the mean stability,
-the highest access count, a fresh embedding (of its words without the dates that head
-them, as a member's vector holds no date), and a provenance link of weight 0.8 to each
-original. The originals move to the cold tier, superseded by it.
+preferences) preceded by its members' dates or, without a model, the members' statements
+grouped by day, each whole, the shared subject said once; the highest importance, the
+mean stability, the highest access count, a fresh embedding (of its words without the
+dates that head them, as a member's vector holds no date), and a provenance link of
+weight 0.8 to each original. The originals move to the cold tier, superseded by it.
 
 A summary is dated when it is written (as_of), not at its oldest member: dated at its
 oldest member, it would be born fading and the next group would absorb it again, a
@@ -117,42 +117,61 @@ class Digest(NamedTuple):
     gist: str
 
 
-def rules_wording(members: Sequence[MemoryView]) -> Digest:
-    """The members' words, compactly: grouped by the day they were written ("8 May 2023:
-    a; b. 12 May: c.", the year once until it changes), the shared subject said once,
-    and no word said twice. Every word of every member stays, so every name, number and
-    date does; without a model, a summary is a digest of words, not prose."""
+# Words after which the subject is one of several ("Ann and her kids"): it stays.
+_JOINING = frozenset({"and", "or", "nor", "&", "with"})
+
+
+def statement(memory: MemoryView, subject: str | None) -> tuple[str, bool]:
+    """What ``memory`` says once its subject is said for all: its words whole, bar a
+    leading ``subject`` followed by a lower-case word ("Ann adopted a cat" -> "adopted a
+    cat"; "Ann's cat", "Ann Lee ran" and "Ann and Bo ran" keep theirs) and the full stop
+    that ends it. Whether the subject was dropped comes second."""
+    tokens = memory.content.split()
+    stripped = bool(subject and len(tokens) > 1 and tokens[0] == subject
+                    and tokens[1][:1].islower() and tokens[1] not in _JOINING)
+    if stripped:
+        tokens = tokens[1:]
+    return " ".join(tokens).rstrip(".;") or memory.content.strip(), stripped
+
+
+def _said_in(words: str, said: Sequence[str]) -> bool:
+    """Whether the words ``words`` (normalised, space-joined) run whole, in order, inside
+    one of the statements ``said``."""
+    return bool(words) and any(f" {words} " in f" {other} " for other in said)
+
+
+def rules_wording(members: Sequence[MemoryView], lead: bool = True) -> Digest:
+    """The members' statements, compactly: grouped by the day they were written ("8 May
+    2023: a; b. 12 May: c.", the year once until it changes) and the shared subject said
+    once ("Ann - ...", unless ``lead`` is false: a caller that names the subject itself).
+    Nothing else is left out: each member's statement stays whole, its words in its own
+    order, so every name, number and date it holds stays in its sentence. A statement
+    whose words all run, in order, inside one already said that day is not said again
+    (it would add neither a word nor a date)."""
     subject = shared_subject(members)
-    said: set[str] = set()
-    days: list[tuple[datetime, list[str]]] = []
+    days: list[tuple[datetime, list[str], list[str]]] = []
     stripped = False
     for m in members:
-        tokens = m.content.split()
-        if (subject and len(tokens) > 1 and tokens[0] == subject
-                and tokens[1][:1].islower()):
-            tokens, stripped = tokens[1:], True
-            said.add(_norm(subject))
-        # A word already said is not said again (the summary keeps every word its
-        # members used, names, numbers and dates among them, once); a member with
-        # nothing new is said whole: its date is a fact too.
-        normed = [_norm(t) for t in tokens]
-        kept = [t for t, n in zip(tokens, normed, strict=True) if n not in said] or tokens
-        said.update(normed)
-        text = " ".join(kept).rstrip(".;")
+        text, dropped = statement(m, subject)
+        normed = " ".join(w for w in (_norm(t) for t in text.split()) if w)
         if days and days[-1][0].date() == m.created_at.date():
+            if _said_in(normed, days[-1][2]):
+                continue
             days[-1][1].append(text)
+            days[-1][2].append(normed)
         else:
-            days.append((m.created_at, [text]))
+            days.append((m.created_at, [text], [normed]))
+        stripped = stripped or dropped
     dated: list[str] = []
     undated: list[str] = []
     year = None
-    for at, texts in days:
+    for at, texts, _ in days:
         when = f"{at.day} {at:%B}" if at.year == year else day(at)
         year = at.year
         undated.append(f"{'; '.join(texts)}.")
         dated.append(f"{when}: {undated[-1]}")
-    lead = f"{subject} - " if stripped else ""
-    return Digest(lead + " ".join(dated), lead + " ".join(undated))
+    head = f"{subject} - " if stripped and lead else ""
+    return Digest(head + " ".join(dated), head + " ".join(undated))
 
 
 def dated(wording: str, members: Sequence[MemoryView]) -> str:

@@ -38,6 +38,7 @@ from reverie.engines.similarity import (
     comparisons_per_row,
     radius_neighbours,
 )
+from reverie.engines.llm import facts, kept_names
 from reverie.engines.wording import Summarizer
 from reverie.models.config import DedupConfig, SearchConfig
 from reverie.models.records import MemoryView, SummaryPlan
@@ -53,7 +54,7 @@ from reverie.models.tables import DERIVED_ORIGINS, SUMMARY_ORIGINS, Origin
 from reverie.models.vectors import to_blob
 from reverie.tasks.linking import link_rows, needs_link
 from reverie.tasks.step import Change, StepArgs, StepReport, preview, step_task
-from reverie.tasks.summaries import reworded, summary_plan, write_summaries
+from reverie.tasks.summaries import reworded, stand_ins, summary_plan, write_summaries
 from reverie.tasks.supersede import (
     SupersedePlan,
     compatible,
@@ -146,8 +147,9 @@ def plan_merges(
     profile: str, found: Duplicates, originals: dict[str, list[MemoryView]],
     config: DedupConfig,
 ) -> list[SummaryPlan]:
-    """One SummaryPlan per group, worded by the rules: the representative's own words,
-    with its own vector. ``originals`` maps each earlier summary in a group to the
+    """One SummaryPlan per group, worded by the rules (``merge_wording``): the
+    representative's own words and vector, and whole any member that states a fact they
+    do not. ``originals`` maps each earlier summary in a group to the
     memories it replaced: a new summary that takes in an earlier one stands for those
     originals, never for the summary itself."""
     parameters = {
@@ -159,14 +161,44 @@ def plan_merges(
     for group in found.groups:
         hot = [found.candidates[i] for i in group]
         rep = hot[0]
+        members, _ = stand_ins(hot, originals)
+        # The summary keeps the representative's vector even where members are added to
+        # its words: the group is every candidate within the threshold of that vector,
+        # so no hot memory is left near the summary and a second pass merges nothing
+        # more (a vector of the longer words could reach memories the group never met).
+        # The added members are near-duplicates of the representative, which stands for
+        # them all: the vector is its words' (the summary's gist), as any memory's is.
         plans.append(
-            summary_plan(
-                profile, OPERATION, hot, originals, rep.content, rep, dict(parameters),
-                embedding=to_blob(found.vectors[group[0]]),
-                embedding_model=rep.embedding_model,
-            )
+            summary_plan(profile, OPERATION, hot, originals, merge_wording(rep, members), rep,
+                         dict(parameters), embedding=to_blob(found.vectors[group[0]]),
+                         embedding_model=rep.embedding_model)
         )
     return plans
+
+
+def stated_facts(texts: Sequence[str]) -> frozenset[str]:
+    """The numbers and names (dates among them: their day, month and year) ``texts``
+    state, as a model's merge of them is held to them (``engines.llm.check_answer``)."""
+    known = [facts(t) for t in texts]
+    return frozenset().union(*(k.numbers for k in known)) | kept_names(known)
+
+
+def merge_wording(rep: MemoryView, members: Sequence[MemoryView]) -> str:
+    """A merge in the rules' words: the representative's own, then, whole and oldest
+    first, each member that states a number, name or date the words so far do not
+    ("capped at 8 seconds" where the representative says no cap). Near-duplicates
+    that add nothing are not said again."""
+    text = rep.content
+    said = facts(text)
+    wanted = stated_facts([m.content for m in members])
+    for m in sorted(members, key=lambda m: (m.created_at, m.id)):
+        own = facts(m.content)
+        if m.id == rep.id or (own.numbers | own.words) & wanted <= said.numbers | said.words:
+            continue
+        text = text.rstrip()
+        text = f"{text}{'' if text[-1:] in '.!?' else '.'} {m.content.strip()}"
+        said = facts(text)
+    return text
 
 
 def word_merge(plan: SummaryPlan, summarizer: Summarizer) -> SummaryPlan:

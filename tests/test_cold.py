@@ -74,7 +74,11 @@ def test_the_learning_memory() -> None:
     assert [e["fragment"][:6] for e in meta["exemplars"]] == ["second", "third", "xxxxxx"]
     assert len(meta["exemplars"][2]["fragment"]) == 200
     assert meta["replaced_ids"] == ["a", "b", "d", "ext-c"]
-    assert p.content.startswith("4 context notes on billing from 2025-05-12 to 2025-06-21: second | third")
+    # Every note whole, by day: the exemplars are linksee's quotes, in the metadata.
+    assert p.content == ("4 context notes on billing from 2025-05-12 to 2025-06-21: 12 May 2025: "
+                         + "x" * 300 + ". 1 June: third. 11 June: second. 21 June: fourth.")
+    assert p.gist == ("4 context notes on billing from 2025-05-12 to 2025-06-21: "
+                      + "x" * 300 + ". third. second. fourth.")
 
 
 def test_session_scope() -> None:

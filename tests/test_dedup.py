@@ -99,9 +99,12 @@ def test_summary_takes_the_representatives_words_and_vector_and_merged_attribute
     memories, vectors = star([0.9, 0.9])
     memories[0] = view("r", content=memories[0].content, importance=0.2, stability=1.0,
                        access_count=1, created_at=AS_OF - timedelta(days=40))
+    # Members that state no number or name the representative does not: its words stand.
     memories[1] = view("m1", importance=0.9, stability=2.0, access_count=7, confidence=0.8,
-                       last_accessed_at=AS_OF - timedelta(days=2))
-    memories[2] = view("m2", importance=0.4, stability=3.0, access_count=2)
+                       last_accessed_at=AS_OF - timedelta(days=2),
+                       content="the representative memory")
+    memories[2] = view("m2", importance=0.4, stability=3.0, access_count=2,
+                       content="memory with distinct words")
     (p,) = plan(memories, vectors)
     assert p.content == memories[0].content and p.representative_id == "r"
     assert np.array_equal(np.frombuffer(p.embedding, np.float32), vectors[0])
@@ -109,6 +112,20 @@ def test_summary_takes_the_representatives_words_and_vector_and_merged_attribute
     assert p.created_at == AS_OF - timedelta(days=40)
     assert p.last_accessed_at == AS_OF - timedelta(days=2)
     assert p.operation == Origin.DEDUP_SUMMARY
+
+
+def test_a_member_stating_a_fact_the_representative_lacks_is_said_whole() -> None:
+    memories, vectors = star([0.9, 0.9])
+    memories[1] = view("m1", content="Backoff is capped at 8 seconds.",
+                       created_at=AS_OF - timedelta(days=3))
+    memories[2] = view("m2", content="the representative memory")
+    (p,) = plan(memories, vectors)
+    assert p.content == (
+        "the representative memory with the most distinct words. "
+        "Backoff is capped at 8 seconds.")
+    # The representative's vector still: the group is what lies within the threshold of
+    # it, so a second pass finds nothing new near the summary.
+    assert np.array_equal(np.frombuffer(p.embedding, np.float32), vectors[0])
 
 
 def test_same_members_give_the_same_summary_id() -> None:

@@ -100,8 +100,8 @@ def test_compression_replaces_fading_memories_by_a_summary(fading_store: Store) 
     assert sorted((e["kind"], e["weight"]) for e in edges) == [(EdgeKind.CONSOLIDATION, 0.8)] * 7
     # The summary has a vector of its own words, not one of its originals', and without
     # the dates that head its days: its members' vectors hold no date either.
-    assert summary["content"].endswith(": 6.")
-    gist = "hiked trail number 0 in spring. 1. 2. 3. 4. 5. 6."
+    assert summary["content"].endswith("10 September: hiked trail number 6 in spring.")
+    gist = " ".join(f"hiked trail number {i} in spring." for i in range(7))
     vector = stored_vector(fading_store, summary["id"])
     words, dated = embedder_of(fading_store).encode([gist, summary["content"]])
     assert float(np.dot(vector, words)) == pytest.approx(1.0, abs=1e-5)

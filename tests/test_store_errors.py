@@ -143,8 +143,11 @@ def _three_alike(store: Store) -> list[SummaryPlan]:
     ingest_records(store, [
         record("the representative of the group", id="r", created_at=made,
                embedding=axis(0).tolist()),
-        *(record(f"member {k}", id=f"m{k}", created_at=made,
-                 embedding=at_cosine(0.9, other=1 + k).tolist()) for k in range(2)),
+        # Members that state no number or name the representative lacks: the plan keeps
+        # the representative's words and vector.
+        *(record(text, id=f"m{k}", created_at=made,
+                 embedding=at_cosine(0.9, other=1 + k).tolist())
+          for k, text in enumerate(["group member", "member of group"])),
     ], profile="p")
     with store.reading("p") as tx:
         memories, vectors = snapshot(tx)

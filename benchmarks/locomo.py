@@ -30,8 +30,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from reverie.engines.embedding import embedder_for
 from reverie.benchmarks.fidelity import Tally, combined, fidelity
+from reverie.engines.embedding import embedder_for
 from reverie.engines.recall import Candidates, candidates_for, rank
 from reverie.flows.event_delivery import deliver, wanted
 from reverie.flows.progress import Bar

@@ -16,8 +16,9 @@ memory that says every note whole, grouped by day as a compression does
 (``tasks.compress.rules_wording``), with linksee's top 3 exemplars by importance (200
 characters each), the period covered, the count and the replaced ids in its metadata.
 With a model configured (linksee's ``use_llm``; ``config.summarizer``), the model words
-it instead, checked like every wording, the rules' text staying where it gives none. Unlike linksee, which deletes
-the originals, Reverie supersedes them into the cold tier, so the step can be undone.
+it instead, checked like every wording, the rules' text staying where it gives none.
+Unlike linksee, which deletes the originals, Reverie supersedes them into the cold tier,
+so the step can be undone.
 
 ``scope`` is ``all`` or ``session`` (only one session's memories). The flow follows
 with the forget sweep and stalled detection: unprotected ``in_progress`` memories

@@ -31,6 +31,7 @@ from datetime import datetime
 
 import numpy as np
 
+from reverie.engines.llm import facts, kept_names
 from reverie.engines.similarity import (
     DEFAULT_SEARCH,
     Neighbours,
@@ -38,7 +39,6 @@ from reverie.engines.similarity import (
     comparisons_per_row,
     radius_neighbours,
 )
-from reverie.engines.llm import facts, kept_names
 from reverie.engines.wording import Summarizer
 from reverie.models.config import DedupConfig, SearchConfig
 from reverie.models.records import MemoryView, SummaryPlan

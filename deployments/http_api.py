@@ -184,8 +184,10 @@ def build_app(tokens: Tokens, open_store: Callable[[], Store] = Store,
     async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
         errors = exc.errors()
         first = errors[0] if errors else {}
-        field = ".".join(str(p) for p in first.get("loc", ()) if p not in ("body", "query",
-                                                                          "path"))
+        loc = list(first.get("loc", ()))
+        if loc and loc[0] in ("body", "query", "path", "header"):  # where, not which field
+            loc = loc[1:]
+        field = ".".join(str(p) for p in loc)
         # The messages only, never the input they quote.
         return JSONResponse({"error": "InputError", "field": field or None,
                              "message": str(first.get("msg", "invalid request")),

@@ -437,7 +437,12 @@ def _run_here(flow: str, parameters: Mapping[str, Any]) -> dict[str, Any]:
     from reverie.deployments.local_server import use_local_api
     from reverie.flows.catalog import FLOWS
 
-    use_local_api()
+    from reverie.models.settings import environment
+
+    # The run outlives this call: it needs a server that outlives it too, so the shared
+    # local server even where commands are set to use a temporary one each.
+    with environment("REVERIE_LOCAL_SERVER", "shared"):
+        use_local_api()
     flow_obj = FLOWS[flow]
     entrypoint = FLOWS._where[flow]  # noqa: SLF001 - "module:attribute", as Prefect loads it
     with get_client(sync_client=True) as client:

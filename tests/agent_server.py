@@ -63,7 +63,8 @@ def reverie() -> str:
 def api_server(database_url: str, folder: Path, **extra: str) -> Iterator[Running]:
     port = free_port()
     log = folder / "api.log"
-    env = server_env(database_url, **extra)
+    # Its own Prefect home: a local server it starts for a run is this test's alone.
+    env = server_env(database_url, PREFECT_HOME=str(folder / "prefect"), **extra)
     with log.open("wb") as out:
         process = subprocess.Popen(
             [reverie(), "-v", "api", "--port", str(port)], stdout=out, stderr=out, env=env)
@@ -89,6 +90,7 @@ def api_server(database_url: str, folder: Path, **extra: str) -> Iterator[Runnin
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+        subprocess.run([reverie(), "server", "stop"], env=env, capture_output=True, timeout=60)
 
 
 def bearer(token: str | None) -> dict[str, str]:

@@ -211,3 +211,31 @@ def test_schemathesis_finds_no_server_error(api: Running, tmp_path: Path) -> Non
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
     print(result.stdout[-1500:])
     assert api.process.poll() is None  # no crash
+
+
+@pytest.mark.slow
+def test_a_real_consolidation_is_a_flow_run_returned_at_once(
+    api: Running, tmp_path: Path
+) -> None:
+    """Without a configured Prefect API the run is made on the shared local server and
+    run by a process of its own: the call answers before the run is over."""
+    import time
+
+    r = call(api, "POST", "/v1/profiles/alice/consolidate", ALICE_TOKEN,
+             {"mode": "lightweight"})
+    assert r.status_code == 200, r.text
+    data = r.json()
+    assert data["state"] in ("Pending", "Scheduled")
+    assert data["ui_url"].endswith(f"/runs/flow-run/{data['run_id']}")
+    api_url = data["ui_url"].split("/runs/")[0] + "/api"
+    deadline = time.monotonic() + 240
+    state = None
+    while time.monotonic() < deadline:
+        state = httpx.get(f"{api_url}/flow_runs/{data['run_id']}", timeout=10).json()[
+            "state"]["type"]
+        if state in ("COMPLETED", "FAILED", "CRASHED"):
+            break
+        time.sleep(1)
+    assert state == "COMPLETED"
+    status = call(api, "GET", "/consolidate/status?profile=alice", ALICE_TOKEN).json()
+    assert status["last"].get("lightweight-consolidation")

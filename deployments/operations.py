@@ -73,6 +73,17 @@ def _allowed(store: Store, who: Principal, profile: object, must_exist: bool = T
     return name
 
 
+def _new(store: Store, who: Principal, name: str) -> bool:
+    """Whether ``name`` is a profile the token names that the store does not hold yet (an
+    agent before its first store): it reads as empty. Any other profile the store does
+    not hold is a 404 (an admin token names no profile)."""
+    if name in store.profiles():
+        return False
+    if who.admin or name not in who.profiles:
+        store.resolve_profiles(name)  # raises NotFoundError
+    return True
+
+
 def _an_id(text: object, field: str) -> str:
     if not isinstance(text, str):
         raise field_error(field, "must be a string")
@@ -216,9 +227,11 @@ def recall(
     ``track`` counts the hits as accessed. Activity for the idle trigger."""
     from reverie.engines.recall import recall as recall_memories
 
-    name = _allowed(store, who, profile)
+    name = _allowed(store, who, profile, must_exist=False)
     text = _query(store, query)
     most = _count(k, "k", 1, store.settings.api_max_k)
+    if _new(store, who, name):
+        return {"profile": name, "hits": []}
     hits = recall_memories(store, name, text, most, bool(deep), bool(track))
     _recalled(store, name, most, len(hits))
     return {"profile": name, "hits": [
@@ -245,14 +258,21 @@ def session_init(
 ) -> dict[str, Any]:
     """What an agent reads at the start of a session: the Core Memory blocks, then the
     best memories (recalled for ``query``, else the most important hot ones), while
-    they fit ``budget_chars`` (default ``REVERIE_API_CONTEXT_CHARS``)."""
+    they fit ``budget_chars`` (default ``REVERIE_API_CONTEXT_CHARS``). A profile the
+    token covers but the store does not hold yet starts empty."""
     from reverie.engines.recall import recall as recall_memories
     from reverie.models.repositories.blocks import blocks as blocks_of
 
-    name = _allowed(store, who, profile)
+    name = _allowed(store, who, profile, must_exist=False)
     budget = store.settings.api_context_chars if budget_chars is None else _count(
         budget_chars, "budget_chars", 0, 200_000)
     most = _count(k, "k", 1, store.settings.api_max_k)
+    if query is not None:
+        _query(store, query)
+    if _new(store, who, name):
+        # A new agent's first session: nothing to recall yet (its first store makes it).
+        return {"profile": name, "budget_chars": budget, "used_chars": 0, "blocks": [],
+                "memories": []}
     with store.reading(name) as tx:
         blocks = [b for b in blocks_of(tx) if b.content]
     left = budget

@@ -154,6 +154,7 @@ def test_good_records_are_kept_when_others_in_the_batch_are_refused(api: Running
 
 
 @pytest.mark.slow
+@pytest.mark.store_independent("the body is refused before any handler runs")
 def test_an_oversized_body_is_a_413(api: Running) -> None:
     big = {"memories": [{"content": "x" * 70_000}]}
     r = call(api, "POST", "/v1/profiles/alice/memories", ALICE_TOKEN, big)
@@ -194,6 +195,7 @@ def test_session_init_gives_blocks_then_memories_within_the_budget(api: Running)
 
 
 @pytest.mark.slow
+@pytest.mark.store_independent("request validation and refusals come before the store")
 def test_schemathesis_finds_no_server_error(api: Running, tmp_path: Path) -> None:
     """A property-based fuzz of the OpenAPI description (admin token: every generated
     profile gets past the token to the operation's own checks)."""

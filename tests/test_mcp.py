@@ -136,6 +136,7 @@ def test_a_whole_session_over_streamable_http(api: Running) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.store_independent("the token is refused before any tool runs")
 @pytest.mark.parametrize("token", [None, WRONG_TOKEN])
 def test_the_mcp_endpoint_refuses_no_token_and_a_wrong_one(api: Running, token: str | None) -> None:
     headers = {"Accept": "application/json, text/event-stream"}

@@ -17,6 +17,7 @@ import math
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from datetime import datetime
@@ -403,9 +404,11 @@ def consolidate(
 
         config = get_settings().consolidation_config().model_copy(
             update={"summarizer": "llm" if use_llm else "rules"})
+    _operator_api()  # before this process points Prefect at a local server
     if dry_run:
         from reverie.deployments.cli import run_flow
 
+        _local_api_if_none()
         report = run_flow(flow, name, None, True, config, **extra)
         return {"profile": name, "mode": mode, "dry_run": True,
                 "changed": report.changed(), "preview": _plain(asdict(report))}
@@ -417,6 +420,7 @@ def consolidate(
 
 # --- starting runs ------------------------------------------------------------------------
 
+_LOCAL_API_LOCK = threading.Lock()
 _OPERATOR_API: list[bool] = []  # whether PREFECT_API_URL was set before we set it
 
 
@@ -454,15 +458,9 @@ def _run_here(flow: str, parameters: Mapping[str, Any]) -> dict[str, Any]:
     from prefect.client.orchestration import get_client
     from prefect.states import Pending
 
-    from reverie.deployments.local_server import use_local_api
     from reverie.flows.catalog import FLOWS
 
-    from reverie.models.settings import environment
-
-    # The run outlives this call: it needs a server that outlives it too, so the shared
-    # local server even where commands are set to use a temporary one each.
-    with environment("REVERIE_LOCAL_SERVER", "shared"):
-        use_local_api()
+    _local_api_if_none()
     flow_obj = FLOWS[flow]
     entrypoint = FLOWS._where[flow]  # noqa: SLF001 - "module:attribute", as Prefect loads it
     with get_client(sync_client=True) as client:
@@ -477,6 +475,21 @@ def _run_here(flow: str, parameters: Mapping[str, Any]) -> dict[str, Any]:
         env=env, start_new_session=True, close_fds=True,
     )
     return _run_data(run, None)
+
+
+def _local_api_if_none() -> None:
+    """Point this process at the shared local Prefect server when no API is configured,
+    even where commands are set to use a temporary one each: a server process lives
+    long, a real run outlives the call that made it, and a temporary server started
+    from a request's thread would outlive the process."""
+    from reverie.deployments.local_server import use_local_api
+    from reverie.flows.event_delivery import api_configured
+    from reverie.models.settings import environment
+
+    if api_configured():
+        return
+    with _LOCAL_API_LOCK, environment("REVERIE_LOCAL_SERVER", "shared"):
+        use_local_api()
 
 
 def _run_data(run: Any, deployment: str | None) -> dict[str, Any]:

@@ -50,3 +50,43 @@ def test_an_agent_session_over_http_drives_the_triggers(
     ended = http.post("/session-end", json={"session": "s1"}).json()
     assert ended["consolidation_follows"] is True
     stack.wait_runs("full-at-session-end", "alice", 1, EVENT_DEPLOYMENTS)
+
+
+@pytest.mark.slow
+def test_an_agent_session_over_mcp_drives_the_triggers(
+    platform: tuple[Stack, Running],
+) -> None:
+    """The same session through the MCP SDK's client, over streamable HTTP (bob) and
+    over stdio (bob-2, spawning `reverie mcp` against the same Prefect)."""
+    import anyio
+
+    from agent_server import BOB_TOKEN
+    from test_mcp import over_http, over_stdio, tool
+
+    stack, api = platform
+
+    async def session(client: object, profile: str) -> None:
+        await tool(client, "session_init", profile=profile)  # type: ignore[arg-type]
+        for batch in range(5):
+            done = await tool(client, "store", profile=profile, memories=[  # type: ignore[arg-type]
+                {"content": f"{profile} noted fact {batch * 10 + i} about the boat"}
+                for i in range(10)])
+            assert done["stored"] == 10
+        await anyio.to_thread.run_sync(lambda: stack.wait_runs(
+            "lightweight-every-50-stores", profile, 1, EVENT_DEPLOYMENTS))
+        found = await tool(client, "recall", profile=profile, query="boat", k=2)  # type: ignore[arg-type]
+        assert len(found["hits"]) == 2
+        ended = await tool(client, "session_end", profile=profile, session="s1")  # type: ignore[arg-type]
+        assert ended["consolidation_follows"] is True
+        await anyio.to_thread.run_sync(lambda: stack.wait_runs(
+            "full-at-session-end", profile, 1, EVENT_DEPLOYMENTS))
+
+    async def main() -> None:
+        async with over_http(api, BOB_TOKEN) as client:
+            await session(client, "bob")
+        url = api.env["REVERIE_DATABASE_URL"]
+        prefect = api.env["PREFECT_API_URL"]
+        async with over_stdio(url, BOB_TOKEN, PREFECT_API_URL=prefect) as client:
+            await session(client, "bob-2")
+
+    anyio.run(main)

@@ -62,8 +62,8 @@ async def over_http(api: Running, token: str | None) -> AsyncIterator[ClientSess
 
 
 @asynccontextmanager
-async def over_stdio(url: str, token: str) -> AsyncIterator[ClientSession]:
-    env = server_env(url, REVERIE_MCP_TOKEN=token)
+async def over_stdio(url: str, token: str, **extra: str) -> AsyncIterator[ClientSession]:
+    env = server_env(url, REVERIE_MCP_TOKEN=token, **extra)
     params = StdioServerParameters(command=reverie(), args=["mcp"], env=env)
     async with (
         stdio_client(params) as (read, write),

@@ -12,7 +12,6 @@ error whose text starts with the HTTP status the API would give.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
@@ -24,9 +23,9 @@ from reverie.deployments import operations as ops
 from reverie.deployments.api_errors import body_of, status_of
 from reverie.deployments.auth import Principal, Tokens
 from reverie.models.errors import ReverieError
+from reverie.models.settings import get_settings
 from reverie.models.store import Store
 
-STDIO_TOKEN_VARIABLE = "REVERIE_MCP_TOKEN"
 
 Profile = Annotated[str, Field(description="The memory owner (one profile).",
                                min_length=1, max_length=ops.MAX_PROFILE_CHARS)]
@@ -43,7 +42,8 @@ def build_mcp(open_store: Callable[[], Store], tokens: Tokens, stdio: bool = Fal
 
     def caller(ctx: Context) -> Principal:
         if stdio:
-            return tokens.authenticate(os.environ.get(STDIO_TOKEN_VARIABLE))
+            token = get_settings().mcp_token
+            return tokens.authenticate(token.get_secret_value() if token else None)
         headers = ctx.headers or {}
         return tokens.authenticate_header(headers.get("authorization"))
 

@@ -162,6 +162,9 @@ class Settings(BaseSettings):
         description="Name of a Prefect Secret block holding tokens in the api_tokens "
         "format (read once when the server starts), in addition to api_tokens.",
     )
+    mcp_token: SecretStr | None = Field(
+        None, description="The bearer token of `reverie mcp` over stdio: the agent that "
+        "spawns it sets it (one of the tokens above); over HTTP each request carries one.")
     api_max_body_bytes: int = Field(
         1_048_576, ge=1024, le=64 * 1024 * 1024,
         description="Largest request body the HTTP API accepts, in bytes (larger: 413).",

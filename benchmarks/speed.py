@@ -47,6 +47,7 @@ import numpy as np
 from reverie.benchmarks.synthetic import SyntheticSpec, records, sentence
 from reverie.engines.embedding import embedder_for
 from reverie.engines.similarity import chosen_rows
+from reverie.flows.catalog import ENTRIES
 from reverie.flows.event_delivery import deliver, wanted
 from reverie.flows.progress import Bar
 from reverie.models.config import ConsolidationConfig, SearchConfig
@@ -278,6 +279,7 @@ def steps() -> list[tuple[str, StepFunction]]:
     from reverie.tasks.blocks import compile_blocks
     from reverie.tasks.cluster import cluster
     from reverie.tasks.cold import consolidate_cold, mark_stalled
+    from reverie.tasks.cold_tier import expire_cold_unapproved, migrate_cold
     from reverie.tasks.compress import compress_fading
     from reverie.tasks.creative import creative
     from reverie.tasks.decay import decay
@@ -294,25 +296,17 @@ def steps() -> list[tuple[str, StepFunction]]:
         ("promote", promote), ("compile_blocks", compile_blocks),
         ("link_summaries", link_summaries), ("graph_importance", graph_importance),
         ("creative", creative), ("cluster", cluster), ("consolidate_cold", consolidate_cold),
-        ("forget", forget), ("mark_stalled", mark_stalled),
+        ("forget", forget), ("mark_stalled", mark_stalled), ("migrate_cold", migrate_cold),
+        ("expire_cold", expire_cold_unapproved),
     ]
 
 
-# Flows in the order a deployment's schedules would first run them.
-FLOW_ORDER = ("decay", "full", "lightweight", "creative", "cluster", "compress", "cold", "forget")
-# The steps each flow runs, in an order its DAG allows: its work without Prefect, timed
-# one profile after another on a twin copy of the store (tests/test_speed_bench.py holds
-# this against the flows' own reports).
-FLOW_STEPS: dict[str, tuple[str, ...]] = {
-    "decay": ("decay",),
-    "full": ("dedup", "compress_fading", "dedup_new_summaries", "compile_blocks", "promote",
-             "decay_edges", "link_summaries", "graph_importance"),
-    "lightweight": ("compile_blocks", "decay_edges"),
-    "creative": ("creative",),
-    "cluster": ("cluster",),
-    "compress": ("compress_fading",),
-    "forget": ("forget",),
-}
+# Flows in the order a day's schedules would first run them, and the steps each runs in
+# an order its DAG allows: its work without Prefect, timed one profile after another on
+# a twin copy of the store (tests/test_speed_bench.py holds this against the flows' own
+# reports). Both from the registry of flows.
+FLOW_ORDER = tuple(ENTRIES)
+FLOW_STEPS: dict[str, tuple[str, ...]] = {e.name: e.steps for e in ENTRIES.values()}
 
 
 def bench_config() -> ConsolidationConfig:

@@ -17,6 +17,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from reverie.flows.catalog import CONSOLIDATION_MODES, ENTRIES, RUN_TASKS, names_help
 from reverie.models.config import ConsolidationConfig
 from reverie.models.errors import ReverieError
 from reverie.models.ids import given_id
@@ -102,12 +103,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the report as JSON")
 
     p = command("consolidate", _consolidate, "Run full or lightweight consolidation.")
-    p.add_argument("mode", choices=["full", "lightweight"])
+    p.add_argument("mode", choices=CONSOLIDATION_MODES, help=_flows_help(CONSOLIDATION_MODES))
     _add_run_options(p)
 
     p = command("run", _run, "Run a maintenance flow.")
-    p.add_argument("task", choices=["decay", "creative", "cluster", "forget", "compress", "cold",
-                                    "cold-tier"])
+    p.add_argument("task", choices=RUN_TASKS, help=_flows_help(RUN_TASKS))
     _add_run_options(p)
     p.add_argument("--scope", choices=["all", "session"], help="cold: all memories or a session's")
     p.add_argument("--session", type=_name, help="cold: the session for --scope session")
@@ -134,8 +134,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--reason", default="", help="why, kept in the run's log and artifact")
 
     p = command("backfill", _backfill, "Run a flow once per date over a range (resumable).")
-    p.add_argument("flow", help="full, lightweight, decay, creative, cluster, forget, cold, "
-                                "cold-tier")
+    p.add_argument("flow", help=names_help())
     p.add_argument("--from", dest="start", required=True, type=_timestamp,
                    help="first as_of, ISO-8601")
     p.add_argument("--to", dest="end", required=True, type=_timestamp,
@@ -290,6 +289,11 @@ def _parser() -> argparse.ArgumentParser:
     p = command("demo", _demo, "Ingest the bundled sample store and consolidate it.")
     p.add_argument("--database", type=Path, help="SQLite file for the demo store")
     return parser
+
+
+def _flows_help(names: Sequence[str]) -> str:
+    """What each of the flows does, for a command's help (argparse joins the lines)."""
+    return "; ".join(f"{n}: {ENTRIES[n].summary.rstrip('.')}" for n in names)
 
 
 def _flow_list(text: str) -> list[str]:

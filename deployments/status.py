@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from reverie.flows.catalog import FLOW_NAMES
 from reverie.flows.event_delivery import api_configured
 from reverie.models.repositories.runs import run_history
 from reverie.models.store import Store
@@ -16,10 +17,6 @@ from reverie.models.timestamps import to_utc_naive
 
 log = logging.getLogger(__name__)
 
-FLOW_NAMES = (
-    "full-consolidation", "lightweight-consolidation", "decay", "creative", "cluster", "forget",
-    "compress", "consolidate-cold",
-)
 
 
 @dataclass

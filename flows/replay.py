@@ -27,6 +27,7 @@ from typing import Annotated
 from prefect import flow
 from pydantic import Field
 
+from reverie.flows.catalog import names_help
 from reverie.flows.parameters import documented
 from reverie.models.errors import ConfigError
 from reverie.models.repositories.runs import run_history
@@ -74,7 +75,7 @@ def replay_name() -> str:
 @documented
 def replay(
     flow: Annotated[str, Field(description="The flow to replay: its short name "
-                               "(full, lightweight, decay, creative, cluster, forget, cold).")],
+                               f"({names_help()}).")],
     profile: Annotated[str, Field(description="The one profile whose history is replayed.")],
     dates: Annotated[list[datetime], Field(
         min_length=1, max_length=MAX_DATES,

@@ -3,6 +3,8 @@ lookup imports the flow it names alone."""
 
 from __future__ import annotations
 
+import argparse
+import ast
 import subprocess
 import sys
 from collections import Counter
@@ -10,7 +12,7 @@ from collections import Counter
 import yaml
 
 from reverie.deployments.serve import project_root
-from reverie.flows.catalog import DEPLOYMENTS, FLOWS
+from reverie.flows.catalog import DEPLOYMENTS, ENTRIES, FLOW_ENTRIES, FLOWS, flow_table
 
 ROOT = project_root()
 
@@ -50,3 +52,85 @@ def test_looking_up_a_flow_imports_that_flow_alone() -> None:
                           timeout=120, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["decay", "[]"]
+
+
+# --- one registry of flows: every list of flows is made from it -----------------------------
+
+
+def _subcommand(name: str) -> argparse.ArgumentParser:
+    from reverie.deployments.cli import _parser
+
+    sub = next(a for a in _parser()._actions if isinstance(a, argparse._SubParsersAction))
+    return sub.choices[name]
+
+
+def _positional(parser: argparse.ArgumentParser, dest: str) -> argparse.Action:
+    return next(a for a in parser._actions if a.dest == dest)
+
+
+def test_every_flow_module_is_registered_under_its_prefect_name() -> None:
+    defined = {path.stem for path in (ROOT / "flows").glob("*.py")
+               if "@reverie_flow(" in path.read_text(encoding="utf-8")}
+    registered = {e.target.split(":")[0].rsplit(".", 1)[1] for e in FLOW_ENTRIES}
+    assert registered == defined
+    for entry in FLOW_ENTRIES:
+        flow = FLOWS[entry.name]
+        assert flow.name == entry.flow_name
+        assert f"{flow.fn.__module__}:{flow.fn.__name__}" == entry.target
+
+
+def test_the_cli_offers_every_flow_and_says_what_each_does() -> None:
+    consolidate = _positional(_subcommand("consolidate"), "mode")
+    run = _positional(_subcommand("run"), "task")
+    assert sorted([*consolidate.choices, *run.choices]) == sorted(ENTRIES)
+    for action in (consolidate, run):
+        for name in action.choices:
+            assert f"{name}: {ENTRIES[name].summary.rstrip('.')}" in action.help
+    backfill = _positional(_subcommand("backfill"), "flow")
+    assert backfill.help == ", ".join(ENTRIES)
+
+
+def test_replay_status_and_the_bench_name_every_flow() -> None:
+    from reverie.benchmarks import speed
+    from reverie.deployments.status import FLOW_NAMES
+    from reverie.flows.replay import replay
+
+    described = replay.parameters.properties["flow"]["description"]
+    assert all(name in described for name in ENTRIES)
+    assert FLOW_NAMES == tuple(e.flow_name for e in FLOW_ENTRIES)
+    assert speed.FLOW_ORDER == tuple(ENTRIES)
+    assert speed.FLOW_STEPS == {e.name: e.steps for e in FLOW_ENTRIES}
+    assert {s for e in FLOW_ENTRIES for s in e.steps} <= {name for name, _ in speed.steps()}
+
+
+def test_every_deployment_runs_a_registered_flow() -> None:
+    targets = {e.target.split(":")[0].rsplit(".", 1)[1]: e for e in FLOW_ENTRIES}
+    for deployment in _deployments():
+        module = deployment["entrypoint"].split(":")[0].removeprefix("flows/").removesuffix(".py")
+        assert module in targets or module == "replay", deployment["name"]
+
+
+def test_the_readme_table_is_the_registrys() -> None:
+    assert flow_table() in (ROOT / "README.md").read_text(encoding="utf-8")
+
+
+def test_no_module_keeps_its_own_list_of_flows() -> None:
+    """A literal list, tuple or set naming three or more flows outside the registry is a
+    copy that drifts (the CLI's help once left out compress, replay cold-tier)."""
+    names = set(ENTRIES) | {e.flow_name for e in FLOW_ENTRIES}
+    copies = []
+    for folder in ("flows", "deployments", "benchmarks", "models", "tasks", "engines"):
+        for path in sorted((ROOT / folder).glob("*.py")):
+            if path.name == "catalog.py":
+                continue
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
+                    named = {e.value for e in node.elts
+                             if isinstance(e, ast.Constant) and e.value in names}
+                    if len(named) >= 3:
+                        copies.append(f"{folder}/{path.name}:{node.lineno}")
+                if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                    listed = {w.strip(" ()") for w in node.value.split(",")}
+                    if len(listed & names) >= 3:
+                        copies.append(f"{folder}/{path.name}:{node.lineno}")
+    assert copies == []

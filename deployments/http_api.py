@@ -60,7 +60,7 @@ class RecallBody(_Body):
 
 
 class ConsolidateBody(_Body):
-    mode: Literal["full", "lightweight", "cold", "sleep", "decay", "creative", "cluster"] = "full"
+    mode: ops.Mode = ops.Mode("full")
     dry_run: bool = False
     scope: Literal["all", "session"] | None = None
     min_age_days: Annotated[float, Field(ge=0, le=36_500)] | None = None
@@ -72,8 +72,7 @@ class AutoMemConsolidate(ConsolidateBody):
     """AutoMem's ``POST /consolidate``: the profile in the body; ``task`` names a mode."""
 
     profile: Name
-    task: Literal["full", "lightweight", "cold", "sleep", "decay", "creative",
-                  "cluster"] | None = None
+    task: ops.Mode | None = None
 
 
 class SessionEnd(_Body):

@@ -22,6 +22,7 @@ from pydantic import Field
 from reverie.deployments import operations as ops
 from reverie.deployments.api_errors import body_of, status_of
 from reverie.deployments.auth import Principal, Tokens
+from reverie.deployments.operations import Mode
 from reverie.models.errors import ReverieError
 from reverie.models.settings import get_settings
 from reverie.models.store import Store
@@ -83,8 +84,7 @@ def build_mcp(open_store: Callable[[], Store], tokens: Tokens, stdio: bool = Fal
     @server.tool()
     def consolidate(
         profile: Profile, ctx: Context,
-        mode: Literal["full", "lightweight", "cold", "sleep", "decay", "creative",
-                      "cluster"] = "full",
+        mode: Mode = Mode("full"),
         dry_run: bool = False, scope: Literal["all", "session"] | None = None,
         min_age_days: float | None = None, use_llm: bool | None = None,
         session: str | None = None,

@@ -21,12 +21,14 @@ import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from datetime import datetime
+from enum import StrEnum
 from typing import Any
 
 from sqlalchemy import select
 
 from reverie.deployments.api_errors import field_error
 from reverie.deployments.auth import Principal
+from reverie.flows.catalog import FLOWS
 from reverie.models.errors import RecordError
 from reverie.models.ids import given_id
 from reverie.models.store import Store
@@ -35,12 +37,12 @@ from reverie.models.timestamps import utcnow
 
 log = logging.getLogger(__name__)
 
-# consolidate's modes: SuperLocalMemory's full and lightweight runs, linksee's sleep-mode
-# consolidation of cold memories ("cold", also "sleep"), and AutoMem's tasks by name.
-MODES = {
-    "full": "full", "lightweight": "lightweight", "cold": "cold", "sleep": "cold",
-    "decay": "decay", "creative": "creative", "cluster": "cluster",
-}
+# consolidate's modes: every flow of the catalog by its short name (SuperLocalMemory's
+# full and lightweight runs, linksee's cold consolidation, also called "sleep", AutoMem's
+# tasks), less those that delete or expire, which wait for an operator's approval.
+NEEDS_APPROVAL = ("forget", "cold-tier")
+MODES = {**{name: name for name in FLOWS if name not in NEEDS_APPROVAL}, "sleep": "cold"}
+Mode = StrEnum("Mode", {name: name for name in MODES})  # type: ignore[misc]
 MAX_PROFILE_CHARS = 128
 MAX_ID_CHARS = 512
 SESSION_INIT_POOL = 50  # memories session_init ranks before it fills the budget
@@ -371,6 +373,8 @@ def consolidate(
     through the flow's deployment when a Prefect API has it, else started here on the
     local server; its id, state and UI link come back at once."""
     name = _allowed(store, who, profile)
+    if isinstance(mode, StrEnum):
+        mode = mode.value
     if not isinstance(mode, str) or mode not in MODES:
         raise field_error("mode", f"must be one of {', '.join(MODES)}")
     flow = MODES[mode]

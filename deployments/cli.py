@@ -283,6 +283,19 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=4200)
     p.add_argument("--home", type=Path, help="Prefect's own folder (default .reverie/prefect)")
 
+    p = command("api", _api, "Serve the agent HTTP API (JSON endpoints, OpenAPI at "
+                "/openapi.json, MCP at /mcp); tokens: REVERIE_API_TOKENS, "
+                "REVERIE_API_ADMIN_TOKEN or REVERIE_API_TOKENS_BLOCK.")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to listen on (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=int, default=8765, help="port (default 8765)")
+
+    p = command("mcp", _mcp, "Serve Reverie's tools over MCP: stdio for a local agent "
+                "(token: REVERIE_MCP_TOKEN), or streamable HTTP at /mcp.")
+    p.add_argument("--transport", choices=["stdio", "http"], default="stdio")
+    p.add_argument("--host", default="127.0.0.1", help="http: address (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8765, help="http: port (default 8765)")
+
     p = command("demo", _demo, "Ingest the bundled sample store and consolidate it.")
     p.add_argument("--database", type=Path, help="SQLite file for the demo store")
     return parser
@@ -976,6 +989,34 @@ def _serve(args: argparse.Namespace) -> int:
     from reverie.deployments.serve import serve
 
     return serve(args.port, args.home)
+
+
+def _api(args: argparse.Namespace) -> int:
+    from reverie.deployments.auth import load_tokens
+    from reverie.deployments.http_api import serve
+    from reverie.models.settings import get_settings
+
+    tokens = load_tokens(get_settings())
+    print(f"reverie api on http://{args.host}:{args.port} (OpenAPI: /docs, MCP: /mcp)",
+          file=sys.stderr, flush=True)
+    serve(tokens, args.host, args.port)
+    return EXIT_OK
+
+
+def _mcp(args: argparse.Namespace) -> int:
+    from reverie.deployments.auth import load_tokens
+    from reverie.models.settings import get_settings
+
+    tokens = load_tokens(get_settings())
+    if args.transport == "http":
+        from reverie.deployments.http_api import serve
+
+        serve(tokens, args.host, args.port)
+        return EXIT_OK
+    from reverie.deployments.mcp_server import run_stdio
+
+    run_stdio(tokens)
+    return EXIT_OK
 
 
 def _demo(args: argparse.Namespace) -> int:

@@ -5,6 +5,9 @@ Events, each about the resource ``reverie.profile.<name>`` (with the label
 
 - ``reverie.memory.stored``: an ingest stored new memories (payload: how many, and the
   profile's running count). The idle trigger waits for these to stop.
+- ``reverie.memory.recalled``: an agent recalled memories through ``reverie api`` or
+  ``reverie mcp`` (payload: how many were asked for and found, never the query). Activity,
+  as a store is: the idle trigger waits for both to stop.
 - ``reverie.profile.store-threshold``: the profile's store count crossed a multiple of
   ``REVERIE_STORE_TRIGGER_EVERY`` (50): lightweight consolidation.
 - ``reverie.session.ended``: a session of the profile ended: full consolidation.
@@ -33,12 +36,14 @@ from typing import Any
 
 class EventName(StrEnum):
     MEMORY_STORED = "reverie.memory.stored"
+    MEMORY_RECALLED = "reverie.memory.recalled"
     STORE_THRESHOLD = "reverie.profile.store-threshold"
     SESSION_ENDED = "reverie.session.ended"
     SESSION_THRESHOLD = "reverie.profile.session-threshold"
 
 
 MEMORY_STORED = EventName.MEMORY_STORED
+MEMORY_RECALLED = EventName.MEMORY_RECALLED
 STORE_THRESHOLD = EventName.STORE_THRESHOLD
 SESSION_ENDED = EventName.SESSION_ENDED
 SESSION_THRESHOLD = EventName.SESSION_THRESHOLD
@@ -99,3 +104,10 @@ def session_events(
             SESSION_THRESHOLD, profile, f"{profile}:session-threshold:{count}",
             {"session_count": count, "every": every}, at))
     return events
+
+
+def recalled_event(profile: str, asked: int, found: int, at: datetime) -> ProfileEvent:
+    """The event of one recall: activity for the idle trigger. Each recall is its own
+    event (a fresh key), as each is its own activity; a retried recall is a new one."""
+    return ProfileEvent(MEMORY_RECALLED, profile, f"{profile}:recalled:{uuid.uuid4()}",
+                        {"k": asked, "found": found}, at)

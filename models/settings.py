@@ -147,6 +147,40 @@ class Settings(BaseSettings):
     # Longest answer accepted from the model, in characters.
     llm_max_chars: int = Field(1200, ge=50, le=20_000)
 
+    # The agent servers (`reverie api`, `reverie mcp`): who may call them, and how much
+    # one call may send. Tokens are secrets: read here, never logged.
+    api_tokens: SecretStr | None = Field(
+        None,
+        description="Bearer tokens and the profiles each covers, as "
+        "'token1:profile1,profile2;token2:profile3' or as JSON "
+        '{"token1": ["profile1", "profile2"]}. A token covers only the profiles listed.',
+    )
+    api_admin_token: SecretStr | None = Field(
+        None, description="A bearer token that covers every profile.")
+    api_tokens_block: str | None = Field(
+        None, pattern=r"^[\w.-]+$",
+        description="Name of a Prefect Secret block holding tokens in the api_tokens "
+        "format (read once when the server starts), in addition to api_tokens.",
+    )
+    mcp_token: SecretStr | None = Field(
+        None, description="The bearer token of `reverie mcp` over stdio: the agent that "
+        "spawns it sets it (one of the tokens above); over HTTP each request carries one.")
+    api_max_body_bytes: int = Field(
+        1_048_576, ge=1024, le=64 * 1024 * 1024,
+        description="Largest request body the HTTP API accepts, in bytes (larger: 413).",
+    )
+    api_max_batch: int = Field(
+        500, ge=1, le=10_000,
+        description="Most memories one store call takes (more: 422 naming 'memories').",
+    )
+    api_max_k: int = Field(
+        100, ge=1, le=10_000, description="Most memories one recall returns.")
+    api_context_chars: int = Field(
+        4000, ge=100, le=200_000,
+        description="Default character budget of session_init (Core Memory blocks, "
+        "then recalled memories, until the budget is spent).",
+    )
+
     def consolidation_config(self) -> ConsolidationConfig:
         return preset(self.preset)
 

@@ -1,0 +1,263 @@
+"""``reverie api``: Reverie's operations as JSON endpoints (FastAPI, described at
+``/openapi.json``), with the MCP streamable HTTP endpoint at ``/mcp`` on the same
+server. It listens on 127.0.0.1 unless told otherwise.
+
+Every endpoint but ``/health`` needs ``Authorization: Bearer <token>``
+(``deployments.auth``). Refusals are 4xx with a JSON body ``{"error", "message",
+"field"}`` naming the field at fault; bodies over ``REVERIE_API_MAX_BODY_BYTES`` are a
+413. The server logs no request bodies, queries or memory content: uvicorn's access log
+is off, and errors are logged by class only.
+"""
+
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Callable
+from typing import Annotated, Any, Literal
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.types import Message, Receive, Scope, Send
+
+from reverie.deployments import operations as ops
+from reverie.deployments.api_errors import body_of, status_of
+from reverie.deployments.auth import Principal, Tokens, UnauthorizedError
+from reverie.models.errors import ReverieError
+from reverie.models.store import Store
+
+log = logging.getLogger(__name__)
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8765
+
+Name = Annotated[str, Field(min_length=1, max_length=ops.MAX_PROFILE_CHARS)]
+AnId = Annotated[str, Field(min_length=1, max_length=ops.MAX_ID_CHARS)]
+Text = Annotated[str, Field(min_length=1, max_length=32_000)]
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class SessionInit(_Body):
+    query: Text | None = None
+    k: Annotated[int, Field(ge=1, le=10_000)] = 10
+    budget_chars: Annotated[int, Field(ge=0, le=200_000)] | None = None
+
+
+class StoreBody(_Body):
+    memories: Annotated[list[dict[str, Any]], Field(min_length=1, max_length=10_000)] = Field(
+        description="Memory records as `reverie ingest` takes them (one JSONL line each).")
+
+
+class RecallBody(_Body):
+    query: Text
+    k: Annotated[int, Field(ge=1, le=10_000)] = 5
+    deep: bool = False
+    track: bool = False
+
+
+class ConsolidateBody(_Body):
+    mode: ops.Mode = ops.Mode("full")
+    dry_run: bool = False
+    scope: Literal["all", "session"] | None = None
+    min_age_days: Annotated[float, Field(ge=0, le=36_500)] | None = None
+    use_llm: bool | None = None
+    session: AnId | None = None
+
+
+class AutoMemConsolidate(ConsolidateBody):
+    """AutoMem's ``POST /consolidate``: the profile in the body; ``task`` names a mode."""
+
+    profile: Name
+    task: ops.Mode | None = None
+
+
+class SessionEnd(_Body):
+    session: AnId | None = None
+
+
+class UndoBody(_Body):
+    id: AnId
+
+
+class _Guard:
+    """In front of everything: the bearer check of the MCP endpoint (its tools check
+    the profile), and a 413 for a body over ``limit`` bytes, by its Content-Length or
+    as it streams. ``app`` is the FastAPI application (for its OpenAPI description)."""
+
+    def __init__(self, app: FastAPI, tokens: Tokens, limit: Callable[[], int]) -> None:
+        self.app = app
+        self.tokens = tokens
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        if scope["path"].rstrip("/") == "/mcp":
+            header = dict(scope.get("headers", [])).get(b"authorization", b"")
+            try:
+                self.tokens.authenticate_header(header.decode("latin-1"))
+            except UnauthorizedError as exc:
+                await _refuse(send, 401, body_of(exc), [(b"www-authenticate", b"Bearer")])
+                return
+        limit = self.limit()
+        for name, value in scope.get("headers", []):
+            if name == b"content-length":
+                try:
+                    too_big = int(value) > limit
+                except ValueError:
+                    too_big = False
+                if too_big:
+                    await _too_large(send, limit)
+                    return
+        seen = 0
+
+        async def counted() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > limit:
+                    raise _TooLarge
+            return message
+
+        try:
+            await self.app(scope, counted, send)
+        except _TooLarge:
+            await _too_large(send, limit)
+
+
+class _TooLarge(Exception):
+    pass
+
+
+async def _too_large(send: Send, limit: int) -> None:
+    await _refuse(send, 413, {"error": "PayloadTooLargeError", "field": "body",
+                              "message": f"the body is over {limit} bytes "
+                                         "(REVERIE_API_MAX_BODY_BYTES)"})
+
+
+async def _refuse(send: Send, status: int, data: dict[str, Any],
+                  headers: list[tuple[bytes, bytes]] | None = None) -> None:
+    body = JSONResponse(data).body
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"),
+                            (b"content-length", str(len(body)).encode()), *(headers or [])]})
+    await send({"type": "http.response.body", "body": body})
+
+
+def build_app(tokens: Tokens, open_store: Callable[[], Store] = Store,
+              host: str = DEFAULT_HOST) -> _Guard:
+    from reverie.deployments.mcp_server import build_mcp
+
+    mcp = build_mcp(open_store, tokens)
+    mcp_app = mcp.streamable_http_app(streamable_http_path="/mcp", host=host)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        async with mcp.session_manager.run():
+            yield
+
+    app = FastAPI(title="Reverie", version="1", lifespan=lifespan,
+                  description="Long-term memory for AI agents: session start, store, "
+                              "recall, get, consolidate, status, session end, undo. "
+                              "Every call needs `Authorization: Bearer <token>`.")
+
+    def caller(request: Request) -> Principal:
+        return tokens.authenticate_header(request.headers.get("authorization"))
+
+    Who = Annotated[Principal, Depends(caller)]
+
+    @app.exception_handler(ReverieError)
+    async def reverie_error(_: Request, exc: ReverieError) -> JSONResponse:
+        status = status_of(exc)
+        log.info("refused with %d: %s", status, type(exc).__name__)
+        headers = {"WWW-Authenticate": "Bearer"} if isinstance(exc, UnauthorizedError) else None
+        return JSONResponse(body_of(exc), status_code=status, headers=headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = exc.errors()
+        first = errors[0] if errors else {}
+        loc = list(first.get("loc", ()))
+        if loc and loc[0] in ("body", "query", "path", "header"):  # where, not which field
+            loc = loc[1:]
+        field = ".".join(str(p) for p in loc)
+        # The messages only, never the input they quote.
+        return JSONResponse({"error": "InputError", "field": field or None,
+                             "message": str(first.get("msg", "invalid request")),
+                             "errors": [{"field": ".".join(map(str, e.get("loc", ()))),
+                                         "message": str(e.get("msg", ""))} for e in errors]},
+                            status_code=422)
+
+    @app.get("/health", tags=["server"])
+    def health() -> dict[str, str]:
+        return {"status": "ok"}
+
+    base = "/v1/profiles/{profile}"
+
+    @app.post(f"{base}/session-init", tags=["agent"])
+    def session_init(profile: Name, body: SessionInit, who: Who) -> dict[str, Any]:
+        return ops.session_init(open_store(), who, profile, body.query, body.k,
+                                body.budget_chars)
+
+    @app.post(f"{base}/memories", tags=["agent"])
+    def store(profile: Name, body: StoreBody, who: Who) -> dict[str, Any]:
+        return ops.store_memories(open_store(), who, profile, body.memories)
+
+    @app.post(f"{base}/recall", tags=["agent"])
+    def recall(profile: Name, body: RecallBody, who: Who) -> dict[str, Any]:
+        return ops.recall(open_store(), who, profile, body.query, body.k, body.deep, body.track)
+
+    @app.get(f"{base}/memories/{{memory_id}}", tags=["agent"])
+    def get(profile: Name, memory_id: AnId, who: Who) -> dict[str, Any]:
+        return ops.get(open_store(), who, profile, memory_id)
+
+    @app.post(f"{base}/consolidate", tags=["consolidation"])
+    def consolidate(profile: Name, body: ConsolidateBody, who: Who) -> dict[str, Any]:
+        return ops.consolidate(open_store(), who, profile, body.mode, body.dry_run, body.scope,
+                               body.min_age_days, body.use_llm, body.session)
+
+    @app.get(f"{base}/consolidate/status", tags=["consolidation"])
+    def status(profile: Name, who: Who,
+               limit: Annotated[int, Field(ge=1, le=1000)] = 20) -> dict[str, Any]:
+        return ops.consolidation_status(open_store(), who, profile, limit)
+
+    @app.post(f"{base}/session-end", tags=["agent"])
+    def session_end(profile: Name, body: SessionEnd, who: Who) -> dict[str, Any]:
+        return ops.session_end(open_store(), who, profile, body.session)
+
+    @app.post(f"{base}/undo", tags=["consolidation"])
+    def undo(profile: Name, body: UndoBody, who: Who) -> dict[str, Any]:
+        return ops.undo(open_store(), who, profile, body.id)
+
+    # AutoMem's endpoints, the profile in the body or the query.
+    @app.post("/consolidate", tags=["consolidation"])
+    def automem_consolidate(body: AutoMemConsolidate, who: Who) -> dict[str, Any]:
+        return ops.consolidate(open_store(), who, body.profile, body.task or body.mode,
+                               body.dry_run, body.scope, body.min_age_days, body.use_llm,
+                               body.session)
+
+    @app.get("/consolidate/status", tags=["consolidation"])
+    def automem_status(profile: Name, who: Who,
+                       limit: Annotated[int, Field(ge=1, le=1000)] = 20) -> dict[str, Any]:
+        return ops.consolidation_status(open_store(), who, profile, limit)
+
+    # The MCP endpoint: the SDK's route, behind the same bearer check.
+    for route in mcp_app.routes:
+        app.router.routes.append(route)
+
+    limit_store = open_store()
+    return _Guard(app, tokens, lambda: limit_store.settings.api_max_body_bytes)
+
+
+def serve(tokens: Tokens, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> None:
+    import uvicorn
+
+    app = build_app(tokens, host=host)
+    uvicorn.run(app, host=host, port=port, access_log=False, log_level="warning",
+                lifespan="on")

@@ -1,0 +1,515 @@
+"""What an agent can do through ``reverie api`` and ``reverie mcp``: one function per
+operation, taking the store and the caller (``auth.Principal``), returning plain data.
+Both servers call these and nothing else, so an HTTP endpoint and an MCP tool answer
+alike; each checks the caller's token covers the profile before it looks at the store,
+so a refusal says nothing of whether the profile exists.
+
+They reuse what the CLI does: ``models.ingest.ingest`` (validation, messages, the store
+trigger's events), ``engines.recall.recall``, ``repositories.runs.end_session``,
+``repositories.summaries.undo``, ``deployments.status.collect`` and the flows of
+``flows.catalog``. Nothing here logs a memory's content or a query.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from sqlalchemy import select
+
+from reverie.deployments.api_errors import field_error
+from reverie.deployments.auth import Principal
+from reverie.flows.catalog import FLOWS
+from reverie.models.errors import RecordError
+from reverie.models.ids import given_id
+from reverie.models.store import Store
+from reverie.models.tables import Memory, Tier, Tombstone
+from reverie.models.timestamps import utcnow
+
+log = logging.getLogger(__name__)
+
+# consolidate's modes: every flow of the catalog by its short name (SuperLocalMemory's
+# full and lightweight runs, linksee's cold consolidation, also called "sleep", AutoMem's
+# tasks), less those that delete or expire, which wait for an operator's approval.
+NEEDS_APPROVAL = ("forget", "cold-tier")
+MODES = {**{name: name for name in FLOWS if name not in NEEDS_APPROVAL}, "sleep": "cold"}
+Mode = StrEnum("Mode", {name: name for name in MODES})  # type: ignore[misc]
+MAX_PROFILE_CHARS = 128
+MAX_ID_CHARS = 512
+SESSION_INIT_POOL = 50  # memories session_init ranks before it fills the budget
+
+
+# --- checks -------------------------------------------------------------------------------
+
+
+def profile_name(text: object) -> str:
+    """A profile as the store keeps it, or a 422 naming the field 'profile'."""
+    if not isinstance(text, str):
+        raise field_error("profile", "must be a string")
+    try:
+        name = given_id(text)
+    except ValueError as exc:
+        raise field_error("profile", str(exc)) from None
+    if not name:
+        raise field_error("profile", "must not be empty")
+    if len(name) > MAX_PROFILE_CHARS:
+        raise field_error("profile", f"longer than {MAX_PROFILE_CHARS} characters")
+    return name
+
+
+def _allowed(store: Store, who: Principal, profile: object, must_exist: bool = True) -> str:
+    """The profile, once the token covers it (checked first: an uncovered profile gets
+    the same refusal whether it exists or not), and it exists if ``must_exist``."""
+    name = profile_name(profile)
+    who.check(name)
+    if must_exist:
+        store.resolve_profiles(name)
+    return name
+
+
+def _new(store: Store, who: Principal, name: str) -> bool:
+    """Whether ``name`` is a profile the token names that the store does not hold yet (an
+    agent before its first store): it reads as empty. Any other profile the store does
+    not hold is a 404 (an admin token names no profile)."""
+    if name in store.profiles():
+        return False
+    if who.admin or name not in who.profiles:
+        store.resolve_profiles(name)  # raises NotFoundError
+    return True
+
+
+def _an_id(text: object, field: str) -> str:
+    if not isinstance(text, str):
+        raise field_error(field, "must be a string")
+    try:
+        ident = given_id(text)
+    except ValueError as exc:
+        raise field_error(field, str(exc)) from None
+    if not ident or len(ident) > MAX_ID_CHARS:
+        raise field_error(field, f"must have 1 to {MAX_ID_CHARS} characters")
+    return ident
+
+
+def _query(store: Store, query: object, field: str = "query") -> str:
+    if not isinstance(query, str) or not query.strip():
+        raise field_error(field, "must be a non-empty string")
+    limit = store.settings.max_content_chars
+    if len(query) > limit:
+        raise field_error(field, f"longer than {limit} characters")
+    try:
+        given_id(query)  # no NUL, no unpaired surrogate
+    except ValueError as exc:
+        raise field_error(field, str(exc)) from None
+    return query
+
+
+def _count(value: object, field: str, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise field_error(field, f"must be a whole number from {low} to {high}")
+    return value
+
+
+# --- plain data ---------------------------------------------------------------------------
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+def memory_data(m: Any) -> dict[str, Any]:
+    data = m.model_dump() if hasattr(m, "model_dump") else asdict(m)
+    data.pop("embedding", None)
+    return _plain(data)
+
+
+# --- activity events ----------------------------------------------------------------------
+
+
+def _recalled(store: Store, profile: str, asked: int, found: int) -> None:
+    """A recall is activity for the idle trigger: its event goes out as a store's does
+    (through the outbox, when a Prefect API is configured)."""
+    from reverie.flows.event_delivery import deliver, wanted
+    from reverie.models import events, outbox
+
+    if not wanted():
+        return
+    with store.writing_all() as s:
+        outbox.add(s, [events.recalled_event(profile, asked, found, utcnow())])
+    deliver(store.url)
+
+
+# --- operations ---------------------------------------------------------------------------
+
+
+def store_memories(
+    store: Store, who: Principal, profile: object, memories: object
+) -> dict[str, Any]:
+    """``reverie ingest`` for a batch of memory records (dicts, as JSONL lines are):
+    the same validation and messages, the store trigger's events queued and sent as
+    ingest sends them. Good records are stored even when others are refused."""
+    from reverie.engines.embedding import embedder_for
+    from reverie.flows.event_delivery import deliver, wanted
+    from reverie.models.ingest import ingest
+
+    name = _allowed(store, who, profile, must_exist=False)
+    most = store.settings.api_max_batch
+    if not isinstance(memories, list) or not memories:
+        raise field_error("memories", "must be a non-empty list of memory records")
+    if len(memories) > most:
+        raise field_error("memories", f"{len(memories)} records is more than one call "
+                                      f"takes ({most}, REVERIE_API_MAX_BATCH)")
+    records: list[dict[str, Any]] = []
+    refused: list[RecordError] = []
+    for n, record in enumerate(memories, start=1):
+        where = f"record {n}"
+        if not isinstance(record, dict):
+            refused.append(RecordError(where, None, "must be an object"))
+            continue
+        if "profile" in record and record["profile"] != name:
+            # A record for another profile would escape the token's scope.
+            refused.append(RecordError(where, "profile", "must be the profile of the call "
+                                                         "(or left out)"))
+            continue
+        records.append({**record, "profile": name})
+    report = ingest(store, records, embedder_for(store.settings), name,
+                    queue_events=wanted()) if records else None
+    if report is not None and report.queued_events:
+        deliver(store.url)
+    errors = refused + (report.errors if report else [])
+    # ingest numbers the records it was given; renumber to the caller's positions.
+    positions = [n for n, r in enumerate(memories, start=1)
+                 if isinstance(r, dict) and ("profile" not in r or r["profile"] == name)]
+    rejected = []
+    for e in errors:
+        where = e.where
+        if e in (report.errors if report else []) and where.startswith("record "):
+            try:
+                where = f"record {positions[int(where.split()[1]) - 1]}"
+            except (ValueError, IndexError):
+                pass
+        rejected.append({"record": where, "field": e.field, "message": e.message})
+    result = {
+        "profile": name,
+        "stored": report.stored if report else 0,
+        "updated": report.updated if report else 0,
+        "unchanged": report.unchanged if report else 0,
+        "edges": report.edges if report else 0,
+        "ids": list(report.stored_ids) if report else [],
+        "rejected": rejected,
+    }
+    if report is None or report.accepted + report.edges == 0:
+        first = rejected[0]
+        raise RecordError(first["record"], first["field"] or "memories",
+                          f"{first['message']} (no record of the call was stored: "
+                          f"{len(rejected)} refused)")
+    return result
+
+
+def recall(
+    store: Store, who: Principal, profile: object, query: object, k: object = 5,
+    deep: bool = False, track: bool = False,
+) -> dict[str, Any]:
+    """The ``k`` memories most like ``query``; ``deep`` searches the cold tier too,
+    ``track`` counts the hits as accessed. Activity for the idle trigger."""
+    from reverie.engines.recall import recall as recall_memories
+
+    name = _allowed(store, who, profile, must_exist=False)
+    text = _query(store, query)
+    most = _count(k, "k", 1, store.settings.api_max_k)
+    if _new(store, who, name):
+        return {"profile": name, "hits": []}
+    hits = recall_memories(store, name, text, most, bool(deep), bool(track))
+    _recalled(store, name, most, len(hits))
+    return {"profile": name, "hits": [
+        {"score": h.score, **memory_data(h.memory)} for h in hits]}
+
+
+def get(store: Store, who: Principal, profile: object, memory_id: object) -> dict[str, Any]:
+    """One memory of the profile by Reverie id or the caller's own id, in any tier; or
+    its tombstone."""
+    from reverie.models.repositories.memories import get as get_memory
+
+    name = _allowed(store, who, profile)
+    ident = _an_id(memory_id, "id")
+    with store.reading_all() as s:
+        found = get_memory(s, ident, name)
+    if isinstance(found, Tombstone):
+        return {"tombstone": True, **_plain(found.model_dump())}
+    return memory_data(found)
+
+
+def session_init(
+    store: Store, who: Principal, profile: object, query: object = None, k: object = 10,
+    budget_chars: object = None,
+) -> dict[str, Any]:
+    """What an agent reads at the start of a session: the Core Memory blocks, then the
+    best memories (recalled for ``query``, else the most important hot ones), while
+    they fit ``budget_chars`` (default ``REVERIE_API_CONTEXT_CHARS``). A profile the
+    token covers but the store does not hold yet starts empty."""
+    from reverie.engines.recall import recall as recall_memories
+    from reverie.models.repositories.blocks import blocks as blocks_of
+
+    name = _allowed(store, who, profile, must_exist=False)
+    budget = store.settings.api_context_chars if budget_chars is None else _count(
+        budget_chars, "budget_chars", 0, 200_000)
+    most = _count(k, "k", 1, store.settings.api_max_k)
+    if query is not None:
+        _query(store, query)
+    if _new(store, who, name):
+        # A new agent's first session: nothing to recall yet (its first store makes it).
+        return {"profile": name, "budget_chars": budget, "used_chars": 0, "blocks": [],
+                "memories": []}
+    with store.reading(name) as tx:
+        blocks = [b for b in blocks_of(tx) if b.content]
+    left = budget
+    chosen_blocks = []
+    for b in blocks:
+        if len(b.content) <= left:
+            chosen_blocks.append({"block_type": b.block_type, "content": b.content,
+                                  "version": b.version})
+            left -= len(b.content)
+    if query is not None:
+        text = _query(store, query)
+        found = [(h.score, h.memory) for h in
+                 recall_memories(store, name, text, min(SESSION_INIT_POOL, max(most, 1)))]
+        _recalled(store, name, most, len(found))
+    else:
+        with store.reading(name) as tx:
+            rows = tx.session.execute(
+                select(Memory).where(Memory.profile_id == name)
+                .where(Memory.tier == Tier.HOT.value)
+                .order_by(Memory.importance.desc(), Memory.created_at.desc(), Memory.id)
+                .limit(SESSION_INIT_POOL)
+            ).scalars().all()
+        found = [(None, m) for m in rows]
+    memories = []
+    for score, m in found:
+        if len(memories) >= most:
+            break
+        if len(m.content) > left:
+            continue
+        left -= len(m.content)
+        memories.append({"score": score, "id": m.id, "external_id": m.external_id,
+                         "kind": m.kind, "content": m.content,
+                         "created_at": _plain(m.created_at)})
+    return {"profile": name, "budget_chars": budget, "used_chars": budget - left,
+            "blocks": chosen_blocks, "memories": memories}
+
+
+def session_end(
+    store: Store, who: Principal, profile: object, session: object = None
+) -> dict[str, Any]:
+    """``reverie session-end``: count the session; its events (full consolidation
+    follows through the deployment triggers) queued and sent."""
+    from reverie.flows.event_delivery import api_configured, deliver, wanted
+    from reverie.models.repositories.runs import end_session
+
+    name = _allowed(store, who, profile)
+    session_id = None if session is None else _an_id(session, "session")
+    queue_events = wanted()
+    with store.writing(name) as tx:
+        count = end_session(tx, session_id, utcnow(), store.settings.session_trigger_every,
+                            queue_events)
+    if queue_events:
+        deliver(store.url)
+    return {"profile": name, "session": session_id, "session_count": count,
+            "consolidation_follows": queue_events and api_configured()}
+
+
+def undo(store: Store, who: Principal, profile: object, ident: object) -> dict[str, Any]:
+    """``reverie undo``: a consolidation (by its id or its summary's) undone."""
+    from reverie.models.repositories.summaries import undo as undo_consolidation
+
+    name = _allowed(store, who, profile)
+    target = _an_id(ident, "id")
+    with store.writing(name) as tx:
+        result = undo_consolidation(tx, target, utcnow())
+    return _plain(asdict(result))
+
+
+def consolidation_status(
+    store: Store, who: Principal, profile: object, limit: object = 20
+) -> dict[str, Any]:
+    """AutoMem's status for the profile: the last run of each flow, and the history."""
+    from reverie.deployments.status import as_json, collect
+
+    name = _allowed(store, who, profile)
+    most = _count(limit, "limit", 1, 1000)
+    data = as_json(collect(store, name, most))
+    last = data["last"].get(name, {})
+    return {
+        "profile": name,
+        "last": {flow: run.get("finished_at") for flow, run in last.items()},
+        "last_runs": last,
+        "next": data["next"],
+        "history": data["history"],
+    }
+
+
+def consolidate(
+    store: Store, who: Principal, profile: object, mode: object = "full",
+    dry_run: bool = False, scope: object = None, min_age_days: object = None,
+    use_llm: object = None, session: object = None,
+) -> dict[str, Any]:
+    """Consolidate the profile. A dry run answers with the preview (the same selection
+    code as the real run; nothing written). A real run becomes a Prefect flow run:
+    through the flow's deployment when a Prefect API has it, else started here on the
+    local server; its id, state and UI link come back at once."""
+    name = _allowed(store, who, profile)
+    if isinstance(mode, StrEnum):
+        mode = mode.value
+    if not isinstance(mode, str) or mode not in MODES:
+        raise field_error("mode", f"must be one of {', '.join(MODES)}")
+    flow = MODES[mode]
+    extra: dict[str, Any] = {}
+    if flow == "cold":
+        if scope is not None and scope not in ("all", "session"):
+            raise field_error("scope", "must be 'all' or 'session'")
+        session_id = None if session is None else _an_id(session, "session")
+        chosen_scope = scope or ("session" if session_id else "all")
+        if chosen_scope == "session" and session_id is None:
+            raise field_error("session", "scope 'session' needs the session's id")
+        if min_age_days is not None and (
+            isinstance(min_age_days, bool) or not isinstance(min_age_days, int | float)
+            or not math.isfinite(min_age_days) or not 0 <= min_age_days <= 36_500
+        ):
+            raise field_error("min_age_days", "must be a number of days from 0 to 36500")
+        extra = {"scope": chosen_scope, "session_id": session_id,
+                 "min_age_days": None if min_age_days is None else float(min_age_days),
+                 # Cold consolidation's sweep archives only: deletion needs an operator.
+                 "auto_approve_deletion": False}
+    else:
+        for field, value in (("scope", scope), ("min_age_days", min_age_days),
+                             ("session", session)):
+            if value is not None:
+                raise field_error(field, "applies to mode 'cold' only")
+    if use_llm is not None and not isinstance(use_llm, bool):
+        raise field_error("use_llm", "must be true or false")
+    config = None
+    if use_llm is not None:
+        from reverie.models.settings import get_settings
+
+        config = get_settings().consolidation_config().model_copy(
+            update={"summarizer": "llm" if use_llm else "rules"})
+    _operator_api()  # before this process points Prefect at a local server
+    if dry_run:
+        from reverie.deployments.cli import run_flow
+
+        _local_api_if_none()
+        report = run_flow(flow, name, None, True, config, **extra)
+        return {"profile": name, "mode": mode, "dry_run": True,
+                "changed": report.changed(), "preview": _plain(asdict(report))}
+    parameters: dict[str, Any] = {"profile": name, "as_of": None, "dry_run": False, **extra}
+    if config is not None:
+        parameters["config"] = config.model_dump(mode="json")
+    return {"profile": name, "mode": mode, "dry_run": False, **launch(flow, parameters)}
+
+
+# --- starting runs ------------------------------------------------------------------------
+
+_LOCAL_API_LOCK = threading.Lock()
+_OPERATOR_API: list[bool] = []  # whether PREFECT_API_URL was set before we set it
+
+
+def _operator_api() -> bool:
+    if not _OPERATOR_API:
+        from reverie.flows.event_delivery import api_configured
+
+        _OPERATOR_API.append(api_configured())
+    return _OPERATOR_API[0]
+
+
+def launch(flow: str, parameters: Mapping[str, Any]) -> dict[str, Any]:
+    """Start a run of ``flow`` that goes on without the caller: the deployment's when
+    the configured Prefect API has it, else a flow run made on the API (the local
+    server when none is configured) and executed by a process started here."""
+    from prefect.exceptions import ObjectNotFound
+
+    from reverie.flows.catalog import DEPLOYMENTS
+
+    if _operator_api() and flow in DEPLOYMENTS:
+        from prefect.deployments import run_deployment
+
+        try:
+            run = run_deployment(DEPLOYMENTS[flow], parameters=dict(parameters), timeout=0,
+                                 as_subflow=False, tags=["reverie-api"])
+        except ObjectNotFound:
+            log.info("no deployment %s on the Prefect API: running %s here",
+                     DEPLOYMENTS[flow], flow)
+        else:
+            return _run_data(run, DEPLOYMENTS[flow])
+    return _run_here(flow, parameters)
+
+
+def _run_here(flow: str, parameters: Mapping[str, Any]) -> dict[str, Any]:
+    from prefect.client.orchestration import get_client
+    from prefect.states import Pending
+
+    from reverie.flows.catalog import FLOWS
+
+    _local_api_if_none()
+    flow_obj = FLOWS[flow]
+    entrypoint = FLOWS._where[flow]  # noqa: SLF001 - "module:attribute", as Prefect loads it
+    with get_client(sync_client=True) as client:
+        run = client.create_flow_run(
+            flow_obj, name=f"{flow_obj.name} | {parameters['profile']} | api",
+            parameters=dict(parameters), tags=["reverie-api"], state=Pending())
+    env = {**os.environ, "PREFECT__FLOW_RUN_ID": str(run.id)}
+    # Its own session: the run goes on if the server that started it stops.
+    subprocess.Popen(
+        [sys.executable, "-m", "prefect.flow_engine", entrypoint],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env=env, start_new_session=True, close_fds=True,
+    )
+    return _run_data(run, None)
+
+
+def _local_api_if_none() -> None:
+    """Point this process at the shared local Prefect server when no API is configured,
+    even where commands are set to use a temporary one each: a server process lives
+    long, a real run outlives the call that made it, and a temporary server started
+    from a request's thread would outlive the process."""
+    from reverie.deployments.local_server import use_local_api
+    from reverie.flows.event_delivery import api_configured
+    from reverie.models.settings import environment
+
+    if api_configured():
+        return
+    with _LOCAL_API_LOCK, environment("REVERIE_LOCAL_SERVER", "shared"):
+        use_local_api()
+
+
+def _run_data(run: Any, deployment: str | None) -> dict[str, Any]:
+    return {"run_id": str(run.id), "state": run.state.name if run.state else None,
+            "deployment": deployment, "ui_url": ui_link(str(run.id))}
+
+
+def ui_link(run_id: str) -> str | None:
+    from prefect.settings import get_current_settings
+
+    settings = get_current_settings()
+    base = settings.ui_url or (settings.api.url or "").removesuffix("/api") or None
+    return f"{base.rstrip('/')}/runs/flow-run/{run_id}" if base else None
+
+
+__all__: Sequence[str] = (
+    "consolidate", "consolidation_status", "get", "launch", "recall", "session_end",
+    "session_init", "store_memories", "undo",
+)

@@ -1,0 +1,100 @@
+"""The agent operations in-process (deployments/operations.py): tokens and their
+parsing, and the events stores and recalls queue (the idle trigger's activity)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from sqlalchemy import select
+
+from reverie.deployments import operations as ops
+from reverie.deployments.auth import (
+    ForbiddenError,
+    Principal,
+    UnauthorizedError,
+    load_tokens,
+    parse_tokens,
+)
+from reverie.flows import event_delivery
+from reverie.models.errors import ConfigError, NotFoundError, RecordError
+from reverie.models.settings import Settings
+from reverie.models.store import Store
+from reverie.models.tables import OutboxEvent
+
+TOKEN = "token-for-ana-0123456789"
+
+
+@pytest.mark.store_independent("token parsing touches no store")
+def test_tokens_in_both_formats_and_an_admin_token() -> None:
+    assert parse_tokens(f"{TOKEN}:ana,bo;other-token-0123456789:cy", "t") == {
+        TOKEN: frozenset({"ana", "bo"}), "other-token-0123456789": frozenset({"cy"})}
+    assert parse_tokens(f'{{"{TOKEN}": ["ana"]}}', "t") == {TOKEN: frozenset({"ana"})}
+    tokens = load_tokens(Settings(api_tokens=f"{TOKEN}:ana",
+                                  api_admin_token="admin-token-0123456789"))
+    assert tokens.authenticate(TOKEN).covers("ana")
+    assert not tokens.authenticate(TOKEN).covers("bo")
+    assert tokens.authenticate_header("Bearer admin-token-0123456789").covers("anyone")
+    assert TOKEN not in repr(tokens)
+    for presented in (None, "", "nope-0123456789abcdef", TOKEN + "x"):
+        with pytest.raises(UnauthorizedError):
+            tokens.authenticate(presented)
+    with pytest.raises(UnauthorizedError):
+        tokens.authenticate_header(f"Basic {TOKEN}")
+
+
+@pytest.mark.store_independent("token parsing touches no store")
+@pytest.mark.parametrize("text", ["short:ana", f"{TOKEN}", f"{TOKEN}:", "{bad json",
+                                  f'{{"{TOKEN}": "ana"}}'])
+def test_bad_token_configuration_is_refused_without_echoing_the_token(text: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_tokens(text, "REVERIE_API_TOKENS")
+    assert TOKEN not in str(caught.value)
+
+
+@pytest.mark.store_independent("no store is configured at all")
+def test_no_token_configured_is_an_error() -> None:
+    with pytest.raises(ConfigError, match="no API token"):
+        load_tokens(Settings())
+
+
+def test_refusal_comes_before_the_store_is_read(store: Store) -> None:
+    bo = Principal(frozenset({"bo"}))
+    for profile in ("ana", "nobody"):
+        with pytest.raises(ForbiddenError) as caught:
+            ops.recall(store, bo, profile, "anything")
+        assert profile not in str(caught.value)
+    with pytest.raises(NotFoundError):  # an admin token: the profile is simply unknown
+        ops.recall(store, Principal(frozenset(), admin=True), "nobody", "anything")
+    with pytest.raises(RecordError) as bad:
+        ops.recall(store, bo, "bo", "tea", k=0)
+    assert bad.value.field == "k"
+
+
+def test_stores_and_recalls_queue_the_events_ingest_queues(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Through the operations, a store counts toward the 50-store trigger as an ingest
+    does, and a recall is activity for the idle trigger."""
+    monkeypatch.setattr(event_delivery, "api_url", lambda: "http://127.0.0.1:9/api")
+    monkeypatch.setattr(event_delivery, "deliver", lambda url: None)
+    ana = Principal(frozenset({"ana"}))
+    done = ops.store_memories(store, ana, "ana",
+                              [{"content": f"fact number {i}"} for i in range(50)])
+    assert done["stored"] == 50
+    ops.recall(store, ana, "ana", "fact", k=3)
+    with store.reading_all() as s:
+        names = [r.name for r in s.execute(
+            select(OutboxEvent).order_by(OutboxEvent.seq)).scalars()]
+    assert names == ["reverie.memory.stored", "reverie.profile.store-threshold",
+                     "reverie.memory.recalled"]
+
+
+@pytest.mark.store_independent("reads prefect.yaml")
+def test_the_idle_trigger_counts_recalls_as_activity() -> None:
+    spec = yaml.safe_load((Path(__file__).parents[1] / "prefect.yaml").read_text())
+    [idle] = [t for d in spec["deployments"] for t in d.get("triggers", [])
+              if t["name"] == "lightweight-when-idle"]
+    activity = {"reverie.memory.stored", "reverie.memory.recalled"}
+    assert set(idle["after"]) == set(idle["expect"]) == activity

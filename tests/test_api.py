@@ -1,0 +1,243 @@
+"""`reverie api` as a real process: every operation with its own token, another
+profile's, none and a wrong one; bad input is a 4xx naming the field; a schemathesis
+fuzz of /openapi.json finds no 5xx; the log holds no memory content."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from agent_server import (
+    ADMIN_TOKEN,
+    ALICE_TOKEN,
+    BOB_TOKEN,
+    WRONG_TOKEN,
+    Running,
+    api_server,
+    bearer,
+)
+from conftest import TEST_POSTGRES, _create_postgres_database, _drop_postgres_database
+
+SECRET = "the-vault-combination-is-4471-zebra"  # memory content the log must never hold
+
+
+@pytest.fixture(scope="module")
+def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
+    folder = tmp_path_factory.mktemp("api")
+    url = _create_postgres_database() if TEST_POSTGRES else f"sqlite:///{folder / 'store.db'}"
+    with api_server(url, folder) as running:
+        for profile, token in (("alice", ALICE_TOKEN), ("bob", BOB_TOKEN)):
+            r = httpx.post(f"{running.url}/v1/profiles/{profile}/memories",
+                           headers=bearer(token), timeout=120, json={"memories": [
+                               {"id": f"{profile}-1", "content": f"{profile} likes green tea",
+                                "kind": "preference"},
+                               {"id": f"{profile}-2", "content": f"{profile} lives in Lyon",
+                                "kind": "semantic", "importance": 0.9},
+                           ]})
+            assert r.status_code == 200, r.text
+        yield running
+    if TEST_POSTGRES:
+        _drop_postgres_database(url)
+
+
+def call(api: Running, method: str, path: str, token: str | None,
+         body: dict[str, Any] | None = None) -> httpx.Response:
+    return httpx.request(method, f"{api.url}{path}", headers=bearer(token), json=body,
+                         timeout=180)
+
+
+# Every operation on profile {p}: (method, path, body).
+OPERATIONS: list[tuple[str, str, dict[str, Any] | None]] = [
+    ("POST", "/v1/profiles/{p}/session-init", {"query": "what does she drink?"}),
+    ("POST", "/v1/profiles/{p}/memories", {"memories": [{"content": "likes hiking"}]}),
+    ("POST", "/v1/profiles/{p}/recall", {"query": "tea", "k": 2}),
+    ("GET", "/v1/profiles/{p}/memories/{p}-1", None),
+    ("POST", "/v1/profiles/{p}/consolidate", {"mode": "lightweight", "dry_run": True}),
+    ("GET", "/v1/profiles/{p}/consolidate/status", None),
+    ("POST", "/v1/profiles/{p}/session-end", {"session": "s1"}),
+    ("POST", "/v1/profiles/{p}/undo", {"id": "c-does-not-exist"}),
+    ("POST", "/consolidate", {"profile": "{p}", "task": "lightweight", "dry_run": True}),
+    ("GET", "/consolidate/status?profile={p}", None),
+]
+IDS = [f"{m} {p.split('{p}')[-1] or p}" for m, p, _ in OPERATIONS]
+
+
+def _fill(value: Any, profile: str) -> Any:
+    if isinstance(value, str):
+        return value.replace("{p}", profile)
+    if isinstance(value, dict):
+        return {k: _fill(v, profile) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_fill(v, profile) for v in value]
+    return value
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("method", "path", "body"), OPERATIONS, ids=IDS)
+def test_every_operation_is_limited_to_the_tokens_profiles(
+    api: Running, method: str, path: str, body: dict[str, Any] | None
+) -> None:
+    own = call(api, method, _fill(path, "alice"), ALICE_TOKEN, _fill(body, "alice"))
+    # Past the token: the operation's own answer (undo of an unknown id is a 404).
+    assert own.status_code in (200, 404), own.text
+    if "undo" not in path:
+        assert own.status_code == 200, own.text
+
+    # Bob's token for Alice's profile, and for a profile that does not exist: one answer.
+    other = call(api, method, _fill(path, "alice"), BOB_TOKEN, _fill(body, "alice"))
+    ghost = call(api, method, _fill(path, "nobody"), BOB_TOKEN, _fill(body, "nobody"))
+    assert other.status_code == ghost.status_code == 403
+    assert other.json() == ghost.json()
+    assert "alice" not in other.text and "nobody" not in ghost.text
+
+    for token in (None, WRONG_TOKEN):
+        refused = call(api, method, _fill(path, "alice"), token, _fill(body, "alice"))
+        assert refused.status_code == 401, refused.text
+        assert refused.headers.get("www-authenticate") == "Bearer"
+
+
+@pytest.mark.slow
+def test_the_admin_token_covers_every_profile_and_unknown_ones_are_not_found(
+    api: Running,
+) -> None:
+    assert call(api, "POST", "/v1/profiles/bob/recall", ADMIN_TOKEN,
+                {"query": "tea"}).status_code == 200
+    missing = call(api, "POST", "/v1/profiles/nobody/recall", ADMIN_TOKEN, {"query": "tea"})
+    assert missing.status_code == 404
+    assert "nobody" in missing.json()["message"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("path", "body", "status", "field"), [
+    ("/v1/profiles/alice/recall", {"query": "tea", "k": 0}, 422, "k"),
+    ("/v1/profiles/alice/recall", {"query": ""}, 422, "query"),
+    ("/v1/profiles/alice/recall", {"query": "tea", "colour": 1}, 422, "colour"),
+    ("/v1/profiles/alice/consolidate", {"mode": "everything"}, 422, "mode"),
+    ("/v1/profiles/alice/consolidate", {"mode": "full", "min_age_days": 3}, 422,
+     "min_age_days"),
+    ("/v1/profiles/alice/consolidate", {"mode": "cold", "scope": "session"}, 422, "session"),
+    ("/v1/profiles/alice/consolidate", {"mode": "cold", "min_age_days": -1}, 422,
+     "min_age_days"),
+    ("/v1/profiles/alice/memories", {"memories": [{"content": "x"}] * 21}, 422, "memories"),
+    ("/v1/profiles/alice/memories", {"memories": []}, 422, "memories"),
+    ("/v1/profiles/alice/memories",
+     {"memories": [{"content": "dated", "created_at": "2025-13-45"}]}, 422, "created_at"),
+    ("/v1/profiles/alice/memories",
+     {"memories": [{"content": "tea", "importance": 7}]}, 422, "importance"),
+    ("/v1/profiles/alice/memories",
+     {"memories": [{"content": "tea", "profile": "bob"}]}, 422, "profile"),
+    ("/v1/profiles/alice/session-init", {"k": "many"}, 422, "k"),
+    ("/v1/profiles/alice/undo", {}, 422, "id"),
+])
+def test_bad_input_is_a_4xx_naming_the_field(
+    api: Running, path: str, body: dict[str, Any], status: int, field: str
+) -> None:
+    r = call(api, "POST", path, ALICE_TOKEN, body)
+    assert r.status_code == status, r.text
+    assert r.json()["field"] == field, r.text
+
+
+@pytest.mark.slow
+def test_good_records_are_kept_when_others_in_the_batch_are_refused(api: Running) -> None:
+    r = call(api, "POST", "/v1/profiles/alice/memories", ALICE_TOKEN, {"memories": [
+        {"content": "alice plays the cello"}, {"content": "bad date", "valid_from": "yesterday"},
+    ]})
+    assert r.status_code == 200, r.text
+    data = r.json()
+    assert data["stored"] == 1
+    assert [(e["record"], e["field"]) for e in data["rejected"]] == [("record 2", "valid_from")]
+
+
+@pytest.mark.slow
+@pytest.mark.store_independent("the body is refused before any handler runs")
+def test_an_oversized_body_is_a_413(api: Running) -> None:
+    big = {"memories": [{"content": "x" * 70_000}]}
+    r = call(api, "POST", "/v1/profiles/alice/memories", ALICE_TOKEN, big)
+    assert r.status_code == 413
+    assert r.json()["field"] == "body"
+
+
+@pytest.mark.slow
+def test_the_log_holds_no_memory_content_and_no_token(api: Running) -> None:
+    stored = call(api, "POST", "/v1/profiles/alice/memories", ALICE_TOKEN,
+                  {"memories": [{"content": SECRET}, {"content": SECRET, "importance": 9}]})
+    assert stored.status_code == 200
+    assert call(api, "POST", "/v1/profiles/alice/recall", ALICE_TOKEN,
+                {"query": SECRET}).json()["hits"][0]["content"] == SECRET
+    call(api, "POST", "/v1/profiles/alice/recall", ALICE_TOKEN, {"query": SECRET, "k": -1})
+    call(api, "POST", "/v1/profiles/alice/recall", WRONG_TOKEN, {"query": SECRET})
+    log = api.log_text()
+    assert SECRET not in log
+    for token in (ALICE_TOKEN, BOB_TOKEN, ADMIN_TOKEN, WRONG_TOKEN):
+        assert token not in log
+
+
+@pytest.mark.slow
+def test_get_finds_a_memory_by_the_callers_id(api: Running) -> None:
+    r = call(api, "GET", "/v1/profiles/bob/memories/bob-2", BOB_TOKEN)
+    assert r.status_code == 200
+    assert r.json()["content"] == "bob lives in Lyon"
+    assert call(api, "GET", "/v1/profiles/bob/memories/alice-1", BOB_TOKEN).status_code == 404
+
+
+@pytest.mark.slow
+def test_session_init_gives_blocks_then_memories_within_the_budget(api: Running) -> None:
+    r = call(api, "POST", "/v1/profiles/bob/session-init", BOB_TOKEN,
+             {"query": "where does bob live", "budget_chars": 30})
+    data = r.json()
+    assert data["used_chars"] <= 30
+    assert [m["content"] for m in data["memories"]] == ["bob lives in Lyon"]
+
+
+@pytest.mark.slow
+@pytest.mark.store_independent("request validation and refusals come before the store")
+def test_schemathesis_finds_no_server_error(api: Running, tmp_path: Path) -> None:
+    """A property-based fuzz of the OpenAPI description (admin token: every generated
+    profile gets past the token to the operation's own checks)."""
+    st = Path(subprocess.check_output(["which", "st"], text=True,
+                                      env={"PATH": str(Path(__file__).parents[1] / ".venv/bin")
+                                           + ":/usr/bin:/bin"}).strip())
+    result = subprocess.run(
+        [str(st), "run", f"{api.url}/openapi.json", "--checks", "not_a_server_error",
+         "-H", f"Authorization: Bearer {ADMIN_TOKEN}", "--max-examples", "8",
+         "--generation-deterministic", "--request-timeout", "120",
+         "--phases", "examples,coverage,fuzzing",
+         "--suppress-health-check", "all"],
+        capture_output=True, text=True, timeout=600, cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+    print(result.stdout[-1500:])
+    assert api.process.poll() is None  # no crash
+
+
+@pytest.mark.slow
+def test_a_real_consolidation_is_a_flow_run_returned_at_once(
+    api: Running, tmp_path: Path
+) -> None:
+    """Without a configured Prefect API the run is made on the shared local server and
+    run by a process of its own: the call answers before the run is over."""
+    import time
+
+    r = call(api, "POST", "/v1/profiles/alice/consolidate", ALICE_TOKEN,
+             {"mode": "lightweight"})
+    assert r.status_code == 200, r.text
+    data = r.json()
+    assert data["state"] in ("Pending", "Scheduled")
+    assert data["ui_url"].endswith(f"/runs/flow-run/{data['run_id']}")
+    api_url = data["ui_url"].split("/runs/")[0] + "/api"
+    deadline = time.monotonic() + 240
+    state = None
+    while time.monotonic() < deadline:
+        state = httpx.get(f"{api_url}/flow_runs/{data['run_id']}", timeout=10).json()[
+            "state"]["type"]
+        if state in ("COMPLETED", "FAILED", "CRASHED"):
+            break
+        time.sleep(1)
+    assert state == "COMPLETED"
+    status = call(api, "GET", "/consolidate/status?profile=alice", ALICE_TOKEN).json()
+    assert status["last"].get("lightweight-consolidation")

@@ -1,0 +1,164 @@
+"""`reverie mcp` driven by the MCP SDK's own client: over stdio (the client spawns
+`reverie mcp`) and over streamable HTTP (the /mcp endpoint of `reverie api`, a real
+process). A session: session_init, store, recall, get, status, session_end; every tool
+refused for another profile's token, and the HTTP endpoint for no or a wrong token."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+from mcp.client.session import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+
+from agent_server import (
+    ALICE_TOKEN,
+    BOB_TOKEN,
+    WRONG_TOKEN,
+    Running,
+    api_server,
+    reverie,
+    server_env,
+)
+from conftest import TEST_POSTGRES, _create_postgres_database, _drop_postgres_database
+
+TOOLS = {"session_init", "store", "recall", "get", "consolidate", "consolidation_status",
+         "session_end", "undo"}
+
+
+@pytest.fixture(scope="module")
+def database(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    folder = tmp_path_factory.mktemp("mcp")
+    url = _create_postgres_database() if TEST_POSTGRES else f"sqlite:///{folder / 'store.db'}"
+    yield url, folder
+    if TEST_POSTGRES:
+        _drop_postgres_database(url)
+
+
+@pytest.fixture(scope="module")
+def api(database: tuple[str, Path]) -> Iterator[Running]:
+    with api_server(*database) as running:
+        yield running
+
+
+@asynccontextmanager
+async def over_http(api: Running, token: str | None) -> AsyncIterator[ClientSession]:
+    headers = {} if token is None else {"Authorization": f"Bearer {token}"}
+    async with (
+        create_mcp_http_client(headers=headers) as http,
+        streamable_http_client(f"{api.url}/mcp", http_client=http) as (read, write),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        yield session
+
+
+@asynccontextmanager
+async def over_stdio(url: str, token: str, **extra: str) -> AsyncIterator[ClientSession]:
+    env = server_env(url, REVERIE_MCP_TOKEN=token, **extra)
+    params = StdioServerParameters(command=reverie(), args=["mcp"], env=env)
+    async with (
+        stdio_client(params) as (read, write),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        yield session
+
+
+async def tool(session: ClientSession, name: str, /, **arguments: Any) -> dict[str, Any]:
+    result = await session.call_tool(name, arguments)
+    assert not result.is_error, result.content
+    return result.structured_content or json.loads(result.content[0].text)  # type: ignore[union-attr]
+
+
+async def refused(session: ClientSession, name: str, /, **arguments: Any) -> str:
+    result = await session.call_tool(name, arguments)
+    assert result.is_error
+    text = result.content[0].text  # type: ignore[union-attr]
+    # The SDK says which tool failed; our text follows: "<HTTP status> <JSON body>".
+    return text.removeprefix(f"Error executing tool {name}: ")
+
+
+async def agent_session(session: ClientSession, profile: str) -> None:
+    assert TOOLS <= {t.name for t in (await session.list_tools()).tools}
+    stored = await tool(session, "store", profile=profile, memories=[
+        {"id": "m1", "content": "The user prefers dark roast coffee", "kind": "preference"},
+        {"id": "m2", "content": "The user's sister is called Ines", "importance": 0.9},
+        {"content": "bad", "created_at": "not a date"},
+    ])
+    assert stored["stored"] == 2
+    assert stored["rejected"][0]["field"] == "created_at"
+    start = await tool(session, "session_init", profile=profile, query="coffee")
+    assert start["memories"][0]["content"] == "The user prefers dark roast coffee"
+    hits = await tool(session, "recall", profile=profile, query="sister's name", k=1,
+                      track=True)
+    assert hits["hits"][0]["external_id"] == "m2"
+    got = await tool(session, "get", profile=profile, id="m2")
+    assert got["access_count"] == 1
+    status = await tool(session, "consolidation_status", profile=profile)
+    assert status["profile"] == profile
+    ended = await tool(session, "session_end", profile=profile, session="s1")
+    assert ended["session_count"] >= 1
+    bad = await refused(session, "consolidate", profile=profile, mode="cold", scope="session")
+    assert bad.startswith("422") and '"field": "session"' in bad
+
+
+async def every_tool_refused(session: ClientSession, profile: str) -> None:
+    arguments: dict[str, dict[str, Any]] = {
+        "session_init": {}, "store": {"memories": [{"content": "x"}]},
+        "recall": {"query": "x"}, "get": {"id": "m1"}, "consolidate": {"dry_run": True},
+        "consolidation_status": {}, "session_end": {}, "undo": {"id": "c-1"},
+    }
+    for name, args in arguments.items():
+        for target in (profile, "nobody"):
+            text = await refused(session, name, profile=target, **args)
+            assert text.startswith("403"), (name, text)
+            assert target not in text
+
+
+@pytest.mark.slow
+def test_a_whole_session_over_streamable_http(api: Running) -> None:
+    async def main() -> None:
+        async with over_http(api, ALICE_TOKEN) as session:
+            await agent_session(session, "alice")
+        async with over_http(api, BOB_TOKEN) as session:
+            await every_tool_refused(session, "alice")
+
+    anyio.run(main)
+
+
+@pytest.mark.slow
+@pytest.mark.store_independent("the token is refused before any tool runs")
+@pytest.mark.parametrize("token", [None, WRONG_TOKEN])
+def test_the_mcp_endpoint_refuses_no_token_and_a_wrong_one(api: Running, token: str | None) -> None:
+    headers = {"Accept": "application/json, text/event-stream"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    r = httpx.post(f"{api.url}/mcp", headers=headers, json={
+        "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "t", "version": "1"}}})
+    assert r.status_code == 401
+
+
+@pytest.mark.slow
+def test_a_whole_session_over_stdio(database: tuple[str, Path]) -> None:
+    url, _ = database
+
+    async def main() -> None:
+        async with over_stdio(url, BOB_TOKEN) as session:
+            await agent_session(session, "bob")
+            await every_tool_refused(session, "alice")
+        async with over_stdio(url, WRONG_TOKEN) as session:
+            text = await refused(session, "recall", profile="bob", query="x")
+            assert text.startswith("401")
+
+    anyio.run(main)

@@ -1,0 +1,83 @@
+"""The README's agent examples run as written: the MCP client configuration of
+`reverie mcp` (spawned by the MCP SDK's client over stdio) and the agent loop over HTTP
+(against `reverie api`, a real process)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import pytest
+from mcp.client.session import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+
+from agent_server import Running, api_server, reverie, server_env
+from conftest import TEST_POSTGRES, _create_postgres_database, _drop_postgres_database
+
+README = Path(__file__).parents[1] / "README.md"
+AGENT_TOKEN = "agent-token-change-me-0123"
+
+
+def readme_block(name: str) -> str:
+    """The fenced block after ``<!-- readme-test: name -->``."""
+    match = re.search(rf"<!-- readme-test: {name} -->\n```\w+\n(.*?)\n```", README.read_text(),
+                      re.DOTALL)
+    assert match, f"README has no block {name}"
+    return match.group(1)
+
+
+@pytest.fixture(scope="module")
+def database(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    folder = tmp_path_factory.mktemp("readme")
+    url = _create_postgres_database() if TEST_POSTGRES else f"sqlite:///{folder / 'store.db'}"
+    yield url, folder
+    if TEST_POSTGRES:
+        _drop_postgres_database(url)
+
+
+@pytest.mark.slow
+def test_the_agent_loop_runs_as_written(database: tuple[str, Path]) -> None:
+    url, folder = database
+    with api_server(url, folder, REVERIE_API_TOKENS=f"{AGENT_TOKEN}:my-agent") as api:
+        run(api, folder)
+        second = run(api, folder)
+    # The second session recalls what the first one stored.
+    assert "I moved to Lyon last month" in second
+
+
+def run(api: Running, folder: Path) -> str:
+    script = folder / "agent_loop.py"
+    script.write_text(readme_block("agent-loop"))
+    result = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=300,
+        env={**os.environ, "REVERIE_URL": api.url, "REVERIE_TOKEN": AGENT_TOKEN})
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+@pytest.mark.slow
+def test_the_mcp_client_configuration_runs_as_written(database: tuple[str, Path]) -> None:
+    url, folder = database
+    server = json.loads(readme_block("mcp-config"))["mcpServers"]["reverie"]
+    assert server["command"] == "reverie"
+    env = {**server_env(url), **server["env"]}
+
+    async def main() -> None:
+        params = StdioServerParameters(command=reverie(), args=server["args"], env=env)
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+            await session.initialize()
+            stored = await session.call_tool("store", {"profile": "my-agent", "memories": [
+                {"content": "The user writes Rust at work"}]})
+            assert not stored.is_error, stored.content
+            start = await session.call_tool("session_init", {"profile": "my-agent",
+                                                             "query": "programming"})
+            assert not start.is_error, start.content
+            assert "Rust" in json.dumps(start.structured_content)
+
+    anyio.run(main)

@@ -27,6 +27,7 @@ from reverie.models.errors import ReverieError
 from reverie.models.settings import get_settings
 from reverie.models.store import Store
 
+FULL = Mode("full")  # the default mode, made once
 
 Profile = Annotated[str, Field(description="The memory owner (one profile).",
                                min_length=1, max_length=ops.MAX_PROFILE_CHARS)]
@@ -84,7 +85,7 @@ def build_mcp(open_store: Callable[[], Store], tokens: Tokens, stdio: bool = Fal
     @server.tool()
     def consolidate(
         profile: Profile, ctx: Context,
-        mode: Mode = Mode("full"),
+        mode: Mode = FULL,
         dry_run: bool = False, scope: Literal["all", "session"] | None = None,
         min_age_days: float | None = None, use_llm: bool | None = None,
         session: str | None = None,

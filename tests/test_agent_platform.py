@@ -6,12 +6,11 @@ its deployment, returned at once) and ends the session, which fires the full run
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
-
 from agent_server import ALICE_TOKEN, Running, api_server, bearer
+
 from prefect_stack import Stack, new_store_url, running_stack
 
 EVENT_DEPLOYMENTS = ("on-demand", "sessions")
@@ -59,7 +58,6 @@ def test_an_agent_session_over_mcp_drives_the_triggers(
     """The same session through the MCP SDK's client, over streamable HTTP (bob) and
     over stdio (bob-2, spawning `reverie mcp` against the same Prefect)."""
     import anyio
-
     from agent_server import BOB_TOKEN
     from test_mcp import over_http, over_stdio, tool
 

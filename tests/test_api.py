@@ -11,7 +11,6 @@ from typing import Any
 
 import httpx
 import pytest
-
 from agent_server import (
     ADMIN_TOKEN,
     ALICE_TOKEN,
@@ -21,6 +20,7 @@ from agent_server import (
     api_server,
     bearer,
 )
+
 from conftest import TEST_POSTGRES, _create_postgres_database, _drop_postgres_database
 
 SECRET = "the-vault-combination-is-4471-zebra"  # memory content the log must never hold

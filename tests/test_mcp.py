@@ -14,11 +14,6 @@ from typing import Any
 import anyio
 import httpx
 import pytest
-from mcp.client.session import ClientSession
-from mcp.client.stdio import StdioServerParameters, stdio_client
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
-
 from agent_server import (
     ALICE_TOKEN,
     BOB_TOKEN,
@@ -28,6 +23,11 @@ from agent_server import (
     reverie,
     server_env,
 )
+from mcp.client.session import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+
 from conftest import TEST_POSTGRES, _create_postgres_database, _drop_postgres_database
 
 TOOLS = {"session_init", "store", "recall", "get", "consolidate", "consolidation_status",

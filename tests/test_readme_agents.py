@@ -14,10 +14,10 @@ from pathlib import Path
 
 import anyio
 import pytest
+from agent_server import Running, api_server, reverie, server_env
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
-from agent_server import Running, api_server, reverie, server_env
 from conftest import TEST_POSTGRES, _create_postgres_database, _drop_postgres_database
 
 README = Path(__file__).parents[1] / "README.md"

@@ -78,7 +78,8 @@ def use_local_api() -> str | None:
     with _locked(home):
         server = running(home)
         if server is None:
-            server = _start(home, settings.local_server_idle_seconds)
+            server = _start(home, settings.local_server_idle_seconds,
+                            settings.local_server_port)
             print(f"reverie: started a local Prefect server at {server.url} (runs and UI); "
                   f"it stops after {_duration(server.idle_seconds)} unused, or with "
                   "`reverie server stop`", file=sys.stderr)
@@ -124,13 +125,18 @@ def stop(home: Path) -> LocalServer | None:
     return server
 
 
-def _start(home: Path, idle_seconds: float) -> LocalServer:
+def _start(home: Path, idle_seconds: float, port: int | None = None) -> LocalServer:
     home.mkdir(parents=True, exist_ok=True)
     stale = read_state(home)
     if stale is not None and _alive(stale.pid):
         _end(stale.pid)  # alive but not answering: it would never serve a command again
     (home / STATE_FILE).unlink(missing_ok=True)
-    port = _free_port()
+    if port is None:
+        port = _free_port()
+    elif not _port_free(port):
+        raise ReverieError(
+            f"REVERIE_LOCAL_SERVER_PORT={port}: that port on 127.0.0.1 is in use; choose "
+            "another, or unset it to let the kernel pick one")
     log = open(home / LOG_FILE, "ab")  # noqa: SIM115 (the child keeps it)
     process = subprocess.Popen(
         [sys.executable, "-m", "reverie.deployments.local_server", "--port", str(port),
@@ -256,6 +262,15 @@ def _reaped(pid: int) -> bool:
         return os.waitpid(pid, os.WNOHANG)[0] == pid
     except ChildProcessError:
         return False
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
 
 
 def _free_port() -> int:

@@ -125,6 +125,10 @@ class Settings(BaseSettings):
     # for every command (5-10 s of start-up each).
     local_server: Literal["shared", "temporary"] = "shared"
     local_server_idle_seconds: float = Field(1800.0, ge=10.0, le=7 * DAY_SECONDS)
+    local_server_port: int | None = Field(
+        None, ge=1024, le=65535,
+        description="Port of the shared local Prefect server (its API and UI, on "
+                    "127.0.0.1); unset: a free port the kernel picks.")
 
     # A run that finds its profile busy (another run holds it) waits, or skips it.
     busy_profile: Literal["wait", "skip"] = "wait"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -34,14 +35,15 @@ def local(sample_template: Path, new_store: Callable[[str], Store], tmp_path: Pa
     """Run ``reverie`` as a user without PREFECT_API_URL would, in shared mode."""
     store = clone_sample(sample_template, new_store("local"))
     home = tmp_path / "prefect"
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PREFECT_API", "PREFECT_LOGGING"))}
-    env.update({"PREFECT_HOME": str(home), "REVERIE_DATABASE_URL": store.url,
-                "REVERIE_LOCAL_SERVER": "shared"})
+    base = {k: v for k, v in os.environ.items()
+            if not k.startswith(("PREFECT_API", "PREFECT_LOGGING"))}
+    base.update({"PREFECT_HOME": str(home), "REVERIE_DATABASE_URL": store.url,
+                 "REVERIE_LOCAL_SERVER": "shared"})
 
-    def reverie(*argv: str, idle: float = 600, background: bool = False) -> object:
+    def reverie(*argv: str, idle: float = 600, background: bool = False,
+                env: dict[str, str] | None = None) -> object:
         command = [sys.executable, "-m", "reverie.deployments.cli", *argv]
-        run_env = {**env, "REVERIE_LOCAL_SERVER_IDLE_SECONDS": str(idle)}
+        run_env = {**base, "REVERIE_LOCAL_SERVER_IDLE_SECONDS": str(idle), **(env or {})}
         if background:
             return subprocess.Popen(command, env=run_env, cwd=ROOT, text=True,
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -172,3 +174,23 @@ def test_flow_runs_on_a_configured_api_keep_their_heartbeats(
 
     default = get_current_settings().flows.heartbeat_frequency
     assert _heartbeat_inside_local_api(monkeypatch, configured=True) == default
+
+
+@pytest.mark.slow
+def test_the_shared_servers_port_can_be_chosen_and_a_taken_one_is_refused(local) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        busy = taken.getsockname()[1]
+        refused = local("run", "decay", "--all", "--as-of", "2025-07-01",
+                        env={"REVERIE_LOCAL_SERVER_PORT": str(busy)})
+    assert refused.returncode != 0
+    assert f"REVERIE_LOCAL_SERVER_PORT={busy}: that port on 127.0.0.1 is in use" in refused.stderr
+    assert read_state(local.home) is None
+
+    chosen = local_server._free_port()
+    done = local("run", "decay", "--all", "--as-of", "2025-07-01",
+                 env={"REVERIE_LOCAL_SERVER_PORT": str(chosen)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    server = read_state(local.home)
+    assert server is not None and server.port == chosen
+    assert f"http://127.0.0.1:{chosen}" in done.stderr

@@ -13,6 +13,9 @@ from agent_server import ALICE_TOKEN, Running, api_server, bearer
 
 from prefect_stack import Stack, new_store_url, running_stack
 
+pytestmark = pytest.mark.store_independent(
+    "the agent session through a real stack; its operations run on both in tests/test_api.py")
+
 EVENT_DEPLOYMENTS = ("on-demand", "sessions")
 
 

@@ -21,6 +21,9 @@ from reverie.models.store import Store
 
 from prefect_stack import EVENT_SECONDS, Stack, free_port, wait_for
 
+pytestmark = pytest.mark.store_independent(
+    "Prefect automations and notifications; the store's part runs in every flow test on both")
+
 
 class Inbox:
     def __init__(self) -> None:

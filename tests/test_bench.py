@@ -22,6 +22,9 @@ from reverie.deployments.cli import EXIT_OK, main
 
 from factories import view
 
+pytestmark = pytest.mark.store_independent(
+    "the LoCoMo bench's reading and scoring")
+
 SMALL = Path(__file__).parent / "data" / "locomo_small.json"
 
 

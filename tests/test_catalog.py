@@ -9,12 +9,14 @@ import subprocess
 import sys
 from collections import Counter
 
+import pytest
 import yaml
 
 from reverie.deployments.serve import project_root
 from reverie.flows.catalog import DEPLOYMENTS, ENTRIES, FLOW_ENTRIES, FLOWS, flow_table
 
 ROOT = project_root()
+pytestmark = pytest.mark.store_independent("the registry of flows and prefect.yaml")
 
 
 def _deployments() -> list[dict]:

@@ -26,6 +26,9 @@ from reverie.models.store import Store
 
 from conftest import clone_sample
 
+pytestmark = pytest.mark.store_independent(
+    "the shared local Prefect server's life cycle")
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

@@ -11,6 +11,9 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.store_independent(
+    "what the package installs")
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

@@ -29,6 +29,9 @@ from reverie.models.store import Store
 
 from factories import embedder_of, ingest_records
 
+pytestmark = pytest.mark.store_independent(
+    "progress bars and logs")
+
 START = datetime(2025, 7, 1)
 # What a bar looks like: "desc:  33%|███▎      | 1/3 [00:00<00:01, 2.0row/s]".
 BAR_MARKS = ("%|", "\r")

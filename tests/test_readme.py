@@ -45,6 +45,9 @@ from reverie.models.config import PRESETS, ConsolidationConfig
 from reverie.models.settings import Settings
 from reverie.models.store import Store
 
+pytestmark = pytest.mark.store_independent(
+    "the README's claims and snippet, on the default store as a newcomer runs it")
+
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 

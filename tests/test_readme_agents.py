@@ -20,6 +20,9 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 
 from conftest import TEST_POSTGRES, _create_postgres_database, _drop_postgres_database
 
+pytestmark = pytest.mark.store_independent(
+    "the README's agent snippets as written; their operations run on both in tests/test_api.py")
+
 README = Path(__file__).parents[1] / "README.md"
 AGENT_TOKEN = "agent-token-change-me-0123"
 

@@ -38,6 +38,9 @@ from conftest import TEST_POSTGRES, _create_postgres_database, _drop_postgres_da
 from prefect_stack import RUN_SECONDS, free_port, wait_for, write_prefect_file
 from stubborn_flow import CHILD_MARKER
 
+pytestmark = pytest.mark.store_independent(
+    "the processes of `reverie serve`; the store's part runs in every flow test on both")
+
 # Past the stop's own bound: Python's start-up and the last SIGKILLs landing.
 STOP_SLACK_SECONDS = 10
 

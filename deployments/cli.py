@@ -834,7 +834,8 @@ def _why(parameters: dict[str, Any]) -> list[str]:
     """A decision's audit, in lines: its rule, its knobs, each member's similarity to
     the group (or heat, for cold notes) and, for a supersession, what each disagrees on."""
     lines = [f"rule: {parameters['rule']}"] if parameters.get("rule") else []
-    knobs = [f"{k}={v}" for k, v in parameters.items() if k not in _NOT_WHY]
+    knobs = [f"{k}={','.join(map(str, v)) if isinstance(v, list) else v}"
+             for k, v in parameters.items() if k not in _NOT_WHY]
     if knobs:
         lines.append("knobs: " + ", ".join(knobs))
     for key, label in (("similarities", "similarity"), ("heats", "heat")):

@@ -10,6 +10,7 @@ import argparse
 import gc
 import json
 import os
+import shutil
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict
@@ -29,6 +30,8 @@ if TYPE_CHECKING:
     from reverie.flows.report import RunReport
 
 EXIT_OK, EXIT_REJECTED, EXIT_ERROR = 0, 1, 2
+# Decisions `reverie consolidations` shows without --limit or --all.
+CONSOLIDATIONS_SHOWN = 50
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -74,6 +77,16 @@ def _name(text: str) -> str:
         return given_id(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of at least 1")
+    return value
 
 
 def _version() -> str:
@@ -179,10 +192,21 @@ def _parser() -> argparse.ArgumentParser:
                    help="the profile the consolidation belongs to")
     p.add_argument("--json", action="store_true")
 
-    p = command("consolidations", _consolidations, "List a profile's consolidation decisions.")
+    p = command("consolidations", _consolidations,
+                "List a profile's consolidation decisions, newest first, each with its "
+                "summary's text and why its members were grouped.")
     p.add_argument("--profile", type=_name, required=True)
-    p.add_argument("--limit", type=int, default=50)
-    p.add_argument("--json", action="store_true")
+    shown = p.add_mutually_exclusive_group()
+    shown.add_argument("--limit", type=_count, metavar="N",
+                       help=f"show the newest N (default {CONSOLIDATIONS_SHOWN})")
+    shown.add_argument("--all", action="store_true", help="show every decision")
+    p.add_argument("--why", action="store_true",
+                   help="also the rule that grouped each decision's members and each "
+                        "member's similarity (or heat) to the group")
+    p.add_argument("--json", action="store_true",
+                   help="print {profile, total, shown, consolidations: [...]} as JSON, "
+                        "each decision with its summary_text and parameters (rule, "
+                        "similarities)")
 
     p = command("blocks", _blocks, "Show a profile's Core Memory blocks.")
     p.add_argument("--profile", type=_name, required=True)
@@ -756,22 +780,75 @@ def _undo(args: argparse.Namespace) -> int:
 def _consolidations(args: argparse.Namespace) -> int:
     store = _store()
     store.resolve_profiles(args.profile)
-    from reverie.models.repositories.audit import consolidations
+    from reverie.models.repositories.audit import (
+        consolidation_count,
+        consolidations,
+        summary_texts,
+    )
 
+    limit = None if args.all else args.limit or CONSOLIDATIONS_SHOWN
     with store.reading(args.profile) as tx:
-        rows = consolidations(tx, args.limit)
+        rows = consolidations(tx, limit)
+        total = len(rows) if limit is None or len(rows) < limit else consolidation_count(tx)
+        texts = summary_texts(tx, rows)
     if args.json:
-        _print_json([r.model_dump(mode="json") for r in rows])
+        _print_json({
+            "profile": args.profile, "total": total, "shown": len(rows),
+            "consolidations": [
+                {**r.model_dump(mode="json"), "summary_text": texts.get(r.id)} for r in rows
+            ],
+        })
         return EXIT_OK
-    if rows:
-        print(f"{'id':<18}  {'created':<10}  {'operation':<9} {'summary':<20} {'members':>12}")
+    if not rows:
+        print(f"no consolidation decisions yet for {args.profile}")
+        return EXIT_OK
+    width = shutil.get_terminal_size((120, 24)).columns
+    print(f"{'id':<18}  {'created':<10}  {'operation':<9}  {'summary':<18}  "
+          f"{'members':>7}  summary text")
     for r in rows:
-        state = f"undone {r.undone_at:%Y-%m-%d %H:%M}" if r.undone_at else ""
-        print(
-            f"{r.id}  {r.created_at:%Y-%m-%d}  {r.operation:<9} {r.summary_id or '-':<20} "
-            f"{len(r.member_ids):>4} memories  {state}"
-        )
+        state = f"[undone {r.undone_at:%Y-%m-%d %H:%M}] " if r.undone_at else ""
+        head = (f"{r.id:<18}  {r.created_at:%Y-%m-%d}  {r.operation:<9}  "
+                f"{r.summary_id or '-':<18}  {len(r.member_ids):>7}  ")
+        text = " ".join(texts.get(r.id, "-").split())  # one line per decision
+        print(head + _clipped(state + text, max(40, width - len(head))))
+        if args.why:
+            for line in _why(r.parameters or {}):
+                print(f"    {line}")
+    if len(rows) < total:
+        print(f"showing {len(rows)} of {total}, newest first; --limit N or --all for more")
+    else:
+        print(f"{total} decision{'s' if total != 1 else ''}, newest first")
     return EXIT_OK
+
+
+def _clipped(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+# Audit parameters that say how to undo a decision or what it absorbed, not why.
+_NOT_WHY = frozenset({"prior", "absorbed", "undone_summary", "rule", "similarities", "heats",
+                      "conflicts"})
+
+
+def _why(parameters: dict[str, Any]) -> list[str]:
+    """A decision's audit, in lines: its rule, its knobs, each member's similarity to
+    the group (or heat, for cold notes) and, for a supersession, what each disagrees on."""
+    lines = [f"rule: {parameters['rule']}"] if parameters.get("rule") else []
+    knobs = [f"{k}={','.join(map(str, v)) if isinstance(v, list) else v}"
+             for k, v in parameters.items() if k not in _NOT_WHY]
+    if knobs:
+        lines.append("knobs: " + ", ".join(knobs))
+    for key, label in (("similarities", "similarity"), ("heats", "heat")):
+        values = parameters.get(key) or {}
+        if values:
+            lines.append(f"{label}: " + ", ".join(
+                f"{mid} {value:.3f}" for mid, value in values.items()))
+    conflicts = parameters.get("conflicts") or {}
+    if conflicts:
+        lines.append("conflicts: " + ", ".join(f"{mid} {kind}" for mid, kind in conflicts.items()))
+    if parameters.get("absorbed"):
+        lines.append("absorbed: " + ", ".join(parameters["absorbed"]))
+    return lines
 
 
 def _blocks(args: argparse.Namespace) -> int:

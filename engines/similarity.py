@@ -69,6 +69,15 @@ class Neighbours:
     similarities: list[np.ndarray]
 
 
+def similarities_to_first(neighbours: Neighbours, group: Sequence[int]) -> list[float]:
+    """Each row of ``group``'s cosine to its first (the representative or seed: 1.0
+    itself), from the search that grouped them (6 decimals, as a supersession's)."""
+    lead = group[0]
+    found = dict(zip(neighbours.indices[lead].tolist(),
+                     neighbours.similarities[lead].tolist(), strict=True))
+    return [1.0, *(round(float(found[row]), 6) for row in group[1:])]
+
+
 def chosen_rows(
     memories: Sequence[Row], vectors: np.ndarray, keep: Callable[[Row], bool]
 ) -> tuple[list[Row], np.ndarray]:

@@ -91,7 +91,13 @@ class SummaryPlan:
     embedding: bytes | None = None
     embedding_model: str | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    # Why the members were grouped: the rule and its knobs (``rule``, the representative
+    # or seed...), kept in the audit row with ``similarities``.
     parameters: dict[str, Any] = field(default_factory=dict)
+    # Each memory the rule grouped (a member, or an earlier summary it absorbs) and its
+    # cosine to the group's representative or seed, as the search found it: the audit's
+    # "why". Empty where the rule is not a similarity (cold notes group by entity).
+    similarities: dict[str, float] = field(default_factory=dict)
     # The words a fresh vector is made from, when not the whole ``content`` (a
     # compression's, without its dates: see ``tasks.compress.Digest``); never stored.
     gist: str | None = field(default=None, compare=False, repr=False)
@@ -190,5 +196,7 @@ class MetaPlan:
     embedding_model: str | None
     meta: dict[str, Any]
     parameters: dict[str, Any] = field(default_factory=dict)
+    # Each member's cosine to the cluster's centroid (the meta-memory's vector).
+    similarities: dict[str, float] = field(default_factory=dict)
     # What a summarizer reads to reword it, in the order it reads them; never stored.
     sources: tuple[MemoryView, ...] = field(default=(), compare=False, repr=False)

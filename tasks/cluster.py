@@ -46,6 +46,13 @@ from reverie.tasks.step import Change, StepArgs, StepReport, preview, step_task
 from reverie.tasks.summaries import drop_vetoed
 
 OPERATION = Operation.CLUSTER
+# Why a cluster's members were grouped, by ``cluster.method`` (its audit's ``rule``;
+# ``similarities`` holds each member's cosine to the centroid, the meta-memory's vector).
+RULES = {
+    "components": "connected at the similarity: each linked to another member (single "
+                  "linkage)",
+    "leiden": "a Leiden community of the graph of pairs at the similarity",
+}
 
 
 def is_candidate(memory: MemoryView, config: ClusterConfig) -> bool:
@@ -155,15 +162,25 @@ def plan_clusters(
                     "method": config.method,
                 },
                 parameters={
+                    "rule": RULES[config.method],
                     "similarity": config.similarity,
                     "min_cluster_size": config.min_cluster_size,
                     "method": config.method,
                     "mode": "rules",
                 },
+                similarities=dict(sorted(zip(
+                    (m.id for m in members),
+                    (round(float(sim), 6) for sim in exact_to(cand_vectors[group], centroid)),
+                    strict=True))),
                 sources=tuple(members),
             )
         )
     return plans
+
+
+def exact_to(vectors: np.ndarray, centre: np.ndarray) -> np.ndarray:
+    """Each row's cosine to ``centre`` (unit vectors), summed in float64."""
+    return np.einsum("ij,j->i", vectors, centre.astype(np.float64), dtype=np.float64)
 
 
 def word_clusters(plans: list[MetaPlan], summarizer: Summarizer) -> list[MetaPlan]:

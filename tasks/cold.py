@@ -47,6 +47,9 @@ OPERATION = Origin.COLD_LEARNING
 LEARNING_LAYER = "learning"
 LEARNING_KIND = "insight"
 IN_PROGRESS, STALLED = "in_progress", "stalled"
+# Why a learning memory's notes were grouped (its audit's ``rule``; ``heats`` holds each
+# note's heat at as_of). Notes group by what they are about, not by similarity.
+RULE = ("cold notes: one entity and layer, at least min_age_days old, heat below max_heat")
 
 
 def heat(access_count: int, days_since_access: float, importance: float) -> float:
@@ -95,9 +98,11 @@ def learning_plan(
     group: Sequence[MemoryView],
     config: ColdConfig,
     originals: dict[str, list[MemoryView]] | None = None,
+    as_of: datetime | None = None,
 ) -> SummaryPlan:
     """The protected learning memory standing for one (entity, layer) group; a summary
-    in the group is absorbed, and the learning memory stands for its ``originals``."""
+    in the group is absorbed, and the learning memory stands for its ``originals``.
+    Its audit says why (``rule``) and, given ``as_of``, each note's heat then."""
     first = group[0]
     best = sorted(group, key=lambda m: (-m.importance, m.created_at, m.id))[: config.exemplars]
     exemplars = [
@@ -123,8 +128,14 @@ def learning_plan(
         "replaced_ids": sorted(m.external_id or m.id for m in group),
     }
     importance = max(sum(m.importance for m in group) / len(group), config.min_importance)
-    parameters = {"min_age_days": config.min_age_days, "max_heat": config.max_heat,
-                  "scope": config.scope, "mode": "rules"}
+    parameters: dict[str, object] = {
+        "rule": RULE, "same": ["entity", "layer"], "min_age_days": config.min_age_days,
+        "max_heat": config.max_heat, "scope": config.scope, "mode": "rules"}
+    if as_of is not None:
+        parameters["heats"] = {
+            m.id: round(heat(m.access_count, days_untouched(m, as_of), m.importance), 4)
+            for m in sorted(group, key=lambda m: m.id)
+        }
     # A model words it from the group as it reads today: an absorbed summary speaks for
     # its own originals.
     notes = sorted(group, key=lambda m: (m.origin not in SUMMARY_ORIGINS, m.id))
@@ -155,7 +166,7 @@ def plan_cold(
         if is_candidate(m, as_of, config):
             groups.setdefault((m.entity, m.layer), []).append(m)  # type: ignore[arg-type]
     return [
-        learning_plan(profile, group, config, originals)
+        learning_plan(profile, group, config, originals, as_of)
         for _, group in sorted(groups.items())
         if len(group) >= config.min_group_size
     ]

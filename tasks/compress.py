@@ -29,7 +29,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from reverie.engines.similarity import DEFAULT_SEARCH, radius_neighbours
+from reverie.engines.similarity import DEFAULT_SEARCH, radius_neighbours, similarities_to_first
 from reverie.engines.wording import Summarizer
 from reverie.models.config import CompressConfig, SearchConfig
 from reverie.models.records import MemoryView, SummaryPlan
@@ -43,6 +43,10 @@ from reverie.tasks.summaries import reworded, summary_plan, write_summaries
 from reverie.tasks.supersede import compressible_together
 
 OPERATION = Origin.COMPRESSED
+# Why a compression's members were grouped (its audit's ``rule``; ``similarities``
+# holds each one's cosine to the seed).
+RULE = ("fading alike: same kind and entity, relevance below max_relevance, each within "
+        "the similarity of the oldest (the seed)")
 
 
 def is_candidate(memory: MemoryView, config: CompressConfig) -> bool:
@@ -65,9 +69,18 @@ def fading_groups(
     """Rows grouped greedily around seeds taken oldest first, most similar first, up to
     max_group_size, never two that state different values of one fact (``compatible``);
     a seed that gathers fewer than min_group_size is left alone."""
+    return [group for group, _ in seeded_groups(memories, vectors, config, search)]
+
+
+def seeded_groups(
+    memories: Sequence[MemoryView], vectors: np.ndarray, config: CompressConfig,
+    search: SearchConfig = DEFAULT_SEARCH,
+) -> list[tuple[list[int], list[float]]]:
+    """``fading_groups``, each with its members' cosine to its seed (its first row)."""
     neighbours = radius_neighbours(vectors, config.similarity, search=search)
     claimed = np.zeros(len(memories), dtype=bool)
-    groups: list[list[int]] = []
+    groups: list[tuple[list[int], list[float]]] = []
+
     def age_order(i: int) -> tuple[object, str]:
         return memories[i].created_at, memories[i].id
 
@@ -85,7 +98,7 @@ def fading_groups(
                 group.append(int(other))
         if len(group) >= config.min_group_size:
             claimed[group] = True
-            groups.append(group)
+            groups.append((group, similarities_to_first(neighbours, group)))
     return groups
 
 
@@ -203,6 +216,8 @@ def compression_plans(
     worded by the rules; given one subject at a time, as they are made, so that the step
     hands each to the model while it plans the next."""
     parameters = {
+        "rule": RULE,
+        "same": ["kind", "entity"],
         "max_relevance": config.max_relevance,
         "similarity": config.similarity,
         "min_group_size": config.min_group_size,
@@ -219,14 +234,17 @@ def compression_plans(
     for key in sorted(subjects):
         same = subjects[key]
         candidates = [memories[i] for i in same]
-        for group in fading_groups(candidates, vectors[same], config, search):
+        for group, sims in seeded_groups(candidates, vectors[same], config, search):
             # Summaries are never candidates: a group is its own originals, and the
             # originals of earlier summaries need not be read.
             hot = [candidates[i] for i in group]
             ordered = sorted(hot, key=lambda m: (m.created_at, m.id))
             words = rules_wording(ordered)
             yield summary_plan(
-                profile, OPERATION, hot, {}, words.text, hot[0], dict(parameters),
+                profile, OPERATION, hot, {}, words.text, hot[0],
+                {**parameters, "seed": hot[0].id},
+                similarities={m.id: sim for m, sim in sorted(
+                    zip(hot, sims, strict=True), key=lambda p: p[0].id)},
                 gist=words.gist, link_weight=config.link_weight, sources=tuple(ordered),
                 # Fresh: a summary dated at its oldest member would be born fading.
                 created_at=as_of, meta={**hot[0].meta, **member_dates(ordered)},

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Sequence, Set
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 import numpy as np
@@ -38,6 +38,7 @@ from reverie.engines.similarity import (
     chosen_rows,
     comparisons_per_row,
     radius_neighbours,
+    similarities_to_first,
 )
 from reverie.engines.wording import Summarizer
 from reverie.models.config import DedupConfig, SearchConfig
@@ -64,6 +65,9 @@ from reverie.tasks.supersede import (
 )
 
 OPERATION = Origin.DEDUP_SUMMARY
+# Why a merge's members were grouped (its audit's ``rule``; ``similarities`` holds each
+# one's cosine to the representative, an absorbed summary standing for its originals).
+RULE = "near-duplicates: each within the similarity of the most informative representative"
 _WORD = re.compile(r"\w+")
 
 
@@ -117,6 +121,9 @@ class Duplicates:
     candidates: list[MemoryView]
     vectors: np.ndarray
     groups: list[list[int]]
+    # Row-aligned with each group: every member's cosine to the group's representative
+    # (its first row, 1.0), as the search found it.
+    similarities: list[list[float]] = field(default_factory=list)
 
     def absorbed(self) -> list[str]:
         """The earlier summaries in some group: the only ones whose originals a plan
@@ -139,8 +146,11 @@ def find_duplicates(
     # others, most rows of a store, was a tenth of the search's time.
     order = representative_order(
         candidates, (i for i, hits in enumerate(neighbours.indices) if len(hits)))
-    return Duplicates(candidates, cand_vectors, duplicate_groups(
-        neighbours, order, config, lambda i, j: compatible(candidates[i], candidates[j])))
+    groups = duplicate_groups(
+        neighbours, order, config, lambda i, j: compatible(candidates[i], candidates[j]))
+    return Duplicates(candidates, cand_vectors, groups,
+                      [similarities_to_first(neighbours, group) for group in groups])
+
 
 
 def plan_merges(
@@ -153,12 +163,13 @@ def plan_merges(
     memories it replaced: a new summary that takes in an earlier one stands for those
     originals, never for the summary itself."""
     parameters = {
+        "rule": RULE,
         "similarity": config.similarity,
         "min_group_size": config.min_group_size,
         "mode": "rules",
     }
     plans: list[SummaryPlan] = []
-    for group in found.groups:
+    for group, sims in zip(found.groups, found.similarities, strict=True):
         hot = [found.candidates[i] for i in group]
         rep = hot[0]
         members, _ = stand_ins(hot, originals)
@@ -170,8 +181,11 @@ def plan_merges(
         # them all: the vector is its words' (the summary's gist), as any memory's is.
         plans.append(
             summary_plan(profile, OPERATION, hot, originals, merge_wording(rep, members), rep,
-                         dict(parameters), embedding=to_blob(found.vectors[group[0]]),
-                         embedding_model=rep.embedding_model)
+                         {**parameters, "representative": rep.id},
+                         embedding=to_blob(found.vectors[group[0]]),
+                         embedding_model=rep.embedding_model,
+                         similarities={m.id: sim for m, sim in sorted(
+                             zip(hot, sims, strict=True), key=lambda p: p[0].id)})
         )
     return plans
 

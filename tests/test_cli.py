@@ -282,7 +282,7 @@ def test_ids_and_profiles_are_found_in_either_unicode_form(
                  "--as-of", "2025-07-01T00:00:00Z"]) == EXIT_OK
     capsys.readouterr()
     assert main(["consolidations", "--profile", zoe_nfd, "--json"]) == EXIT_OK
-    (merge,) = json.loads(capsys.readouterr().out)
+    (merge,) = json.loads(capsys.readouterr().out)["consolidations"]
     assert main(["undo", merge["id"], "--profile", zoe_nfd]) == EXIT_OK
     assert "3 memories restored" in capsys.readouterr().out
     assert main(["undo", merge["summary_id"], "--profile", zoe]) == EXIT_OK

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlmodel import Session
 
 from reverie.models import tables
@@ -20,16 +20,47 @@ UNDOABLE = frozenset({Operation.DEDUP, Operation.COMPRESS, Operation.COLD_LEARNI
                       Operation.CLUSTER, Operation.MIGRATE_COLD, Operation.SUPERSEDE})
 
 
-def consolidations(tx: ProfileTx, limit: int = 50) -> list[tables.Consolidation]:
-    """The profile's consolidation decisions, newest first."""
-    return list(
-        tx.session.execute(
-            select(tables.Consolidation)
-            .where(tables.Consolidation.profile_id == tx.profile)
-            .order_by(tables.Consolidation.created_at.desc(), tables.Consolidation.id)
-            .limit(limit)
-        ).scalars()
+def consolidations(tx: ProfileTx, limit: int | None = 50) -> list[tables.Consolidation]:
+    """The profile's consolidation decisions, newest first (``limit``: at most so many;
+    None: all)."""
+    query = (
+        select(tables.Consolidation)
+        .where(tables.Consolidation.profile_id == tx.profile)
+        .order_by(tables.Consolidation.created_at.desc(), tables.Consolidation.id)
     )
+    return list(tx.session.execute(query if limit is None else query.limit(limit)).scalars())
+
+
+def consolidation_count(tx: ProfileTx) -> int:
+    """How many consolidation decisions the profile has (what ``consolidations`` can
+    show without a limit)."""
+    return int(tx.session.execute(
+        select(func.count()).select_from(C).where(C.c.profile_id == tx.profile)
+    ).scalar_one())
+
+
+def summary_texts(tx: ProfileTx, decisions: Iterable[tables.Consolidation]) -> dict[str, str]:
+    """The text of each decision's summary (or, for a supersession, the newest memory
+    that stands), by consolidation id: the memory as it is now, in any tier, or, once
+    undone, the words its audit row kept. A decision without one (a forget) is absent."""
+    decisions = list(decisions)
+    wanted = sorted({d.summary_id for d in decisions if d.summary_id})
+    M = tables.Memory.__table__  # type: ignore[attr-defined]
+    found = {
+        mid: content
+        for batch in chunks(wanted)
+        for mid, content in tx.session.execute(
+            select(M.c.id, M.c.content).where(M.c.profile_id == tx.profile)
+            .where(M.c.id.in_(batch))
+        )
+    }
+    out: dict[str, str] = {}
+    for d in decisions:
+        kept = (d.parameters or {}).get("undone_summary") or {}
+        text = found.get(d.summary_id or "") or kept.get("content")
+        if text is not None:
+            out[d.id] = text
+    return out
 
 
 def decided(s: Session, audit_ids: Iterable[str]) -> set[str]:

@@ -107,16 +107,17 @@ def apply_meta_memories(
             for member in sorted(set(plan.member_ids) - had)
         ]
         audit = audits.get(audit_ids[plan.meta_id])
+        why = {**plan.parameters, "similarities": dict(plan.similarities)}
         if audit is None:
             s.add(tables.Consolidation(
                 id=audit_ids[plan.meta_id], profile_id=profile, run_id=run_id,
                 operation=Operation.CLUSTER, summary_id=plan.meta_id,
-                member_ids=list(plan.member_ids), parameters=plan.parameters,
+                member_ids=list(plan.member_ids), parameters=why,
                 created_at=as_of,
             ))
         else:
             audit.member_ids = list(plan.member_ids)
-            audit.parameters = plan.parameters
+            audit.parameters = why
             audit.run_id = run_id
         changed.append(plan.meta_id)
     s.flush()

@@ -86,8 +86,9 @@ def apply_summaries(
     vectors: Callable[[], Mapping[str, bytes]] | None = None,
 ) -> list[str]:
     """Write each summary, move what it replaces to cold with ``superseded_by``, link
-    the summary to its originals with provenance edges and audit the decision, with
-    the prior state of everything it replaced (for undo). A plan already decided
+    the summary to its originals with provenance edges and audit the decision: why
+    (the plan's ``parameters``, its rule among them, and ``similarities``) and the prior
+    state of everything it replaced (for undo). A plan already decided
     (its audit row exists: a retried step, or a merge an operator undid) is skipped.
     What a plan replaces must still be as the plan read it (``SummaryPlan.priors``)
     and within the transaction's horizon, else nothing is written (``ConflictError``:
@@ -138,7 +139,9 @@ def apply_summaries(
             "operation": plan.operation, "summary_id": plan.summary_id,
             "member_ids": list(plan.member_ids),
             "parameters": {
-                **plan.parameters, "absorbed": list(plan.absorbed_ids),
+                **plan.parameters,
+                **({"similarities": dict(plan.similarities)} if plan.similarities else {}),
+                "absorbed": list(plan.absorbed_ids),
                 "prior": {mid: list(plan.priors[mid]) for mid in replaced[plan.summary_id]},
             },
             "created_at": as_of,

@@ -1009,6 +1009,7 @@ def _api(args: argparse.Namespace) -> int:
     from reverie.deployments.http_api import serve
     from reverie.models.settings import get_settings
 
+    _store()  # a store that is not there: said now, not on each agent's call
     tokens = load_tokens(get_settings())
     print(f"reverie api on http://{args.host}:{args.port} (OpenAPI: /docs, MCP: /mcp)",
           file=sys.stderr, flush=True)
@@ -1020,6 +1021,7 @@ def _mcp(args: argparse.Namespace) -> int:
     from reverie.deployments.auth import load_tokens
     from reverie.models.settings import get_settings
 
+    _store()  # a store that is not there: said now, not on each agent's call
     tokens = load_tokens(get_settings())
     if args.transport == "http":
         from reverie.deployments.http_api import serve

@@ -30,13 +30,13 @@ from pathlib import Path
 import psutil
 
 from reverie.models.errors import ConfigError, ReverieError
-from reverie.models.store import Store
 from reverie.models.settings import (
     DATABASE_URL_VARIABLE,
     environment,
     get_settings,
     resolve_database_url,
 )
+from reverie.models.store import Store
 
 WORK_POOL = "reverie"
 # What prefect.yaml's triggers match: the id of the store the deployments serve.

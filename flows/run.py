@@ -17,8 +17,8 @@ from reverie.models.config import ConsolidationConfig
 from reverie.models.errors import EmptyStoreError, StepFailedError
 from reverie.models.repositories.memories import external_ids
 from reverie.models.repositories.runs import record_runs
-from reverie.models.store import Store
 from reverie.models.settings import display_url
+from reverie.models.store import Store
 from reverie.models.tables import RunRecord
 from reverie.models.timestamps import iso, utcnow
 from reverie.models.transient import retrying

@@ -64,7 +64,7 @@ def _demo(url: str, path: Path, api: Callable[[], AbstractContextManager[str | N
     ingest = ingest_jsonl(store, SAMPLE_STORE, embedder,
                           queue_events=wanted())
     if ingest.created:
-        print(f"Created a new store at {path} (id {store.id})")
+        print(f"Created a new store at {path}")
     if ingest.queued_events:
         deliver(store.url)
     profiles = store.profiles()

@@ -60,13 +60,14 @@ def prepare_run(
 
     def open_store() -> tuple[Store, list[str]]:
         store = Store(settings=settings)
-        if store_id:
-            ours = store.id
-            if ours != store_id:
+        expected = ((store_id, "the event that started this run is of"),
+                    (settings.store_id, "REVERIE_STORE_ID says this deployment serves"))
+        for wanted, said in expected:
+            if wanted and wanted != store.id:
                 raise WrongStoreError(
-                    f"this run was started by an event of store {store_id}, but the store "
-                    f"it would work on ({display_url(store.url)}) is store {ours}: refused. "
-                    "Its deployment's triggers should match only its own store's id "
+                    f"{said} store {wanted}, but the store this run would work on "
+                    f"({display_url(store.url)}) is store {store.id}: refused. A "
+                    "deployment's triggers match only its own store's id "
                     "(REVERIE_STORE_ID when it was deployed)")
         return store, store.resolve_profiles(profile)
 

@@ -57,12 +57,19 @@ def test_each_store_has_its_own_id_and_its_events_carry_it(
 
 
 @pytest.mark.usefixtures("prefect_api")
-def test_a_run_started_by_another_stores_event_refuses_to_start(sample_store: Store) -> None:
+def test_a_run_started_by_another_stores_event_refuses_to_start(
+    sample_store: Store, monkeypatch: pytest.MonkeyPatch,
+) -> None:
     from reverie.flows.lightweight_consolidation import lightweight_consolidation
 
-    with pytest.raises(WrongStoreError, match=f"store {sample_store.id}"):
+    with pytest.raises(WrongStoreError, match=f"is store {sample_store.id}: refused"):
         lightweight_consolidation(profile="maya", store_id="0" * 32)
+    # A deployment told it serves another store (REVERIE_STORE_ID) refuses any run.
+    monkeypatch.setenv("REVERIE_STORE_ID", "1" * 32)
+    with pytest.raises(WrongStoreError, match="REVERIE_STORE_ID says"):
+        lightweight_consolidation(profile="maya")
     # Its own store's id: the run goes ahead.
+    monkeypatch.setenv("REVERIE_STORE_ID", sample_store.id)
     report = lightweight_consolidation(profile="maya", store_id=sample_store.id)
     assert report.profiles == ["maya"]
 

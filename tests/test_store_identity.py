@@ -20,6 +20,7 @@ from reverie.deployments.cli import EXIT_ERROR, EXIT_OK, main
 from reverie.models import outbox
 from reverie.models.errors import EmptyStoreError, StoreMissingError, WrongStoreError
 from reverie.models.events import related, resource, stored_events
+from reverie.models.settings import display_url
 from reverie.models.store import Store
 
 from factories import ingest_records
@@ -80,7 +81,8 @@ def test_an_all_profiles_run_over_an_empty_store_fails_saying_so(store: Store) -
 
     state = decay(return_state=True)
     assert state.is_failed()
-    assert f"no profiles in store {store.url}" in state.message
+    # The URL as shown: a PostgreSQL password masked.
+    assert f"no profiles in store {display_url(store.url)}" in state.message
     with pytest.raises(EmptyStoreError):
         state.result()
     run_id = str(state.state_details.flow_run_id)

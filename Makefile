@@ -25,7 +25,10 @@ demo: $(STAMP)
 	$(BIN)/reverie demo
 
 # The local stack: Prefect server + work pool + deployments + worker, UI on :4200.
+# It serves the configured store, made first if there is none (init says so): serve
+# itself never creates one, so that a mistyped REVERIE_DATABASE_URL fails, naming it.
 server: $(STAMP)
+	$(BIN)/reverie init
 	$(BIN)/reverie serve
 
 # The UI check drives Debian's chromium headless (a test tool's own browser download

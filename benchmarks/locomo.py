@@ -316,6 +316,7 @@ def bench_locomo(
     with tempfile.TemporaryDirectory(prefix="reverie-locomo-") as folder:
         url = f"sqlite:///{Path(folder) / 'locomo.db'}"
         store = Store(url)
+        store.create()  # a scratch store of the bench's own
         try:
             # Conversations are counted, never named: their profiles are people's names.
             with using_database(url), Bar(len(conversations), "bench locomo",

@@ -242,6 +242,7 @@ def bench_updates(
     with tempfile.TemporaryDirectory(prefix="reverie-updates-") as folder:
         url = f"sqlite:///{Path(folder) / 'updates.db'}"
         store = Store(url)
+        store.create()  # a scratch store of the bench's own
         try:
             with using_database(url):
                 embedder = embedder_for(store.settings)

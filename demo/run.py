@@ -63,6 +63,8 @@ def _demo(url: str, path: Path, api: Callable[[], AbstractContextManager[str | N
     embedder = embedder_for(store.settings)
     ingest = ingest_jsonl(store, SAMPLE_STORE, embedder,
                           queue_events=wanted())
+    if ingest.created:
+        print(f"Created a new store at {path}")
     if ingest.queued_events:
         deliver(store.url)
     profiles = store.profiles()

@@ -115,6 +115,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", type=_name, help="profile for records that do not name one")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
 
+    p = command("init", _init, "Create the configured store (REVERIE_DATABASE_URL) if it "
+                "is not there, and print its id. Only init, ingest and demo create stores.")
+    p.add_argument("--json", action="store_true")
+
     p = command("consolidate", _consolidate, "Run full or lightweight consolidation.")
     p.add_argument("mode", choices=CONSOLIDATION_MODES, help=_flows_help(CONSOLIDATION_MODES))
     _add_run_options(p)
@@ -355,17 +359,21 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
 
 def _store() -> Store:
     """The configured store, which must exist: reading a SQLite store that is not there
-    would silently create an empty one (say, run from another folder)."""
-    from reverie.models.db import is_sqlite
-    from reverie.models.settings import DATABASE_URL_VARIABLE
+    would silently create an empty one (say, run from another folder). Opening it
+    raises StoreMissingError anyway (``models.db``); this says so before any work."""
+    from reverie.models.db import _missing
 
     store = Store()
-    path = store.url.removeprefix("sqlite:///")
-    if is_sqlite(store.url) and ":memory:" not in path and not Path(path).exists():
-        raise ReverieError(
-            f"no store at {path} ({DATABASE_URL_VARIABLE}); `reverie ingest FILE` creates "
-            "one, or point the variable at yours")
+    if not store.exists():
+        raise _missing(store.url)
     return store
+
+
+def _say_created(store: Store) -> None:
+    from reverie.models.settings import display_url
+
+    print(f"created a new store at {display_url(store.url)} (id {store.id})",
+          file=sys.stderr, flush=True)
 
 
 def _selected(args: argparse.Namespace) -> str | list[str] | None:
@@ -406,6 +414,8 @@ def _ingest(args: argparse.Namespace) -> int:
         report = ingest_jsonl(store, args.file, embedder, args.profile,
                               progress=bar.update if bar.active else False,
                               queue_events=wanted())
+    if report.created:
+        _say_created(store)
     if report.queued_events:
         deliver(store.url)
     for error in report.errors:
@@ -427,7 +437,10 @@ def _restore(args: argparse.Namespace) -> int:
     """A backup (``reverie export``) restores its profile as it was, all or nothing."""
     from reverie.models.backup import restore_file
 
-    restored = restore_file(Store().url, args.file, args.profile)
+    store = Store()
+    if store.create():  # restoring is ingesting: it may make the store
+        _say_created(store)
+    restored = restore_file(store.url, args.file, args.profile)
     if args.json:
         _print_json({"restored": restored.profile, "rows": restored.rows})
     else:
@@ -1073,6 +1086,7 @@ def _api(args: argparse.Namespace) -> int:
     from reverie.deployments.http_api import serve
     from reverie.models.settings import get_settings
 
+    _store()  # a store that is not there: said now, not on each agent's call
     tokens = load_tokens(get_settings())
     print(f"reverie api on http://{args.host}:{args.port} (OpenAPI: /docs, MCP: /mcp)",
           file=sys.stderr, flush=True)
@@ -1084,6 +1098,7 @@ def _mcp(args: argparse.Namespace) -> int:
     from reverie.deployments.auth import load_tokens
     from reverie.models.settings import get_settings
 
+    _store()  # a store that is not there: said now, not on each agent's call
     tokens = load_tokens(get_settings())
     if args.transport == "http":
         from reverie.deployments.http_api import serve
@@ -1093,6 +1108,23 @@ def _mcp(args: argparse.Namespace) -> int:
     from reverie.deployments.mcp_server import run_stdio
 
     run_stdio(tokens)
+    return EXIT_OK
+
+
+def _init(args: argparse.Namespace) -> int:
+    """Create the configured store (nothing else does but ingest and demo); say where,
+    and its id (what its events and automations name)."""
+    from reverie.models.settings import display_url
+
+    store = Store()
+    created = store.create()
+    if args.json:
+        _print_json({"store": display_url(store.url), "id": store.id, "created": created})
+    elif created:
+        _say_created(store)
+    else:
+        print(f"a store is already at {display_url(store.url)} (id {store.id}); "
+              "left as it is", file=sys.stderr)
     return EXIT_OK
 
 

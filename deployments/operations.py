@@ -188,8 +188,9 @@ def store_memories(
                                                          "(or left out)"))
             continue
         records.append({**record, "profile": name})
+    # An agent's call never creates a store: a mistyped URL is an error naming it.
     report = ingest(store, records, embedder_for(store.settings), name,
-                    queue_events=wanted()) if records else None
+                    queue_events=wanted(), create=False) if records else None
     if report is not None and report.queued_events:
         deliver(store.url)
     errors = refused + (report.errors if report else [])

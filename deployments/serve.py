@@ -36,8 +36,11 @@ from reverie.models.settings import (
     get_settings,
     resolve_database_url,
 )
+from reverie.models.store import Store
 
 WORK_POOL = "reverie"
+# What prefect.yaml's triggers match: the id of the store the deployments serve.
+STORE_ID_VARIABLE = "REVERIE_STORE_ID"
 PREFECT_DATABASE_VARIABLE = "PREFECT_API_DATABASE_CONNECTION_URL"
 LEASE_STORAGE_VARIABLE = "PREFECT_SERVER_CONCURRENCY_LEASE_STORAGE"
 READY = "Reverie is up"
@@ -167,6 +170,9 @@ def start_stack(
     env = stack_environment(port, home, prefect_database)
     # prefect.yaml's pull step reads $PWD: the checkout the worker runs flows from.
     env["PWD"] = str(root)
+    # prefect.yaml's triggers match the events of this store only: its id, read before
+    # anything starts (a store that is not there is an error naming its URL).
+    env[STORE_ID_VARIABLE] = Store(env[DATABASE_URL_VARIABLE]).id
     out = log.open("ab")
     processes = [start_server(port, home, log, prefect_database)]
     try:

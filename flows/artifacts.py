@@ -86,6 +86,7 @@ def markdown(report: RunReport, external: Mapping[str, str] | None = None) -> st
         f"**As of:** {report.as_of} UTC  ",
         f"**Profiles:** {_names(report.profiles) or 'none'}  ",
         f"**Changes:** {report.changed()}",
+        *(["", f"**Nothing done: {report.note}.**"] if report.note else []),
         *(
             [f"**Skipped (another run was consolidating them):** "
              f"{_names(report.skipped_profiles)}  "]
@@ -229,7 +230,7 @@ def publish(report: RunReport, external: Mapping[str, str] | None = None) -> Non
         )
     rows = table(report, external) or [
         {"profile": _names(report.profiles), "step": "", "action": "none", "id": "",
-         "target": "", "detail": "nothing to change", "content": ""}
+         "target": "", "detail": report.note or "nothing to change", "content": ""}
     ]
     create_table_artifact(
         rows, key=artifact_key(report, "changes"), description=f"{report.flow} changes"

@@ -23,7 +23,7 @@ from datetime import UTC
 from enum import StrEnum
 
 from reverie.models import outbox
-from reverie.models.events import ProfileEvent, resource
+from reverie.models.events import ProfileEvent, related, resource
 from reverie.models.settings import get_settings
 from reverie.models.store import Store
 from reverie.models.timestamps import utcnow
@@ -111,8 +111,9 @@ def _send(events: Sequence[ProfileEvent], url: str) -> BaseException | None:
         ) as client:
             for e in events:
                 await client.emit(Event(
-                    id=e.id, event=e.name, resource=resource(e.profile),
-                    payload=e.payload, occurred=e.at.replace(tzinfo=UTC),
+                    id=e.id, event=e.name, resource=resource(e.profile, e.store),
+                    related=related(e.store), payload=e.payload,
+                    occurred=e.at.replace(tzinfo=UTC),
                 ))
 
     try:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from prefect.futures import PrefectFuture
 
-from reverie.flows.parameters import AsOf, Config, DryRun, Profile
+from reverie.flows.parameters import AsOf, Config, DryRun, Profile, StoreId
 from reverie.flows.report import RunReport
 from reverie.flows.run import run_for_profiles
 from reverie.flows.runtime import reverie_flow
@@ -43,10 +43,12 @@ def full_consolidation(
     as_of: AsOf = None,
     dry_run: DryRun = False,
     config: Config = None,
+    store_id: StoreId = None,
 ) -> RunReport:
     """Merge near-duplicates, recompile Core Memory, promote, decay edges, link new
     summaries and rescore the graph, for one profile, several, or all (``None``)."""
-    return run_for_profiles(FLOW_NAME, profile, as_of, dry_run, config, consolidate_profiles)
+    return run_for_profiles(FLOW_NAME, profile, as_of, dry_run, config, consolidate_profiles,
+                            store_id=store_id)
 
 
 def consolidate_profiles(batch: StepBatch) -> list[PrefectFuture[list[StepReport]]]:

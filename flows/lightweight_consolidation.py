@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from prefect.futures import PrefectFuture
 
-from reverie.flows.parameters import AsOf, Config, DryRun, Profile
+from reverie.flows.parameters import AsOf, Config, DryRun, Profile, StoreId
 from reverie.flows.report import RunReport
 from reverie.flows.run import run_for_profiles
 from reverie.flows.runtime import reverie_flow
@@ -30,9 +30,11 @@ def lightweight_consolidation(
     as_of: AsOf = None,
     dry_run: DryRun = False,
     config: Config = None,
+    store_id: StoreId = None,
 ) -> RunReport:
     """Recompile the Core Memory blocks and decay idle association edges."""
-    return run_for_profiles(FLOW_NAME, profile, as_of, dry_run, config, refresh_profiles)
+    return run_for_profiles(FLOW_NAME, profile, as_of, dry_run, config, refresh_profiles,
+                            store_id=store_id)
 
 
 def refresh_profiles(batch: StepBatch) -> list[PrefectFuture[list[StepReport]]]:

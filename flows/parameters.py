@@ -67,6 +67,12 @@ Config = Annotated[ConsolidationConfig | None, Field(description=(
     "aggressive, archive-faded, forget-by-risk)."
 ))]
 
+StoreId = Annotated[str | None, Field(max_length=64, description=(
+    "Set by the deployment's event triggers: the id of the store whose event started the "
+    "run. A run refuses to start when it is not the id of the store it would work on "
+    "(REVERIE_DATABASE_URL). Empty (by hand, on a schedule): no check."
+))]
+
 ArchiveBelow = Annotated[float | None, Field(ge=0.0, le=1.0, description=(
     "Archive (move to the cold tier, kept and undoable) live memories whose relevance is "
     "below this; 0.0 archives nothing. Empty: config.forget.archive_threshold."

@@ -30,6 +30,8 @@ class RunReport:
     waited: dict[str, float] = field(default_factory=dict)
     # When the run took each profile and gave it back: its history row's times.
     spans: dict[str, tuple[datetime, datetime]] = field(default_factory=dict)
+    # Why the run did nothing, when it did nothing (no profiles in the store, none given).
+    note: str | None = None
 
     def comparable(self) -> list[dict[str, Any]]:
         """The steps' reports without timings: what a dry run promises the real run does."""

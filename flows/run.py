@@ -11,11 +11,13 @@ from datetime import datetime
 from reverie.flows.artifacts import listed_targets, publish
 from reverie.flows.chunk_scheduler import ChunkScheduler, ProfileDag
 from reverie.flows.report import RunReport, history
+from reverie.flows.runtime import run_logger
 from reverie.flows.workspace import ProfileSelector, prepare_run, working_store
 from reverie.models.config import ConsolidationConfig
-from reverie.models.errors import StepFailedError
+from reverie.models.errors import EmptyStoreError, StepFailedError
 from reverie.models.repositories.memories import external_ids
 from reverie.models.repositories.runs import record_runs
+from reverie.models.settings import display_url
 from reverie.models.store import Store
 from reverie.models.tables import RunRecord
 from reverie.models.timestamps import iso, utcnow
@@ -32,13 +34,31 @@ def run_for_profiles(
     dry_run: bool,
     config: ConsolidationConfig | None,
     dag: ProfileDag,
+    store_id: str | None = None,
 ) -> RunReport:
     """Resolve a flow's parameters, run ``dag`` for the selected profiles chunk by
     chunk (chunks run side by side), collect the steps' reports and publish them as
     artifacts. Profiles whose steps all succeeded are recorded as done; if any failed,
-    the run fails at the end, naming them, after the others have finished."""
-    plan = prepare_run(flow, profile, as_of, dry_run, config)
+    the run fails at the end, naming them, after the others have finished.
+
+    A run over every profile (``profile`` None) of a store that has none fails, saying
+    so in its state and artifact: on a schedule that is a store just made empty or a
+    mistyped URL, which the platform's failure alert should report. An empty list of
+    profiles completes, saying that none was selected."""
+    plan = prepare_run(flow, profile, as_of, dry_run, config, store_id)
     report = RunReport(plan.flow, plan.profiles, iso(plan.as_of) or "", plan.dry_run, plan.run_id)
+    if not plan.profiles:
+        where = display_url(plan.store_url)
+        if profile is None:
+            report.note = (f"no profiles in store {where}: nothing to do. A new store gets "
+                           "profiles by ingest; a mistyped REVERIE_DATABASE_URL is another "
+                           "store")
+            publish(report)
+            raise EmptyStoreError(report.note)
+        report.note = f"no profiles selected (store {where}): nothing to do"
+        publish(report)
+        run_logger().info(report.note)
+        return report
     with working_store(plan) as url:
         started = utcnow()
         ChunkScheduler(plan, url, dag, report).run()

@@ -18,7 +18,8 @@ from pathlib import Path
 from reverie.flows.runtime import flow_run_id, run_logger, scheduled_start
 from reverie.models.config import ConsolidationConfig
 from reverie.models.db import copy_profiles, dispose
-from reverie.models.settings import get_settings
+from reverie.models.errors import WrongStoreError
+from reverie.models.settings import display_url, get_settings
 from reverie.models.store import Store
 from reverie.models.timestamps import to_utc_naive
 from reverie.models.transient import retrying
@@ -48,13 +49,26 @@ def prepare_run(
     as_of: datetime | None,
     dry_run: bool,
     config: ConsolidationConfig | None,
+    store_id: str | None = None,
 ) -> RunPlan:
     """Resolve a flow's parameters. ``as_of`` defaults to the run's scheduled start, so a
-    scheduled or backfilled run replays its own date."""
+    scheduled or backfilled run replays its own date. A store that is not there fails
+    the run at once, naming the URL (``StoreMissingError``: nothing is created); with
+    ``store_id`` (a triggered run: the id of the store whose event started it), a store
+    of another id fails it too (``WrongStoreError``)."""
     settings = get_settings()
 
     def open_store() -> tuple[Store, list[str]]:
         store = Store(settings=settings)
+        expected = ((store_id, "the event that started this run is of"),
+                    (settings.store_id, "REVERIE_STORE_ID says this deployment serves"))
+        for wanted, said in expected:
+            if wanted and wanted != store.id:
+                raise WrongStoreError(
+                    f"{said} store {wanted}, but the store this run would work on "
+                    f"({display_url(store.url)}) is store {store.id}: refused. A "
+                    "deployment's triggers match only its own store's id "
+                    "(REVERIE_STORE_ID when it was deployed)")
         return store, store.resolve_profiles(profile)
 
     # A store that is down or restarting when the run starts is waited for here, with

@@ -14,6 +14,7 @@ step's changes land completely or not at all.
 from __future__ import annotations
 
 import threading
+import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -27,16 +28,18 @@ from reverie.models.errors import (
     IntegrityViolationError,
     InvalidValueError,
     StoreError,
+    StoreMissingError,
     StoreUnavailableError,
 )
-from reverie.models.settings import get_settings, resolve_database_url
+from reverie.models.settings import display_url, get_settings, resolve_database_url
 
 _BEGIN_OPTION = "reverie_sqlite_begin"
+STORE_ID_KEY = "store_id"
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 # The newest revision under migrations/versions (a test holds them equal): a store
 # already there is used at once, without loading Alembic and every migration script
 # (a tenth of a second of each command).
-SCHEMA_HEAD = "0005"
+SCHEMA_HEAD = "0006"
 
 # Every table that holds a profile's data, with the column naming the profile.
 PROFILE_TABLES: tuple[tuple[type[SQLModel], str], ...] = (
@@ -60,14 +63,45 @@ _engines: dict[str, Engine] = {}
 _engines_lock = threading.Lock()
 
 
-def _create_engine(url: str) -> Engine:
+def sqlite_path(url: str) -> Path | None:
+    """The file of a SQLite store; None for another back-end or an in-memory database."""
+    if not is_sqlite(url) or "sqlite:///" not in url:
+        return None
+    path = url.split("sqlite:///", 1)[-1].split("?", 1)[0]
+    if not path or path == ":memory:" or "mode=memory" in url:
+        return None
+    return Path(path)
+
+
+def store_exists(url: str) -> bool:
+    """Whether a store is there to open. Only a SQLite file can be missing: a
+    PostgreSQL database is made by its operator, and a wrong one fails to connect."""
+    url = resolve_database_url(url)
+    path = sqlite_path(url)
+    return path is None or path.is_file()
+
+
+def _missing(url: str) -> StoreMissingError:
+    path = sqlite_path(url)
+    where = "its folder" if path is not None and not path.parent.is_dir() else "the file"
+    return StoreMissingError(
+        f"no store at {display_url(url)}: {where} does not exist. Check "
+        "REVERIE_DATABASE_URL; `reverie init` (or `reverie ingest`) creates a new store")
+
+
+def _create_engine(url: str, create: bool = False) -> Engine:
     # hide_parameters: SQLAlchemy would otherwise quote a failed statement's bound values
     # in the exception text, and those are other records' content (for a batch insert,
     # the whole batch's); errors end up on stderr, in logs and in Prefect's run state.
     if is_sqlite(url):
-        path = url.split("sqlite:///", 1)[-1]
-        if path and path != ":memory:":
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        path = sqlite_path(url)
+        if path is not None and not path.is_file():
+            # SQLite would make the file on connect: a typo in the URL would become a
+            # new, empty store that runs then "complete" on. Only creating commands
+            # (ingest, demo, init) make one.
+            if not create:
+                raise _missing(url)
+            path.parent.mkdir(parents=True, exist_ok=True)
         engine = create_engine(
             url, connect_args={"timeout": 60, "check_same_thread": False},
             hide_parameters=True,
@@ -117,6 +151,8 @@ def migrate(engine: Engine) -> None:
         config.attributes["connection"] = conn
         if current is None and "memory" not in present:
             SQLModel.metadata.create_all(conn)
+            conn.execute(insert(tables.StoreMeta.__table__),  # type: ignore[attr-defined]
+                         [{"key": STORE_ID_KEY, "value": uuid.uuid4().hex}])
             command.stamp(config, "head")
             return
         if current is None:  # made before migrations existed: find which schema it has
@@ -130,13 +166,43 @@ def _revision(conn: Connection) -> str | None:
     return conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
 
 
-def engine_for(url: str) -> Engine:
-    """The process-wide engine for a database URL, with the schema created."""
+def engine_for(url: str, create: bool = False) -> Engine:
+    """The process-wide engine for a database URL, with the schema created. A SQLite
+    store whose file does not exist is an error (``StoreMissingError``, naming the URL)
+    unless ``create``: then the file (and its folder) is made."""
     url = resolve_database_url(url)
     with _engines_lock:
+        if url in _engines and not store_exists(url):
+            # Deleted since (a test's folder, an operator's rm): not opened again blindly.
+            _engines.pop(url).dispose()
         if url not in _engines:
-            _engines[url] = _create_engine(url)
+            _engines[url] = _create_engine(url, create)
         return _engines[url]
+
+
+def create_store(url: str) -> bool:
+    """Open the store at ``url``, creating it (file, folder, schema) if it is not there;
+    True when it was created. Only commands that mean to create a store call this."""
+    existed = store_exists(url)
+    engine_for(url, create=True)
+    return not existed
+
+
+def read_store_id(s: Session) -> str | None:
+    """The store's id, read in the caller's transaction."""
+    return s.execute(
+        select(tables.StoreMeta.value).where(tables.StoreMeta.key == STORE_ID_KEY)
+    ).scalar()
+
+
+def store_id(url: str) -> str:
+    """The store's own id (``store_meta``): what its events name and its deployments'
+    automations match."""
+    with reading(url) as s:
+        found = read_store_id(s)
+    if found is None:  # pragma: no cover - every migrated store has one
+        raise StoreError(f"the store at {display_url(url)} has no id; run `reverie init`")
+    return found
 
 
 def dispose(url: str) -> None:
@@ -213,6 +279,7 @@ def copy_profiles(source_url: str, target_url: str, profiles: Sequence[str]) -> 
     and the chained effect of earlier steps, without touching the real store.
     """
     wanted = list(profiles)
+    create_store(target_url)
     with reading(source_url) as src, writing(target_url) as dst:
         for table, column in PROFILE_TABLES:
             t = table.__table__  # type: ignore[attr-defined]

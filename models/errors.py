@@ -90,6 +90,11 @@ class StorePermanentError(StoreError):
     """The request itself is at fault: the same call fails the same way every time."""
 
 
+class StoreMissingError(StorePermanentError):
+    """There is no store at the configured URL (a SQLite file or folder that does not
+    exist): nothing is created, since the likeliest cause is a typo."""
+
+
 class IntegrityViolationError(StorePermanentError):
     """A uniqueness or other constraint refused the write."""
 
@@ -110,6 +115,15 @@ class HoldUnavailableError(TransientError):
     """Prefect could not give a run its hold on some profiles: their concurrency limits
     were gone again right after being made (an operator or another run deleting them).
     A later attempt may find them."""
+
+
+class WrongStoreError(ReverieError):
+    """A run started by one store's event would work on another store: refused."""
+
+
+class EmptyStoreError(ReverieError):
+    """A run over every profile of a store that has none: a store just created, or a
+    mistyped URL. It fails, so that the platform's failure alert says so."""
 
 
 class StepFailedError(ReverieError):

@@ -1,7 +1,8 @@
 """Prefect events the store emits, so that deployment triggers can react to it.
 
-Events, each about the resource ``reverie.profile.<name>`` (with the label
-``reverie.profile``):
+Events, each about the resource ``reverie.profile.<name>`` (with the labels
+``reverie.profile`` and ``reverie.store``, the store's id), related to the resource
+``reverie.store.<store id>`` (role ``store``):
 
 - ``reverie.memory.stored``: an ingest stored new memories (payload: how many, and the
   profile's running count). The idle trigger waits for these to stop.
@@ -21,6 +22,11 @@ caller sends what is pending once it has committed (``flows.event_delivery``): s
 memories never fails, and never waits long, because the API is down, and an event the
 API did not take is sent later instead of lost. Event ids are derived from what
 happened, so a retried ingest cannot trigger twice.
+
+Every event names its store, whose id the store keeps (``store_meta``, made when the
+store is created): two stores with the same profile names on one Prefect API are two
+sets of resources to its automations, which match only their own store's id (see
+prefect.yaml), and the event ids differ too (Prefect keeps one event per id).
 
 This module only says what the events are: nothing here talks to Prefect.
 """
@@ -57,18 +63,43 @@ class ProfileEvent:
     key: str  # what makes this event unique: its id is derived from it
     payload: dict[str, Any]
     at: datetime  # naive UTC, as every time in the store
+    # The id of the store the event comes from; set when it leaves the outbox.
+    store: str | None = None
 
     @property
     def id(self) -> uuid.UUID:
-        return uuid.uuid5(_NAMESPACE, self.key)
+        # The store is part of the id: two stores' "alice's 50th store" are two events.
+        return uuid.uuid5(_NAMESPACE, self.key if self.store is None
+                          else f"{self.store}:{self.key}")
 
 
-def resource(profile: str) -> dict[str, str]:
-    return {
+STORE_LABEL = "reverie.store"
+STORE_ROLE = "store"
+
+
+def resource(profile: str, store: str | None = None) -> dict[str, str]:
+    """The resource an event is about: the profile, labelled with its store's id."""
+    about = {
         "prefect.resource.id": f"reverie.profile.{profile}",
         "prefect.resource.name": profile,
         "reverie.profile": profile,
     }
+    if store is not None:
+        about[STORE_LABEL] = store
+    return about
+
+
+def store_resource_id(store: str) -> str:
+    return f"reverie.store.{store}"
+
+
+def related(store: str | None) -> list[dict[str, str]]:
+    """The resources an event relates to: its store (what automations match on)."""
+    if store is None:
+        return []
+    return [{"prefect.resource.id": store_resource_id(store),
+             "prefect.resource.role": STORE_ROLE,
+             "prefect.resource.name": f"store {store}"}]
 
 
 def crossings(before: int, after: int, every: int) -> int:

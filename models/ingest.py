@@ -73,6 +73,8 @@ class IngestReport:
     stored_ids: list[str] = field(default_factory=list)
     # Events this ingest queued in the outbox: the caller delivers them.
     queued_events: int = 0
+    # Whether this ingest created the store (there was none at its URL).
+    created: bool = False
 
     @property
     def accepted(self) -> int:
@@ -87,12 +89,18 @@ def ingest(
     at: datetime | None = None,
     progress: IngestProgress = False,
     queue_events: bool = False,
+    create: bool = True,
 ) -> IngestReport:
     """Validate and store memory (and edge) records given as dicts. With
-    ``queue_events``, the events the ingest causes wait in the outbox for the caller."""
-    return _Ingest(store, embedder, at or utcnow(), progress, queue_events).run(
+    ``queue_events``, the events the ingest causes wait in the outbox for the caller.
+    With ``create`` (an ingest's default) a store missing at the URL is created
+    (``IngestReport.created`` says so); without, it is an error naming the URL."""
+    created = store.create() if create else False
+    report = _Ingest(store, embedder, at or utcnow(), progress, queue_events).run(
         ((f"record {n}", r) for n, r in enumerate(records, start=1)), profile
     )
+    report.created = created
+    return report
 
 
 def ingest_jsonl(
@@ -103,11 +111,16 @@ def ingest_jsonl(
     at: datetime | None = None,
     progress: IngestProgress = False,
     queue_events: bool = False,
+    create: bool = True,
 ) -> IngestReport:
-    """Store every valid line of a JSONL file; bad lines are reported, not stored."""
-    return _Ingest(store, embedder, at or utcnow(), progress, queue_events).run(
+    """Store every valid line of a JSONL file; bad lines are reported, not stored.
+    ``create``: as for ``ingest``."""
+    created = store.create() if create else False
+    report = _Ingest(store, embedder, at or utcnow(), progress, queue_events).run(
         read_jsonl(Path(path)), profile
     )
+    report.created = created
+    return report
 
 
 class _Ingest:

@@ -31,6 +31,7 @@ from sqlalchemy import delete, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlmodel import Session
 
+from reverie.models.db import read_store_id
 from reverie.models.events import ProfileEvent
 from reverie.models.store import Store
 from reverie.models.tables import OutboxEvent
@@ -89,12 +90,13 @@ def claim(
         select(_O.c.seq, _O.c.name, _O.c.profile_id, _O.c.key, _O.c.payload, _O.c.occurred_at)
         .order_by(_O.c.seq).limit(limit)
     ).all()
+    store = read_store_id(s) if rows else None
     if rows:
         s.execute(
             update(_O).where(_O.c.seq.in_([r.seq for r in rows]))
             .values(claimed_by=holder, claimed_until=now + timedelta(seconds=CLAIM_SECONDS))
         )
-    return [ProfileEvent(r.name, r.profile_id, r.key, r.payload or {}, r.occurred_at)
+    return [ProfileEvent(r.name, r.profile_id, r.key, r.payload or {}, r.occurred_at, store)
             for r in rows]
 
 

@@ -110,6 +110,12 @@ class Settings(BaseSettings):
     # most of them waiting for the step before theirs.
     task_threads: int = Field(8, ge=1, le=1024)
 
+    store_id: str | None = Field(
+        None, pattern=r"^[0-9a-f]{32}$",
+        description="The id of the store the deployments serve (`reverie init` prints "
+        "it): prefect.yaml's triggers match only its events when deployed with it set, "
+        "and a flow run refuses a store of another id. `reverie serve` sets it.",
+    )
     # Prefect events from the store (only sent when PREFECT_API_URL is set), and when.
     emit_events: bool = True
     store_trigger_every: int = Field(50, ge=0)  # lightweight after every N stores

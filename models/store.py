@@ -52,6 +52,23 @@ class Store:
         self.settings = settings or get_settings()
         self.url = resolve_database_url(url or self.settings.database_url)
 
+    # --- the store itself ---------------------------------------------------------------
+
+    def exists(self) -> bool:
+        """Whether there is a store at the URL (only a SQLite file can be missing)."""
+        return engines.store_exists(self.url)
+
+    def create(self) -> bool:
+        """Create the store if it is not there (file, folder, schema, its id); True when
+        it was created. Only ``reverie init``, ``reverie ingest`` and ``reverie demo``
+        (and tests) create stores: everything else fails on a missing one, naming it."""
+        return engines.create_store(self.url)
+
+    @property
+    def id(self) -> str:
+        """The store's own id, made when it was created: its events name it."""
+        return engines.store_id(self.url)
+
     # --- transactions -----------------------------------------------------------------
 
     @contextmanager

@@ -273,3 +273,13 @@ class OutboxEvent(SQLModel, table=True):
     created_at: NaiveDatetime
     claimed_by: str | None = None
     claimed_until: NaiveDatetime | None = None
+
+
+class StoreMeta(SQLModel, table=True):
+    """Facts about the store itself, one row each: ``store_id``, a random id made when
+    the store is created (or first migrated), which every event the store emits names so
+    that automations react only to their own store's events (``models.events``)."""
+
+    __tablename__ = "store_meta"
+    key: str = Field(primary_key=True, max_length=64)
+    value: str = Field(max_length=200)

@@ -75,13 +75,18 @@ def _drop_postgres_database(url: str) -> None:
 
 @pytest.fixture
 def new_store(tmp_path: Path) -> Iterator[Callable[[str], Store]]:
-    """Make further empty stores (SQLite files, or PostgreSQL databases), cleaned up after."""
+    """Make further empty stores (SQLite files, or PostgreSQL databases), cleaned up
+    after. Created (as `reverie init` does) unless ``create=False``: a bare SQLite URL,
+    whose file a run or command would refuse to open."""
     made: list[str] = []
 
-    def make(name: str) -> Store:
+    def make(name: str, create: bool = True) -> Store:
         url = _create_postgres_database() if TEST_POSTGRES else f"sqlite:///{tmp_path / name}.db"
         made.append(url)
-        return Store(url)
+        store = Store(url)
+        if create:
+            store.create()
+        return store
 
     yield make
     for url in made:
@@ -97,6 +102,10 @@ def clone_sample(template: Path, store: Store) -> Store:
     if store.url.startswith("sqlite"):
         dispose(store.url)
         shutil.copyfile(template, store.url.removeprefix("sqlite:///"))
+        # A copied file keeps the template's store id: each clone is a store of its own.
+        with store.writing_all() as s:
+            s.execute(text("UPDATE store_meta SET value = :id WHERE key = 'store_id'"),
+                      {"id": uuid.uuid4().hex})
     else:
         copy_profiles(source, store.url, Store(source).profiles())
     return store

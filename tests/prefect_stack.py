@@ -128,6 +128,7 @@ def new_store_url(folder: Path) -> Iterator[str]:
     """An empty store's URL (a SQLite file in ``folder``, or a fresh PostgreSQL database
     with REVERIE_TEST_POSTGRES set), dropped afterwards."""
     url = _create_postgres_database() if TEST_POSTGRES else f"sqlite:///{folder}/store.db"
+    Store(url).create()
     try:
         yield url
     finally:

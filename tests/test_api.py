@@ -21,6 +21,8 @@ from agent_server import (
     bearer,
 )
 
+from reverie.models.store import Store
+
 from conftest import TEST_POSTGRES, _create_postgres_database, _drop_postgres_database
 
 SECRET = "the-vault-combination-is-4471-zebra"  # memory content the log must never hold
@@ -30,6 +32,7 @@ SECRET = "the-vault-combination-is-4471-zebra"  # memory content the log must ne
 def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
     folder = tmp_path_factory.mktemp("api")
     url = _create_postgres_database() if TEST_POSTGRES else f"sqlite:///{folder / 'store.db'}"
+    Store(url).create()  # the API never creates a store: `reverie init` did
     with api_server(url, folder) as running:
         for profile, token in (("alice", ALICE_TOKEN), ("bob", BOB_TOKEN)):
             r = httpx.post(f"{running.url}/v1/profiles/{profile}/memories",

@@ -155,6 +155,7 @@ def test_a_profile_moves_from_sqlite_to_postgresql_and_back(
         path.write_text("".join(backup_lines(sqlite.url, "maya")), encoding="utf-8")
         restore_file(postgres, path)
         back = Store(f"sqlite:///{tmp_path / 'back.db'}")
+        back.create()
         again = tmp_path / "again.jsonl"
         again.write_text("".join(backup_lines(postgres, "maya")), encoding="utf-8")
         restore_file(back.url, again)

@@ -24,7 +24,7 @@ from reverie.models.vectors import DIMENSION, to_blob
 
 from factories import acquire_leases, get_memory, in_read, record_runs, stored_vector
 
-HEAD = "0005"
+HEAD = "0006"
 
 
 def test_the_schema_head_the_store_checks_is_the_newest_migration() -> None:
@@ -56,7 +56,7 @@ def revision(url: str) -> str | None:
 
 
 def test_the_migrations_build_exactly_the_models_schema(new_store: Callable[[str], Store]) -> None:
-    url = new_store("migrated").url
+    url = new_store("migrated", create=False).url
     alembic(url, "head")
     assert differences(url) == []
 
@@ -69,7 +69,7 @@ def test_a_new_store_is_created_current(new_store: Callable[[str], Store]) -> No
 def test_a_store_on_the_previous_schema_is_upgraded_with_its_data(
     new_store: Callable[[str], Store],
 ) -> None:
-    url = new_store("old").url
+    url = new_store("old", create=False).url
     alembic(url, "0001")
     engine = create_engine(resolve_database_url(url))
     with engine.begin() as conn:
@@ -95,7 +95,7 @@ def test_a_store_on_the_previous_schema_is_upgraded_with_its_data(
 
 
 def test_vectors_move_out_of_the_memory_rows_and_back(new_store: Callable[[str], Store]) -> None:
-    url = new_store("vectors").url
+    url = new_store("vectors", create=False).url
     alembic(url, "0002")
     vector = np.linspace(-1.0, 1.0, DIMENSION, dtype=np.float32)
     vector /= np.linalg.norm(vector)
@@ -134,7 +134,7 @@ def test_vectors_move_out_of_the_memory_rows_and_back(new_store: Callable[[str],
 def test_a_store_on_0003_gets_the_event_outbox_and_loses_it_downgraded(
     new_store: Callable[[str], Store],
 ) -> None:
-    url = new_store("outbox").url
+    url = new_store("outbox", create=False).url
     alembic(url, "0003")
     engine = create_engine(resolve_database_url(url))
     with engine.begin() as conn:

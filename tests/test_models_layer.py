@@ -20,6 +20,7 @@ from reverie.models.repositories import memories
 from reverie.models.store import Store
 
 store = Store(sys.argv[1])
+store.create()
 store.profiles()
 with store.reading("nobody") as tx:
     memories.memories(tx)

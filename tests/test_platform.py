@@ -21,6 +21,7 @@ import pytest
 
 from reverie.deployments.backfill import backfill
 from reverie.deployments.serve import project_root
+from reverie.flows import event_delivery
 from reverie.models.db import copy_profiles
 from reverie.models.events import MEMORY_STORED, SESSION_ENDED, SESSION_THRESHOLD, STORE_THRESHOLD
 from reverie.models.repositories import blocks as blocks_repo
@@ -137,6 +138,35 @@ def test_fifty_stores_trigger_one_lightweight_run_for_that_profile_only(stack: S
     assert len(_by_automation(stack, "lightweight-every-50-stores", "events-a")) == 1
     assert _by_automation(stack, "lightweight-every-50-stores", "events-b") == []
     assert len(_by_automation(stack, "lightweight-when-idle", "events-a")) == 1
+
+
+def test_another_stores_events_never_start_this_stacks_runs(
+    stack: Stack, new_store: Callable[[str], Store]
+) -> None:
+    # Two tenants with a profile of the same name on one Prefect API: the stack serves
+    # its own store; another store's ingest reaches the same server. Both cross 50.
+    other = new_store("tenant-b")
+    vector = [1.0] + [0.0] * 383
+    for store in (other, stack.store):
+        ingest_records(store, [{"content": f"twin fact {i}", "embedding": vector}
+                               for i in range(50)], profile="twin")
+    event_delivery.flush(other.url, api=stack.api)
+    stack.deliver_events()
+    # The server has both stores' events (their ids differ), each naming its store.
+    stack.wait_profile_events("twin", {MEMORY_STORED: 2, STORE_THRESHOLD: 2})
+    events = stack.profile_events("twin", MEMORY_STORED, STORE_THRESHOLD)
+    assert sorted(e.resource["reverie.store"] for e in events) == sorted(
+        [stack.store.id, stack.store.id, other.id, other.id])
+    for e in events:
+        (store_related,) = [r for r in e.related if r.role == "store"]
+        assert store_related.id == f"reverie.store.{e.resource['reverie.store']}"
+    # Only the stack's own store's events start its runs: one threshold run, one idle
+    # run, each told which store it serves.
+    for automation in ("lightweight-every-50-stores", "lightweight-when-idle"):
+        (run,) = stack.wait_runs(automation, "twin", 1, EVENT_DEPLOYMENTS)
+        assert run.parameters["store_id"] == stack.store.id
+        stack.wait_firings(automation, "twin", 1)
+        assert stack.wait_final(run.id).state_type.value == "COMPLETED", stack.log_tail()
 
 
 def test_session_ends_trigger_full_consolidation(stack: Stack) -> None:

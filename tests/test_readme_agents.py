@@ -18,6 +18,8 @@ from agent_server import Running, api_server, reverie, server_env
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
+from reverie.models.store import Store
+
 from conftest import TEST_POSTGRES, _create_postgres_database, _drop_postgres_database
 
 pytestmark = pytest.mark.store_independent(
@@ -39,6 +41,7 @@ def readme_block(name: str) -> str:
 def database(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
     folder = tmp_path_factory.mktemp("readme")
     url = _create_postgres_database() if TEST_POSTGRES else f"sqlite:///{folder / 'store.db'}"
+    Store(url).create()  # the agent servers never create a store: `reverie init` did
     yield url, folder
     if TEST_POSTGRES:
         _drop_postgres_database(url)

@@ -113,6 +113,7 @@ def _stubborn_prefect_file(folder: Path) -> Path:
 @pytest.fixture
 def stack_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("REVERIE_DATABASE_URL", f"sqlite:///{tmp_path / 'store.db'}")
+    Store(f"sqlite:///{tmp_path / 'store.db'}").create()  # serve needs its store's id
     monkeypatch.setenv("PREFECT_WORKER_QUERY_SECONDS", "2")  # the tests wait on the worker
 
 

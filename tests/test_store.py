@@ -122,7 +122,7 @@ def test_a_sqlite_connection_keeps_the_page_cache_the_settings_give(
     monkeypatch.setenv("REVERIE_SQLITE_CACHE_MIB", "3")
     url = f"sqlite:///{tmp_path / 'cache.db'}"
     try:
-        with engine_for(url).connect() as conn:
+        with engine_for(url, create=True).connect() as conn:
             assert conn.exec_driver_sql("PRAGMA cache_size").scalar() == -3 * 1024
     finally:
         dispose(url)

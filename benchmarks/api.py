@@ -216,7 +216,7 @@ def bench_size(url: str, per_profile: int, profiles: int, clients: Sequence[int]
     for c in clients:
         queries = _queries(requests, seed=100 + c)
 
-        def recall(http: httpx.Client, n: int) -> httpx.Response:
+        def recall(http: httpx.Client, n: int, queries: list[str] = queries) -> httpx.Response:
             return http.post(f"/v1/profiles/{names[n % profiles]}/recall",
                              json={"query": queries[n], "k": 5})
 
@@ -234,7 +234,8 @@ def bench_size(url: str, per_profile: int, profiles: int, clients: Sequence[int]
     for c in clients:
         texts = _queries(store_requests * store_batch, seed=1000 + c + per_profile)
 
-        def store(http: httpx.Client, n: int) -> httpx.Response:
+        def store(http: httpx.Client, n: int, texts: list[str] = texts,
+                  c: int = c) -> httpx.Response:
             batch = texts[n * store_batch:(n + 1) * store_batch]
             return http.post(f"/v1/profiles/{names[n % profiles]}/memories", json={
                 "memories": [{"content": f"{t} [stored {c}/{n}/{i}]"}

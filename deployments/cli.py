@@ -291,6 +291,26 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--json", type=Path, dest="json_out", help="write the results as JSON")
     b.add_argument("--markdown", type=Path, help="write the results table as markdown")
     b = bench.add_parser(
+        "api", help="the agent HTTP API from outside: recall and store latency and "
+                    "throughput with concurrent clients"
+    )
+    b.add_argument("--sizes", type=_sizes, default=[1000, 10_000],
+                   help="memories per profile, comma-separated (default 1000,10000)")
+    b.add_argument("--clients", type=_sizes, default=[1, 8, 32],
+                   help="concurrent clients, comma-separated (default 1,8,32)")
+    b.add_argument("--profiles", type=int, default=2, help="profiles in the store (default 2)")
+    b.add_argument("--requests", type=int, default=160,
+                   help="recall calls per row (default 160)")
+    b.add_argument("--store-requests", type=int, default=64,
+                   help="store calls per row (default 64)")
+    b.add_argument("--store-batch", type=int, default=16,
+                   help="sentences per store call (default 16)")
+    b.add_argument("--ingest-sentences", type=int, default=2048,
+                   help="sentences for ingest's in-process throughput, store's yardstick "
+                        "(0 skips it)")
+    b.add_argument("--json", type=Path, dest="json_out", help="write the results as JSON")
+    b.add_argument("--markdown", type=Path, help="write the results table as markdown")
+    b = bench.add_parser(
         "embedding", help="OpenVINO against PyTorch embeddings: speed and closeness, same run"
     )
     b.add_argument("--locomo", type=Path, default=None,
@@ -965,6 +985,8 @@ def _bench(args: argparse.Namespace) -> int:
         return _bench_embedding(args)
     if args.bench == "updates":
         return _bench_updates(args)
+    if args.bench == "api":
+        return _bench_api(args)
     from reverie.benchmarks.locomo import bench_locomo, render_locomo
 
     if not args.path.is_file():
@@ -995,6 +1017,34 @@ def _bench_updates(args: argparse.Namespace) -> int:
     print(render_updates(result))
     if args.json_out:
         args.json_out.write_text(json.dumps(result.as_json(), indent=2) + "\n", encoding="utf-8")
+    return EXIT_OK
+
+
+def _bench_api(args: argparse.Namespace) -> int:
+    from reverie.benchmarks.api import bench_api, render_api
+
+    if args.profiles < 1 or args.requests < 1 or args.store_requests < 1 or args.store_batch < 1:
+        raise ReverieError("--profiles, --requests, --store-requests and --store-batch "
+                           "must be at least 1")
+    command = (f"reverie bench api --sizes {','.join(map(str, args.sizes))} "
+               f"--clients {','.join(map(str, args.clients))} --profiles {args.profiles} "
+               f"--requests {args.requests} --store-requests {args.store_requests} "
+               f"--store-batch {args.store_batch} --ingest-sentences {args.ingest_sentences}")
+
+    def progress(row: Any) -> None:
+        print(f"{row.operation:<7} n={row.memories_per_profile:<7,} clients={row.clients:<3} "
+              f"p50 {row.p50_ms:8.1f} ms  p95 {row.p95_ms:8.1f} ms  "
+              f"{row.calls_per_second:7.1f} calls/s  errors {row.errors}", flush=True)
+
+    result = bench_api(args.sizes, args.clients, args.profiles, args.requests,
+                       args.store_requests, args.store_batch, args.ingest_sentences,
+                       command, progress)
+    text = render_api(result)
+    print(text)
+    if args.json_out:
+        args.json_out.write_text(json.dumps(result.as_json(), indent=2) + "\n", encoding="utf-8")
+    if args.markdown:
+        args.markdown.write_text(text + "\n", encoding="utf-8")
     return EXIT_OK
 
 

@@ -244,3 +244,51 @@ def test_a_real_consolidation_is_a_flow_run_returned_at_once(
     assert state == "COMPLETED"
     status = call(api, "GET", "/consolidate/status?profile=alice", ALICE_TOKEN).json()
     assert status["last"].get("lightweight-consolidation")
+
+
+BLOCK_TOKEN = "carol-token-from-a-secret-0123456789"
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("prefect_api")
+@pytest.mark.store_independent("the tokens come from Prefect before any store is read")
+def test_tokens_from_a_prefect_secret_block(tmp_path: Path) -> None:
+    """REVERIE_API_TOKENS_BLOCK names a Secret block on a real Prefect API: its token
+    covers its profile and no other, and adds to REVERIE_API_TOKENS."""
+    from prefect.blocks.system import Secret
+    from prefect.settings import PREFECT_API_URL
+
+    Secret(value=f"{BLOCK_TOKEN}:carol,carol-2").save("reverie-api-tokens-test", overwrite=True)
+    with api_server(f"sqlite:///{tmp_path / 'store.db'}", tmp_path,
+                    REVERIE_API_TOKENS_BLOCK="reverie-api-tokens-test",
+                    PREFECT_API_URL=str(PREFECT_API_URL.value())) as running:
+        stored = call(running, "POST", "/v1/profiles/carol/memories", BLOCK_TOKEN,
+                      {"memories": [{"content": "carol keeps bees"}]})
+        assert stored.status_code == 200, stored.text
+        found = call(running, "POST", "/v1/profiles/carol/recall", BLOCK_TOKEN,
+                     {"query": "bees", "k": 1})
+        assert found.status_code == 200, found.text
+        assert found.json()["hits"][0]["content"] == "carol keeps bees"
+        for profile in ("alice", "bob"):  # not covered by the block's token
+            refused = call(running, "POST", f"/v1/profiles/{profile}/recall", BLOCK_TOKEN,
+                           {"query": "bees"})
+            assert refused.status_code == 403, refused.text
+        # The tokens of REVERIE_API_TOKENS still hold, and still not for carol.
+        assert call(running, "POST", "/v1/profiles/alice/recall", ALICE_TOKEN,
+                    {"query": "tea"}).status_code == 200
+        assert call(running, "POST", "/v1/profiles/carol/recall", ALICE_TOKEN,
+                    {"query": "bees"}).status_code == 403
+        assert BLOCK_TOKEN not in running.log_text()
+
+
+@pytest.mark.store_independent("no store is opened: the server refuses to start")
+def test_a_missing_secret_block_stops_the_server_with_its_name(tmp_path: Path) -> None:
+    from agent_server import reverie, server_env
+
+    env = server_env(f"sqlite:///{tmp_path / 'store.db'}",
+                     REVERIE_API_TOKENS_BLOCK="no-such-block",
+                     PREFECT_API_URL="http://127.0.0.1:9/api")
+    done = subprocess.run([reverie(), "api", "--port", "9"], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode != 0
+    assert "no-such-block" in done.stderr

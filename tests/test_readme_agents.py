@@ -48,6 +48,8 @@ def database(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Pa
 
 
 @pytest.mark.slow
+@pytest.mark.store_independent("checks the README's words; the operations it calls run on "
+                                 "PostgreSQL in test_api.py and test_mcp.py")
 def test_the_agent_loop_runs_as_written(database: tuple[str, Path]) -> None:
     url, folder = database
     with api_server(url, folder, REVERIE_API_TOKENS=f"{AGENT_TOKEN}:my-agent") as api:
@@ -68,6 +70,8 @@ def run(api: Running, folder: Path) -> str:
 
 
 @pytest.mark.slow
+@pytest.mark.store_independent("checks the README's words; the operations it calls run on "
+                                 "PostgreSQL in test_api.py and test_mcp.py")
 def test_the_mcp_client_configuration_runs_as_written(database: tuple[str, Path]) -> None:
     url, folder = database
     server = json.loads(readme_block("mcp-config"))["mcpServers"]["reverie"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from dataclasses import fields as dataclass_fields
 from datetime import datetime
 from typing import Any
@@ -249,6 +250,34 @@ def snapshot(
             rows = [found[i] for i in ids_ if i in found]
         views = [view(r) for r in rows]
     return views, from_blobs([r[-1] for r in rows])
+
+
+@dataclass(frozen=True, slots=True)
+class Outline:
+    """What recall plans its candidates from (``engines.recall.plan_candidates``): a
+    memory's id, tier, replacement and origin, without the rest of its row."""
+
+    id: str
+    tier: str
+    superseded_by: str | None
+    origin: str
+
+
+def outline(tx: ProfileTx, tiers: Sequence[str]) -> tuple[list[Outline], np.ndarray]:
+    """``snapshot`` narrowed to ``Outline``'s columns and the vectors, ordered by id: a
+    recall reads the whole profile, but builds whole memories only for its hits."""
+    query = (
+        select(M.c.id, M.c.tier, M.c.superseded_by, M.c.origin, V.c.embedding)
+        .select_from(WITH_VECTOR)
+        .where(M.c.profile_id == tx.profile)
+        .where(M.c.tier.in_(list(tiers)))
+        .where(within_horizon(tx))
+        .order_by(M.c.id)
+    )
+    with collector_paused():
+        rows = plain_rows(tx.session, query)
+        outlines = [Outline(r[0], r[1], r[2], r[3]) for r in rows]
+    return outlines, from_blobs([r[4] for r in rows])
 
 
 def relevance_inputs(tx: ProfileTx) -> RelevanceInputs:

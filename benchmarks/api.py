@@ -1,0 +1,316 @@
+"""`reverie bench api`: the agent HTTP API measured from outside, as agents use it.
+
+For each size, a store of that many memories per profile is made (the synthetic bench's
+stores, vectors supplied: ``benchmarks.synthetic``), ``reverie api`` is started on it as
+a real process on a free loopback port, and httpx clients (one thread each, one
+connection each) call it: recall (a query the real model embeds in the server, k=5, a
+random profile per call) and then store (a batch of new sentences per call, embedded by
+the server). Each is run with every number of concurrent clients asked for; the rows
+give the latency of one call (p50, p95, as the client sees it: HTTP, JSON, the
+operation) and the throughput of all clients together.
+
+Store's sentences per second are compared with ingest's, measured in this process on
+the same kind of sentences the synthetic bench ingests (``speed.bench_ingest_throughput``:
+``Store.ingest`` with the real model, and the raw model alone). Both sides run with
+``REVERIE_EMIT_EVENTS=false``: no Prefect API is involved.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+
+from reverie.benchmarks.synthetic import SyntheticSpec, profile_name, records, sentence
+from reverie.models.errors import ReverieError
+from reverie.models.settings import environment
+from reverie.models.store import Store
+
+DEFAULT_SIZES = (1000, 10_000)
+DEFAULT_CLIENTS = (1, 8, 32)
+DEFAULT_PROFILES = 2
+DEFAULT_REQUESTS = 160  # recall calls per row
+DEFAULT_STORE_BATCH = 16  # sentences per store call
+DEFAULT_STORE_REQUESTS = 64  # store calls per row
+DEFAULT_INGEST_SENTENCES = 2048
+TOKEN = "bench-api-token-0123456789abcdef"
+# Issue #40 item 6.
+RECALL_P95_TARGET_MS = 50.0
+RECALL_TARGET_AT = (8, 10_000)  # clients, memories per profile
+STORE_SHARE_TARGET = 0.80  # of ingest's sentences per second
+
+
+@dataclass
+class ApiRow:
+    """One operation at one size and one number of clients."""
+
+    operation: str  # "recall" or "store"
+    memories_per_profile: int
+    clients: int
+    calls: int
+    seconds: float
+    p50_ms: float
+    p95_ms: float
+    calls_per_second: float
+    sentences_per_second: float | None = None
+    errors: int = 0
+    target: str = ""
+    verdict: str = ""
+    notes: list[str] = field(default_factory=list)
+
+    def as_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class ApiBench:
+    command: str
+    profiles: int
+    ingest: dict[str, float] = field(default_factory=dict)  # sentences/s: raw, ingest
+    rows: list[ApiRow] = field(default_factory=list)
+
+    def as_json(self) -> dict[str, Any]:
+        from reverie.benchmarks.speed import machine
+
+        return {"command": self.command, "profiles": self.profiles, "machine": machine(),
+                "ingest": self.ingest, "rows": [r.as_json() for r in self.rows]}
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    return float(np.percentile(np.asarray(values, dtype=np.float64), q)) if values else 0.0
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _reverie() -> list[str]:
+    executable = Path(sys.executable).with_name("reverie")
+    if executable.exists():
+        return [str(executable)]
+    return [sys.executable, "-m", "reverie.deployments.cli"]
+
+
+@contextmanager
+def api_process(database_url: str, folder: Path) -> Iterator[str]:
+    """``reverie api`` on ``database_url``, on a free loopback port: its base URL."""
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("REVERIE_API") and k != "PREFECT_API_URL"}
+    env.update({"REVERIE_DATABASE_URL": database_url, "REVERIE_API_ADMIN_TOKEN": TOKEN,
+                "REVERIE_EMIT_EVENTS": "false", "PREFECT_HOME": str(folder / "prefect"),
+                "PREFECT_SERVER_ANALYTICS_ENABLED": "false"})
+    log = folder / "api.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen([*_reverie(), "api", "--port", str(port)],
+                                   stdout=out, stderr=out, env=env)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            if process.poll() is not None:
+                raise ReverieError(f"reverie api exited: {log.read_text(errors='replace')}")
+            try:
+                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise ReverieError("reverie api did not answer /health within 180 s")
+            time.sleep(0.2)
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def make_store(url: str, per_profile: int, profiles: int) -> None:
+    """``per_profile`` synthetic memories (vectors supplied) in each of ``profiles``."""
+    from reverie.engines.embedding import embedder_for
+    from reverie.models.ingest import ingest
+
+    made, _ = records(SyntheticSpec(per_profile * profiles, profiles))
+    store = Store(url)
+    with environment("REVERIE_EMIT_EVENTS", "false"):
+        report = ingest(store, made, embedder_for(store.settings))
+    if report.errors:
+        raise ReverieError(f"the bench store refused {len(report.errors)} records: "
+                           f"{report.errors[0].message}")
+
+
+def drive(url: str, clients: int, calls: int,
+          request: Callable[[httpx.Client, int], httpx.Response]) -> tuple[list[float], float, int]:
+    """``calls`` calls of ``request`` shared among ``clients`` threads, each with its own
+    connection: (latencies in seconds, wall seconds, calls that were not a 200)."""
+    latencies: list[float] = []
+    errors = [0]
+    lock = threading.Lock()
+    counter = iter(range(calls))
+    start = threading.Barrier(clients + 1)
+
+    def client() -> None:
+        with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {TOKEN}"},
+                          timeout=300) as http:
+            start.wait()
+            while True:
+                with lock:
+                    n = next(counter, None)
+                if n is None:
+                    return
+                began = time.perf_counter()
+                response = request(http, n)
+                took = time.perf_counter() - began
+                with lock:
+                    latencies.append(took)
+                    if response.status_code != 200:
+                        errors[0] += 1
+
+    threads = [threading.Thread(target=client, daemon=True) for _ in range(clients)]
+    for t in threads:
+        t.start()
+    start.wait()
+    began = time.perf_counter()
+    for t in threads:
+        t.join()
+    return latencies, time.perf_counter() - began, errors[0]
+
+
+def _queries(count: int, seed: int) -> list[str]:
+    rng = np.random.default_rng(seed)
+    return [sentence(int(rng.integers(500)), int(rng.integers(5000)), k, rng)
+            for k in range(count)]
+
+
+def bench_size(url: str, per_profile: int, profiles: int, clients: Sequence[int],
+               requests: int, store_requests: int, store_batch: int,
+               progress: Callable[[ApiRow], None]) -> list[ApiRow]:
+    rows: list[ApiRow] = []
+    names = [profile_name(p) for p in range(profiles)]
+    # Warm: the model loaded in the server, every profile read once.
+    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {TOKEN}"},
+                      timeout=300) as http:
+        for name in names:
+            for _ in range(3):
+                r = http.post(f"/v1/profiles/{name}/recall", json={"query": "warm up", "k": 5})
+                if r.status_code != 200:
+                    raise ReverieError(f"recall answered {r.status_code}: {r.text[:300]}")
+    for c in clients:
+        queries = _queries(requests, seed=100 + c)
+
+        def recall(http: httpx.Client, n: int, queries: list[str] = queries) -> httpx.Response:
+            return http.post(f"/v1/profiles/{names[n % profiles]}/recall",
+                             json={"query": queries[n], "k": 5})
+
+        latencies, wall, errors = drive(url, c, requests, recall)
+        row = ApiRow("recall", per_profile, c, requests, round(wall, 3),
+                     round(percentile(latencies, 50) * 1000, 1),
+                     round(percentile(latencies, 95) * 1000, 1),
+                     round(requests / wall, 1), None, errors)
+        if (c, per_profile) == RECALL_TARGET_AT:
+            row.target = f"p95 <= {RECALL_P95_TARGET_MS:g} ms"
+            row.verdict = ("met" if row.p95_ms <= RECALL_P95_TARGET_MS
+                           else f"missed ({row.p95_ms / RECALL_P95_TARGET_MS:.1f}x)")
+        rows.append(row)
+        progress(row)
+    for c in clients:
+        texts = _queries(store_requests * store_batch, seed=1000 + c + per_profile)
+
+        def store(http: httpx.Client, n: int, texts: list[str] = texts,
+                  c: int = c) -> httpx.Response:
+            batch = texts[n * store_batch:(n + 1) * store_batch]
+            return http.post(f"/v1/profiles/{names[n % profiles]}/memories", json={
+                "memories": [{"content": f"{t} [stored {c}/{n}/{i}]"}
+                             for i, t in enumerate(batch)]})
+
+        latencies, wall, errors = drive(url, c, store_requests, store)
+        stored = (store_requests - errors) * store_batch
+        row = ApiRow("store", per_profile, c, store_requests, round(wall, 3),
+                     round(percentile(latencies, 50) * 1000, 1),
+                     round(percentile(latencies, 95) * 1000, 1),
+                     round(store_requests / wall, 1), round(stored / wall, 1), errors,
+                     notes=[f"{store_batch} sentences per call"])
+        rows.append(row)
+        progress(row)
+    return rows
+
+
+def ingest_rates(sentences: int, folder: Path) -> dict[str, float]:
+    """Sentences per second: the raw model, and ``Store.ingest`` with it (in process)."""
+    from reverie.benchmarks.speed import Stores, bench_ingest_throughput
+
+    with environment("REVERIE_EMIT_EVENTS", "false"), Stores(folder / "ingest") as stores:
+        raw, row = bench_ingest_throughput(sentences, stores)
+    return {"raw_model": round(sentences / raw.seconds, 1),
+            "ingest": round(sentences / row.seconds, 1)}
+
+
+def judge_store(bench: ApiBench) -> None:
+    ingest = bench.ingest.get("ingest")
+    if not ingest:
+        return
+    for row in bench.rows:
+        if row.operation == "store" and row.sentences_per_second is not None:
+            share = row.sentences_per_second / ingest
+            row.notes.append(f"{share:.0%} of ingest")
+            row.target = f">= {STORE_SHARE_TARGET:.0%} of ingest"
+            row.verdict = "met" if share >= STORE_SHARE_TARGET else f"missed ({share:.0%})"
+
+
+def bench_api(sizes: Sequence[int] = DEFAULT_SIZES, clients: Sequence[int] = DEFAULT_CLIENTS,
+              profiles: int = DEFAULT_PROFILES, requests: int = DEFAULT_REQUESTS,
+              store_requests: int = DEFAULT_STORE_REQUESTS,
+              store_batch: int = DEFAULT_STORE_BATCH,
+              ingest_sentences: int = DEFAULT_INGEST_SENTENCES, command: str = "",
+              progress: Callable[[ApiRow], None] = lambda _: None) -> ApiBench:
+    bench = ApiBench(command, profiles)
+    with tempfile.TemporaryDirectory(prefix="reverie-api-bench-") as name:
+        folder = Path(name)
+        if ingest_sentences:
+            bench.ingest = ingest_rates(ingest_sentences, folder)
+        for size in sizes:
+            here = folder / f"n{size}"
+            here.mkdir()
+            url = f"sqlite:///{here / 'store.db'}"
+            make_store(url, size, profiles)
+            with api_process(url, here) as base:
+                bench.rows += bench_size(base, size, profiles, clients, requests,
+                                         store_requests, store_batch, progress)
+    judge_store(bench)
+    return bench
+
+
+def render_api(bench: ApiBench) -> str:
+    lines = []
+    if bench.ingest:
+        lines.append(f"ingest (in process): {bench.ingest['ingest']:.0f} sentences/s; "
+                     f"raw model {bench.ingest['raw_model']:.0f} sentences/s")
+        lines.append("")
+    lines += ["| operation | memories/profile | clients | calls | p50 ms | p95 ms | calls/s "
+              "| sentences/s | errors | target | verdict | notes |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|"]
+    for r in bench.rows:
+        rate = "" if r.sentences_per_second is None else f"{r.sentences_per_second:.0f}"
+        lines.append(f"| {r.operation} | {r.memories_per_profile:,} | {r.clients} | {r.calls} "
+                     f"| {r.p50_ms:.1f} | {r.p95_ms:.1f} | {r.calls_per_second:.1f} | {rate} "
+                     f"| {r.errors} | {r.target} | {r.verdict} | {'; '.join(r.notes)} |")
+    return "\n".join(lines)
+

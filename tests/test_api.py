@@ -21,6 +21,7 @@ from agent_server import (
     bearer,
 )
 
+from reverie.models.db import create_store
 from reverie.models.store import Store
 
 from conftest import TEST_POSTGRES, _create_postgres_database, _drop_postgres_database
@@ -259,7 +260,9 @@ def test_tokens_from_a_prefect_secret_block(tmp_path: Path) -> None:
     from prefect.settings import PREFECT_API_URL
 
     Secret(value=f"{BLOCK_TOKEN}:carol,carol-2").save("reverie-api-tokens-test", overwrite=True)
-    with api_server(f"sqlite:///{tmp_path / 'store.db'}", tmp_path,
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    create_store(url)
+    with api_server(url, tmp_path,
                     REVERIE_API_TOKENS_BLOCK="reverie-api-tokens-test",
                     PREFECT_API_URL=str(PREFECT_API_URL.value())) as running:
         stored = call(running, "POST", "/v1/profiles/carol/memories", BLOCK_TOKEN,
@@ -281,12 +284,13 @@ def test_tokens_from_a_prefect_secret_block(tmp_path: Path) -> None:
         assert BLOCK_TOKEN not in running.log_text()
 
 
-@pytest.mark.store_independent("no store is opened: the server refuses to start")
+@pytest.mark.store_independent("the server refuses to start before it reads the store")
 def test_a_missing_secret_block_stops_the_server_with_its_name(tmp_path: Path) -> None:
     from agent_server import reverie, server_env
 
-    env = server_env(f"sqlite:///{tmp_path / 'store.db'}",
-                     REVERIE_API_TOKENS_BLOCK="no-such-block",
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    create_store(url)
+    env = server_env(url, REVERIE_API_TOKENS_BLOCK="no-such-block",
                      PREFECT_API_URL="http://127.0.0.1:9/api")
     done = subprocess.run([reverie(), "api", "--port", "9"], env=env, capture_output=True,
                           text=True, timeout=120)

@@ -220,6 +220,9 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--as-of-offset-days", type=float, default=90.0,
                    help="consolidate this long after the last session (default 90)")
     b.add_argument("--budget", type=int, default=2000, help="context characters (default 2000)")
+    b.add_argument("--conversations", type=_names, metavar="ID[,ID]",
+                   help="only these conversations, by sample id (e.g. one fold's two "
+                        "tuning conversations, or its third to validate on; default all)")
     b.add_argument("--summarizer", default="auto", help="rules, llm or auto (default)")
     b.add_argument("--preset", help="configuration preset (default: 'default')")
     b.add_argument("--json", type=Path, dest="json_out", help="also write the result as JSON")
@@ -858,6 +861,13 @@ def _export(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _names(text: str) -> list[str]:
+    names = [part.strip() for part in text.split(",") if part.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError(f"no conversation named: {text!r}")
+    return names
+
+
 def _sizes(text: str) -> list[int]:
     try:
         sizes = [int(part.replace("_", "")) for part in text.split(",") if part.strip()]
@@ -886,7 +896,8 @@ def _bench(args: argparse.Namespace) -> int:
     from reverie.flows.temporary_server import keep_with_this_process
 
     keep_with_this_process()
-    result = bench_locomo(args.path, args.as_of_offset_days, args.budget, config)
+    result = bench_locomo(args.path, args.as_of_offset_days, args.budget, config,
+                          args.conversations)
     print(render_locomo(result))
     if args.json_out:
         args.json_out.write_text(json.dumps(result.as_json(), indent=2) + "\n", encoding="utf-8")

@@ -806,15 +806,22 @@ def _recall(args: argparse.Namespace) -> int:
 
     hits = recall(_store(), args.profile, args.query, args.k, args.deep, args.track)
     if args.json:
-        _print_json(
-            [{"score": h.score, **_memory_json(h.memory)} for h in hits]
-        )
+        _print_json([
+            {"score": h.score, **_memory_json(h.memory), "text": h.text,
+             "matched": [_memory_json(o) for o in h.members]}
+            for h in hits
+        ])
         return EXIT_OK
     for h in hits:
         m = h.memory
         tag = f"[{m.tier}]" + (f" superseded by {m.superseded_by}" if m.superseded_by else "")
         ext = f" ({m.external_id})" if m.external_id else ""
-        print(f"{h.score:.3f}  {m.id}{ext} {m.kind} {tag}\n       {m.content}")
+        if h.members:
+            # A summary shows the members that matched; the whole is one `get` away.
+            tag += (f" {m.origin}: {len(h.members)} member(s) that matched "
+                    f"(reverie get {m.id}: the whole summary)")
+        body = h.text.replace("\n", "\n       ")
+        print(f"{h.score:.3f}  {m.id}{ext} {m.kind} {tag}\n       {body}")
     return EXIT_OK
 
 

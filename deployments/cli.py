@@ -808,7 +808,7 @@ def _recall(args: argparse.Namespace) -> int:
     if args.json:
         _print_json([
             {"score": h.score, **_memory_json(h.memory), "text": h.text,
-             "matched": [_memory_json(o) for o in h.members]}
+             "matched": [_memory_json(o) for o in h.members] if h.excerpted else []}
             for h in hits
         ])
         return EXIT_OK
@@ -816,7 +816,7 @@ def _recall(args: argparse.Namespace) -> int:
         m = h.memory
         tag = f"[{m.tier}]" + (f" superseded by {m.superseded_by}" if m.superseded_by else "")
         ext = f" ({m.external_id})" if m.external_id else ""
-        if h.members:
+        if h.excerpted:
             # A summary shows the members that matched; the whole is one `get` away.
             tag += (f" {m.origin}: {len(h.members)} member(s) that matched "
                     f"(reverie get {m.id}: the whole summary)")

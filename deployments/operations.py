@@ -241,7 +241,7 @@ def recall(
     # ids in ``matched``), else the memory's content; ``get`` gives a summary whole.
     return {"profile": name, "hits": [
         {"score": h.score, **memory_data(h.memory), "text": h.text,
-         "matched": [o.id for o in h.members]} for h in hits]}
+         "matched": [o.id for o in h.members] if h.excerpted else []} for h in hits]}
 
 
 def get(store: Store, who: Principal, profile: object, memory_id: object) -> dict[str, Any]:

@@ -287,3 +287,39 @@ def test_ids_and_profiles_are_found_in_either_unicode_form(
     assert "3 memories restored" in capsys.readouterr().out
     assert main(["undo", merge["summary_id"], "--profile", zoe]) == EXIT_OK
     assert "already undone" in capsys.readouterr().out
+
+
+@pytest.mark.usefixtures("prefect_api")
+def test_recall_shows_a_summary_by_the_member_that_matched_whole_and_dated(
+    sample_store: Store, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from reverie.models.tables import Origin, Tier
+
+    when = ["--profile", "raj", "--as-of", "2025-10-01T00:00:00Z"]
+    assert main(["run", "decay", *when]) == EXIT_OK
+    assert main(["consolidate", "full", *when]) == EXIT_OK
+    capsys.readouterr()
+    everything = in_read(sample_store, "raj",
+                         lambda tx: memories_repo.memories(tx, tiers=(Tier.HOT, Tier.COLD)))
+    excerpts = 0
+    for summary in (m for m in everything if m.origin == Origin.COMPRESSED and m.is_live):
+        members = [m for m in everything if m.superseded_by == summary.id]
+        for member in members:
+            assert main(["recall", member.content, "--profile", "raj", "-k", "1",
+                         "--json"]) == EXIT_OK
+            [hit] = json.loads(capsys.readouterr().out)
+            assert hit["id"] == summary.id and hit["content"] == summary.content  # for get
+            matched = [m["id"] for m in hit["matched"]]
+            if not matched:  # every member matched: the summary says them more briefly
+                assert hit["text"] == summary.content
+                continue
+            excerpts += 1
+            d = member.created_at
+            line = f"{member.content} ({d.day} {d:%B %Y})"
+            assert member.id in matched and len(hit["text"]) < len(summary.content)
+            assert line in hit["text"].splitlines()
+            assert main(["recall", member.content, "--profile", "raj", "-k", "1"]) == EXIT_OK
+            out = capsys.readouterr().out
+            assert line in out and summary.content not in out
+            assert f"reverie get {summary.id}" in out
+    assert excerpts > 0

@@ -74,17 +74,13 @@ def context_line(memory: MemoryView) -> str:
 
 def shown(candidates: Candidates, found: Sequence[Passage]) -> list[MemoryView]:
     """What recall shows for one query's passages, best first, each once: a summary's
-    matched member (an original, whole, at its own date), else the memory itself; the
-    summary whole, once, when it is no longer than that member's line."""
+    matched member (an original, whole, at its own date), else the memory itself."""
     out: list[MemoryView] = []
     seen: set[str] = set()
     for row, key, _ in found:
-        m = candidates.memories[row]
-        if key >= 0 and candidates.shows_members(row):
-            member = candidates.key_memories[key]
-            if len(context_line(member)) < len(m.content):
-                m = member
-        if m.id not in seen and m.superseded_by not in seen:
+        m = (candidates.key_memories[key] if key >= 0 and candidates.shows_members(row)
+             else candidates.memories[row])
+        if m.id not in seen:
             seen.add(m.id)
             out.append(m)
     return out

@@ -14,9 +14,10 @@ consolidation and spends no room twice on the same facts.
 
 What a recalled summary shows is what it was found by: the members (cold originals)
 whose keys ranked among the passages recall went through, whole and each at its own
-date, in date order, not the whole summary (``Hit.members``, ``Hit.text``), unless the summary
-is no longer than they are (a merge of near-duplicates that all matched); the summary
-itself is one ``reverie get`` away. A summary of eight does not spend a context's room on
+date, in date order, not the whole summary (``Hit.members``, ``Hit.text``); the summary
+itself is one ``reverie get`` away. (Tried and not kept: the whole summary when it is no
+shorter than its matches; on LoCoMo, a merge shown whole is dated when it was written, and
+one of three conversations lost 3 answers in 2,000 characters.) A summary of eight does not spend a context's room on
 seven facts nobody asked for. A key of a memory that is not a summary (the older value of
 an update chain) never shows: its hit shows the newest value, whole.
 """
@@ -58,18 +59,16 @@ class Hit:
 
     @property
     def excerpted(self) -> bool:
-        """Whether recall shows the matched members rather than the whole memory: a
-        summary's whole words are shown when they are no longer than its matches."""
-        return bool(self.members) and len(self._matched()) < len(self.memory.content)
-
-    def _matched(self) -> str:
-        return "\n".join(dated(m) for m in self.members)
+        """Whether recall shows the matched members rather than the whole memory."""
+        return bool(self.members)
 
     @property
     def text(self) -> str:
         """What recall shows: the matched members, each whole and dated, else the
         memory's own words."""
-        return self._matched() if self.excerpted else self.memory.content
+        if not self.members:
+            return self.memory.content
+        return "\n".join(dated(m) for m in self.members)
 
 
 @dataclass(frozen=True)

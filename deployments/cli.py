@@ -892,10 +892,16 @@ def _bench(args: argparse.Namespace) -> int:
         return _bench_embedding(args)
     if args.bench == "updates":
         return _bench_updates(args)
-    from reverie.benchmarks.locomo import bench_locomo, render_locomo
+    from reverie.benchmarks.locomo import (
+        bench_locomo,
+        load_locomo,
+        render_locomo,
+        select_conversations,
+    )
 
     if not args.path.is_file():
         raise ReverieError(f"no such file: {args.path}")
+    select_conversations(load_locomo(args.path), args.conversations)  # bad input: at once
     from reverie.models.config import preset
 
     base = preset(args.preset) if args.preset else ConsolidationConfig()

@@ -8,7 +8,8 @@ found, before and after consolidation (decay, then full consolidation, at the la
 session's date plus an offset): every word of the normalised answer must appear in the
 best-ranked hot memories that fit a context budget (content plus date; 2,000
 characters, and half of it), ranked by recall (``engines.recall``: a summary by its
-originals). A budget, not a top-k: a summary of five memories takes their room. Recall
+originals, and shown by the members that matched, each whole and dated, as ``reverie
+recall`` shows it). A budget, not a top-k: what recall shows takes its room. Recall
 is reported per LoCoMo category, and once more by deep recall (cold tier included):
 an answer deep recall found before consolidation and not after is counted as lost.
 
@@ -32,7 +33,7 @@ from typing import Any
 
 from reverie.benchmarks.fidelity import Tally, combined, fidelity
 from reverie.engines.embedding import embedder_for
-from reverie.engines.recall import Candidates, candidates_for, rank
+from reverie.engines.recall import Candidates, Passage, candidates_for, dated, passages
 from reverie.flows.event_delivery import deliver, wanted
 from reverie.flows.progress import Bar
 from reverie.models.config import ConsolidationConfig
@@ -68,8 +69,21 @@ def session_date(text: str) -> datetime:
 
 def context_line(memory: MemoryView) -> str:
     """How a memory enters the context: its words and its date."""
-    d = memory.created_at
-    return f"{memory.content} ({d.day} {d:%B %Y})"
+    return dated(memory)
+
+
+def shown(candidates: Candidates, found: Sequence[Passage]) -> list[MemoryView]:
+    """What recall shows for one query's passages, best first, each once: a summary's
+    matched member (an original, whole, at its own date), else the memory itself."""
+    out: list[MemoryView] = []
+    seen: set[str] = set()
+    for row, key, _ in found:
+        m = (candidates.key_memories[key] if key >= 0 and candidates.shows_members(row)
+             else candidates.memories[row])
+        if m.id not in seen:
+            seen.add(m.id)
+            out.append(m)
+    return out
 
 
 @dataclass
@@ -119,6 +133,21 @@ def load_locomo(path: Path) -> list[Conversation]:
         ]
         out.append(Conversation(profile, records, questions, max(dates.values())))
     return out
+
+
+def select_conversations(
+    conversations: list[Conversation], only: Sequence[str] | None
+) -> list[Conversation]:
+    """The conversations named in ``only`` (all when None), in the file's order; a name
+    the file does not hold is an error that lists the ones it does."""
+    if only is None:
+        return conversations
+    held = [c.profile for c in conversations]
+    missing = [name for name in only if name not in held]
+    if missing:
+        raise InputError(f"no conversation {', '.join(missing)} in the file "
+                         f"(it holds {', '.join(held)})")
+    return [c for c in conversations if c.profile in set(only)]
 
 
 def answered(question: Question, context: str) -> bool:
@@ -187,10 +216,10 @@ def measure(store: Store, profile: str, questions: Sequence[Question],
     query_vectors = embedder_for(store.settings).encode([q.text for q in questions])
 
     def found_in(candidates: Candidates, budget: int) -> list[bool]:
-        ranked = rank(candidates, query_vectors, min(len(candidates.memories), RANKED))
+        ranked = passages(candidates, query_vectors, min(len(candidates.memories), RANKED))
         return [
-            answered(q, budgeted_context([candidates.memories[r] for r, _ in best], budget))
-            for q, best in zip(questions, ranked, strict=True)
+            answered(q, budgeted_context(shown(candidates, found), budget))
+            for q, found in zip(questions, ranked, strict=True)
         ]
 
     deep = found_in(candidates_for(store, profile, deep=True), budgets[0])
@@ -305,12 +334,14 @@ def bench_locomo(
     offset_days: float = 90.0,
     budget: int = DEFAULT_BUDGET,
     config: ConsolidationConfig | None = None,
+    only: Sequence[str] | None = None,
 ) -> LocomoResult:
-    """Load, measure, consolidate (decay, then full consolidation), measure again."""
+    """Load, measure, consolidate (decay, then full consolidation), measure again;
+    ``only``: these conversations (by sample id), e.g. one fold's tuning pair."""
     from reverie.engines.wording import summarizer_for
     from reverie.models.db import dispose
 
-    conversations = load_locomo(path)
+    conversations = select_conversations(load_locomo(path), only)
     config = config or ConsolidationConfig()
     result = LocomoResult(budget, offset_days, summarizer_for(config.summarizer).mode)
     with tempfile.TemporaryDirectory(prefix="reverie-locomo-") as folder:

@@ -248,6 +248,9 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--as-of-offset-days", type=float, default=90.0,
                    help="consolidate this long after the last session (default 90)")
     b.add_argument("--budget", type=int, default=2000, help="context characters (default 2000)")
+    b.add_argument("--conversations", type=_names, metavar="ID[,ID]",
+                   help="only these conversations, by sample id (e.g. one fold's two "
+                        "tuning conversations, or its third to validate on; default all)")
     b.add_argument("--summarizer", default="auto", help="rules, llm or auto (default)")
     b.add_argument("--preset", help="configuration preset (default: 'default')")
     b.add_argument("--json", type=Path, dest="json_out", help="also write the result as JSON")
@@ -913,15 +916,22 @@ def _recall(args: argparse.Namespace) -> int:
 
     hits = recall(_store(), args.profile, args.query, args.k, args.deep, args.track)
     if args.json:
-        _print_json(
-            [{"score": h.score, **_memory_json(h.memory)} for h in hits]
-        )
+        _print_json([
+            {"score": h.score, **_memory_json(h.memory), "text": h.text,
+             "matched": [_memory_json(o) for o in h.members] if h.excerpted else []}
+            for h in hits
+        ])
         return EXIT_OK
     for h in hits:
         m = h.memory
         tag = f"[{m.tier}]" + (f" superseded by {m.superseded_by}" if m.superseded_by else "")
         ext = f" ({m.external_id})" if m.external_id else ""
-        print(f"{h.score:.3f}  {m.id}{ext} {m.kind} {tag}\n       {m.content}")
+        if h.excerpted:
+            # A summary shows the members that matched; the whole is one `get` away.
+            tag += (f" {m.origin}: {len(h.members)} member(s) that matched "
+                    f"(reverie get {m.id}: the whole summary)")
+        body = h.text.replace("\n", "\n       ")
+        print(f"{h.score:.3f}  {m.id}{ext} {m.kind} {tag}\n       {body}")
     return EXIT_OK
 
 
@@ -968,6 +978,13 @@ def _export(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _names(text: str) -> list[str]:
+    names = [part.strip() for part in text.split(",") if part.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError(f"no conversation named: {text!r}")
+    return names
+
+
 def _sizes(text: str) -> list[int]:
     try:
         sizes = [int(part.replace("_", "")) for part in text.split(",") if part.strip()]
@@ -987,10 +1004,16 @@ def _bench(args: argparse.Namespace) -> int:
         return _bench_updates(args)
     if args.bench == "api":
         return _bench_api(args)
-    from reverie.benchmarks.locomo import bench_locomo, render_locomo
+    from reverie.benchmarks.locomo import (
+        bench_locomo,
+        load_locomo,
+        render_locomo,
+        select_conversations,
+    )
 
     if not args.path.is_file():
         raise ReverieError(f"no such file: {args.path}")
+    select_conversations(load_locomo(args.path), args.conversations)  # bad input: at once
     from reverie.models.config import preset
 
     base = preset(args.preset) if args.preset else ConsolidationConfig()
@@ -998,7 +1021,8 @@ def _bench(args: argparse.Namespace) -> int:
     from reverie.flows.temporary_server import keep_with_this_process
 
     keep_with_this_process()
-    result = bench_locomo(args.path, args.as_of_offset_days, args.budget, config)
+    result = bench_locomo(args.path, args.as_of_offset_days, args.budget, config,
+                          args.conversations)
     print(render_locomo(result))
     if args.json_out:
         args.json_out.write_text(json.dumps(result.as_json(), indent=2) + "\n", encoding="utf-8")

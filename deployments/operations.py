@@ -238,8 +238,11 @@ def recall(
         return {"profile": name, "hits": []}
     hits = recall_memories(store, name, text, most, bool(deep), bool(track))
     _recalled(store, name, most, len(hits))
+    # ``text`` is what to read: a summary's members that matched, whole and dated (its
+    # ids in ``matched``), else the memory's content; ``get`` gives a summary whole.
     return {"profile": name, "hits": [
-        {"score": h.score, **memory_data(h.memory)} for h in hits]}
+        {"score": h.score, **memory_data(h.memory), "text": h.text,
+         "matched": [o.id for o in h.members] if h.excerpted else []} for h in hits]}
 
 
 def get(store: Store, who: Principal, profile: object, memory_id: object) -> dict[str, Any]:
@@ -288,7 +291,7 @@ def session_init(
             left -= len(b.content)
     if query is not None:
         text = _query(store, query)
-        found = [(h.score, h.memory) for h in
+        found = [(h.score, h.memory, h.text) for h in
                  recall_memories(store, name, text, min(SESSION_INIT_POOL, max(most, 1)))]
         _recalled(store, name, most, len(found))
     else:
@@ -299,16 +302,17 @@ def session_init(
                 .order_by(Memory.importance.desc(), Memory.created_at.desc(), Memory.id)
                 .limit(SESSION_INIT_POOL)
             ).scalars().all()
-        found = [(None, m) for m in rows]
+        found = [(None, m, m.content) for m in rows]
     memories = []
-    for score, m in found:
+    for score, m, shown in found:
+        # A recalled summary shows its members that matched (``text``), not itself.
         if len(memories) >= most:
             break
-        if len(m.content) > left:
+        if len(shown) > left:
             continue
-        left -= len(m.content)
+        left -= len(shown)
         memories.append({"score": score, "id": m.id, "external_id": m.external_id,
-                         "kind": m.kind, "content": m.content,
+                         "kind": m.kind, "content": shown,
                          "created_at": _plain(m.created_at)})
     return {"profile": name, "budget_chars": budget, "used_chars": budget - left,
             "blocks": chosen_blocks, "memories": memories}

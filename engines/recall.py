@@ -11,14 +11,22 @@ would make it harder to find. Keys are only the originals outside the tiers sear
 deep recall ranks the originals themselves, and a summary whose originals are all
 there is left out of it, so deep recall ranks what the store held before any
 consolidation and spends no room twice on the same facts.
+
+What a recalled summary shows is what it was found by: the members (cold originals)
+whose keys ranked among the passages recall went through, whole and each at its own
+date, in date order, not the whole summary (``Hit.members``, ``Hit.text``); the summary
+itself is one ``reverie get`` away. (Tried and not kept: the whole summary when it is no
+shorter than its matches; on LoCoMo, a merge shown whole is dated when it was written, and
+one of three conversations lost 3 answers in 2,000 characters.) A summary of eight does
+not spend a context's room on seven facts nobody asked for. A key of a memory that is not a summary (the older value of
+an update chain) never shows: its hit shows the newest value, whole.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Protocol, TypeVar
 
 import numpy as np
 
@@ -32,30 +40,35 @@ from reverie.models.tables import SUMMARY_ORIGINS, Tier
 from reverie.models.timestamps import utcnow
 
 
+def dated(memory: MemoryView) -> str:
+    """A memory as a context shows it: its words and its day."""
+    d = memory.created_at
+    return f"{memory.content} ({d.day} {d:%B %Y})"
+
+
 @dataclass(frozen=True, slots=True)
 class Hit:
     memory: MemoryView
     score: float
+    # The summary's members that matched, oldest first; empty: the memory shows whole.
+    members: tuple[MemoryView, ...] = ()
 
     @property
     def superseded_by(self) -> str | None:
         return self.memory.superseded_by
 
-
-class Planned(Protocol):
-    """What ``plan_candidates`` reads of a memory (a ``MemoryView`` or an ``Outline``)."""
+    @property
+    def excerpted(self) -> bool:
+        """Whether recall shows the matched members rather than the whole memory."""
+        return bool(self.members)
 
     @property
-    def id(self) -> str: ...
-    @property
-    def tier(self) -> str: ...
-    @property
-    def superseded_by(self) -> str | None: ...
-    @property
-    def origin(self) -> str: ...
-
-
-P = TypeVar("P", bound=Planned)
+    def text(self) -> str:
+        """What recall shows: the matched members, each whole and dated, else the
+        memory's own words."""
+        if not self.members:
+            return self.memory.content
+        return "\n".join(dated(m) for m in self.members)
 
 
 @dataclass(frozen=True)
@@ -67,6 +80,13 @@ class Candidates:
     vectors: np.ndarray
     key_vectors: np.ndarray
     key_owners: np.ndarray
+    # The original each key is the vector of (row-aligned with ``key_owners``).
+    key_memories: tuple[MemoryView, ...] = ()
+
+    def shows_members(self, row: int) -> bool:
+        """Whether a hit on ``row`` through a key shows the key's original: only a
+        summary's originals are its statements; an update's older value is not current."""
+        return self.memories[row].origin in SUMMARY_ORIGINS
 
 
 def tiers_for(deep: bool) -> tuple[str, ...]:
@@ -74,7 +94,7 @@ def tiers_for(deep: bool) -> tuple[str, ...]:
 
 
 def plan_candidates(
-    memories: Sequence[P], vectors: np.ndarray, tiers: Sequence[str]
+    memories: Sequence[MemoryView], vectors: np.ndarray, tiers: Sequence[str]
 ) -> Candidates:
     """The candidates among ``memories`` (every tier of a profile, with their vectors) for
     a recall over ``tiers``: the memories in ``tiers``, less the summaries whose originals
@@ -86,7 +106,7 @@ def plan_candidates(
         if m.superseded_by is not None and m.origin not in SUMMARY_ORIGINS:
             originals.setdefault(m.superseded_by, []).append(row)
 
-    def standing_in(m: P) -> bool:
+    def standing_in(m: MemoryView) -> bool:
         """A summary whose every original is ranked in its own right."""
         if m.origin not in SUMMARY_ORIGINS:
             return False
@@ -109,7 +129,63 @@ def plan_candidates(
         vectors[kept] if kept else np.zeros((0, dim), np.float32),
         vectors[[r for r, _ in keys]] if keys else np.zeros((0, dim), np.float32),
         np.array([owner for _, owner in keys], dtype=np.int64),
+        tuple(memories[r] for r, _ in keys),
     )
+
+
+# A passage: (candidate row, key index or -1 for the row's own vector, score).
+Passage = tuple[int, int, float]
+
+
+def passages(candidates: Candidates, queries: np.ndarray, k: int) -> list[list[Passage]]:
+    """Per query, the passages (each keyless candidate's own vector, each key) best
+    first, up to and including the one that brings the ``k``-th distinct row. A row
+    with keys is found by them alone (its own vector blurs its members together)."""
+    n = len(candidates.memories)
+    if n == 0 or k <= 0:
+        return [[] for _ in range(len(queries))]
+    keys = len(candidates.key_owners)
+    keyless = np.setdiff1d(np.arange(n, dtype=np.int64), candidates.key_owners)
+    owners = np.concatenate([keyless, candidates.key_owners])
+    key_of = np.concatenate([np.full(len(keyless), -1, np.int64), np.arange(keys)])
+    every = (np.vstack([candidates.vectors[keyless], candidates.key_vectors]) if keys
+             else candidates.vectors[keyless])
+    # A row repeats at most once per key, so k + keys places hold k distinct rows.
+    sims, idx = top_k(every, queries, min(len(every), k + keys))
+    out: list[list[Passage]] = []
+    for srow, irow in zip(sims, idx, strict=True):
+        seen: set[int] = set()
+        found: list[Passage] = []
+        for s, i in zip(srow, irow, strict=True):
+            if i < 0:
+                continue
+            row = int(owners[i])
+            if row not in seen:
+                if len(seen) == k:
+                    break
+                seen.add(row)
+            found.append((row, int(key_of[i]), float(s)))
+        out.append(found)
+    return out
+
+
+def hits_from(candidates: Candidates, found: Sequence[Passage]) -> list[Hit]:
+    """The hits of one query's passages: one per row, at its best passage's place and
+    score, a summary with the members whose keys are among the passages."""
+    order: list[int] = []
+    score: dict[int, float] = {}
+    members: dict[int, list[MemoryView]] = {}
+    for row, key, s in found:
+        if row not in score:
+            order.append(row)
+            score[row] = s
+        if key >= 0 and candidates.shows_members(row):
+            members.setdefault(row, []).append(candidates.key_memories[key])
+    return [
+        Hit(candidates.memories[row], round(score[row], 6),
+            tuple(sorted(members.get(row, []), key=lambda m: (m.created_at, m.id))))
+        for row in order
+    ]
 
 
 def rank(candidates: Candidates, queries: np.ndarray, k: int) -> list[list[tuple[int, float]]]:
@@ -168,17 +244,22 @@ def recall(
         return []
     vector = embedder_for(store.settings).encode([query])
     # One transaction: the profile's outline (ids and vectors) ranked, then whole
-    # memories read for the hits only (building 10k of them took a third of a recall).
+    # memories read only for what the hits show (building 10k of them took a third of
+    # a recall at 10k memories).
     with store.reading(profile) as tx:
         outlines, vectors = outline(tx, (Tier.HOT, Tier.COLD))
-        candidates = plan_candidates(outlines, vectors, tiers_for(deep))
+        candidates = plan_candidates(outlines, vectors, tiers_for(deep))  # type: ignore[arg-type]
         if not candidates.memories:
             return []
-        [best] = rank(candidates, vector, k)
-        ids = [candidates.memories[row].id for row, _ in best]
-        views, _ = snapshot(tx, (Tier.HOT, Tier.COLD), ids)
-    by_id = {v.id: v for v in views}
-    hits = [Hit(by_id[candidates.memories[row].id], round(score, 6)) for row, score in best]
+        [found] = passages(candidates, vector, k)
+        shown = [candidates.memories[row].id for row, _, _ in found]
+        shown += [candidates.key_memories[key].id for _, key, _ in found if key >= 0]
+        views, _ = snapshot(tx, (Tier.HOT, Tier.COLD), shown)
+    whole = {v.id: v for v in views}
+    candidates = replace(
+        candidates, memories=[whole.get(m.id, m) for m in candidates.memories],
+        key_memories=tuple(whole.get(m.id, m) for m in candidates.key_memories))
+    hits = hits_from(candidates, found)
     if track and hits:
         with store.writing(profile) as tx:
             record_access(tx, [h.memory.id for h in hits], at or utcnow(),

@@ -6,6 +6,7 @@ import json
 from datetime import datetime
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from reverie.benchmarks.locomo import (
@@ -90,3 +91,32 @@ def test_bench_from_the_cli_writes_json(tmp_path: Path, capsys: pytest.CaptureFi
         assert key in data
     assert data["budget"] == 20 and data["conversations"][0]["profile"] == "tiny-1"
     assert data["recall_before"] == 0.0  # no memory and its date fit in 20 characters
+
+
+def test_the_bench_shows_a_summary_by_its_matched_members() -> None:
+    from reverie.benchmarks.locomo import shown
+    from reverie.engines.recall import passages, plan_candidates, tiers_for
+    from reverie.models.tables import Origin, Tier
+
+    from factories import axis
+
+    memories = [view("o1", tier=Tier.COLD, superseded_by="s", content="a fact"),
+                view("o2", tier=Tier.COLD, superseded_by="s", content="another"),
+                view("s", origin=Origin.COMPRESSED, content="a fact; another")]
+    candidates = plan_candidates(memories, np.stack([axis(1), axis(2), axis(0)]),
+                                 tiers_for(deep=False))
+    [found] = passages(candidates, axis(2)[None, :], 1)
+    assert [m.id for m in shown(candidates, found)] == ["o2", "o1"]
+
+
+def test_one_fold_runs_the_conversations_named(capsys: pytest.CaptureFixture[str]) -> None:
+    from reverie.benchmarks.locomo import select_conversations
+    from reverie.models.errors import InputError
+
+    conversations = load_locomo(SMALL)
+    assert select_conversations(conversations, ["tiny-1"]) == conversations
+    assert select_conversations(conversations, None) == conversations
+    with pytest.raises(InputError, match="no conversation conv-9.*tiny-1"):
+        select_conversations(conversations, ["conv-9"])
+    assert main(["bench", "locomo", str(SMALL), "--conversations", "conv-9"]) != EXIT_OK
+    assert "no conversation conv-9 in the file (it holds tiny-1)" in capsys.readouterr().err

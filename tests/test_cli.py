@@ -287,3 +287,42 @@ def test_ids_and_profiles_are_found_in_either_unicode_form(
     assert "3 memories restored" in capsys.readouterr().out
     assert main(["undo", merge["summary_id"], "--profile", zoe]) == EXIT_OK
     assert "already undone" in capsys.readouterr().out
+
+
+@pytest.mark.usefixtures("prefect_api")
+def test_recall_shows_a_summary_by_the_member_that_matched_whole_and_dated(
+    sample_store: Store, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from reverie.models.tables import SUMMARY_ORIGINS, Tier
+
+    when = ["--profile", "raj", "--as-of", "2025-10-01T00:00:00Z"]
+    assert main(["run", "decay", *when]) == EXIT_OK
+    assert main(["consolidate", "full", *when]) == EXIT_OK
+    capsys.readouterr()
+    everything = in_read(sample_store, "raj",
+                         lambda tx: memories_repo.memories(tx, tiers=(Tier.HOT, Tier.COLD)))
+    # Merges and compressions alike (the sample store has merges at the seed's groups).
+    summaries = [m for m in everything if m.origin in SUMMARY_ORIGINS and m.is_live
+                 and any(o.superseded_by == m.id for o in everything)]
+    assert summaries
+    for summary in summaries:
+        members = [m for m in everything if m.superseded_by == summary.id]
+        for member in members:
+            assert main(["recall", member.content, "--profile", "raj", "-k", "1",
+                         "--json"]) == EXIT_OK
+            [hit] = json.loads(capsys.readouterr().out)
+            assert hit["id"] == summary.id and hit["content"] == summary.content  # for get
+            matched = [m["id"] for m in hit["matched"]]
+            d = member.created_at
+            line = f"{member.content} ({d.day} {d:%B %Y})"
+            assert member.id in matched
+            assert line in hit["text"].splitlines()
+            assert main(["recall", member.content, "--profile", "raj", "-k", "1"]) == EXIT_OK
+            out = capsys.readouterr().out
+            assert line in out
+            # A merge's words are one member's; any other summary's never show whole.
+            assert summary.content not in out or any(summary.content == m.content
+                                                     for m in members)
+            assert f"reverie get {summary.id}" in out
+    # Groups of five close memories: a member's own words may bring all five; one member
+    # alone is covered by tests/test_recall_keys.py. The summary's own words never show.

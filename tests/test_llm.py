@@ -530,7 +530,11 @@ def test_a_compression_keeps_its_members_words_or_the_rules_word_it(
          "importance": 0.1, "embedding": (axis(0) if k == 0 else at_cosine(0.9)).tolist()}
         for k, text in enumerate(LEO)
     ], profile="leo")
-    args = StepArgs(store.url, "leo", AS_OF, LLM)
+    from reverie.models.config import CompressConfig
+
+    # Two members are a group here (the seed's groups are of five).
+    config = LLM.model_copy(update={"compress": CompressConfig(min_group_size=2)})
+    args = StepArgs(store.url, "leo", AS_OF, config)
     decay_step(store, args)
     report = compress_fading(store, args)
     compile_blocks(store, args)

@@ -58,3 +58,51 @@ def test_a_summary_without_originals_is_a_memory_like_any_other() -> None:
     memories, vectors = store()
     lone = plan_candidates([memories[3]], vectors[[3]], tiers_for(deep=True))
     assert [m.id for m in lone.memories] == ["s"]
+
+
+def test_a_summary_recalled_for_one_member_shows_that_member_whole_and_dated() -> None:
+    from datetime import datetime
+
+    from reverie.engines.recall import dated, hits_from, passages
+
+    memories, vectors = store()
+    memories[1] = view("o1", tier=Tier.COLD, superseded_by="s", content="Ann adopted a cat",
+                       created_at=datetime(2023, 5, 8))
+    memories[2] = view("o2", tier=Tier.COLD, superseded_by="s", content="Ann ran 5 km",
+                       created_at=datetime(2023, 5, 12))
+    memories[3] = view("s", origin=Origin.COMPRESSED,
+                       content="Ann - 8 May 2023: adopted a cat. 12 May: ran 5 km.")
+    candidates = plan_candidates(memories, vectors, tiers_for(deep=False))
+    [found] = passages(candidates, axis(2)[None, :], 1)
+    [hit] = hits_from(candidates, found)
+    assert hit.memory.id == "s" and [m.id for m in hit.members] == ["o2"]
+    assert hit.text == "Ann ran 5 km (12 May 2023)" == dated(memories[2])
+    # Both members match a query between them: both show, oldest first, not the summary.
+    both = (axis(1) + axis(2)) / np.sqrt(2)
+    [found] = passages(candidates, both[None, :], 1)
+    [hit] = hits_from(candidates, found)
+    assert [m.id for m in hit.members] == ["o1", "o2"]
+    assert hit.text == "Ann adopted a cat (8 May 2023)\nAnn ran 5 km (12 May 2023)"
+    assert "adopted a cat." not in hit.text  # the members' own words, not the summary's
+
+
+def test_an_update_found_by_its_older_value_shows_the_newest_only() -> None:
+    from reverie.engines.recall import hits_from, passages
+
+    memories = [view("new", content="Ann lives in Oslo"),
+                view("old", tier=Tier.COLD, superseded_by="new", content="Ann lives in Rome")]
+    candidates = plan_candidates(memories, np.stack([axis(0), axis(1)]), tiers_for(deep=False))
+    [found] = passages(candidates, axis(1)[None, :], 1)
+    [hit] = hits_from(candidates, found)
+    assert hit.memory.id == "new" and hit.members == () and hit.text == "Ann lives in Oslo"
+
+
+def test_passages_and_rank_agree_on_the_rows_and_their_order() -> None:
+    from reverie.engines.recall import hits_from, passages
+
+    candidates = plan_candidates(*store(), tiers_for(deep=False))
+    for q in (axis(0), axis(1), axis(2), axis(3), (axis(1) + axis(3)) / np.sqrt(2)):
+        for k in (1, 2, 5):
+            [best] = rank(candidates, q[None, :], k)
+            [found] = passages(candidates, q[None, :], k)
+            assert [h.memory.id for h in hits_from(candidates, found)] == ids(candidates, best)

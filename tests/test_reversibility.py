@@ -67,7 +67,7 @@ def notes(profile: str) -> list[dict]:
 
 @pytest.fixture
 def fading_store(store: Store) -> Store:
-    assert not ingest_records(store, fading("p", 0, 7) + notes("p") + fading("q", 0, 5)).errors
+    assert not ingest_records(store, fading("p", 0, 5) + notes("p") + fading("q", 0, 5)).errors
     decay(profile=None, as_of=AS_OF)
     return store
 
@@ -84,24 +84,24 @@ def state(store: Store, profile: str = "p") -> list[dict]:
 def test_compression_replaces_fading_memories_by_a_summary(fading_store: Store) -> None:
     report = compress(profile="p", as_of=AS_OF)
     (step,) = report.steps
-    assert step.facts == {"groups": 1, "archived": 7}
+    assert step.facts == {"groups": 1, "archived": 5}
     rows = memories(fading_store)
     (summary,) = [m for m in rows.values() if m["origin"] in SUMMARY_ORIGINS]
     originals = [m for m in rows.values() if m["superseded_by"] == summary["id"]]
-    assert len(originals) == 7 and all(m["tier"] == Tier.COLD for m in originals)
+    assert len(originals) == 5 and all(m["tier"] == Tier.COLD for m in originals)
     first = AS_OF - timedelta(days=300)
     assert summary["content"].startswith(f"{first.day} {first:%B %Y}: hiked trail number 0 in")
     # Fresh: dated when written, its members' dates kept in its metadata.
     assert summary["created_at"].startswith(AS_OF.isoformat())
     assert summary["metadata"]["members_from"] == first.isoformat()
-    assert len(summary["metadata"]["member_dates"]) == 7
+    assert len(summary["metadata"]["member_dates"]) == 5
     assert summary["tier"] == Tier.HOT and summary["embedding_sha256"]
     edges = [r for r in export_rows(fading_store.url, "p") if r["type"] == "edge"]
-    assert sorted((e["kind"], e["weight"]) for e in edges) == [(EdgeKind.CONSOLIDATION, 0.8)] * 7
+    assert sorted((e["kind"], e["weight"]) for e in edges) == [(EdgeKind.CONSOLIDATION, 0.8)] * 5
     # The summary has a vector of its own words, not one of its originals', and without
     # the dates that head its days: its members' vectors hold no date either.
-    assert summary["content"].endswith("10 September: hiked trail number 6 in spring.")
-    gist = " ".join(f"hiked trail number {i} in spring." for i in range(7))
+    assert summary["content"].endswith("8 September: hiked trail number 4 in spring.")
+    gist = " ".join(f"hiked trail number {i} in spring." for i in range(5))
     vector = stored_vector(fading_store, summary["id"])
     words, dated = embedder_of(fading_store).encode([gist, summary["content"]])
     assert float(np.dot(vector, words)) == pytest.approx(1.0, abs=1e-5)
@@ -123,7 +123,7 @@ def test_compress_then_undo_restores_the_store(fading_store: Store) -> None:
     report = compress(profile="p", as_of=AS_OF)
     summary_id = report.steps[0].changes[0].target
     result = undo_consolidation(fading_store, summary_id, "p")
-    assert len(result.restored) == 7 and not result.already_undone
+    assert len(result.restored) == 5 and not result.already_undone
     assert state(fading_store) == before
     (audit,) = [r for r in export_rows(fading_store.url, "p") if r["type"] == "consolidation"]
     assert audit["undone_at"] and audit["parameters"]["undone_summary"]["content"].startswith(
@@ -153,7 +153,7 @@ def test_undo_is_scoped_to_the_profile_named(
     assert refused.value.code == 2
     assert state(fading_store) == after  # nothing was undone
     assert main(["undo", summary_id, "--profile", "p"]) == EXIT_OK
-    assert "in p: 7 memories restored" in capsys.readouterr().out
+    assert "in p: 5 memories restored" in capsys.readouterr().out
 
 
 def test_cold_consolidation_then_undo_restores_the_store(fading_store: Store) -> None:
@@ -260,7 +260,7 @@ def test_undo_through_the_cli(fading_store: Store, capsys: pytest.CaptureFixture
     consolidation_id = listing.split()[0]
     assert consolidation_id.startswith("c-") and "compress" in listing
     assert main(["undo", consolidation_id, "--profile", "p"]) == EXIT_OK
-    assert "7 memories restored" in capsys.readouterr().out
+    assert "5 memories restored" in capsys.readouterr().out
     assert main(["undo", consolidation_id, "--profile", "p"]) == EXIT_OK
     assert "already undone" in capsys.readouterr().out
     assert main(["undo", "c-nothing", "--profile", "p"]) == EXIT_ERROR
@@ -269,7 +269,7 @@ def test_undo_through_the_cli(fading_store: Store, capsys: pytest.CaptureFixture
 def test_llm_compression_and_its_fallback(fading_store: Store, llm) -> None:
     config = ConsolidationConfig(summarizer="llm")
     dry = compress(profile="p", as_of=AS_OF, config=config, dry_run=True)
-    first, last = AS_OF - timedelta(days=300), AS_OF - timedelta(days=294)
+    first, last = AS_OF - timedelta(days=300), AS_OF - timedelta(days=296)
     span = f"{first.day} {first:%B %Y} to {last.day} {last:%B %Y}"
     # The model's words, after its members' dates (the summary itself is dated as_of).
     assert dry.steps[0].changes[0].preview.startswith(
@@ -287,7 +287,7 @@ def test_a_model_worded_compression_is_embedded_without_its_dates(
         fading_store: Store, llm) -> None:
     compress(profile="p", as_of=AS_OF, config=ConsolidationConfig(summarizer="llm"))
     summary = next(m for m in memories(fading_store).values() if m["origin"] == "compress")
-    first, last = AS_OF - timedelta(days=300), AS_OF - timedelta(days=294)
+    first, last = AS_OF - timedelta(days=300), AS_OF - timedelta(days=296)
     span = f"{first.day} {first:%B %Y} to {last.day} {last:%B %Y}: "
     assert summary["content"].startswith(span)  # the model's words, not the rules'
     words, dated = embedder_of(fading_store).encode(

@@ -162,7 +162,7 @@ def test_a_chain_whose_ends_are_far_apart_still_ends_at_the_newest() -> None:
 
 
 def test_a_compression_group_never_joins_members_stating_different_values() -> None:
-    config = CompressConfig()
+    config = CompressConfig(min_group_size=2)  # three members are enough to test
     memories = [view(f"m{n}", content=t, relevance=0.1) for n, t in enumerate(RENT)]
     vectors = np.stack([axis(0), at_cosine(0.9, other=1), at_cosine(0.9, other=2)])
     assert fading_groups(memories, vectors, config) == []

@@ -18,8 +18,9 @@ date, in date order, not the whole summary (``Hit.members``, ``Hit.text``); the 
 itself is one ``reverie get`` away. (Tried and not kept: the whole summary when it is no
 shorter than its matches; on LoCoMo, a merge shown whole is dated when it was written, and
 one of three conversations lost 3 answers in 2,000 characters.) A summary of eight does
-not spend a context's room on seven facts nobody asked for. A key of a memory that is not a summary (the older value of
-an update chain) never shows: its hit shows the newest value, whole.
+not spend a context's room on seven facts nobody asked for. A key of a memory that is
+not a summary (the older value of an update chain) never shows: its hit shows the
+newest value, whole.
 """
 
 from __future__ import annotations

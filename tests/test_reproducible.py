@@ -1,14 +1,14 @@
 """Runs are reproducible bit for bit, at a size where the embedding batches differ.
 
 A store of several thousand memories, a third of them in near-duplicate groups and
-most of them fading, makes about two thousand summaries per full consolidation:
-merges, compressions and second-pass merges, embedded in many batches whose make-up
-depends on what else is embedded. Two runs of identical copies, one in this process
-and one as the CLI in another with one thread, must leave identical canonical
-exports; so must a run killed midway and run again. On both embedding backends (the rest of the suite runs on
-PyTorch), and on PostgreSQL in that leg of the suite.
+most of them fading, makes about nine hundred summaries per full consolidation (with
+``DENSE``'s compression): merges, compressions and second-pass merges, embedded in
+many batches whose make-up depends on what else is embedded. Two runs of identical
+copies, one in this process and one as the CLI in another with one thread, must leave
+identical canonical exports; so must a run killed midway and run again. On both
+embedding backends (the rest of the suite runs on PyTorch), and on PostgreSQL in that
+leg of the suite.
 """
-
 from __future__ import annotations
 
 import os
@@ -25,6 +25,7 @@ import pytest
 from reverie.benchmarks.synthetic import SyntheticSpec, records
 from reverie.engines.embedding import get_embedder
 from reverie.flows.catalog import FLOWS
+from reverie.models.config import CompressConfig, ConsolidationConfig
 from reverie.models.db import copy_profiles, dispose
 from reverie.models.export import export_jsonl
 from reverie.models.store import Store
@@ -101,7 +102,18 @@ def _cli_env(tmp_path: Path, store: Store, **extra: str) -> dict[str, str]:
     return env
 
 
-ARGS = ["consolidate", "full", "--all", "--as-of", AS_OF.isoformat()]
+ARGS = ["consolidate", "full", "--all", "--as-of", AS_OF.isoformat(), "--preset", "dense"]
+# Compression in groups of 2 to 8 at cosine 0.60 (the default until the LoCoMo folds
+# chose the seed's 5 at 0.70): about 900 summaries here rather than ~200, embedded
+# in many batches of mixed lengths. Both runs of each test use it; a command in another
+# process as its preset "dense" (``DENSE_DEFAULT`` adds it).
+DENSE = ConsolidationConfig().model_copy(update={"compress": CompressConfig(
+    similarity=0.60, min_group_size=2, max_group_size=8)})
+DENSE_DEFAULT = """
+import reverie.models.config as config
+config.PRESETS["dense"] = config.ConsolidationConfig().model_copy(update={
+    "compress": config.CompressConfig(similarity=0.60, min_group_size=2, max_group_size=8)})
+"""
 ONE_THREAD = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
@@ -111,21 +123,28 @@ def test_two_runs_of_identical_stores_in_two_processes_give_identical_exports(
 ) -> None:
     here = _copy(template, new_store, "here")
     monkeypatch.setenv("REVERIE_DATABASE_URL", here.url)
-    FLOWS["full"](profile=None, as_of=AS_OF)
+    FLOWS["full"](profile=None, as_of=AS_OF, config=DENSE)
     expected = _exports(here)
     # Enough summaries that they are embedded in many batches (of 64) of mixed lengths:
-    # over 1,500 with groups of 2 to 8, some 210 with the seed's groups of 5.
-    assert _summaries(expected) > 200
+    # about 900 with groups of 2 to 8 (members that disagree on a number no longer
+    # join one), some 210 with the seed's groups of 5.
+    assert _summaries(expected) > 800
 
     # The other process computes with one thread, as a Dask worker does: BLAS and
     # FAISS sum a product in another order then (engines/similarity.py, ``exact``).
     there = _copy(template, new_store, "there")
-    subprocess.run([sys.executable, "-m", "reverie.deployments.cli", *ARGS], check=True,
+    subprocess.run([sys.executable, "-c", DENSE_DEFAULT + COMMAND, *ARGS], check=True,
                    env=_cli_env(tmp_path, there, **ONE_THREAD), cwd=ROOT, timeout=900,
                    stdout=subprocess.DEVNULL)
     assert _exports(there) == expected
 
 
+COMMAND = """
+import sys
+from reverie.deployments.cli import main
+
+sys.exit(main(sys.argv[1:]))
+"""
 HOLD = """
 import os, sys, time
 import reverie.tasks.step
@@ -158,14 +177,14 @@ def test_a_run_killed_midway_and_run_again_gives_the_clean_runs_export(
     monkeypatch.setenv("REVERIE_LEASE_SECONDS", "3")
     clean = _copy(template, new_store, "clean")
     monkeypatch.setenv("REVERIE_DATABASE_URL", clean.url)
-    FLOWS["full"](profile=None, as_of=AS_OF)
+    FLOWS["full"](profile=None, as_of=AS_OF, config=DENSE)
     expected = _exports(clean)
 
     killed = _copy(template, new_store, "killed")
     monkeypatch.setenv("REVERIE_DATABASE_URL", killed.url)
     mark = tmp_path / "held"
     process = subprocess.Popen(
-        [sys.executable, "-c", HOLD, *ARGS],
+        [sys.executable, "-c", DENSE_DEFAULT + HOLD, *ARGS],
         env=_cli_env(tmp_path, killed, HOLD=step, MARK=str(mark)), cwd=ROOT,
         start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
@@ -178,5 +197,5 @@ def test_a_run_killed_midway_and_run_again_gives_the_clean_runs_export(
         os.killpg(process.pid, signal.SIGKILL)
         process.wait()
     assert _exports(killed) != expected  # stopped midway: some work was left
-    FLOWS["full"](profile=None, as_of=AS_OF)  # waits out the dead lease
+    FLOWS["full"](profile=None, as_of=AS_OF, config=DENSE)  # waits out the dead lease
     assert _exports(killed) == expected

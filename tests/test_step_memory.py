@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 import pytest
 
 from reverie.models.config import ConsolidationConfig
+from reverie.models.db import create_store
 from reverie.tasks import step
 from reverie.tasks.step import StepArgs, StepReport, resident_bytes, run_step
 
@@ -26,8 +27,10 @@ def fragmenting_step(_store: object, _args: StepArgs) -> StepReport:
 
 @pytest.fixture
 def args(tmp_path) -> Iterator[StepArgs]:
-    yield StepArgs(f"sqlite:///{tmp_path / 'unused.db'}", "p", datetime(2026, 1, 1, tzinfo=UTC),
-                   ConsolidationConfig())
+    # The steps here never read it, but a step is run on a store that exists.
+    url = f"sqlite:///{tmp_path / 'unused.db'}"
+    create_store(url)
+    yield StepArgs(url, "p", datetime(2026, 1, 1, tzinfo=UTC), ConsolidationConfig())
     survivors.clear()
 
 

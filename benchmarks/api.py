@@ -106,6 +106,26 @@ def _reverie() -> list[str]:
     return [sys.executable, "-m", "reverie.deployments.cli"]
 
 
+def wait_until_healthy(
+    process: subprocess.Popen[bytes], url: str, log: Path, seconds: float
+) -> None:
+    """Wait until the ``reverie api`` ``process`` answers ``url``/health; ReverieError
+    with its log if it exits first or does not answer within ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while True:
+        if process.poll() is not None:
+            raise ReverieError(f"reverie api exited: {log.read_text(errors='replace')}")
+        try:
+            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline:
+            raise ReverieError(f"reverie api did not answer /health within {seconds:.0f} s: "
+                               f"{log.read_text(errors='replace')}")
+        time.sleep(0.2)
+
+
 @contextmanager
 def api_process(database_url: str, folder: Path) -> Iterator[str]:
     """``reverie api`` on ``database_url``, on a free loopback port: its base URL."""
@@ -121,18 +141,7 @@ def api_process(database_url: str, folder: Path) -> Iterator[str]:
                                    stdout=out, stderr=out, env=env)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 180
-        while True:
-            if process.poll() is not None:
-                raise ReverieError(f"reverie api exited: {log.read_text(errors='replace')}")
-            try:
-                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise ReverieError("reverie api did not answer /health within 180 s")
-            time.sleep(0.2)
+        wait_until_healthy(process, url, log, 180)
         yield url
     finally:
         process.terminate()

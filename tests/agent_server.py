@@ -7,13 +7,12 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
+from reverie.benchmarks.api import wait_until_healthy
 
 ALICE_TOKEN = "alice-token-0123456789abcdef"
 BOB_TOKEN = "bob-token-0123456789abcdef"
@@ -70,18 +69,7 @@ def api_server(database_url: str, folder: Path, **extra: str) -> Iterator[Runnin
             [reverie(), "-v", "api", "--port", str(port)], stdout=out, stderr=out, env=env)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError(f"reverie api exited: {log.read_text()}")
-            try:
-                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"reverie api did not answer: {log.read_text()}")
-            time.sleep(0.2)
+        wait_until_healthy(process, url, log, 120)
         yield Running(url, log, process, env)
     finally:
         process.terminate()

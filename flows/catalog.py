@@ -104,7 +104,7 @@ FLOW_ENTRIES: tuple[FlowEntry, ...] = (
         "compress", "reverie.flows.compress:compress", "compress", Command.RUN,
         ("compress_fading",), "(in full)",
         "Compress groups of fading memories into dated summaries (full does it too).",
-        "on its own: groups of 2 to 8 fading memories (relevance < 0.20, cosine >= 0.60 to "
+        "on its own: groups of 5 fading memories (relevance < 0.20, cosine >= 0.70 to "
         "the group's seed, same kind and entity; never a summary) become one summary dated "
         "as_of, its members' dates in its words and in `members_from`, `members_until`, "
         "`member_dates`: max importance, mean stability, max access count, a fresh "

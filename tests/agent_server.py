@@ -13,6 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from reverie.benchmarks.api import wait_until_healthy
+from reverie.models.store import Store
+
+from conftest import TEST_POSTGRES, _create_postgres_database, _drop_postgres_database
 
 ALICE_TOKEN = "alice-token-0123456789abcdef"
 BOB_TOKEN = "bob-token-0123456789abcdef"
@@ -83,3 +86,16 @@ def api_server(database_url: str, folder: Path, **extra: str) -> Iterator[Runnin
 
 def bearer(token: str | None) -> dict[str, str]:
     return {} if token is None else {"Authorization": f"Bearer {token}"}
+
+
+@contextmanager
+def agent_store(folder: Path) -> Iterator[str]:
+    """A store for the agent servers, made beforehand as `reverie init` would (they
+    never create one): a SQLite file in ``folder``, or a PostgreSQL database in that leg."""
+    url = _create_postgres_database() if TEST_POSTGRES else f"sqlite:///{folder / 'store.db'}"
+    Store(url).create()
+    try:
+        yield url
+    finally:
+        if TEST_POSTGRES:
+            _drop_postgres_database(url)

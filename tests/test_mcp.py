@@ -19,6 +19,7 @@ from agent_server import (
     BOB_TOKEN,
     WRONG_TOKEN,
     Running,
+    agent_store,
     api_server,
     reverie,
     server_env,
@@ -28,10 +29,6 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
-from reverie.models.store import Store
-
-from conftest import TEST_POSTGRES, _create_postgres_database, _drop_postgres_database
-
 TOOLS = {"session_init", "store", "recall", "get", "consolidate", "consolidation_status",
          "session_end", "undo"}
 
@@ -39,11 +36,8 @@ TOOLS = {"session_init", "store", "recall", "get", "consolidate", "consolidation
 @pytest.fixture(scope="module")
 def database(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
     folder = tmp_path_factory.mktemp("mcp")
-    url = _create_postgres_database() if TEST_POSTGRES else f"sqlite:///{folder / 'store.db'}"
-    Store(url).create()  # the agent servers never create a store: `reverie init` did
-    yield url, folder
-    if TEST_POSTGRES:
-        _drop_postgres_database(url)
+    with agent_store(folder) as url:
+        yield url, folder
 
 
 @pytest.fixture(scope="module")

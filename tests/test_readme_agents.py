@@ -14,13 +14,9 @@ from pathlib import Path
 
 import anyio
 import pytest
-from agent_server import Running, api_server, reverie, server_env
+from agent_server import Running, agent_store, api_server, reverie, server_env
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
-
-from reverie.models.store import Store
-
-from conftest import TEST_POSTGRES, _create_postgres_database, _drop_postgres_database
 
 pytestmark = pytest.mark.store_independent(
     "the README's agent snippets as written; their operations run on both in tests/test_api.py")
@@ -40,11 +36,8 @@ def readme_block(name: str) -> str:
 @pytest.fixture(scope="module")
 def database(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
     folder = tmp_path_factory.mktemp("readme")
-    url = _create_postgres_database() if TEST_POSTGRES else f"sqlite:///{folder / 'store.db'}"
-    Store(url).create()  # the agent servers never create a store: `reverie init` did
-    yield url, folder
-    if TEST_POSTGRES:
-        _drop_postgres_database(url)
+    with agent_store(folder) as url:
+        yield url, folder
 
 
 @pytest.mark.slow

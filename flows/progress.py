@@ -16,8 +16,8 @@ import logging
 import os
 import sys
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from types import TracebackType
 from typing import Any, TextIO
 
@@ -150,58 +150,57 @@ class Bar:
 
 # --- logs while a bar is shown --------------------------------------------------------
 
-# While any bar is drawn, log handlers that write to a terminal clear the bars before a
-# record and draw them after: otherwise a log line (Prefect's, when a flow runs in this
-# process) lands in the middle of the bar's line and the bar redraws over it.
+# While any bar is drawn, the loggers that print to a terminal write through tqdm, which
+# clears the bars before a record and draws them after (tqdm's own logging_redirect_tqdm):
+# otherwise a log line (Prefect's, when a flow runs in this process) lands in the middle
+# of the bar's line and the bar redraws over it. Entered with the first bar, left with
+# the last: the loggers' handlers are then as they were.
 _lock = threading.Lock()
 _bars_shown = 0
-# Each wrapped handler, with the emit it had as its own attribute before (if any).
-_wrapped: list[tuple[logging.Handler, Any]] = []
+_redirect: ExitStack | None = None
 
 
-def _terminal_handlers() -> list[logging.Handler]:
+def _terminal_loggers() -> list[logging.Logger]:
+    """The loggers with a handler printing to stdout or stderr (the handlers tqdm
+    redirects) while that stream is a terminal."""
     loggers: list[logging.Logger] = [logging.getLogger()]
     loggers += [lg for lg in list(logging.Logger.manager.loggerDict.values())
                 if isinstance(lg, logging.Logger)]
-    found: dict[int, logging.Handler] = {}
-    for logger in loggers:
-        for handler in logger.handlers:
-            if (isinstance(handler, logging.StreamHandler)
-                    and not isinstance(handler, logging.FileHandler)
-                    and on_terminal(handler.stream)):
-                found[id(handler)] = handler
-    return list(found.values())
+    return [lg for lg in loggers
+            if any(_console(h) and on_terminal(h.stream)  # type: ignore[attr-defined]
+                   for h in lg.handlers)]
 
 
-def _above_bars(
-    handler: logging.StreamHandler,  # type: ignore[type-arg]
-) -> Callable[[logging.LogRecord], None]:
-    emit = handler.emit
+def _console(handler: logging.Handler) -> bool:
+    """What tqdm counts as a console handler (and replaces while redirecting)."""
+    return (isinstance(handler, logging.StreamHandler)
+            and handler.stream in (sys.stdout, sys.stderr))
 
-    def emit_above(record: logging.LogRecord) -> None:
-        from tqdm import tqdm
 
-        with tqdm.external_write_mode(file=handler.stream):
-            emit(record)
+@contextmanager
+def _above_bars(loggers: list[logging.Logger]) -> Iterator[None]:
+    from tqdm.contrib.logging import logging_redirect_tqdm
 
-    return emit_above
+    handlers = [lg.handlers for lg in loggers]  # tqdm gives each logger a new list
+    with logging_redirect_tqdm(loggers):
+        # tqdm's handler takes the console handler's format, filters and stream, not
+        # its level: a handler that printed only warnings must not print more now.
+        for logger, before in zip(loggers, handlers, strict=True):
+            console = [h for h in before if _console(h)]
+            if console:
+                logger.handlers[-1].setLevel(console[0].level)
+        yield
 
 
 def _logs_above_bars(change: int) -> None:
-    """Count the bars shown; wrap the terminal's log handlers with the first, unwrap
+    """Count the bars shown; redirect the terminal's loggers with the first, restore
     them with the last."""
-    global _bars_shown
+    global _bars_shown, _redirect
     with _lock:
         _bars_shown += change
         if _bars_shown == 1 and change > 0:
-            for handler in _terminal_handlers():
-                _wrapped.append((handler, handler.__dict__.get("emit")))
-                # An instance attribute: the handler's class, shared, stays as it was.
-                handler.emit = _above_bars(handler)  # type: ignore[arg-type, method-assign]
-        elif _bars_shown == 0:
-            for handler, own in _wrapped:
-                if own is None:
-                    handler.__dict__.pop("emit", None)
-                else:
-                    handler.emit = own  # type: ignore[method-assign]
-            _wrapped.clear()
+            _redirect = ExitStack()
+            _redirect.enter_context(_above_bars(_terminal_loggers()))
+        elif _bars_shown == 0 and _redirect is not None:
+            _redirect.close()
+            _redirect = None

@@ -153,22 +153,30 @@ def test_a_bar_writes_not_a_byte_to_a_pipe_or_a_captured_stderr(
     assert err == "" and out == "a row of the report\n"
 
 
-def test_a_bar_is_drawn_on_a_terminal_with_lines_and_logs_above_it(terminal: Terminal) -> None:
-    handler = logging.StreamHandler(terminal.stream)
+def test_a_bar_is_drawn_on_a_terminal_with_lines_and_logs_above_it(
+    terminal: Terminal, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stderr_on(terminal, monkeypatch)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setLevel(logging.WARNING)
     logger = logging.getLogger("tests.progress")
     logger.addHandler(handler)
     logger.propagate = False
+    logger.setLevel(logging.INFO)
     try:
         with Bar(4, "demo", unit="row", stream=terminal.stream) as bar:
             assert bar.active
             bar.update()
             bar.note("one done")
             logger.warning("a log line")
-            assert "emit" in handler.__dict__  # logs go above the bar while it is shown
-        assert "emit" not in handler.__dict__  # and the handler is as it was after
+            logger.info("below the handler's level")  # printed no more than before
+            # Logs go above the bar (through tqdm) while it is shown...
+            assert handler not in logger.handlers
+        assert logger.handlers == [handler]  # ...and the handler is as it was after
     finally:
         logger.removeHandler(handler)
         logger.propagate = True
+        logger.setLevel(logging.NOTSET)
     text = terminal.settle()
     assert "demo:" in text and "0/4" in text and "1/4" in text
     # The bar is cleared (its line ends in a carriage return) before each line is
@@ -176,6 +184,7 @@ def test_a_bar_is_drawn_on_a_terminal_with_lines_and_logs_above_it(terminal: Ter
     assert "\rone done" in text and "\ra log line" in text
     assert "]one done" not in text and "]a log line" not in text
     assert text.index("one done") < text.index("a log line")
+    assert "below the handler's level" not in text
 
 
 def test_a_terminal_of_unknown_size_still_gets_a_bar(monkeypatch: pytest.MonkeyPatch) -> None:

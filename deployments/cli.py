@@ -757,23 +757,43 @@ def _events(args: argparse.Namespace) -> int:
 def _events_flush(args: argparse.Namespace) -> int:
     import time
 
-    from reverie.flows.event_delivery import Outcome, flush
+    from reverie.flows.event_delivery import FlushResult, Outcome, flush
+    from reverie.models.errors import TransientError
+    from reverie.models.transient import retrying
 
     url = _store().url
     give_up = time.monotonic() + args.timeout
-    sent, pause = 0, 0.5
-    while True:
+    results: list[FlushResult] = []
+
+    class NotYet(TransientError):
+        """Events are left and --timeout lasts: flush again after ``retry_after``."""
+    # Another process is sending (it takes everything before it stops): look again
+    # soon. The API did not answer in time (a server starting or restarting): look
+    # again less often each time. Either while --timeout lasts, no wait beyond it.
+    pauses = iter(min(0.5 * 2**n, 5.0) for n in range(64))
+    pause = 0.5
+
+    def attempt() -> FlushResult:
+        nonlocal pause
         result = flush(url, budget=max(0.0, give_up - time.monotonic()))
-        sent += result.sent
-        left = give_up - time.monotonic()
-        # Another process is sending (it takes everything before it stops), or the API
-        # did not answer in time (a server starting or restarting): try again while
-        # --timeout lasts, less often each time.
-        if result.outcome not in (Outcome.BUSY, Outcome.UNREACHABLE) or left <= 0:
-            break
-        time.sleep(min(pause, left))
+        results.append(result)
         if result.outcome is Outcome.UNREACHABLE:
-            pause = min(pause * 2, 5.0)
+            pause = next(pauses, 5.0)
+        if result.outcome in (Outcome.BUSY, Outcome.UNREACHABLE):
+            left = give_up - time.monotonic()
+            if left > 0:
+                not_yet = NotYet(result.outcome.value)
+                not_yet.retry_after = min(pause, left)
+                raise not_yet
+        return result
+
+    try:
+        # No bound on attempts: --timeout is the bound (a store lock waited on counts).
+        retrying(attempt, attempts=None, first=0.5, cap=5.0, timeout=max(args.timeout, 0.01))
+    except NotYet:
+        pass  # --timeout ran out: the last result says what is left
+    result = results[-1]
+    sent = sum(r.sent for r in results)
     if args.json:
         _print_json({"outcome": result.outcome.value, "sent": sent,
                      "pending": result.pending, "error": result.error})

@@ -18,7 +18,8 @@ Deadline
 Retries
     Only what may pass is retried: timeouts, connection errors, HTTP 429 and 5xx, at
     most ``REVERIE_LLM_RETRIES`` times, with exponential back-off and jitter (a
-    ``Retry-After`` up to the cap is honoured). 4xx, malformed JSON and any answer
+    ``Retry-After`` up to the cap is honoured): Reverie's one retry
+    (``models.transient.retrying``, on stamina). 4xx, malformed JSON and any answer
     that fails a check below would fail the same way again: they are not retried, and
     no failure ever raises out of a step (Prefect's task retries would ask again).
 
@@ -81,20 +82,20 @@ from __future__ import annotations
 
 import json
 import logging
-import random
 import re
 import socket
 import threading
-import time
 from collections import Counter, OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import httpx
 
+from reverie.models.errors import TransientError
 from reverie.models.records import MemoryView
 from reverie.models.settings import Settings, get_settings
 from reverie.models.text import clean_text, refuse_controls
+from reverie.models.transient import retrying
 
 log = logging.getLogger(__name__)
 
@@ -142,8 +143,13 @@ class LLMError(Exception):
         self.kind = kind
 
 
-class Transient(LLMError):
-    """The server may do better on another attempt: retried, then a failed call."""
+class Transient(LLMError, TransientError):
+    """The server may do better on another attempt: retried (``models.transient``),
+    then a failed call."""
+
+    def __init__(self, kind: str, retry_after: float | None = None) -> None:
+        super().__init__(kind)
+        self.retry_after = retry_after
 
 
 class Refused(LLMError):
@@ -245,14 +251,8 @@ class ChatClient:
             "temperature": 0,
             "max_tokens": max_tokens,
         }
-        for attempt in range(self.retries + 1):
-            try:
-                return _answer(self._post(body))
-            except _RetryAfter as wait:
-                if attempt == self.retries:
-                    raise wait.error from None
-                time.sleep(_backoff(attempt, wait.seconds))
-        raise AssertionError("unreachable")  # pragma: no cover
+        return retrying(lambda: _answer(self._post(body)), self.retries,
+                        BACKOFF_BASE_SECONDS, BACKOFF_CAP_SECONDS)
 
     def _post(self, body: dict[str, object]) -> bytes:
         """The body of one successful response, read before the deadline."""
@@ -263,7 +263,7 @@ class ChatClient:
             ) as response:
                 status = response.status_code
                 if status == 429 or status >= 500:
-                    raise _RetryAfter(Transient(f"HTTP {status}"), _retry_after(response))
+                    raise Transient(f"HTTP {status}", _retry_after(response))
                 if not 200 <= status < 300:  # 4xx; a redirect is a wrong base URL
                     raise Refused(f"HTTP {status}")
                 data = bytearray()
@@ -272,30 +272,21 @@ class ChatClient:
                     if len(data) > MAX_RESPONSE_BYTES:
                         raise Refused("response too large")
         except httpx.TimeoutException:
-            raise _RetryAfter(Transient("timeout")) from None
+            raise Transient("timeout") from None
         except (httpx.NetworkError, httpx.RemoteProtocolError):
             # A shut-down socket surfaces as a read or protocol error.
             kind = "timeout" if deadline.expired else "connection error"
-            raise _RetryAfter(Transient(kind)) from None
+            raise Transient(kind) from None
         except httpx.HTTPError as exc:  # bad URL, proxy refused, undecodable body...
             raise Refused(f"request failed ({type(exc).__name__})") from None
         finally:
             deadline.cancel()
         if deadline.expired:  # finished, but too late: a drip must not buy time
-            raise _RetryAfter(Transient("timeout"))
+            raise Transient("timeout")
         return bytes(data)
 
     def close(self) -> None:
         self._http.close()
-
-
-class _RetryAfter(Exception):
-    """A transient failure, and how long the server asked us to wait (if it did)."""
-
-    def __init__(self, error: Transient, seconds: float | None = None) -> None:
-        super().__init__(error.kind)
-        self.error = error
-        self.seconds = seconds
 
 
 def _retry_after(response: httpx.Response) -> float | None:
@@ -303,18 +294,6 @@ def _retry_after(response: httpx.Response) -> float | None:
         return max(float(response.headers.get("Retry-After", "")), 0.0)
     except ValueError:  # absent, or an HTTP date: use our own back-off
         return None
-
-
-# Jitter from a generator of its own, not the global one an application may have seeded.
-_jitter = random.Random()
-
-
-def _backoff(attempt: int, asked: float | None) -> float:
-    """Seconds before attempt ``attempt + 1``: exponential with jitter (clients that
-    failed together do not retry together), at least what the server asked, capped."""
-    step = min(BACKOFF_BASE_SECONDS * 2**attempt, BACKOFF_CAP_SECONDS)
-    wait = _jitter.uniform(step / 2, step)
-    return min(max(wait, asked or 0.0), BACKOFF_CAP_SECONDS)
 
 
 def _answer(raw: bytes) -> str:

@@ -17,7 +17,6 @@ from prefect.futures import PrefectFuture
 from reverie.flows.artifacts import RunProgress
 from reverie.flows.profile_holds import ProfileHolds
 from reverie.flows.report import CHUNK_STEP, WAIT_STEP, RunReport
-from reverie.flows.runtime import run_logger
 from reverie.flows.workspace import RunPlan
 from reverie.models.repositories.profiles import ingest_horizons
 from reverie.models.settings import get_settings
@@ -30,6 +29,7 @@ from reverie.tasks.step import (
     STEP_RETRY_FIRST_SECONDS,
     StepBatch,
     StepReport,
+    run_logger,
 )
 
 ProfileDag = Callable[[StepBatch], list[PrefectFuture[list[StepReport]]]]

@@ -22,13 +22,13 @@ from reverie.flows.forget import AutoApprove
 from reverie.flows.parameters import ArchiveBelow, AsOf, Config, DeleteBelow, DryRun, Profile
 from reverie.flows.report import RunReport
 from reverie.flows.run import run_for_profiles
-from reverie.flows.runtime import reverie_flow, run_logger
+from reverie.flows.runtime import reverie_flow
 from reverie.models.config import ColdConfig, with_forget_thresholds
 from reverie.models.errors import ConfigError
 from reverie.models.settings import get_settings
 from reverie.tasks.cold import consolidate_cold_task, mark_stalled_task
 from reverie.tasks.forget import forget_task
-from reverie.tasks.step import StepBatch, StepReport
+from reverie.tasks.step import StepBatch, StepReport, run_logger
 
 FLOW_NAME = "consolidate-cold"
 

@@ -51,7 +51,7 @@ from reverie.models.errors import ConfigError, ReverieError
 from reverie.models.settings import get_settings
 from reverie.models.timestamps import DAY_SECONDS, parse_timestamp
 from reverie.tasks.forget import forget_task, forget_task_deleting
-from reverie.tasks.step import StepBatch, StepReport
+from reverie.tasks.step import StepBatch, StepReport, run_logger
 
 FLOW_NAME = "forget"
 APPROVAL_ARTIFACT = "forget-approval"
@@ -121,7 +121,7 @@ def forget(
     if dry_run or config.forget.delete_threshold == 0.0:
         return run_for_profiles(FLOW_NAME, profile, as_of, dry_run, config, forget_profiles)
     if auto_approve_deletion:
-        _logger().info("forget: deletion below %g is auto-approved (auto_approve_deletion)",
+        run_logger(log).info("forget: deletion below %g is auto-approved (auto_approve_deletion)",
                        config.forget.delete_threshold)
         return run_for_profiles(FLOW_NAME, profile, as_of, False, config, forget_profiles)
     return forget_with_approval(profile, as_of, config, approval_timeout_seconds)
@@ -159,7 +159,7 @@ def forget_with_approval(
     as_of = parse_timestamp(preview.as_of) if preview.as_of else as_of
     rows = deletions(preview)
     if not rows:
-        _logger().info("forget: nothing would be deleted; no approval needed")
+        run_logger(log).info("forget: nothing would be deleted; no approval needed")
         # Nothing approved: a memory that fell below the threshold meanwhile is kept.
         return run_for_profiles(FLOW_NAME, profile, as_of, False, config,
                                 forget_deleting(frozenset()))
@@ -185,7 +185,7 @@ def ask_approval(
     from prefect.exceptions import FlowPauseTimeout
     from prefect.flow_runs import pause_flow_run
 
-    logger = _logger()
+    logger = run_logger(log)
     run_id, profiles = preview.run_id, len({r["profile"] for r in rows})
     publish_approval(preview, rows, config, Approval.WAITING, timeout)
     logger.warning(
@@ -304,10 +304,3 @@ def _ui_link() -> str:
     return f" ({url})" if url else ""
 
 
-def _logger() -> logging.Logger | logging.LoggerAdapter:  # type: ignore[type-arg]
-    try:
-        from prefect.logging import get_run_logger
-
-        return get_run_logger()
-    except Exception:  # outside a Prefect run
-        return log

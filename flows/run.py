@@ -11,7 +11,6 @@ from datetime import datetime
 from reverie.flows.artifacts import listed_targets, publish
 from reverie.flows.chunk_scheduler import ChunkScheduler, ProfileDag
 from reverie.flows.report import RunReport, history
-from reverie.flows.runtime import run_logger
 from reverie.flows.workspace import ProfileSelector, prepare_run, working_store
 from reverie.models.config import ConsolidationConfig
 from reverie.models.errors import EmptyStoreError, StepFailedError
@@ -22,7 +21,12 @@ from reverie.models.store import Store
 from reverie.models.tables import RunRecord
 from reverie.models.timestamps import iso, utcnow
 from reverie.models.transient import retrying
-from reverie.tasks.step import STEP_RETRIES, STEP_RETRY_CAP_SECONDS, STEP_RETRY_FIRST_SECONDS
+from reverie.tasks.step import (
+    STEP_RETRIES,
+    STEP_RETRY_CAP_SECONDS,
+    STEP_RETRY_FIRST_SECONDS,
+    run_logger,
+)
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +61,7 @@ def run_for_profiles(
             raise EmptyStoreError(report.note)
         report.note = f"no profiles selected (store {where}): nothing to do"
         publish(report)
-        run_logger().info(report.note)
+        run_logger(log).info(report.note)
         return report
     with working_store(plan) as url:
         started = utcnow()

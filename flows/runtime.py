@@ -136,15 +136,6 @@ def flow_run_id() -> str | None:
         return None
 
 
-def run_logger() -> logging.Logger | logging.LoggerAdapter:  # type: ignore[type-arg]
-    try:
-        from prefect.logging import get_run_logger
-
-        return get_run_logger()
-    except Exception:  # outside a Prefect run
-        return log
-
-
 def wait_for_run_history(run_id: str | None, timeout: float = HISTORY_WAIT_SECONDS) -> bool:
     """Wait until Prefect's temporary server has recorded every task run of ``run_id``.
 

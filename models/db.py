@@ -32,6 +32,7 @@ from reverie.models.errors import (
     StoreUnavailableError,
 )
 from reverie.models.settings import display_url, get_settings, resolve_database_url
+from reverie.models.transient import TRANSIENT_DB_ERRORS
 
 _BEGIN_OPTION = "reverie_sqlite_begin"
 STORE_ID_KEY = "store_id"
@@ -251,9 +252,7 @@ def translated() -> Iterator[None]:
         raise IntegrityViolationError(_reason(exc)) from exc
     except db.DataError as exc:
         raise InvalidValueError(_reason(exc)) from exc
-    except (db.OperationalError, db.InterfaceError, db.DisconnectionError, db.TimeoutError) as exc:
-        # Lost connections, lock waits ("database is locked"), serialization failures and
-        # deadlocks (PostgreSQL's TransactionRollbackError is an OperationalError).
+    except TRANSIENT_DB_ERRORS as exc:
         raise StoreUnavailableError(_reason(exc)) from exc
     except db.DBAPIError as exc:
         if exc.connection_invalidated:
@@ -266,9 +265,11 @@ def translated() -> Iterator[None]:
         raise InvalidValueError("a number is too large") from exc
 
 
-def _reason(exc: db.StatementError) -> str:
+def _reason(exc: Exception) -> str:
     """The driver's first line, without the statement (parameters are hidden already)."""
-    said = str(exc.orig).strip() if exc.orig is not None else ""
+    # A pool's timeout or a disconnection carries no driver error: its class is the reason.
+    orig = getattr(exc, "orig", None)
+    said = str(orig).strip() if orig is not None else ""
     return said.splitlines()[0] if said else type(exc).__name__
 
 

@@ -71,6 +71,10 @@ class TransientError(ReverieError):
     server restarting): what retries are for. See ``models.transient.is_transient`` for
     the library errors treated the same way."""
 
+    # Seconds the fault itself asks to wait before the next try (a server's
+    # Retry-After); None: the retry's own back-off.
+    retry_after: float | None = None
+
 
 class StoreRetryableError(StoreError, TransientError):
     """Trying the same call again may succeed: nothing about the request is wrong."""

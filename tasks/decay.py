@@ -39,7 +39,7 @@ from reverie.models.repositories.memories import relevance_inputs, set_relevance
 from reverie.models.repositories.runs import last_as_of
 from reverie.models.store import ProfileTx, Store
 from reverie.models.timestamps import DAY_SECONDS, days_between
-from reverie.tasks.step import Change, StepArgs, StepReport, step_logger, step_task
+from reverie.tasks.step import Change, StepArgs, StepReport, run_logger, step_task
 
 # Relevance bands reported after each run: (name, lower bound exclusive).
 BANDS = (("high", 0.7), ("medium", 0.3), ("low", 0.1), ("archive", -np.inf))
@@ -152,7 +152,7 @@ def relevance_notes(
     note = (f"relevance is {days:.1f} days older than as_of (last decay as of {when}): "
             "run decay for this date first for current scores" if days > 0 else
             f"relevance was computed as of {when}, {-days:.1f} days after as_of")
-    step_logger().warning("profile=%s: %s", profile, note)
+    run_logger().warning("profile=%s: %s", profile, note)
     return [note]
 
 

@@ -129,13 +129,17 @@ def _content_chars(_variable: str | None) -> int:
     return get_settings().artifact_content_chars
 
 
-def step_logger() -> logging.Logger | logging.LoggerAdapter:  # type: ignore[type-arg]
+def run_logger(
+    fallback: logging.Logger = log,
+) -> logging.Logger | logging.LoggerAdapter:  # type: ignore[type-arg]
+    """The one way to the logger of the Prefect run (flow or task) this code runs in,
+    whose lines reach the run's log in the UI; ``fallback`` outside a run."""
     try:
         from prefect.logging import get_run_logger
 
         return get_run_logger()
     except Exception:  # outside a Prefect run
-        return log
+        return fallback
 
 
 StepFunction = Callable[[Store, StepArgs], StepReport]
@@ -156,7 +160,7 @@ def run_step(name: str, fn: StepFunction, args: StepArgs) -> StepReport:
     report.seconds = round(time.perf_counter() - started, 4)
     # Per profile at DEBUG: at INFO, 10,000 profiles would send Prefect 80,000 log lines
     # a night. Each chunk logs its totals at INFO (run_batch).
-    step_logger().debug(
+    run_logger().debug(
         "step=%s profile=%s examined=%d changed=%d skipped=%d seconds=%.3f",
         name, args.profile, report.examined, report.changed, report.skipped, report.seconds,
     )
@@ -258,20 +262,48 @@ def run_batch(
             reports.append(retrying(
                 lambda a=args: run_step(name, fn, a), STEP_RETRIES, STEP_RETRY_FIRST_SECONDS,
                 STEP_RETRY_CAP_SECONDS, on_retry=lambda n, exc, wait, p=args.profile:
-                step_logger().warning("step=%s profile=%s attempt %d failed (%s, transient); "
-                                  "retrying in %.1f s", name, p, n, type(exc).__name__, wait),
+                announce_retry(name, p, n, exc, wait),
             ))
         except Exception as exc:  # noqa: BLE001 - reported per profile
-            step_logger().error("step=%s profile=%s failed: %s", name, args.profile,
+            run_logger().error("step=%s profile=%s failed: %s", name, args.profile,
                             type(exc).__name__)
             reports.append(StepReport(name, args.profile, error=_error_text(exc)))
-    step_logger().info(
+    run_logger().info(
         "step=%s profiles=%d examined=%d changed=%d skipped=%d failed=%d seconds=%.3f",
         name, len(reports), sum(r.examined for r in reports), sum(r.changed for r in reports),
         sum(r.skipped for r in reports), sum(r.error is not None for r in reports),
         sum(r.seconds for r in reports),
     )
     return reports
+
+
+STEP_RETRYING = "reverie.step.retrying"
+
+
+def announce_retry(step: str, profile: str, attempt: int, exc: BaseException,
+                   wait: float) -> None:
+    """Say that a step's attempt failed transiently and when the next one starts: in
+    the run's log, and as a Prefect event related to the flow and task run (Prefect
+    adds those), so the UI and automations see retries. Only the error's class leaves
+    the process, never its message (it may quote a statement or an answer)."""
+    error = type(exc).__name__
+    run_logger().warning("step=%s profile=%s attempt %d failed (%s, transient); "
+                          "retrying in %.1f s", step, profile, attempt, error, wait)
+    try:
+        from prefect.context import FlowRunContext, TaskRunContext
+        from prefect.events import emit_event
+
+        if FlowRunContext.get() is None and TaskRunContext.get() is None:
+            return  # not in a run: no run for the event to be about
+        emit_event(
+            event=STEP_RETRYING,
+            resource={"prefect.resource.id": f"reverie.profile.{profile}",
+                      "prefect.resource.name": profile, "reverie.profile": profile},
+            payload={"step": step, "attempt": attempt, "wait_seconds": round(wait, 3),
+                     "error": error},
+        )
+    except Exception:  # noqa: BLE001 - telling Prefect must never fail the step
+        log.debug("step=%s: the retry event was not emitted", step, exc_info=True)
 
 
 def _error_text(exc: BaseException) -> str:

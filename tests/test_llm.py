@@ -29,6 +29,7 @@ from reverie.flows.artifacts import markdown
 from reverie.flows.full_consolidation import full_consolidation
 from reverie.flows.lightweight_consolidation import lightweight_consolidation
 from reverie.flows.report import RunReport
+from reverie.models import transient as transient_module
 from reverie.models.config import ConsolidationConfig
 from reverie.models.export import export_rows
 from reverie.models.settings import get_settings
@@ -143,14 +144,26 @@ def test_a_transient_error_is_retried(llm) -> None:
     assert len(llm.requests) == 2
 
 
-def test_retries_back_off_exponentially_with_jitter(monkeypatch: pytest.MonkeyPatch) -> None:
-    waits = [llm_module._backoff(attempt, None) for attempt in range(6) for _ in range(50)]
-    assert 0.25 <= min(waits[:50]) and max(waits[:50]) <= 0.5
-    assert 0.5 <= min(waits[50:100]) and max(waits[50:100]) <= 1.0
-    assert len(set(waits[:50])) > 1  # jittered
-    assert max(waits) <= llm_module.BACKOFF_CAP_SECONDS
-    assert llm_module._backoff(0, 3.0) == 3.0  # Retry-After, up to the cap
-    assert llm_module._backoff(0, 60.0) == llm_module.BACKOFF_CAP_SECONDS
+def test_retries_back_off_exponentially_with_jitter_and_honour_retry_after(
+    llm, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    waits: list[float] = []
+    real = transient_module.retrying
+
+    def watched(call, attempts, first, cap, on_retry=None, timeout=None):  # type: ignore[no-untyped-def]
+        return real(call, attempts, first, cap, timeout=timeout,
+                    on_retry=lambda n, exc, wait: waits.append(wait))
+
+    monkeypatch.setattr(llm_module, "retrying", watched)
+    llm.behaviour = "http-503"
+    LLMSummarizer().merge(MEMBERS)
+    # REVERIE_LLM_RETRIES=2: 0.25-0.5 s, then 0.5-0.75 s (BACKOFF_BASE_SECONDS 0.5).
+    assert len(waits) == 2
+    assert 0.25 - 1e-6 <= waits[0] <= 0.5 + 1e-6 and 0.5 - 1e-6 <= waits[1] <= 0.75 + 1e-6
+    assert transient_module.retry_wait(llm_module.Transient("HTTP 429", 3.0),
+                                       llm_module.BACKOFF_CAP_SECONDS) == 3.0
+    assert transient_module.retry_wait(llm_module.Transient("HTTP 429", 60.0),
+                                       llm_module.BACKOFF_CAP_SECONDS) == llm_module.BACKOFF_CAP_SECONDS
 
 
 def test_an_unreachable_server_is_a_failure_not_a_crash(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -18,7 +18,7 @@ from sqlalchemy.exc import IntegrityError, OperationalError
 from reverie.flows.lightweight_consolidation import lightweight_consolidation
 from reverie.models.errors import ConfigError, RecordError, TransientError
 from reverie.models.store import Store
-from reverie.models.transient import backoff, is_transient, retrying
+from reverie.models.transient import is_transient, retrying
 
 from conftest import TEST_POSTGRES, _create_postgres_database, _drop_postgres_database, clone_sample
 from factories import run_history
@@ -65,12 +65,7 @@ def test_a_wrapped_transient_fault_is_transient() -> None:
         assert is_transient(wrapped)
 
 
-def test_backoff_doubles_up_to_its_cap_with_jitter_in_the_upper_half() -> None:
-    for _ in range(50):
-        delays = list(backoff(1.0, 5.0, 5))
-        ceilings = [1.0, 2.0, 4.0, 5.0, 5.0]
-        assert len(delays) == 5
-        assert all(c / 2 <= d <= c for d, c in zip(delays, ceilings, strict=False))
+# The back-off's doubling, jitter and cap: test_retries.py.
 
 
 def test_retrying_stops_at_the_first_lasting_fault_and_after_its_attempts() -> None:

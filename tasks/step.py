@@ -28,6 +28,7 @@ from typing import Any
 from prefect import Task, task
 from prefect.cache_policies import NO_CACHE
 
+from reverie.models import events
 from reverie.models.config import ConsolidationConfig
 from reverie.models.repositories.profiles import ingest_horizons
 from reverie.models.settings import get_settings
@@ -262,7 +263,7 @@ def run_batch(
             reports.append(retrying(
                 lambda a=args: run_step(name, fn, a), STEP_RETRIES, STEP_RETRY_FIRST_SECONDS,
                 STEP_RETRY_CAP_SECONDS, on_retry=lambda n, exc, wait, p=args.profile:
-                announce_retry(name, p, n, exc, wait),
+                announce_retry(name, p, n, exc, wait, batch.store_url),
             ))
         except Exception as exc:  # noqa: BLE001 - reported per profile
             run_logger().error("step=%s profile=%s failed: %s", name, args.profile,
@@ -281,9 +282,10 @@ STEP_RETRYING = "reverie.step.retrying"
 
 
 def announce_retry(step: str, profile: str, attempt: int, exc: BaseException,
-                   wait: float) -> None:
+                   wait: float, store_url: str | None = None) -> None:
     """Say that a step's attempt failed transiently and when the next one starts: in
-    the run's log, and as a Prefect event related to the flow and task run (Prefect
+    the run's log, and as a Prefect event about the profile, labelled with its store
+    when the store can say which it is, and related to the flow and task run (Prefect
     adds those), so the UI and automations see retries. Only the error's class leaves
     the process, never its message (it may quote a statement or an answer)."""
     error = type(exc).__name__
@@ -295,15 +297,24 @@ def announce_retry(step: str, profile: str, attempt: int, exc: BaseException,
 
         if FlowRunContext.get() is None and TaskRunContext.get() is None:
             return  # not in a run: no run for the event to be about
+        store = _store_id(store_url) if store_url is not None else None
         emit_event(
             event=STEP_RETRYING,
-            resource={"prefect.resource.id": f"reverie.profile.{profile}",
-                      "prefect.resource.name": profile, "reverie.profile": profile},
+            resource=events.resource(profile, store), related=events.related(store),
             payload={"step": step, "attempt": attempt, "wait_seconds": round(wait, 3),
                      "error": error},
         )
     except Exception:  # noqa: BLE001 - telling Prefect must never fail the step
         log.debug("step=%s: the retry event was not emitted", step, exc_info=True)
+
+
+def _store_id(url: str) -> str | None:
+    """The store's id for a retry's event; None when the fault keeps it from being read
+    (the event goes out all the same)."""
+    try:
+        return Store(url).id
+    except Exception:  # noqa: BLE001 - the store is failing already: say what we can
+        return None
 
 
 def _error_text(exc: BaseException) -> str:

@@ -19,7 +19,7 @@ from sqlalchemy import event, text, update
 
 from reverie.engines.llm import LLMSummarizer, Refused, Transient
 from reverie.models.config import ConsolidationConfig
-from reverie.models.db import engine_for
+from reverie.models.db import engine_for, store_id
 from reverie.models.errors import (
     ConflictError,
     InvalidValueError,
@@ -60,7 +60,7 @@ def _status(code: int) -> httpx.HTTPStatusError:
     (StoreUnavailableError("database is locked"), True),
     (ConflictError("changed since read"), True),
     # The store's permanent errors stay permanent whatever their cause.
-    (InvalidValueError("out of range").with_traceback(None), False),
+    (InvalidValueError("out of range"), False),
     (Transient("HTTP 503"), True),
     (Refused("HTTP 400"), False),
 ])
@@ -145,8 +145,9 @@ def _release_after_first_announce(monkeypatch: pytest.MonkeyPatch, release) -> l
     announced: list[int] = []
     real = step_module.announce_retry
 
-    def announce(step: str, profile: str, attempt: int, exc: BaseException, wait: float) -> None:
-        real(step, profile, attempt, exc, wait)
+    def announce(step: str, profile: str, attempt: int, exc: BaseException, wait: float,
+                 store_url: str | None = None) -> None:
+        real(step, profile, attempt, exc, wait, store_url)
         announced.append(attempt)
         release()
 
@@ -207,6 +208,9 @@ def test_a_step_under_a_sqlite_lock_is_retried_and_prefect_sees_the_retry(
     assert announced == [1] and report.error is None and store.profiles() == ["p"]
     (retry,) = _retry_events(UUID(run_id))
     assert retry.resource.id == "reverie.profile.p"
+    # Which store: the label automations match on (two stores may share profile names).
+    assert retry.resource["reverie.store"] == store_id(store.url)
+    assert f"reverie.store.{store_id(store.url)}" in [r.id for r in retry.related]
     assert retry.payload == {"step": "touch", "attempt": 1, "wait_seconds": 0.0,
                              "error": "StoreUnavailableError"}
 

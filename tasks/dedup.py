@@ -158,8 +158,8 @@ def plan_merges(
     config: DedupConfig,
 ) -> list[SummaryPlan]:
     """One SummaryPlan per group, worded by the rules (``merge_wording``): the
-    representative's own words and vector, and whole any member that states a fact they
-    do not. ``originals`` maps each earlier summary in a group to the
+    representative's own words and vector, and whole any member that says more than
+    they do (a fact, or a share of its words: ``restated_share``). ``originals`` maps each earlier summary in a group to the
     memories it replaced: a new summary that takes in an earlier one stands for those
     originals, never for the summary itself."""
     parameters = {
@@ -168,6 +168,10 @@ def plan_merges(
         "min_group_size": config.min_group_size,
         "mode": "rules",
     }
+    if config.restated_share:
+        # Absent, the audit means the rule every merge had before the knob: a member
+        # stating no new fact goes unsaid.
+        parameters["restated_share"] = config.restated_share
     plans: list[SummaryPlan] = []
     for group, sims in zip(found.groups, found.similarities, strict=True):
         hot = [found.candidates[i] for i in group]

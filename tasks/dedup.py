@@ -159,9 +159,9 @@ def plan_merges(
 ) -> list[SummaryPlan]:
     """One SummaryPlan per group, worded by the rules (``merge_wording``): the
     representative's own words and vector, and whole any member that says more than
-    they do (a fact, or a share of its words: ``restated_share``). ``originals`` maps each earlier summary in a group to the
-    memories it replaced: a new summary that takes in an earlier one stands for those
-    originals, never for the summary itself."""
+    they do (a fact, or a share of its words: ``restated_share``). ``originals`` maps
+    each earlier summary in a group to the memories it replaced: a new summary that
+    takes in an earlier one stands for those originals, never for the summary itself."""
     parameters = {
         "rule": RULE,
         "similarity": config.similarity,

@@ -20,26 +20,11 @@ consolidation leaves in the hot tier.
 
 from __future__ import annotations
 
-import string
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from reverie.engines.llm import facts, kept_names
-
-_PUNCTUATION = str.maketrans({c: " " for c in string.punctuation + "’‘“”–—…"})
-# Words a statement's meaning does not rest on: articles, the commonest prepositions,
-# pronouns, auxiliaries and conjunctions, and the "s" a possessive leaves behind.
-FUNCTION_WORDS = frozenset(
-    "a an the s and or but nor so of to in on at by for with from as into about than "
-    "i me my we us our you your he him his she her it its they them their this that "
-    "these those is are was were be been being am has have had do does did will would "
-    "can could shall should may might must not no".split()
-)
-
-
-def content_words(text: str) -> list[str]:
-    """The words of ``text`` that carry its meaning, lower case, in order."""
-    return [w for w in text.lower().translate(_PUNCTUATION).split() if w not in FUNCTION_WORDS]
+from reverie.engines.wording import content_words
 
 
 def subject_of(entities: Iterable[str | None]) -> str | None:

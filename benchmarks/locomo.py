@@ -292,6 +292,7 @@ class LocomoResult:
             "lost": sum(c.lost for c in self.conversations),
             "questions": total("before", "asked"),
             "fidelity": {op: t.as_json() for op, t in self.fidelity().items()},
+            "members_unsaid": sum(t.members - t.whole for t in self.fidelity().values()),
             "categories": {
                 str(cat): {
                     "questions": sum(c.before.categories.count(cat) for c in self.conversations),
@@ -444,10 +445,26 @@ def render_fidelity(tallies: dict[str, Tally], summarizer: str) -> list[str]:
     def share(value: float | None) -> str:
         return "-" if value is None else f"{value:.3f}"
 
-    for op, t in tallies.items():
+    rows = list(tallies.items())
+    if len(rows) > 1:
+        # A merge's share alone hides how many statements left the hot tier: a looser
+        # merge can keep a larger share of far more members and drop more in all.
+        rows.append(("all", _all(tallies)))
+    for op, t in rows:
         lines.append(f"{op:<16} {t.summaries:>9} {t.members:>8} {share(t.whole_share):>10} "
                      f"{t.facts:>6} {share(t.facts_share):>6}")
+    if tallies:
+        t = _all(tallies)
+        lines.append(f"members a summary does not say whole: {t.members - t.whole} of {t.members}")
     return lines
+
+
+def _all(tallies: dict[str, Tally]) -> Tally:
+    """Both measures over every summary, whatever its operation."""
+    out = Tally()
+    for t in tallies.values():
+        out = out.merged(t)
+    return out
 
 
 def render_locomo(result: LocomoResult) -> str:

@@ -15,6 +15,7 @@ model again.
 
 from __future__ import annotations
 
+import string
 from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Protocol
@@ -23,6 +24,23 @@ from reverie.models.config import SummarizerName
 from reverie.models.errors import ConfigError
 from reverie.models.records import MemoryView
 from reverie.models.settings import get_settings
+
+_PUNCTUATION = str.maketrans({c: " " for c in string.punctuation + "’‘“”–—…"})
+# Words a statement's meaning does not rest on: articles, the commonest prepositions,
+# pronouns, auxiliaries and conjunctions, and the "s" a possessive leaves behind.
+FUNCTION_WORDS = frozenset(
+    "a an the s and or but nor so of to in on at by for with from as into about than "
+    "i me my we us our you your he him his she her it its they them their this that "
+    "these those is are was were be been being am has have had do does did will would "
+    "can could shall should may might must not no".split()
+)
+
+
+def content_words(text: str) -> list[str]:
+    """The words of ``text`` that carry its meaning, lower case, in order: what a
+    summary is held to keep of a member (``benchmarks.fidelity``), and what a merge
+    asks of a member before it leaves it unsaid (``tasks.dedup``)."""
+    return [w for w in text.lower().translate(_PUNCTUATION).split() if w not in FUNCTION_WORDS]
 
 
 class Summarizer(Protocol):

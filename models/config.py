@@ -49,6 +49,14 @@ class DedupConfig(_Section):
         "smaller groups are left as they are. SuperLocalMemory merges groups of three or "
         "more, so a pair stays. Higher is stricter."
     ))
+    restated_share: float = Field(0.0, ge=0.0, le=1.0, description=(
+        "Share (0-1) of a member's content words a merge's words must already say for "
+        "that member, when it states no new number, name or date, to be left unsaid as a "
+        "near-duplicate (its original stays in the cold tier); a member saying more of "
+        "its own is said whole after the representative. 1 leaves unsaid only members "
+        "said entirely; 0 only those stating no new fact. Higher keeps more of what "
+        "members said, in more characters."
+    ))
     supersede_similarity: float = Field(0.35, ge=0.0, le=1.0, description=(
         "Cosine similarity (0-1) at or above which two memories of one entity that state "
         "different values of the same fact (a number, a name, a date) are an update: the "

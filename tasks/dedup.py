@@ -40,7 +40,7 @@ from reverie.engines.similarity import (
     radius_neighbours,
     similarities_to_first,
 )
-from reverie.engines.wording import Summarizer
+from reverie.engines.wording import Summarizer, content_words
 from reverie.models.config import DedupConfig, SearchConfig
 from reverie.models.records import MemoryView, SummaryPlan
 from reverie.models.repositories.memories import snapshot
@@ -158,16 +158,20 @@ def plan_merges(
     config: DedupConfig,
 ) -> list[SummaryPlan]:
     """One SummaryPlan per group, worded by the rules (``merge_wording``): the
-    representative's own words and vector, and whole any member that states a fact they
-    do not. ``originals`` maps each earlier summary in a group to the
-    memories it replaced: a new summary that takes in an earlier one stands for those
-    originals, never for the summary itself."""
+    representative's own words and vector, and whole any member that says more than
+    they do (a fact, or a share of its words: ``restated_share``). ``originals`` maps
+    each earlier summary in a group to the memories it replaced: a new summary that
+    takes in an earlier one stands for those originals, never for the summary itself."""
     parameters = {
         "rule": RULE,
         "similarity": config.similarity,
         "min_group_size": config.min_group_size,
         "mode": "rules",
     }
+    if config.restated_share:
+        # Absent, the audit means the rule every merge had before the knob: a member
+        # stating no new fact goes unsaid.
+        parameters["restated_share"] = config.restated_share
     plans: list[SummaryPlan] = []
     for group, sims in zip(found.groups, found.similarities, strict=True):
         hot = [found.candidates[i] for i in group]
@@ -180,7 +184,8 @@ def plan_merges(
         # The added members are near-duplicates of the representative, which stands for
         # them all: the vector is its words' (the summary's gist), as any memory's is.
         plans.append(
-            summary_plan(profile, OPERATION, hot, originals, merge_wording(rep, members), rep,
+            summary_plan(profile, OPERATION, hot, originals,
+                         merge_wording(rep, members, config.restated_share), rep,
                          {**parameters, "representative": rep.id},
                          embedding=to_blob(found.vectors[group[0]]),
                          embedding_model=rep.embedding_model,
@@ -197,21 +202,52 @@ def stated_facts(texts: Sequence[str]) -> frozenset[str]:
     return frozenset().union(*(k.numbers for k in known)) | kept_names(known)
 
 
-def merge_wording(rep: MemoryView, members: Sequence[MemoryView]) -> str:
+def _stem(word: str) -> str:
+    # A light stem, so that "volunteers", "volunteered" and "volunteering" are one word
+    # to this test, as they are to a reader; six letters keep "company" and
+    # "compassion" apart.
+    for suffix in ("ing", "ed", "es", "s"):
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
+            word = word[: -len(suffix)]
+            break
+    return word[:6]
+
+
+def stems(text: str) -> set[str]:
+    """The stems of the content words of ``text``."""
+    return {_stem(w) for w in content_words(text)}
+
+
+def restated(member: str, said: set[str]) -> float:
+    """The share of ``member``'s content words (as stems) already in ``said``."""
+    own = stems(member)
+    return len(own & said) / len(own) if own else 1.0
+
+
+def merge_wording(
+    rep: MemoryView, members: Sequence[MemoryView], restated_share: float = 0.0
+) -> str:
     """A merge in the rules' words: the representative's own, then, whole and oldest
-    first, each member that states a number, name or date the words so far do not
-    ("capped at 8 seconds" where the representative says no cap). Near-duplicates
-    that add nothing are not said again."""
+    first, each member that says more than the words so far: one stating a number,
+    name or date they do not ("capped at 8 seconds" where the representative says no
+    cap), or one whose content words the words so far say less than ``restated_share``
+    of ("... and received a medal" where the representative says only that she
+    volunteers). Only members said enough already are left unsaid: their originals are
+    in the cold tier."""
     text = rep.content
     said = facts(text)
+    said_words = stems(text)
     wanted = stated_facts([m.content for m in members])
     for m in sorted(members, key=lambda m: (m.created_at, m.id)):
         own = facts(m.content)
-        if m.id == rep.id or (own.numbers | own.words) & wanted <= said.numbers | said.words:
+        new_fact = not (own.numbers | own.words) & wanted <= said.numbers | said.words
+        if m.id == rep.id or (
+                not new_fact and restated(m.content, said_words) >= restated_share):
             continue
         text = text.rstrip()
         text = f"{text}{'' if text[-1:] in '.!?' else '.'} {m.content.strip()}"
         said = facts(text)
+        said_words |= stems(m.content)
     return text
 
 

@@ -54,6 +54,21 @@ def test_min_group_size_is_a_setting() -> None:
     assert len(plan(*star([0.9, 0.9, 0.9]), config=DedupConfig(min_group_size=4))) == 1
 
 
+def test_a_merge_says_a_member_that_adds_words_and_its_audit_says_why() -> None:
+    memories, vectors = star([0.9, 0.9])
+    memories[1:] = [view("m1", content="the distinct memory"),
+                    view("m2", content="the memory with distinct hues")]
+    (facts_only,) = plan(memories, vectors)
+    assert facts_only.content == memories[0].content
+    assert "restated_share" not in facts_only.parameters
+    # m1 says nothing new; m2 one content word in three ("hues"): 2/3 said.
+    (kept,) = plan(memories, vectors, config=DedupConfig(restated_share=0.8))
+    assert kept.content == f"{memories[0].content}. {memories[2].content}"
+    assert kept.parameters["restated_share"] == 0.8
+    (loose,) = plan(memories, vectors, config=DedupConfig(restated_share=0.6))
+    assert loose.content == memories[0].content
+
+
 def test_groups_do_not_chain_through_members() -> None:
     # a - b - c - d, each neighbour 0.85 apart, a and c, b and d, a and d far apart.
     t = np.float32(0.85)

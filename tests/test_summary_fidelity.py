@@ -106,6 +106,38 @@ def test_a_merge_adds_the_member_that_names_what_the_representative_does_not() -
     assert merge_wording(rep, [rep, same]) == rep.content
 
 
+SHELTER = [
+    on("2023-03-01", "v1", "Maria volunteers at a homeless shelter, which she started a year ago"),
+    on("2023-04-01", "v2", "Maria has been volunteering at the homeless shelter"),
+    on("2023-05-01", "v3", "Maria volunteered at the shelter last week and received a medal"),
+]
+
+
+def test_a_merge_says_whole_the_member_that_says_more_than_its_representative() -> None:
+    rep, said, more = SHELTER
+    # At 0 (facts only) the medal goes unsaid: it is no number, name or date.
+    assert merge_wording(rep, SHELTER) == rep.content
+    text = merge_wording(rep, SHELTER, restated_share=0.6)
+    assert text == f"{rep.content}. {more.content}"
+    assert members_kept_whole([said.content], text) == (0, 1)  # said by the rep already
+    assert kept_whole(more.content, text)
+    # 1: only a member said entirely is left unsaid ("been" is no content word, and
+    # "volunteering" is "volunteers" to the test).
+    assert merge_wording(rep, SHELTER, restated_share=1.0) == text
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from(["hive", "honey", "moved", "team", "frames", "eggs", "of"]),
+                min_size=1, max_size=8).map(" ".join),
+       st.lists(st.sampled_from(["hive", "honey", "moved", "team", "frames", "eggs", "of"]),
+                min_size=1, max_size=8).map(" ".join))
+def test_a_merge_at_share_1_leaves_unsaid_only_what_it_says(first: str, second: str) -> None:
+    rep = on("2025-01-01", "a", first)
+    other = on("2025-01-02", "b", second)
+    text = merge_wording(rep, [rep, other], restated_share=1.0)
+    assert set(content_words(second)) <= set(content_words(text))
+
+
 _WORD = st.sampled_from(["hive", "honey", "moved", "team", "the", "of", "capped", "at"])
 _FACT = st.one_of(st.integers(0, 99).map(str),
                   st.sampled_from(["Jira", "Linear", "Oslo", "May", "Maya", "2023"]))
@@ -192,5 +224,11 @@ def test_the_bench_reads_each_live_summary_with_the_originals_it_stands_for() ->
     tallies = fidelity([("merge", s.content, [(m.content, m.entity) for m in ms])
                         for s, ms in found])
     lines = render_fidelity(tallies, "rules")
-    assert lines[-1].split() == ["merge", "1", "2", "1.000", "2", "1.000"]
+    assert lines[-2].split() == ["merge", "1", "2", "1.000", "2", "1.000"]
+    assert lines[-1] == "members a summary does not say whole: 0 of 2"
+    both = {**tallies, "compression": fidelity([
+        ("compression", "Bo - swam.", [("Bo swam.", "Bo"), ("Bo ran 5 km.", "Bo")])])["compression"]}
+    lines = render_fidelity(both, "rules")
+    assert lines[-2].split() == ["all", "2", "4", "0.750", "4", "0.750"]
+    assert lines[-1] == "members a summary does not say whole: 1 of 4"
     assert render_fidelity({}, "rules")[-1] == "(no summary in the hot tier)"

@@ -235,9 +235,9 @@ def test_a_pairs_similarity_is_its_own_whatever_is_searched_with_it() -> None:
         assert whole[a, b] == sim
 
 
-@settings(max_examples=40, deadline=None, database=None)
+@settings(max_examples=30, deadline=None, database=None)
 @given(
-    n=st.integers(0, 160), seed=st.integers(0, 2**32 - 1), groups=st.integers(1, 12),
+    n=st.integers(0, 120), seed=st.integers(0, 2**32 - 1), groups=st.integers(1, 12),
     threshold=st.sampled_from([0.3, 0.5, 0.8]), exact_limit=st.sampled_from([2, 50, 1000]),
     probes=st.integers(1, 4), tiny=st.sampled_from([0, 3, 32]),
 )

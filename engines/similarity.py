@@ -293,7 +293,6 @@ def similarity_pairs(
         groups = np.asarray(groups, dtype=np.int64)
         if groups.shape != (n,):
             raise ValueError(f"expected one group per row ({n}), got shape {groups.shape}")
-    if groups is not None:
         keys = list(_grouped_candidates(vectors, bound, search, groups))
     elif n > search.exact_limit:
         keys = [_pair_keys(asked, found, n) for asked, found, _ in _cell_candidates(

@@ -55,6 +55,9 @@ NEAREST_CHUNK = 16_384
 MARGIN = np.float32(1e-5)
 # Pairs per step of ``exact``: two blocks of 1.5 MB each.
 EXACT_CHUNK = 1024
+# A group of a grouped search this small proposes every pair of its rows: a matrix
+# product per group of a few rows costs more in calls than ``exact`` of each pair.
+TINY_GROUP = 32
 
 DEFAULT_SEARCH = SearchConfig()
 
@@ -171,16 +174,17 @@ def _range_hits(
 
 def radius_neighbours(
     vectors: np.ndarray, threshold: float, queries: np.ndarray | None = None,
-    search: SearchConfig = DEFAULT_SEARCH,
+    search: SearchConfig = DEFAULT_SEARCH, groups: np.ndarray | None = None,
 ) -> Neighbours:
     """All rows of ``vectors`` with similarity >= ``threshold`` to each query row.
 
     Without ``queries`` every row is a query and a row is not its own neighbour (an
-    all-pairs search, as ``search`` says); with them, always exact.
+    all-pairs search, as ``search`` says, only within ``groups`` if given: see
+    ``similarity_pairs``); with them, always exact.
     """
     vectors = _check(vectors)
     if queries is None:
-        i, j, sims = similarity_pairs(vectors, threshold, search)
+        i, j, sims = similarity_pairs(vectors, threshold, search, groups)
         rows = np.concatenate([i, j])
         idx = np.concatenate([j, i])
         sims = np.concatenate([sims, sims])
@@ -271,14 +275,26 @@ def _per_row(rows: np.ndarray, idx: np.ndarray, sims: np.ndarray, count: int) ->
 
 
 def similarity_pairs(
-    vectors: np.ndarray, threshold: float, search: SearchConfig = DEFAULT_SEARCH
+    vectors: np.ndarray, threshold: float, search: SearchConfig = DEFAULT_SEARCH,
+    groups: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Every unordered pair of rows (i < j) with similarity >= ``threshold``, as arrays
     (i, j, similarity) sorted by (i, j). Vectorised: no Python loop over pairs.
-    Exact up to ``search.exact_limit`` rows, by cells above it."""
+    Exact up to ``search.exact_limit`` rows, by cells above it.
+
+    ``groups`` (an integer per row): only pairs of rows in one group, none of a row
+    in a negative one. Exactly the pairs the search of every row finds that are in
+    one group: the cells are still those of all the rows (a search of each group
+    apart would make other cells, and so find other pairs above the limit), but
+    only the rows of a group are compared with each other."""
     vectors = _check(vectors)
     n, bound = len(vectors), np.float32(threshold)
-    if n > search.exact_limit:
+    if groups is not None:
+        groups = np.asarray(groups, dtype=np.int64)
+        if groups.shape != (n,):
+            raise ValueError(f"expected one group per row ({n}), got shape {groups.shape}")
+        keys = list(_grouped_candidates(vectors, bound, search, groups))
+    elif n > search.exact_limit:
         keys = [_pair_keys(asked, found, n) for asked, found, _ in _cell_candidates(
             vectors, bound, search)]
     else:
@@ -291,6 +307,69 @@ def similarity_pairs(
     sims = exact(vectors, i, j)
     keep = sims >= bound
     return i[keep], j[keep], sims[keep]
+
+
+def _grouped_candidates(
+    vectors: np.ndarray, bound: np.float32, search: SearchConfig, groups: np.ndarray
+) -> Iterator[np.ndarray]:
+    """Keys (i * rows + j, i < j) of candidate pairs in one group: every pair of a
+    group that the search of all the rows would propose, and maybe more that ``exact``
+    then refuses (a product only proposes; the exact similarity decides).
+
+    By cells, a pair is proposed when one row's probed cells hold the other, so a pair
+    of one group is tested for that directly. The rows of a group are compared as the
+    group is small, or by the cells as in the search of all rows when it holds more
+    rows than a row's probed cells do (each row is then compared with fewer)."""
+    n = len(vectors)
+    rows = np.flatnonzero(groups >= 0)
+    if len(rows) < 2:
+        return
+    order = rows[np.argsort(groups[rows], kind="stable")]  # each group's rows ascending
+    starts = np.flatnonzero(np.diff(groups[order], prepend=-1)).tolist()
+    spans = list(zip(starts, [*starts[1:], len(order)], strict=True))
+    cells_of = _cells(vectors, search) if n > search.exact_limit else None
+    limit = comparisons_per_row(n, search) if cells_of else n
+
+    def probed(i: np.ndarray, j: np.ndarray) -> np.ndarray:
+        if cells_of is None:
+            return np.ones(len(i), dtype=bool)
+        nearest = cells_of[1]
+        own = nearest[:, 0]
+        return (nearest[i] == own[j, None]).any(axis=1) | (nearest[j] == own[i, None]).any(axis=1)
+
+    by_size: dict[int, list[int]] = {}
+    large: list[np.ndarray] = []
+    for start, end in spans:
+        size = end - start
+        if size <= TINY_GROUP:
+            by_size.setdefault(size, []).append(start)
+        elif size <= limit:
+            members = order[start:end]
+            for keys in _product_candidates(vectors[members], bound):
+                i, j = members[keys // size], members[keys % size]
+                yield (i * n + j)[probed(i, j)]
+        else:
+            large.append(order[start:end])
+    # Small groups of one size at once, every pair of each proposed (``exact`` decides):
+    # thousands of groups of a few rows are what a store of many entities holds.
+    for size, firsts in by_size.items():
+        if size < 2:
+            continue
+        members = order[np.asarray(firsts)[:, None] + np.arange(size)]
+        ti, tj = np.triu_indices(size, 1)
+        i, j = members[:, ti].ravel(), members[:, tj].ravel()
+        yield (i * n + j)[probed(i, j)]
+    if large and cells_of is not None:
+        cells, nearest = cells_of
+        queries = np.concatenate(large)
+        # Only the large groups' rows in the cells and among the queries.
+        own = np.full(n, cells, dtype=nearest.dtype)
+        own[queries] = nearest[queries, 0]
+        for asking, found, _ in _probed_candidates(
+                vectors, own, queries, nearest[queries], cells, bound):
+            asked = queries[asking]
+            alike = groups[asked] == groups[found]
+            yield _pair_keys(asked[alike], found[alike], n)
 
 
 def _pair_keys(rows: np.ndarray, others: np.ndarray, n: int) -> np.ndarray:

@@ -109,6 +109,7 @@ class Values:
 _SUFFIXES = ("ing", "ed", "es", "s")
 
 
+@lru_cache(maxsize=65536)
 def stem(word: str) -> str:
     """A crude stem: an inflection dropped, then five letters ("living", "lives" and
     "lived" are "liv"; "working", "works" are "work")."""
@@ -172,7 +173,18 @@ def values(text: str) -> Values:
 def conflict(a: str, b: str) -> str | None:
     """Which kind of value two texts about one fact disagree on ("number", "name"),
     or None when they do not (the same values, one adds a value, or not one fact)."""
-    va, vb = values(a), values(b)
+    return conflicting(values(a), values(b))
+
+
+def may_conflict(v: Values) -> bool:
+    """Whether a text can disagree with any other: ``conflicting`` needs both to state
+    a number, or both a name."""
+    return bool(v.numbers or v.names)
+
+
+def conflicting(va: Values, vb: Values) -> str | None:
+    """``conflict`` of two texts' values (symmetric: ``shorter`` and ``longer`` of equal
+    lengths are then compared for equality)."""
     kind = None
     if va.numbers - vb.numbers and vb.numbers - va.numbers:
         kind = "number"
@@ -234,46 +246,61 @@ def plan_supersessions(
     profile: str, candidates: Sequence[MemoryView], vectors: np.ndarray, config: DedupConfig,
     search: SearchConfig = DEFAULT_SEARCH,
 ) -> list[SupersedePlan]:
-    """The supersessions among ``candidates`` (row-aligned with ``vectors``): pure."""
+    """The supersessions among ``candidates`` (row-aligned with ``vectors``): pure.
+
+    Only pairs that may conflict are searched and compared: of one entity, kind and
+    set of relations, each stating a number or a name (``fact_groups``). The others
+    would be found by the search only to fail the word test, and at 100k memories
+    finding and skipping them was most of dedup's time (#37)."""
     if len(candidates) < 2:
         return []
-    neighbours = radius_neighbours(vectors, config.supersede_similarity, search=search)
+    texts = [values(m.content) for m in candidates]
+    neighbours = radius_neighbours(vectors, config.supersede_similarity, search=search,
+                                   groups=fact_groups(candidates, texts))
     order = sorted(range(len(candidates)), key=lambda i: newest_first(candidates[i]),
                    reverse=True)
+    # Position newest first: j is older than i when rank[j] > rank[i].
+    rank = np.empty(len(candidates), dtype=np.int64)
+    rank[order] = np.arange(len(candidates))
     claimed = np.zeros(len(candidates), dtype=bool)
     parameters = {"rule": RULE, "similarity": config.supersede_similarity,
                   "context_share": CONTEXT_SHARE,
                   "mode": "rules"}
     plans: list[SupersedePlan] = []
+    # A pair is compared again from each newer memory whose search reaches it.
+    known: dict[tuple[int, int], str | None] = {}
 
-    def older(i: int, j: int) -> bool:
-        return newest_first(candidates[j]) < newest_first(candidates[i])
+    def conflict_of(i: int, j: int) -> str | None:
+        key = (i, j) if i < j else (j, i)
+        if key not in known:
+            known[key] = conflicting(texts[i], texts[j])
+        return known[key]
 
     for top in order:
         if claimed[top]:
             continue
-        newest = candidates[top]
         chain: list[int] = []
         kinds: dict[int, str] = {}
         frontier = [top]
         while frontier:
             at = frontier.pop()
-            for j in (int(x) for x in neighbours.indices[at]):
-                if j == top or claimed[j] or j in kinds or not older(top, j):
-                    continue
-                m = candidates[j]
-                if (m.entity or "") != (newest.entity or "") or m.kind != newest.kind:
+            near = neighbours.indices[at]
+            # Older than the newest and not in an earlier chain, in the search's order.
+            near = near[(rank[near] > rank[top]) & ~claimed[near]]
+            for j in near.tolist():
+                if j in kinds:
                     continue
                 # The member must disagree with the one that reached it, and not say the
                 # newest's value again (then it is a near-duplicate of the answer).
-                kind = conflict(candidates[at].content, m.content)
-                if kind is None or conflict(newest.content, m.content) is None:
+                kind = conflict_of(at, j)
+                if kind is None or (at != top and conflict_of(top, j) is None):
                     continue
                 kinds[j] = kind
                 chain.append(j)
                 frontier.append(j)
         if not chain:
             continue
+        newest = candidates[top]
         claimed[top] = True
         claimed[chain] = True
         members = sorted((candidates[j] for j in chain), key=newest_first)
@@ -293,6 +320,18 @@ def plan_supersessions(
             members=tuple(members),
         ))
     return plans
+
+
+def fact_groups(candidates: Sequence[MemoryView], texts: Sequence[Values]) -> np.ndarray:
+    """Per candidate, a group number such that only two of one group may state two
+    values of one fact: one entity, one kind, the same relations (``conflicting``);
+    -1 for a text that states no number and no name, which disagrees with none."""
+    numbered: dict[tuple[str, str, frozenset[str]], int] = {}
+    return np.array([
+        numbered.setdefault((m.entity or "", m.kind, v.relations), len(numbered))
+        if may_conflict(v) else -1
+        for m, v in zip(candidates, texts, strict=True)
+    ], dtype=np.int64)
 
 
 def superseded_ids(plans: Sequence[SupersedePlan]) -> set[str]:

@@ -233,3 +233,31 @@ def test_a_pairs_similarity_is_its_own_whatever_is_searched_with_it() -> None:
     whole = dict(zip(zip(i.tolist(), j.tolist(), strict=True), sims.tolist(), strict=True))
     for a, b, sim in zip(some[si].tolist(), some[sj].tolist(), ssims.tolist(), strict=True):
         assert whole[a, b] == sim
+
+
+@settings(max_examples=30, deadline=None, database=None)
+@given(
+    n=st.integers(0, 120), seed=st.integers(0, 2**32 - 1), groups=st.integers(1, 12),
+    threshold=st.sampled_from([0.3, 0.5, 0.8]), exact_limit=st.sampled_from([2, 50, 1000]),
+    probes=st.integers(1, 4), tiny=st.sampled_from([0, 3, 32]),
+)
+def test_a_grouped_search_finds_the_whole_search_s_pairs_within_groups(
+    n: int, seed: int, groups: int, threshold: float, exact_limit: int, probes: int,
+    tiny: int,
+) -> None:
+    """Searched by groups, exactly the pairs the search of every row finds that lie in
+    one group (and none of a row in group -1), exact or by cells: the cells are all the
+    rows', whichever way a group's rows are compared (every pair, a product, or cells)."""
+    rng = np.random.default_rng(seed)
+    v = clustered(n, dim=16, seed=seed % 1000) if n >= 20 else rng.normal(size=(n, 16))
+    v = (v / np.maximum(np.linalg.norm(v, axis=1, keepdims=True), 1e-9)).astype(np.float32)
+    # Group sizes from one row to most of the set: every way of comparing is taken.
+    label = np.minimum(rng.geometric(0.3, n) - 2, groups - 1)
+    search = SearchConfig(exact_limit=exact_limit, rows_per_cell=10, cell_probes=probes)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(similarity, "TINY_GROUP", tiny)
+        grouped = similarity_pairs(v, threshold, search, label)
+    i, j, s = similarity_pairs(v, threshold, search)
+    keep = (label[i] == label[j]) & (label[i] >= 0)
+    for got, want in zip(grouped, (i[keep], j[keep], s[keep]), strict=True):
+        assert np.array_equal(got, want)

@@ -13,14 +13,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from reverie.benchmarks.updates import KINDS, bench_updates
+from reverie.engines.similarity import DEFAULT_SEARCH, radius_neighbours
 from reverie.flows.full_consolidation import full_consolidation
-from reverie.models.config import CompressConfig, ConsolidationConfig, DedupConfig
+from reverie.models.config import CompressConfig, ConsolidationConfig, DedupConfig, SearchConfig
 from reverie.models.export import export_rows
+from reverie.models.records import MemoryView
 from reverie.models.store import Store
 from reverie.models.tables import Origin, Tier
 from reverie.tasks.compress import fading_groups
 from reverie.tasks.dedup import find_duplicates, find_updates, plan_merges
-from reverie.tasks.supersede import RULE, conflict
+from reverie.tasks.supersede import RULE, conflict, newest_first, plan_supersessions
 
 from factories import AS_OF, at_cosine, axis, below, ingest_records, undo_consolidation, view
 
@@ -257,3 +259,90 @@ def test_the_bench_chains_answer_the_newest_value() -> None:
     assert [c for c in result.chains if not c.newest] == []
     assert not any(c.joined for c in result.chains)
     assert result.distractors_found == result.distractors
+
+
+# --- the fast plan is the straightforward one ---------------------------------------
+
+
+def straightforward_plan(
+    candidates: list[MemoryView], vectors: np.ndarray, config: DedupConfig,
+    search: SearchConfig,
+) -> list[tuple]:
+    """``plan_supersessions`` as first written: a search of every candidate, then every
+    pair it finds compared word by word. What the plan must equal, field for field."""
+    if len(candidates) < 2:
+        return []
+    neighbours = radius_neighbours(vectors, config.supersede_similarity, search=search)
+    order = sorted(range(len(candidates)), key=lambda i: newest_first(candidates[i]),
+                   reverse=True)
+    claimed = np.zeros(len(candidates), dtype=bool)
+    plans = []
+    for top in order:
+        if claimed[top]:
+            continue
+        newest = candidates[top]
+        chain: list[int] = []
+        kinds: dict[int, str] = {}
+        frontier = [top]
+        while frontier:
+            at = frontier.pop()
+            for j in (int(x) for x in neighbours.indices[at]):
+                if j == top or claimed[j] or j in kinds \
+                        or not newest_first(candidates[j]) < newest_first(newest):
+                    continue
+                m = candidates[j]
+                if (m.entity or "") != (newest.entity or "") or m.kind != newest.kind:
+                    continue
+                kind = conflict(candidates[at].content, m.content)
+                if kind is None or conflict(newest.content, m.content) is None:
+                    continue
+                kinds[j] = kind
+                chain.append(j)
+                frontier.append(j)
+        if not chain:
+            continue
+        claimed[top] = True
+        claimed[chain] = True
+        members = sorted((candidates[j] for j in chain), key=newest_first)
+        plans.append((
+            newest.id, tuple(m.id for m in members),
+            {candidates[j].id: round(float(vectors[top] @ vectors[j]), 6) for j in chain},
+            {candidates[j].id: kinds[j] for j in chain},
+        ))
+    return plans
+
+
+# Statements of one fact with its values, statements of whose fact it is (a relation),
+# and statements with no value at all: what the detector tells apart.
+OTHER_TEMPLATES = ("The user's sister works at {v}.", "The user's sister has {v} cats.",
+                   "The user likes green tea.", "Team standup moved to {v}.")
+
+
+@settings(max_examples=40, deadline=None, database=None)
+@given(st.integers(2, 60), st.integers(0, 2**32 - 1),
+       st.sampled_from([DEFAULT_SEARCH,
+                        SearchConfig(exact_limit=2, rows_per_cell=10, cell_probes=1),
+                        SearchConfig(exact_limit=10, rows_per_cell=10, cell_probes=3)]))
+def test_the_plan_is_the_straightforward_plan(n: int, seed: int, search: SearchConfig) -> None:
+    """Generated memories of a few entities, kinds and facts, with vectors around the
+    0.35 bound and dates that tie: the plan, searched by groups of possible conflict,
+    is exactly the plan of a search of every candidate and a comparison of each pair."""
+    rng = np.random.default_rng(seed)
+    memories = []
+    for i in range(n):
+        kind = KINDS[rng.integers(len(KINDS))]
+        templates = kind.templates + OTHER_TEMPLATES
+        memories.append(view(
+            f"m{i:02d}",
+            content=templates[rng.integers(len(templates))].format(
+                v=kind.values[rng.integers(len(kind.values))]),
+            entity=[None, "", "Sam"][rng.integers(3)],
+            kind=["semantic", "preference"][rng.integers(2)],
+            created_at=AS_OF - timedelta(days=int(rng.integers(13)))))
+    # A few directions, so that many pairs lie near the bound and some are far apart.
+    v = rng.normal(size=(n, 6)) + 1.2 * rng.normal(size=6)
+    vectors = np.zeros((n, 384), np.float32)
+    vectors[:, :6] = v / np.linalg.norm(v, axis=1, keepdims=True)
+    fast = plan_supersessions("p", memories, vectors, CONFIG, search)
+    assert [(p.newest_id, p.member_ids, p.similarities, p.conflicts) for p in fast] == \
+        straightforward_plan(memories, vectors, CONFIG, search)

@@ -25,6 +25,7 @@ from enum import StrEnum
 from typing import Any
 
 from sqlalchemy import select
+from sqlmodel import col
 
 from reverie.deployments.api_errors import field_error
 from reverie.deployments.auth import Principal
@@ -297,9 +298,10 @@ def session_init(
     else:
         with store.reading(name) as tx:
             rows = tx.session.execute(
-                select(Memory).where(Memory.profile_id == name)
-                .where(Memory.tier == Tier.HOT.value)
-                .order_by(Memory.importance.desc(), Memory.created_at.desc(), Memory.id)
+                select(Memory).where(col(Memory.profile_id) == name)
+                .where(col(Memory.tier) == Tier.HOT.value)
+                .order_by(col(Memory.importance).desc(), col(Memory.created_at).desc(),
+                          col(Memory.id))
                 .limit(SESSION_INIT_POOL)
             ).scalars().all()
         found = [(None, m, m.content) for m in rows]

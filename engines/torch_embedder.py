@@ -116,7 +116,7 @@ class TorchEmbedder:
         self._lock = threading.Lock()
 
     @property
-    def model(self):  # type: ignore[no-untyped-def]
+    def model(self):
         """The SentenceTransformer (the OpenVINO export starts from it)."""
         return self._model
 

@@ -304,7 +304,7 @@ def _ui_link() -> str:
     return f" ({url})" if url else ""
 
 
-def _logger() -> logging.Logger | logging.LoggerAdapter:  # type: ignore[type-arg]
+def _logger() -> logging.Logger | logging.LoggerAdapter:
     try:
         from prefect.logging import get_run_logger
 

@@ -174,7 +174,7 @@ def _terminal_handlers() -> list[logging.Handler]:
 
 
 def _above_bars(
-    handler: logging.StreamHandler,  # type: ignore[type-arg]
+    handler: logging.StreamHandler,
 ) -> Callable[[logging.LogRecord], None]:
     emit = handler.emit
 

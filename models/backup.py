@@ -90,7 +90,7 @@ _INT_RANGE = (-(2**31), 2**31 - 1)
 
 
 def _tables() -> dict[str, tuple[Table, str]]:
-    return {table.__table__.name: (table.__table__, column)  # type: ignore[attr-defined]
+    return {tables.table_of(table).name: (tables.table_of(table), column)
             for table, column in PROFILE_TABLES}
 
 
@@ -145,7 +145,7 @@ def backup_lines(url: str, profile: str) -> Iterator[str]:
         for name, (table, column) in known.items():
             query = select(table)
             if column == "memory_id":  # vectors belong to their memory's profile
-                memory = tables.Memory.__table__  # type: ignore[attr-defined]
+                memory = tables.table_of(tables.Memory)
                 query = query.join(memory, memory.c.id == table.c.memory_id).where(
                     memory.c.profile_id == profile)
             else:
@@ -537,7 +537,7 @@ def _python_type(kind: Any) -> type | None:
     if isinstance(kind, TypeDecorator):  # sqlmodel's AutoString: a String underneath
         kind = kind.impl_instance
     try:
-        return kind.python_type  # type: ignore[no-any-return]
+        return kind.python_type
     except NotImplementedError:  # a type SQLAlchemy does not map: left to the database
         return None
 

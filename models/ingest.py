@@ -381,7 +381,7 @@ class _Ingest:
                     select(M.c.content_hash, V.c.embedding).select_from(WITH_VECTOR)
                     .where(M.c.content_hash.in_(list(todo)))
                     .where(M.c.embedding_model == model_name)
-                ).all()
+                ).tuples().all()
             )
         missing = [sha for sha in todo if sha not in cached]
         if missing:

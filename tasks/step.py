@@ -129,7 +129,7 @@ def _content_chars(_variable: str | None) -> int:
     return get_settings().artifact_content_chars
 
 
-def step_logger() -> logging.Logger | logging.LoggerAdapter:  # type: ignore[type-arg]
+def step_logger() -> logging.Logger | logging.LoggerAdapter:
     try:
         from prefect.logging import get_run_logger
 
@@ -188,7 +188,7 @@ def resident_bytes() -> int:
 @lru_cache(maxsize=1)
 def _malloc_trim() -> Callable[[int], int] | None:
     try:
-        return ctypes.CDLL(None).malloc_trim  # type: ignore[no-any-return]
+        return ctypes.CDLL(None).malloc_trim
     except (OSError, AttributeError):  # not glibc (musl, macOS): nothing to hand back
         return None
 

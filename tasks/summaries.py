@@ -176,7 +176,7 @@ def reworded(
 ) -> SummaryPlan:
     """``plan`` in a summarizer's words: worded afresh, it will get its own vector, made
     from ``gist`` if given, else from the whole ``content``."""
-    return replace(plan, content=content, gist=gist, embedding=None, embedding_model=None,  # type: ignore[arg-type]
+    return replace(plan, content=content, gist=gist, embedding=None, embedding_model=None,
                    parameters={**plan.parameters, "mode": mode}, **changes)
 
 

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from sqlalchemy import delete, select
+from sqlmodel import col
 
 from reverie.models import ids, tables
 from reverie.models.records import MetaPlan, NewEdge
@@ -49,7 +50,7 @@ def apply_meta_memories(
     rows = {
         row.id: row
         for batch in chunks(meta_ids)
-        for row in s.execute(select(Memory).where(Memory.id.in_(batch))).scalars()
+        for row in s.execute(select(Memory).where(col(Memory.id).in_(batch))).scalars()
     }
     members: dict[str, set[str]] = defaultdict(set)
     for batch in chunks(meta_ids):
@@ -64,7 +65,7 @@ def apply_meta_memories(
         audit.id: audit
         for batch in chunks(audit_ids.values())
         for audit in s.execute(
-            select(tables.Consolidation).where(tables.Consolidation.id.in_(batch))
+            select(tables.Consolidation).where(col(tables.Consolidation.id).in_(batch))
         ).scalars()
     }
     changed: list[str] = []

@@ -141,7 +141,7 @@ def _print_profile(
         core = blocks_of(tx)
     for change, summary in merged:
         members = change.detail.split(" ")[0]
-        print(f"   merged: {summary.content}  [{members} memories]")
+        print(f"   merged: {summary.content}  [{members} memories]")  # type: ignore[union-attr]
     print("   top PageRank:")
     for m in top:
         print(f"     {m.pagerank:.4f}  {m.content}")  # type: ignore[union-attr]

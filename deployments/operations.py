@@ -32,6 +32,7 @@ from reverie.deployments.auth import Principal
 from reverie.flows.catalog import FLOWS
 from reverie.models.errors import RecordError
 from reverie.models.ids import given_id
+from reverie.models.records import MemoryView
 from reverie.models.store import Store
 from reverie.models.tables import Memory, Tier, Tombstone
 from reverie.models.timestamps import utcnow
@@ -198,7 +199,7 @@ def store_memories(
     # ingest numbers the records it was given; renumber to the caller's positions.
     positions = [n for n, r in enumerate(memories, start=1)
                  if isinstance(r, dict) and ("profile" not in r or r["profile"] == name)]
-    rejected = []
+    rejected: list[dict[str, Any]] = []
     for e in errors:
         where = e.where
         if e in (report.errors if report else []) and where.startswith("record "):
@@ -292,8 +293,9 @@ def session_init(
             left -= len(b.content)
     if query is not None:
         text = _query(store, query)
-        found = [(h.score, h.memory, h.text) for h in
-                 recall_memories(store, name, text, min(SESSION_INIT_POOL, max(most, 1)))]
+        found: list[tuple[float | None, MemoryView | Memory, str]] = [
+            (h.score, h.memory, h.text) for h in
+            recall_memories(store, name, text, min(SESSION_INIT_POOL, max(most, 1)))]
         _recalled(store, name, most, len(found))
     else:
         with store.reading(name) as tx:
@@ -305,7 +307,7 @@ def session_init(
                 .limit(SESSION_INIT_POOL)
             ).scalars().all()
         found = [(None, m, m.content) for m in rows]
-    memories = []
+    memories: list[dict[str, Any]] = []
     for score, m, shown in found:
         # A recalled summary shows its members that matched (``text``), not itself.
         if len(memories) >= most:

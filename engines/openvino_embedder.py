@@ -316,7 +316,7 @@ class OpenVinoEmbedder:
                     collect((len(buckets) - 1 + later) % n)
             finally:
                 # After a failure, no request may still be running into the next call.
-                for k, bucket in enumerate(running):
-                    if bucket is not None:
+                for k, pending in enumerate(running):
+                    if pending is not None:
                         self._requests[k].wait()
         return out

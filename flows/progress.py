@@ -156,14 +156,14 @@ class Bar:
 _lock = threading.Lock()
 _bars_shown = 0
 # Each wrapped handler, with the emit it had as its own attribute before (if any).
-_wrapped: list[tuple[logging.Handler, Any]] = []
+_wrapped: list[tuple[logging.StreamHandler[Any], Any]] = []
 
 
-def _terminal_handlers() -> list[logging.Handler]:
+def _terminal_handlers() -> list[logging.StreamHandler[Any]]:
     loggers: list[logging.Logger] = [logging.getLogger()]
     loggers += [lg for lg in list(logging.Logger.manager.loggerDict.values())
                 if isinstance(lg, logging.Logger)]
-    found: dict[int, logging.Handler] = {}
+    found: dict[int, logging.StreamHandler[Any]] = {}
     for logger in loggers:
         for handler in logger.handlers:
             if (isinstance(handler, logging.StreamHandler)
@@ -197,7 +197,7 @@ def _logs_above_bars(change: int) -> None:
             for handler in _terminal_handlers():
                 _wrapped.append((handler, handler.__dict__.get("emit")))
                 # An instance attribute: the handler's class, shared, stays as it was.
-                handler.emit = _above_bars(handler)  # type: ignore[arg-type, method-assign]
+                handler.emit = _above_bars(handler)  # type: ignore[assignment]  # see above
         elif _bars_shown == 0:
             for handler, own in _wrapped:
                 if own is None:

@@ -241,9 +241,8 @@ def plan_restore(lines: Iterable[bytes | str], expected: str | None = None) -> R
 
 
 def _header(raw: bytes, known: dict[str, tuple[Table, str]], expected: str | None) -> str:
-    header = decode_utf8(raw, "line 1")
-    if not isinstance(header, RecordError):
-        header = decode_json(header, "line 1")
+    decoded = decode_utf8(raw, "line 1")
+    header = decoded if isinstance(decoded, RecordError) else decode_json(decoded, "line 1")
     if not isinstance(header, dict) or FORMAT not in header:
         raise InputError("line 1: not a Reverie backup (its first line is not a backup header)")
     version = header[FORMAT]
@@ -527,7 +526,7 @@ def _check_memory(row: dict[str, Any], at: str) -> None:
 
 
 # What a plain column's JSON value must be (JSON numbers may be ints for a float).
-_PYTHON_TYPES: dict[type, tuple[type | tuple[type, ...], str]] = {
+_PYTHON_TYPES: dict[type | None, tuple[type | tuple[type, ...], str]] = {
     str: (str, "a string"), int: (int, "an integer"), float: ((int, float), "a number"),
     bool: (bool, "true or false"),
 }

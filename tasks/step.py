@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
-from functools import lru_cache
+from functools import lru_cache, partial
 from itertools import islice
 from typing import Any
 
@@ -256,10 +256,8 @@ def run_batch(
             continue
         try:
             reports.append(retrying(
-                lambda a=args: run_step(name, fn, a), STEP_RETRIES, STEP_RETRY_FIRST_SECONDS,
-                STEP_RETRY_CAP_SECONDS, on_retry=lambda n, exc, wait, p=args.profile:
-                step_logger().warning("step=%s profile=%s attempt %d failed (%s, transient); "
-                                  "retrying in %.1f s", name, p, n, type(exc).__name__, wait),
+                partial(run_step, name, fn, args), STEP_RETRIES, STEP_RETRY_FIRST_SECONDS,
+                STEP_RETRY_CAP_SECONDS, on_retry=partial(_retry_logged, name, args.profile),
             ))
         except Exception as exc:  # noqa: BLE001 - reported per profile
             step_logger().error("step=%s profile=%s failed: %s", name, args.profile,
@@ -274,14 +272,17 @@ def run_batch(
     return reports
 
 
+def _retry_logged(name: str, profile: str, n: int, exc: BaseException, wait: float) -> None:
+    step_logger().warning("step=%s profile=%s attempt %d failed (%s, transient); "
+                          "retrying in %.1f s", name, profile, n, type(exc).__name__, wait)
+
+
 def _error_text(exc: BaseException) -> str:
     text = f"{type(exc).__name__}: {exc}"
     return text if len(text) <= ERROR_CHARS else text[: ERROR_CHARS - 1] + "…"
 
 
-def step_task(
-    name: str, fn: StepFunction
-) -> Task[[StepBatch, Sequence[list[StepReport]]], list[StepReport]]:
+def step_task(name: str, fn: StepFunction) -> Task[..., list[StepReport]]:
     """The Prefect task running step ``fn`` over a chunk of profiles; never cached (it
     writes). Submitted with ``after=[futures]``, it waits for those steps and skips the
     profiles they failed. Retries happen per profile inside it, so a retry never runs
@@ -296,4 +297,5 @@ def step_task(
         return f"{name}/{task_run.parameters['batch'].label()}"
 
     run.__doc__ = fn.__doc__
-    return task(run, name=name, cache_policy=NO_CACHE, task_run_name=run_name)
+    # Any arguments: ``after`` is given futures, which Prefect resolves to the reports.
+    return task(name=name, cache_policy=NO_CACHE, task_run_name=run_name)(run)

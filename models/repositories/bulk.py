@@ -81,7 +81,8 @@ def plain_rows(s: Session, query: Executable) -> list[tuple[Any, ...]]:
     timestamp is text and a boolean an integer."""
     result = s.execute(query)
     try:
-        return cursor_result(result).cursor.fetchall()
+        # The DB-API's fetchall gives a list of tuples (sqlite3, psycopg2).
+        return cast(list[tuple[Any, ...]], cursor_result(result).cursor.fetchall())
     finally:
         result.close()
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from dataclasses import fields as dataclass_fields
 from datetime import datetime
@@ -83,7 +83,8 @@ def view(row: Any) -> MemoryView:
         if isinstance(values[k], str):
             values[k] = datetime.fromisoformat(values[k])
     values[_PROTECTED] = bool(values[_PROTECTED])
-    return MemoryView(*values, metadata(row[_META_AT]))
+    values.append(metadata(row[_META_AT]))
+    return MemoryView(*values)
 
 
 def metadata(raw: str | dict[str, Any] | None) -> dict[str, Any]:
@@ -447,7 +448,7 @@ def stored_vectors(s: Session, memory_ids: Sequence[str]) -> dict[str, bytes]:
     }
 
 
-def put_vectors(s: Session, vectors: dict[str, bytes | None], replace: bool = True) -> None:
+def put_vectors(s: Session, vectors: Mapping[str, bytes | None], replace: bool = True) -> None:
     """Give memories these vectors (``None``: none). ``replace=False`` is for memories
     written in this transaction, which cannot have one yet."""
     if replace:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import delete, select
 from sqlmodel import col
@@ -73,7 +74,7 @@ def apply_meta_memories(
     for plan in plans:
         row = rows.get(plan.meta_id)
         had = members[plan.meta_id]
-        fields = {
+        fields: dict[str, Any] = {
             "content": plan.content, "content_hash": ids.content_hash(plan.content),
             "importance": plan.importance, "confidence": plan.confidence,
             "stability": plan.stability, "embedding_model": plan.embedding_model,

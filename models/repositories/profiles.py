@@ -60,6 +60,6 @@ def next_ingest_seqs(s: Session, names: Iterable[str]) -> dict[str, int]:
     for name in sorted(set(names)):  # a fixed order: two ingests never lock crosswise
         out[name] = s.execute(
             update(Profile).where(col(Profile.id) == name)
-            .values(ingest_seq=Profile.ingest_seq + 1).returning(Profile.ingest_seq)
+            .values(ingest_seq=Profile.ingest_seq + 1).returning(col(Profile.ingest_seq))
         ).scalar_one()
     return out

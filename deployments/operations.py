@@ -44,6 +44,7 @@ log = logging.getLogger(__name__)
 # tasks), less those that delete or expire, which wait for an operator's approval.
 NEEDS_APPROVAL = ("forget", "cold-tier")
 MODES = {**{name: name for name in FLOWS if name not in NEEDS_APPROVAL}, "sleep": "cold"}
+# Members from the catalog: mypy cannot list them (the ignore).
 Mode = StrEnum("Mode", {name: name for name in MODES})  # type: ignore[misc]
 MAX_PROFILE_CHARS = 128
 MAX_ID_CHARS = 512

@@ -199,7 +199,8 @@ def _joined(
     found = list(parts)
     if not found:
         return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float32)
-    return tuple(np.concatenate([p[k] for p in found]) for k in range(3))  # type: ignore[return-value]
+    rows, others, similarities = (np.concatenate([p[k] for p in found]) for k in range(3))
+    return rows, others, similarities
 
 
 def nearest_within(

@@ -197,11 +197,11 @@ def _logs_above_bars(change: int) -> None:
             for handler in _terminal_handlers():
                 _wrapped.append((handler, handler.__dict__.get("emit")))
                 # An instance attribute: the handler's class, shared, stays as it was.
-                handler.emit = _above_bars(handler)  # type: ignore[assignment]  # see above
+                handler.emit = _above_bars(handler)  # type: ignore[assignment]  # per instance
         elif _bars_shown == 0:
             for handler, own in _wrapped:
                 if own is None:
                     handler.__dict__.pop("emit", None)
                 else:
-                    handler.emit = own  # type: ignore[method-assign]
+                    handler.emit = own  # type: ignore[method-assign]  # its own emit back
             _wrapped.clear()

@@ -86,4 +86,4 @@ def _bind_children_to(parent: int, start: Callable[[], Any]) -> None:
     try:
         start()
     finally:
-        subprocess.Popen = real  # type: ignore[misc]
+        subprocess.Popen = real  # type: ignore[misc]  # the class back

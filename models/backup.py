@@ -400,7 +400,7 @@ def _clashes(
             cols = [table.c[c] for c in columns]
             probe = cols[0] if len(cols) == 1 else tuple_(*cols)
             values = [k[0] if len(cols) == 1 else k for k in at_key]
-            for batch in chunks(values):  # type: ignore[arg-type]
+            for batch in chunks(values):
                 for found in s.execute(select(*cols).where(probe.in_(batch))):
                     clashes.append(RecordError(
                         at_key[tuple(found)], _key_field(columns),
@@ -481,12 +481,13 @@ def _value(kind: Any, value: object) -> object:
         return value
     if isinstance(kind, DateTime):
         try:
+            # A value of another type than str raises the TypeError caught here.
             return in_record_range(datetime.fromisoformat(value))  # type: ignore[arg-type]
         except (TypeError, ValueError):
             raise ValueError("is not an ISO-8601 date-time in Reverie's range") from None
     if isinstance(kind, LargeBinary):
         try:
-            return base64.b64decode(value, validate=True)  # type: ignore[arg-type]
+            return base64.b64decode(value, validate=True)  # type: ignore[arg-type]  # as above
         except (TypeError, ValueError, binascii.Error):
             raise ValueError("is not base64") from None
     expected = _PYTHON_TYPES.get(_python_type(kind))

@@ -40,6 +40,7 @@ def merged_attributes(memories: Sequence[MemoryView]) -> dict[str, object]:
         "created_at": min(m.created_at for m in memories),
         "last_accessed_at": max(accessed) if accessed else None,
         # Open-ended if any member is: the summary is valid wherever one of them was.
+        # (min and max only see lists without None: the ignores.)
         "valid_from": None if any(v is None for v in starts) else min(starts),  # type: ignore[type-var]
         "valid_until": None if any(v is None for v in ends) else max(ends),  # type: ignore[type-var]
     }

@@ -6,7 +6,7 @@ from __future__ import annotations
 import gc
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from sqlalchemy import (
     ARRAY,
@@ -54,9 +54,12 @@ def collector_paused() -> Iterator[None]:
         gc.enable()
 
 
-def chunks(values: Iterable[str]) -> Iterator[list[str]]:
+T = TypeVar("T")
+
+
+def chunks(values: Iterable[T]) -> Iterator[list[T]]:
     """``values`` in lists of at most IN_CHUNK, for IN clauses over whole profiles."""
-    batch: list[str] = []
+    batch: list[T] = []
     for value in values:
         batch.append(value)
         if len(batch) == IN_CHUNK:
@@ -119,6 +122,7 @@ def insert_rows(
                          f"({', '.join(quote.quote(n) for n in names)}) VALUES %s "
                          f"{on_conflict}")
             values = list(zip(*columns.values(), strict=True))
+            # psycopg2's connection, open (the session's), whose cursor is a context manager.
             with connection.connection.dbapi_connection.cursor() as cursor:  # type: ignore[union-attr]
                 execute_values(cursor, statement, values, page_size=INSERT_PAGE)
             return

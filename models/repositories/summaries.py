@@ -61,6 +61,7 @@ def originals_of(tx: ProfileTx, summary_ids: Sequence[str]) -> dict[str, list[Me
             )
             for row in plain_rows(tx.session, query):
                 found = view(row)
+                # Selected by superseded_by IN (...): never None.
                 out[found.superseded_by].append(found)  # type: ignore[index]
     return out
 

@@ -210,7 +210,7 @@ def measure(store: Store, profile: str, questions: Sequence[Question],
     (hot tier) and in the first budget's context of deep recall."""
     hot = candidates_for(store, profile, deep=False)
     chars = sum(len(m.content) for m in hot.memories)
-    categories = [CATEGORIES[q.category] for q in questions]
+    categories: list[str] = [CATEGORIES[q.category] for q in questions]
     if not questions:
         return Snapshot(len(hot.memories), chars, categories, {b: [] for b in budgets}, [])
     query_vectors = embedder_for(store.settings).encode([q.text for q in questions])

@@ -527,7 +527,8 @@ class Stores:
     def _admin(self, statement: str) -> None:
         from sqlalchemy import create_engine, text
 
-        admin = create_engine(self.server, isolation_level="AUTOCOMMIT")  # type: ignore[arg-type]
+        assert self.server is not None  # only stores on a server have an admin
+        admin = create_engine(self.server, isolation_level="AUTOCOMMIT")
         try:
             with admin.connect() as conn:
                 conn.execute(text(statement))
@@ -687,6 +688,7 @@ def bench_synthetic(
             bar.describe("starting Prefect")
             warm_up_prefect(stores)
         for n in sizes:
+            # The command's choices hold embeddings to the Literal's values.
             spec = SyntheticSpec(n, profiles, duplicate_share, embeddings, as_of=AS_OF)  # type: ignore[arg-type]
             keep(bench_size(spec, stores, config, flows, checks, step_rows, flow_names))
         if log is not None:

@@ -141,10 +141,11 @@ def _print_profile(
         core = blocks_of(tx)
     for change, summary in merged:
         members = change.detail.split(" ")[0]
-        print(f"   merged: {summary.content}  [{members} memories]")
+        # Summaries and top memories were just made or ranked: memories, not tombstones.
+        print(f"   merged: {summary.content}  [{members} memories]")  # type: ignore[union-attr]
     print("   top PageRank:")
     for m in top:
-        print(f"     {m.pagerank:.4f}  {m.content}")  # type: ignore[union-attr]
+        print(f"     {m.pagerank:.4f}  {m.content}")  # type: ignore[union-attr]  # as above
     print("   Core Memory:")
     for block in core:
         facts = block.content.split(SEPARATOR) if block.content else ["(empty)"]

@@ -45,7 +45,7 @@ def reverie_flow_names() -> list[str]:
     return sorted({f.name for f in FLOWS.values()} | {REPLAY})
 
 
-def failure_automation(block_document_id: UUID, flows: list[str]):  # type: ignore[no-untyped-def]
+def failure_automation(block_document_id: UUID, flows: list[str]):
     """The automation: one notification per failed or crashed run of ``flows``."""
     from prefect.events.actions import SendNotification
     from prefect.events.schemas.automations import AutomationCore, EventTrigger, Posture

@@ -19,6 +19,7 @@ from __future__ import annotations
 import hmac
 import json
 from dataclasses import dataclass
+from typing import Any, cast
 
 from reverie.models.errors import ConfigError, ReverieError
 from reverie.models.ids import given_id
@@ -97,10 +98,10 @@ def parse_tokens(text: str, where: str) -> dict[str, frozenset[str]]:
     else:
         pairs = []
         for n, part in enumerate(p for p in text.split(";") if p.strip()):
-            token, sep, profiles = part.partition(":")
+            token, sep, listed = part.partition(":")
             if not sep:
                 raise ConfigError(f"{where}: entry {n + 1} is not 'token:profile,profile'")
-            pairs.append((token, profiles.split(",")))
+            pairs.append((token, listed.split(",")))
     for n, (token, profiles) in enumerate(pairs):
         token = token.strip()
         if len(token) < 16:
@@ -142,7 +143,8 @@ def _secret_block(name: str) -> str:
     from prefect.blocks.system import Secret
 
     try:
-        value = Secret.load(name).get()
+        # Called from sync code, Prefect's dual sync/async load returns the block itself.
+        value = cast("Secret[Any]", Secret.load(name)).get()
     except Exception as exc:  # noqa: BLE001 - which block, not its value
         raise ConfigError(f"could not read the Prefect Secret block {name!r}: "
                           f"{type(exc).__name__}") from None

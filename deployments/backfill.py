@@ -17,6 +17,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, cast
 
 from reverie.flows.event_delivery import api_configured
 from reverie.flows.progress import Bar
@@ -24,6 +25,9 @@ from reverie.models.errors import ConfigError
 from reverie.models.repositories.runs import run_history
 from reverie.models.store import Store
 from reverie.models.timestamps import to_utc_naive
+
+if TYPE_CHECKING:
+    from prefect.client.schemas.objects import FlowRun
 
 BACKFILL_TAG = "backfill"
 REPLAY_FLOW = "replay"
@@ -154,12 +158,13 @@ def _through_replays(
                 report.running.append(profile)
                 continue
             dates = [w.isoformat() for w in todo]
-            run = run_deployment(
+            # Called from sync code, Prefect's dual sync/async function returns the run.
+            run = cast("FlowRun", run_deployment(
                 REPLAY_DEPLOYMENT,
                 parameters={"flow": flow, "profile": profile, "dates": dates},
                 flow_run_name=replay_title(flow, profile, dates),
                 timeout=0, tags=[BACKFILL_TAG], as_subflow=False,
-            )
+            ))
             report.runs.append(str(run.id))
             bar.describe(f"{len(report.runs)} made")
         bar.advance_to(len(profiles))

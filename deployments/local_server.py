@@ -29,8 +29,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from reverie.models.errors import ReverieError
+
+if TYPE_CHECKING:
+    import uvicorn
 
 STATE_FILE = "reverie-local-server.json"
 LOG_FILE = "reverie-local-server.log"
@@ -305,7 +309,7 @@ def _serve(home: Path, port: int, idle_seconds: float) -> None:
         (home / STATE_FILE).unlink(missing_ok=True)
 
 
-def _stop_when_unused(server: object, home: Path, me: LocalServer) -> None:
+def _stop_when_unused(server: uvicorn.Server, home: Path, me: LocalServer) -> None:
     while not getattr(server, "started", False):
         if getattr(server, "should_exit", False):
             return
@@ -321,7 +325,7 @@ def _stop_when_unused(server: object, home: Path, me: LocalServer) -> None:
         except FileNotFoundError:
             replaced = True
         if replaced or unused:
-            server.should_exit = True  # type: ignore[attr-defined]
+            server.should_exit = True
             return
 
 

@@ -25,12 +25,14 @@ from enum import StrEnum
 from typing import Any
 
 from sqlalchemy import select
+from sqlmodel import col
 
 from reverie.deployments.api_errors import field_error
 from reverie.deployments.auth import Principal
 from reverie.flows.catalog import FLOWS
 from reverie.models.errors import RecordError
 from reverie.models.ids import given_id
+from reverie.models.records import MemoryView
 from reverie.models.store import Store
 from reverie.models.tables import Memory, Tier, Tombstone
 from reverie.models.timestamps import utcnow
@@ -42,6 +44,7 @@ log = logging.getLogger(__name__)
 # tasks), less those that delete or expire, which wait for an operator's approval.
 NEEDS_APPROVAL = ("forget", "cold-tier")
 MODES = {**{name: name for name in FLOWS if name not in NEEDS_APPROVAL}, "sleep": "cold"}
+# Members from the catalog: mypy cannot list them (the ignore).
 Mode = StrEnum("Mode", {name: name for name in MODES})  # type: ignore[misc]
 MAX_PROFILE_CHARS = 128
 MAX_ID_CHARS = 512
@@ -197,7 +200,7 @@ def store_memories(
     # ingest numbers the records it was given; renumber to the caller's positions.
     positions = [n for n, r in enumerate(memories, start=1)
                  if isinstance(r, dict) and ("profile" not in r or r["profile"] == name)]
-    rejected = []
+    rejected: list[dict[str, Any]] = []
     for e in errors:
         where = e.where
         if e in (report.errors if report else []) and where.startswith("record "):
@@ -291,19 +294,21 @@ def session_init(
             left -= len(b.content)
     if query is not None:
         text = _query(store, query)
-        found = [(h.score, h.memory, h.text) for h in
-                 recall_memories(store, name, text, min(SESSION_INIT_POOL, max(most, 1)))]
+        found: list[tuple[float | None, MemoryView | Memory, str]] = [
+            (h.score, h.memory, h.text) for h in
+            recall_memories(store, name, text, min(SESSION_INIT_POOL, max(most, 1)))]
         _recalled(store, name, most, len(found))
     else:
         with store.reading(name) as tx:
             rows = tx.session.execute(
-                select(Memory).where(Memory.profile_id == name)
-                .where(Memory.tier == Tier.HOT.value)
-                .order_by(Memory.importance.desc(), Memory.created_at.desc(), Memory.id)
+                select(Memory).where(col(Memory.profile_id) == name)
+                .where(col(Memory.tier) == Tier.HOT.value)
+                .order_by(col(Memory.importance).desc(), col(Memory.created_at).desc(),
+                          col(Memory.id))
                 .limit(SESSION_INIT_POOL)
             ).scalars().all()
         found = [(None, m, m.content) for m in rows]
-    memories = []
+    memories: list[dict[str, Any]] = []
     for score, m, shown in found:
         # A recalled summary shows its members that matched (``text``), not itself.
         if len(memories) >= most:

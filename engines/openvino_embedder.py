@@ -52,7 +52,7 @@ from reverie.models.settings import EmbeddingBackend
 # model loading on the embedding thread). Without the package, OpenVINO falls back to
 # its own stub, which sends nothing. A process that imported it already keeps it.
 # Set here, where importing this module is what loads OpenVINO, and before it does.
-sys.modules.setdefault("openvino_telemetry", None)  # type: ignore[arg-type]
+sys.modules.setdefault("openvino_telemetry", None)  # type: ignore[arg-type]  # None: not importable
 
 import openvino as ov  # noqa: E402
 
@@ -316,7 +316,7 @@ class OpenVinoEmbedder:
                     collect((len(buckets) - 1 + later) % n)
             finally:
                 # After a failure, no request may still be running into the next call.
-                for k, bucket in enumerate(running):
-                    if bucket is not None:
+                for k, pending in enumerate(running):
+                    if pending is not None:
                         self._requests[k].wait()
         return out

@@ -119,6 +119,7 @@ def plan_candidates(
     kept = [r for r, m in enumerate(memories) if m.id in in_tiers and not standing_in(m)]
     position = {memories[r].id: n for n, r in enumerate(kept)}
     keys = [
+        # Standing in for its summary (above): superseded_by is set.
         (r, position[memories[r].superseded_by])  # type: ignore[index]
         for r, m in enumerate(memories)
         if m.id not in in_tiers and m.origin not in SUMMARY_ORIGINS
@@ -249,6 +250,7 @@ def recall(
     # a recall at 10k memories).
     with store.reading(profile) as tx:
         outlines, vectors = outline(tx, (Tier.HOT, Tier.COLD))
+        # Outlines have every field plan_candidates reads (id, tier, superseded_by, origin).
         candidates = plan_candidates(outlines, vectors, tiers_for(deep))  # type: ignore[arg-type]
         if not candidates.memories:
             return []

@@ -203,11 +203,12 @@ def _joined(
     found = list(parts)
     if not found:
         return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float32)
-    return tuple(np.concatenate([p[k] for p in found]) for k in range(3))  # type: ignore[return-value]
+    rows, others, similarities = (np.concatenate([p[k] for p in found]) for k in range(3))
+    return rows, others, similarities
 
 
 def nearest_within(
-    vectors: np.ndarray, rows: Sequence[int], threshold: float, k: int,
+    vectors: np.ndarray, rows: Sequence[int] | np.ndarray, threshold: float, k: int,
     search: SearchConfig = DEFAULT_SEARCH,
 ) -> Neighbours:
     """For each of ``rows`` (rows of ``vectors``): its ``k`` most similar other rows at
@@ -400,6 +401,7 @@ def _cells(vectors: np.ndarray, search: SearchConfig) -> tuple[int, np.ndarray]:
     sample = np.sort(rng.choice(n, min(n, cells * TRAIN_ROWS_PER_CELL), replace=False))
     kmeans = faiss.Kmeans(dim, cells, niter=CELL_ITERATIONS, seed=CELL_SEED, spherical=True)
     kmeans.train(vectors[sample])
+    assert kmeans.centroids is not None  # set by train
     quantizer = faiss.IndexFlatIP(dim)
     quantizer.add(kmeans.centroids / np.linalg.norm(kmeans.centroids, axis=1, keepdims=True))
     # Each row probes the cells nearest to itself, not to its cell: a row at the edge

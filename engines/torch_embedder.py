@@ -111,12 +111,15 @@ class TorchEmbedder:
         self.batch_size = batch_size
         with _no_loading_bar():
             self._model = SentenceTransformer(str(path), device="cpu")
-        self.dimension = int(self._model.get_embedding_dimension())
+        dimension = self._model.get_embedding_dimension()
+        if dimension is None:  # a model whose vectors have no fixed size cannot fill the store
+            raise EmbeddingError(f"the sentence model at {path} gives no embedding dimension")
+        self.dimension = int(dimension)
         # One encode at a time: two concurrent ones only fight over the same cores.
         self._lock = threading.Lock()
 
     @property
-    def model(self):  # type: ignore[no-untyped-def]
+    def model(self):
         """The SentenceTransformer (the OpenVINO export starts from it)."""
         return self._model
 

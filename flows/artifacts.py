@@ -14,7 +14,7 @@ import hashlib
 import logging
 import re
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 from uuid import UUID
 
 from reverie.flows.report import RunReport
@@ -264,8 +264,9 @@ class RunProgress:
             return
         from prefect.artifacts import create_progress_artifact
 
-        self.artifact_id = create_progress_artifact(
-            0.0, key=artifact_key(report, "progress"), description=self._describe({}))
+        # Called from sync code, Prefect's dual sync/async function returns the id itself.
+        self.artifact_id = cast(UUID, create_progress_artifact(
+            0.0, key=artifact_key(report, "progress"), description=self._describe({})))
 
     def update(self, done: int, waiting: dict[str, str]) -> None:
         if self.bar is not None:

@@ -9,6 +9,7 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import datetime
+from functools import partial
 from typing import Any
 from uuid import uuid4
 
@@ -130,7 +131,7 @@ class ChunkScheduler:
                 self.taken_at[profile] = taken
             futures = self.dag(batch)
             self.in_flight += 1
-            _when_all_done(futures, lambda b=batch, f=futures: self.done.put((b, f)))
+            _when_all_done(futures, partial(self.done.put, (batch, futures)))
 
     def _horizons(self, profiles: tuple[str, ...]) -> tuple[int, ...]:
         """Where each profile's ingests stand as the run takes it (once held, before any

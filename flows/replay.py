@@ -20,6 +20,7 @@ dates came before (the store is the record of what ran, not Prefect's run list).
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Annotated
@@ -56,7 +57,7 @@ def done_dates(store: Store, flow_name: str, profile: str) -> set[datetime]:
         return {r.as_of for r in run_history(s, profile=profile, flow=flow_name, limit=None)}
 
 
-def replay_title(flow: object, profile: object, dates: list[object]) -> str:
+def replay_title(flow: object, profile: object, dates: Sequence[object]) -> str:
     """A replay run's name: the one ``reverie backfill`` gives it when creating it, and
     the one the run gives itself when started any other way."""
     shown = sorted(str(d).replace("T", " ")[:19] for d in dates)

@@ -46,7 +46,7 @@ def without_heartbeats() -> Iterator[None]:
         yield
 
 
-def task_runner() -> TaskRunner:  # type: ignore[type-arg]
+def task_runner() -> TaskRunner[Any]:
     """The task runner flows use (``REVERIE_TASK_RUNNER``): ``REVERIE_TASK_THREADS``
     threads in the flow's process, or Dask: the scheduler at ``REVERIE_DASK_ADDRESS``, else
     a local cluster of ``REVERIE_DASK_WORKERS`` processes started for the run, on

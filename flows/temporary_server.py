@@ -82,8 +82,8 @@ def _bind_children_to(parent: int, start: Callable[[], Any]) -> None:
 
     # Prefect builds the server's command line itself; only its Popen call is wrapped,
     # and only while the server starts.
-    subprocess.Popen = popen  # type: ignore[misc]
+    subprocess.Popen = popen  # type: ignore[misc, assignment]  # a function for the class
     try:
         start()
     finally:
-        subprocess.Popen = real  # type: ignore[misc]
+        subprocess.Popen = real  # type: ignore[misc]  # the class back

@@ -90,7 +90,7 @@ _INT_RANGE = (-(2**31), 2**31 - 1)
 
 
 def _tables() -> dict[str, tuple[Table, str]]:
-    return {table.__table__.name: (table.__table__, column)  # type: ignore[attr-defined]
+    return {tables.table_of(table).name: (tables.table_of(table), column)
             for table, column in PROFILE_TABLES}
 
 
@@ -145,7 +145,7 @@ def backup_lines(url: str, profile: str) -> Iterator[str]:
         for name, (table, column) in known.items():
             query = select(table)
             if column == "memory_id":  # vectors belong to their memory's profile
-                memory = tables.Memory.__table__  # type: ignore[attr-defined]
+                memory = tables.table_of(tables.Memory)
                 query = query.join(memory, memory.c.id == table.c.memory_id).where(
                     memory.c.profile_id == profile)
             else:
@@ -241,9 +241,8 @@ def plan_restore(lines: Iterable[bytes | str], expected: str | None = None) -> R
 
 
 def _header(raw: bytes, known: dict[str, tuple[Table, str]], expected: str | None) -> str:
-    header = decode_utf8(raw, "line 1")
-    if not isinstance(header, RecordError):
-        header = decode_json(header, "line 1")
+    decoded = decode_utf8(raw, "line 1")
+    header = decoded if isinstance(decoded, RecordError) else decode_json(decoded, "line 1")
     if not isinstance(header, dict) or FORMAT not in header:
         raise InputError("line 1: not a Reverie backup (its first line is not a backup header)")
     version = header[FORMAT]
@@ -401,7 +400,7 @@ def _clashes(
             cols = [table.c[c] for c in columns]
             probe = cols[0] if len(cols) == 1 else tuple_(*cols)
             values = [k[0] if len(cols) == 1 else k for k in at_key]
-            for batch in chunks(values):  # type: ignore[arg-type]
+            for batch in chunks(values):
                 for found in s.execute(select(*cols).where(probe.in_(batch))):
                     clashes.append(RecordError(
                         at_key[tuple(found)], _key_field(columns),
@@ -482,12 +481,13 @@ def _value(kind: Any, value: object) -> object:
         return value
     if isinstance(kind, DateTime):
         try:
+            # A value of another type than str raises the TypeError caught here.
             return in_record_range(datetime.fromisoformat(value))  # type: ignore[arg-type]
         except (TypeError, ValueError):
             raise ValueError("is not an ISO-8601 date-time in Reverie's range") from None
     if isinstance(kind, LargeBinary):
         try:
-            return base64.b64decode(value, validate=True)  # type: ignore[arg-type]
+            return base64.b64decode(value, validate=True)  # type: ignore[arg-type]  # as above
         except (TypeError, ValueError, binascii.Error):
             raise ValueError("is not base64") from None
     expected = _PYTHON_TYPES.get(_python_type(kind))
@@ -527,7 +527,7 @@ def _check_memory(row: dict[str, Any], at: str) -> None:
 
 
 # What a plain column's JSON value must be (JSON numbers may be ints for a float).
-_PYTHON_TYPES: dict[type, tuple[type | tuple[type, ...], str]] = {
+_PYTHON_TYPES: dict[type | None, tuple[type | tuple[type, ...], str]] = {
     str: (str, "a string"), int: (int, "an integer"), float: ((int, float), "a number"),
     bool: (bool, "true or false"),
 }
@@ -537,7 +537,7 @@ def _python_type(kind: Any) -> type | None:
     if isinstance(kind, TypeDecorator):  # sqlmodel's AutoString: a String underneath
         kind = kind.impl_instance
     try:
-        return kind.python_type  # type: ignore[no-any-return]
+        return kind.python_type
     except NotImplementedError:  # a type SQLAlchemy does not map: left to the database
         return None
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from sqlalchemy import Connection, Engine, create_engine, event, insert, inspect, select, text
 from sqlalchemy import exc as db
-from sqlmodel import Session, SQLModel
+from sqlmodel import Session, SQLModel, col
 
 from reverie.models import tables
 from reverie.models.errors import (
@@ -110,7 +110,7 @@ def _create_engine(url: str, create: bool = False) -> Engine:
         cache_kib = get_settings().sqlite_cache_mib * 1024
 
         @event.listens_for(engine, "connect")
-        def _on_connect(dbapi_connection, _record) -> None:  # type: ignore[no-untyped-def]
+        def _on_connect(dbapi_connection, _record) -> None:
             # Let SQLAlchemy's begin event, not the driver, open transactions.
             dbapi_connection.isolation_level = None
             cursor = dbapi_connection.cursor()
@@ -122,7 +122,7 @@ def _create_engine(url: str, create: bool = False) -> Engine:
             cursor.close()
 
         @event.listens_for(engine, "begin")
-        def _on_begin(conn) -> None:  # type: ignore[no-untyped-def]
+        def _on_begin(conn) -> None:
             mode = conn.get_execution_options().get(_BEGIN_OPTION, "DEFERRED")
             conn.exec_driver_sql(f"BEGIN {mode}")
     elif url.startswith("postgresql+psycopg2"):
@@ -152,7 +152,7 @@ def migrate(engine: Engine) -> None:
         config.attributes["connection"] = conn
         if current is None and "memory" not in present:
             SQLModel.metadata.create_all(conn)
-            conn.execute(insert(tables.StoreMeta.__table__),  # type: ignore[attr-defined]
+            conn.execute(insert(tables.table_of(tables.StoreMeta)),
                          [{"key": STORE_ID_KEY, "value": uuid.uuid4().hex}])
             command.stamp(config, "head")
             return
@@ -192,7 +192,7 @@ def create_store(url: str) -> bool:
 def read_store_id(s: Session) -> str | None:
     """The store's id, read in the caller's transaction."""
     return s.execute(
-        select(tables.StoreMeta.value).where(tables.StoreMeta.key == STORE_ID_KEY)
+        select(col(tables.StoreMeta.value)).where(col(tables.StoreMeta.key) == STORE_ID_KEY)
     ).scalar()
 
 
@@ -225,7 +225,7 @@ def reading(url: str) -> Iterator[Session]:
     with translated():
         engine = engine_for(url)
         if engine.dialect.name == "postgresql":
-            engine = engine.execution_options(isolation_level="REPEATABLE READ")  # type: ignore[assignment]
+            engine = engine.execution_options(isolation_level="REPEATABLE READ")
         with Session(engine, expire_on_commit=False) as session:
             yield session
 
@@ -283,10 +283,10 @@ def copy_profiles(source_url: str, target_url: str, profiles: Sequence[str]) -> 
     create_store(target_url)
     with reading(source_url) as src, writing(target_url) as dst:
         for table, column in PROFILE_TABLES:
-            t = table.__table__  # type: ignore[attr-defined]
+            t = tables.table_of(table)
             query = select(t)
             if column == "memory_id":
-                m = tables.Memory.__table__  # type: ignore[attr-defined]
+                m = tables.table_of(tables.Memory)
                 query = query.join(m, m.c.id == t.c.memory_id).where(m.c.profile_id.in_(wanted))
             else:
                 query = query.where(t.c[column].in_(wanted))

@@ -35,10 +35,10 @@ _UNEXPORTED = {"ingest_seq"}
 def export_rows(url: str, profile: str, include_run_ids: bool = False) -> Iterator[dict[str, Any]]:
     with Store(url).reading_all() as s:
         for label, table, keys in _ORDER:
-            t = table.__table__
+            t = tables.table_of(table)
             query = select(t).where(t.c.profile_id == profile).order_by(*(t.c[k] for k in keys))
             if table is tables.Memory:  # each memory line carries its vector's hash
-                v = tables.MemoryVector.__table__
+                v = tables.table_of(tables.MemoryVector)
                 query = query.add_columns(v.c.embedding).outerjoin(v, v.c.memory_id == t.c.id)
             for row in s.execute(query).mappings():
                 yield {"type": label, **_clean(dict(row), include_run_ids)}

@@ -190,7 +190,7 @@ class _Ingest:
         ext = record.external_id
         if ext is None or _one_spelling(ext):
             return None
-        spelling = str(obj["id"]).strip()  # type: ignore[index]
+        spelling = str(obj["id"]).strip()  # type: ignore[index]  # the record: a dict with an id
         first, where = self.spellings.setdefault((record.profile, ext), (spelling, record.where))
         if spelling == first:
             return None
@@ -208,7 +208,7 @@ class _Ingest:
         def embedding(n: int) -> None:
             nonlocal embedded
             embedded += n
-            progress(n)  # type: ignore[operator]
+            progress(n)  # type: ignore[operator]  # given only when callable (below)
 
         rows: dict[str, dict[str, Any]] = {}
         for rec in records:
@@ -381,7 +381,7 @@ class _Ingest:
                     select(M.c.content_hash, V.c.embedding).select_from(WITH_VECTOR)
                     .where(M.c.content_hash.in_(list(todo)))
                     .where(M.c.embedding_model == model_name)
-                ).all()
+                ).tuples().all()
             )
         missing = [sha for sha in todo if sha not in cached]
         if missing:

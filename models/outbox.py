@@ -34,10 +34,10 @@ from sqlmodel import Session
 from reverie.models.db import read_store_id
 from reverie.models.events import ProfileEvent
 from reverie.models.store import Store
-from reverie.models.tables import OutboxEvent
+from reverie.models.tables import OutboxEvent, table_of
 from reverie.models.timestamps import utcnow
 
-_O = OutboxEvent.__table__  # type: ignore[attr-defined]
+_O = table_of(OutboxEvent)
 # Events one send takes: a backlog goes out in a few sends, each well within its deadline.
 BATCH = 500
 # How long a claim holds: far beyond a send's deadline, so that only a sender that died

@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from sqlalchemy import select
-from sqlmodel import Session
+from sqlmodel import Session, col
 
 from reverie.models import db as engines
 from reverie.models.errors import NotFoundError
@@ -101,7 +101,7 @@ class Store:
 
     def profiles(self) -> list[str]:
         with self.reading_all() as s:
-            return list(s.execute(select(Profile.id).order_by(Profile.id)).scalars())
+            return list(s.execute(select(col(Profile.id)).order_by(col(Profile.id))).scalars())
 
     def resolve_profiles(self, selector: str | Sequence[str] | None) -> list[str]:
         """``None`` means every profile; a name or a list must all exist."""

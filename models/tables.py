@@ -13,8 +13,14 @@ from enum import StrEnum
 from typing import Any
 
 from pydantic import NaiveDatetime
-from sqlalchemy import JSON, Column, Index, LargeBinary, UniqueConstraint
+from sqlalchemy import JSON, Column, Index, LargeBinary, Table, UniqueConstraint
 from sqlmodel import Field, SQLModel
+
+
+def table_of(model: type[SQLModel]) -> Table:
+    """A table model's Core table, typed (the repositories' bulk statements use it)."""
+    return model.__table__  # type: ignore[attr-defined]  # set by the mapping, not declared
+
 
 # Closed vocabularies. Each is a StrEnum: a member is its string, so the columns hold
 # plain text and every stored value compares equal to the member that wrote it.

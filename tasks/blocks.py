@@ -89,7 +89,7 @@ def block_sources(
 
     def pick(
         keep: Callable[[MemoryView], bool],
-        key: Callable[[MemoryView], tuple],  # type: ignore[type-arg]
+        key: Callable[[MemoryView], tuple],
         limit: int | None,
     ) -> list[MemoryView]:
         chosen = sorted((m for m in live if keep(m)), key=key)

@@ -164,6 +164,7 @@ def plan_cold(
     groups: dict[tuple[str, str], list[MemoryView]] = {}
     for m in sorted(memories, key=lambda m: (m.created_at, m.id)):
         if is_candidate(m, as_of, config):
+            # A candidate has an entity and a layer (is_candidate).
             groups.setdefault((m.entity, m.layer), []).append(m)  # type: ignore[arg-type]
     return [
         learning_plan(profile, group, config, originals, as_of)

@@ -67,7 +67,6 @@ from reverie.tasks.decay import relevance_notes
 from reverie.tasks.step import (
     Change,
     StepArgs,
-    StepBatch,
     StepReport,
     preview,
     preview_chars,
@@ -381,7 +380,7 @@ forget_task = step_task("forget", forget)
 
 def forget_task_deleting(
     deletable: frozenset[str] | None,
-) -> Task[[StepBatch, Sequence[list[StepReport]]], list[StepReport]]:
+) -> Task[..., list[StepReport]]:
     """The forget task, deleting only the memories in ``deletable`` (an approved list of
     ids); None: the plain task, deleting whatever the thresholds select."""
     if deletable is None:

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
-from functools import lru_cache
+from functools import lru_cache, partial
 from itertools import islice
 from typing import Any
 
@@ -193,7 +193,7 @@ def resident_bytes() -> int:
 @lru_cache(maxsize=1)
 def _malloc_trim() -> Callable[[int], int] | None:
     try:
-        return ctypes.CDLL(None).malloc_trim  # type: ignore[no-any-return]
+        return ctypes.CDLL(None).malloc_trim
     except (OSError, AttributeError):  # not glibc (musl, macOS): nothing to hand back
         return None
 
@@ -261,9 +261,9 @@ def run_batch(
             continue
         try:
             reports.append(retrying(
-                lambda a=args: run_step(name, fn, a), STEP_RETRIES, STEP_RETRY_FIRST_SECONDS,
-                STEP_RETRY_CAP_SECONDS, on_retry=lambda n, exc, wait, p=args.profile:
-                announce_retry(name, p, n, exc, wait, batch.store_url),
+                partial(run_step, name, fn, args), STEP_RETRIES, STEP_RETRY_FIRST_SECONDS,
+                STEP_RETRY_CAP_SECONDS, on_retry=partial(
+                    announce_retry, name, args.profile, store_url=batch.store_url),
             ))
         except Exception as exc:  # noqa: BLE001 - reported per profile
             run_logger().error("step=%s profile=%s failed: %s", name, args.profile,
@@ -322,9 +322,7 @@ def _error_text(exc: BaseException) -> str:
     return text if len(text) <= ERROR_CHARS else text[: ERROR_CHARS - 1] + "…"
 
 
-def step_task(
-    name: str, fn: StepFunction
-) -> Task[[StepBatch, Sequence[list[StepReport]]], list[StepReport]]:
+def step_task(name: str, fn: StepFunction) -> Task[..., list[StepReport]]:
     """The Prefect task running step ``fn`` over a chunk of profiles; never cached (it
     writes). Submitted with ``after=[futures]``, it waits for those steps and skips the
     profiles they failed. Retries happen per profile inside it, so a retry never runs
@@ -339,4 +337,5 @@ def step_task(
         return f"{name}/{task_run.parameters['batch'].label()}"
 
     run.__doc__ = fn.__doc__
-    return task(run, name=name, cache_policy=NO_CACHE, task_run_name=run_name)
+    # Any arguments: ``after`` is given futures, which Prefect resolves to the reports.
+    return task(name=name, cache_policy=NO_CACHE, task_run_name=run_name)(run)

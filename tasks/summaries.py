@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from reverie.engines.background_embedding import BackgroundEmbedding
 from reverie.engines.embedding import embedder_for
@@ -40,6 +40,7 @@ def merged_attributes(memories: Sequence[MemoryView]) -> dict[str, object]:
         "created_at": min(m.created_at for m in memories),
         "last_accessed_at": max(accessed) if accessed else None,
         # Open-ended if any member is: the summary is valid wherever one of them was.
+        # (min and max only see lists without None: the ignores.)
         "valid_from": None if any(v is None for v in starts) else min(starts),  # type: ignore[type-var]
         "valid_until": None if any(v is None for v in ends) else max(ends),  # type: ignore[type-var]
     }
@@ -78,7 +79,7 @@ def summary_plan(
     every memory it stands for, absorbed summaries included (they may have been used
     since). A summarizer rewording it reads the originals it stands for."""
     members, absorbed = stand_ins(hot, originals)
-    fields: dict[str, object] = {
+    fields: dict[str, Any] = {
         "summary_id": ids.summary_id(profile, operation, [m.id for m in members]),
         "operation": operation,
         "member_ids": tuple(sorted(m.id for m in members)),
@@ -96,7 +97,7 @@ def summary_plan(
         **merged_attributes([*hot, *members]),
     }
     fields.update(overrides)
-    return SummaryPlan(**fields)  # type: ignore[arg-type]
+    return SummaryPlan(**fields)
 
 
 Wording = Callable[[SummaryPlan, Summarizer], SummaryPlan]
@@ -172,11 +173,11 @@ def drop_reingested(
 
 
 def reworded(
-    plan: SummaryPlan, content: str, mode: str, gist: str | None = None, **changes: object
+    plan: SummaryPlan, content: str, mode: str, gist: str | None = None, **changes: Any
 ) -> SummaryPlan:
     """``plan`` in a summarizer's words: worded afresh, it will get its own vector, made
     from ``gist`` if given, else from the whole ``content``."""
-    return replace(plan, content=content, gist=gist, embedding=None, embedding_model=None,  # type: ignore[arg-type]
+    return replace(plan, content=content, gist=gist, embedding=None, embedding_model=None,
                    parameters={**plan.parameters, "mode": mode}, **changes)
 
 

@@ -143,7 +143,7 @@ SYNONYMS = {
     "works": "work", "working": "work", "worked": "work", "work": "work", "joined": "work",
     "boss": "manager", "reports": "manager",
 }
-_STEMMED_RELATIONS = frozenset()  # filled below, once stem is defined
+_STEMMED_RELATIONS: frozenset[str] = frozenset()  # filled below, once stem is defined
 
 
 @lru_cache(maxsize=65536)

@@ -24,7 +24,7 @@ def run() -> None:
         conn.commit()
 
 
-def _migrate(connection) -> None:  # type: ignore[no-untyped-def]
+def _migrate(connection) -> None:
     # Batch mode lets SQLite, which cannot ALTER much, take column changes too.
     context.configure(connection=connection, target_metadata=target_metadata,
                       render_as_batch=True)

@@ -6,14 +6,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from sqlalchemy import func, select
-from sqlmodel import Session
+from sqlmodel import Session, col
 
 from reverie.models import tables
 from reverie.models.repositories.bulk import chunks
 from reverie.models.store import ProfileTx
 from reverie.models.tables import Operation
 
-C = tables.Consolidation.__table__  # type: ignore[attr-defined]
+C = tables.table_of(tables.Consolidation)
 
 # Operations whose effects undo can reverse (a forget deletes rows; it cannot).
 UNDOABLE = frozenset({Operation.DEDUP, Operation.COMPRESS, Operation.COLD_LEARNING,
@@ -25,8 +25,8 @@ def consolidations(tx: ProfileTx, limit: int | None = 50) -> list[tables.Consoli
     None: all)."""
     query = (
         select(tables.Consolidation)
-        .where(tables.Consolidation.profile_id == tx.profile)
-        .order_by(tables.Consolidation.created_at.desc(), tables.Consolidation.id)
+        .where(col(tables.Consolidation.profile_id) == tx.profile)
+        .order_by(col(tables.Consolidation.created_at).desc(), col(tables.Consolidation.id))
     )
     return list(tx.session.execute(query if limit is None else query.limit(limit)).scalars())
 
@@ -45,7 +45,7 @@ def summary_texts(tx: ProfileTx, decisions: Iterable[tables.Consolidation]) -> d
     undone, the words its audit row kept. A decision without one (a forget) is absent."""
     decisions = list(decisions)
     wanted = sorted({d.summary_id for d in decisions if d.summary_id})
-    M = tables.Memory.__table__  # type: ignore[attr-defined]
+    M = tables.table_of(tables.Memory)
     found = {
         mid: content
         for batch in chunks(wanted)

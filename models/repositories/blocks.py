@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from sqlalchemy import select
-from sqlmodel import Session
+from sqlmodel import Session, col
 
 from reverie.models.records import BlockPlan
 from reverie.models.store import ProfileTx
@@ -16,7 +16,7 @@ from reverie.models.tables import CoreBlock
 def blocks(tx: ProfileTx) -> list[CoreBlock]:
     return list(
         tx.session.execute(
-            select(CoreBlock).where(CoreBlock.profile_id == tx.profile)
+            select(CoreBlock).where(col(CoreBlock.profile_id) == tx.profile)
             .order_by(CoreBlock.block_type)
         ).scalars()
     )
@@ -32,7 +32,7 @@ def upsert(s: Session, profile: str, plans: Sequence[BlockPlan], as_of: datetime
     changed: list[str] = []
     current = {
         b.block_type: b
-        for b in s.execute(select(CoreBlock).where(CoreBlock.profile_id == profile)).scalars()
+        for b in s.execute(select(CoreBlock).where(col(CoreBlock.profile_id) == profile)).scalars()
     }
     for plan in plans:
         block = current.get(plan.block_type)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import gc
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from sqlalchemy import (
     ARRAY,
@@ -19,8 +19,16 @@ from sqlalchemy import (
     insert,
     update,
 )
+from sqlalchemy.engine import CursorResult, Result
 from sqlalchemy.sql import Executable
 from sqlmodel import Session
+
+
+def cursor_result(result: Result[Any]) -> CursorResult[Any]:
+    """A statement's result as what it is: Session.execute is typed to return a Result,
+    but a statement's is a CursorResult (its row count, the driver's cursor)."""
+    return cast(CursorResult[Any], result)
+
 
 # Ids per IN (...) clause: SQLite allows at most 32,766 bound values in a statement.
 IN_CHUNK = 10_000
@@ -46,9 +54,12 @@ def collector_paused() -> Iterator[None]:
         gc.enable()
 
 
-def chunks(values: Iterable[str]) -> Iterator[list[str]]:
+T = TypeVar("T")
+
+
+def chunks(values: Iterable[T]) -> Iterator[list[T]]:
     """``values`` in lists of at most IN_CHUNK, for IN clauses over whole profiles."""
-    batch: list[str] = []
+    batch: list[T] = []
     for value in values:
         batch.append(value)
         if len(batch) == IN_CHUNK:
@@ -73,7 +84,8 @@ def plain_rows(s: Session, query: Executable) -> list[tuple[Any, ...]]:
     timestamp is text and a boolean an integer."""
     result = s.execute(query)
     try:
-        return result.cursor.fetchall()  # type: ignore[attr-defined]
+        # The DB-API's fetchall gives a list of tuples (sqlite3, psycopg2).
+        return cast(list[tuple[Any, ...]], cursor_result(result).cursor.fetchall())
     finally:
         result.close()
 
@@ -110,6 +122,7 @@ def insert_rows(
                          f"({', '.join(quote.quote(n) for n in names)}) VALUES %s "
                          f"{on_conflict}")
             values = list(zip(*columns.values(), strict=True))
+            # psycopg2's connection, open (the session's), whose cursor is a context manager.
             with connection.connection.dbapi_connection.cursor() as cursor:  # type: ignore[union-attr]
                 execute_values(cursor, statement, values, page_size=INSERT_PAGE)
             return
@@ -194,7 +207,8 @@ def _bulk_set_postgres(
             for k, type_ in enumerate(types)
         ]
         given = func.unnest(*arrays).table_valued(*keys).render_derived()
-        done += s.execute(_bulk_update(table, given, columns, expect, where)).rowcount  # type: ignore[attr-defined]
+        updated = s.execute(_bulk_update(table, given, columns, expect, where))
+        done += cursor_result(updated).rowcount
     return done
 
 
@@ -219,6 +233,6 @@ def _bulk_set_sqlite(
     fill = insert(given).prefix_with("OR REPLACE").compile(dialect=connection.dialect)
     with collector_paused():
         connection.exec_driver_sql(str(fill), [tuple(r) for r in rows])
-    done = s.execute(_bulk_update(table, given, columns, expect, where)).rowcount  # type: ignore[attr-defined]
+    done = cursor_result(s.execute(_bulk_update(table, given, columns, expect, where))).rowcount
     given.drop(connection)
     return int(done)

@@ -21,9 +21,9 @@ from reverie.models.repositories.bulk import (
 )
 from reverie.models.repositories.memories import M, ingested_since
 from reverie.models.store import ProfileTx
-from reverie.models.tables import Edge, EdgeKind
+from reverie.models.tables import Edge, EdgeKind, table_of
 
-E = Edge.__table__  # type: ignore[attr-defined]
+E = table_of(Edge)
 _EDGE_VIEW_COLUMNS = [E.c[f.name] for f in dataclass_fields(EdgeView)]
 
 

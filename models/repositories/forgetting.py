@@ -47,7 +47,7 @@ class Spared(NamedTuple):
     flagged: bool
     kind: str | None
     important: bool
-    count: int
+    count: int  # type: ignore[assignment]  # shadows tuple.count, which nothing here calls
 
 
 def protected(as_of: datetime, config: ForgetConfig) -> ColumnElement[bool]:

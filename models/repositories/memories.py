@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from dataclasses import fields as dataclass_fields
 from datetime import datetime
@@ -24,7 +24,7 @@ from sqlalchemy import (
     type_coerce,
     update,
 )
-from sqlmodel import Session
+from sqlmodel import Session, col
 
 from reverie.models.errors import AmbiguousIdError, NotFoundError
 from reverie.models.ids import sought_id
@@ -46,12 +46,13 @@ from reverie.models.tables import (
     MemoryVector,
     Tier,
     Tombstone,
+    table_of,
 )
 from reverie.models.vectors import from_blobs
 
-M = Memory.__table__  # type: ignore[attr-defined]
-V = MemoryVector.__table__  # type: ignore[attr-defined]
-_E = Edge.__table__  # type: ignore[attr-defined]
+M = table_of(Memory)
+V = table_of(MemoryVector)
+_E = table_of(Edge)
 # Memories with their vectors: the join every vector read goes through.
 WITH_VECTOR = M.join(V, V.c.memory_id == M.c.id)
 
@@ -82,7 +83,8 @@ def view(row: Any) -> MemoryView:
         if isinstance(values[k], str):
             values[k] = datetime.fromisoformat(values[k])
     values[_PROTECTED] = bool(values[_PROTECTED])
-    return MemoryView(*values, metadata(row[_META_AT]))
+    values.append(metadata(row[_META_AT]))
+    return MemoryView(*values)
 
 
 def metadata(raw: str | dict[str, Any] | None) -> dict[str, Any]:
@@ -123,9 +125,9 @@ def get(s: Session, ident: str, profile: str | None = None) -> Memory | Tombston
     memory = s.get(Memory, ident)
     if memory is not None and (profile is None or memory.profile_id == profile):
         return memory
-    query = select(Memory).where(Memory.external_id == ident)
+    query = select(Memory).where(col(Memory.external_id) == ident)
     if profile is not None:
-        query = query.where(Memory.profile_id == profile)
+        query = query.where(col(Memory.profile_id) == profile)
     found = list(s.execute(query).scalars())
     if len(found) > 1:
         owners = ", ".join(sorted(m.profile_id for m in found))
@@ -135,10 +137,10 @@ def get(s: Session, ident: str, profile: str | None = None) -> Memory | Tombston
     if found:
         return found[0]
     tomb_query = select(Tombstone).where(
-        or_(Tombstone.memory_id == ident, Tombstone.external_id == ident)
+        or_(col(Tombstone.memory_id) == ident, col(Tombstone.external_id) == ident)
     )
     if profile is not None:
-        tomb_query = tomb_query.where(Tombstone.profile_id == profile)
+        tomb_query = tomb_query.where(col(Tombstone.profile_id) == profile)
     tomb = s.execute(tomb_query).scalars().first()
     if tomb is not None:
         return tomb
@@ -152,11 +154,11 @@ def external_ids(s: Session, ids_: Sequence[str]) -> dict[str, str]:
     found: dict[str, str] = {}
     for start in range(0, len(wanted), 500):
         batch = wanted[start:start + 500]
-        for table, key in ((Memory, Memory.id), (Tombstone, Tombstone.memory_id)):
+        for table, key in ((Memory, col(Memory.id)), (Tombstone, col(Tombstone.memory_id))):
             found.update(s.execute(
-                select(key, table.external_id)
-                .where(key.in_(batch)).where(table.external_id.is_not(None))
-            ).all())
+                select(key, col(table.external_id))
+                .where(key.in_(batch)).where(col(table.external_id).is_not(None))
+            ).tuples().all())
     return found
 
 
@@ -346,10 +348,10 @@ def counts(tx: ProfileTx) -> dict[str, int]:
         tx.session.execute(
             select(M.c.tier, func.count()).where(M.c.profile_id == tx.profile)
             .group_by(M.c.tier)
-        ).all()
+        ).tuples().all()
     )
     tombs = tx.session.execute(
-        select(func.count()).select_from(Tombstone).where(Tombstone.profile_id == tx.profile)
+        select(func.count()).select_from(Tombstone).where(col(Tombstone.profile_id) == tx.profile)
     ).scalar_one()
     return {Tier.HOT: tiers.get(Tier.HOT, 0), Tier.COLD: tiers.get(Tier.COLD, 0),
             "tombstones": tombs}
@@ -368,7 +370,7 @@ def record_access(
         return 0
     s = tx.session
     found = list(s.execute(
-        select(Memory).where(Memory.profile_id == tx.profile).where(Memory.id.in_(wanted))
+        select(Memory).where(col(Memory.profile_id) == tx.profile).where(col(Memory.id).in_(wanted))
     ).scalars())
     for m in found:
         m.access_count += 1
@@ -376,10 +378,10 @@ def record_access(
             m.last_accessed_at = at
     edges = s.execute(
         select(Edge)
-        .where(Edge.profile_id == tx.profile)
-        .where(Edge.kind == EdgeKind.ASSOCIATION)
-        .where(Edge.source_id.in_(wanted))
-        .where(Edge.target_id.in_(wanted))
+        .where(col(Edge.profile_id) == tx.profile)
+        .where(col(Edge.kind) == EdgeKind.ASSOCIATION)
+        .where(col(Edge.source_id).in_(wanted))
+        .where(col(Edge.target_id).in_(wanted))
     ).scalars()
     for e in edges:
         e.weight = e.base_weight = min(1.0, e.weight + co_access_bonus)
@@ -446,7 +448,7 @@ def stored_vectors(s: Session, memory_ids: Sequence[str]) -> dict[str, bytes]:
     }
 
 
-def put_vectors(s: Session, vectors: dict[str, bytes | None], replace: bool = True) -> None:
+def put_vectors(s: Session, vectors: Mapping[str, bytes | None], replace: bool = True) -> None:
     """Give memories these vectors (``None``: none). ``replace=False`` is for memories
     written in this transaction, which cannot have one yet."""
     if replace:

@@ -6,8 +6,10 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import delete, select
+from sqlmodel import col
 
 from reverie.models import ids, tables
 from reverie.models.records import MetaPlan, NewEdge
@@ -49,7 +51,7 @@ def apply_meta_memories(
     rows = {
         row.id: row
         for batch in chunks(meta_ids)
-        for row in s.execute(select(Memory).where(Memory.id.in_(batch))).scalars()
+        for row in s.execute(select(Memory).where(col(Memory.id).in_(batch))).scalars()
     }
     members: dict[str, set[str]] = defaultdict(set)
     for batch in chunks(meta_ids):
@@ -64,7 +66,7 @@ def apply_meta_memories(
         audit.id: audit
         for batch in chunks(audit_ids.values())
         for audit in s.execute(
-            select(tables.Consolidation).where(tables.Consolidation.id.in_(batch))
+            select(tables.Consolidation).where(col(tables.Consolidation.id).in_(batch))
         ).scalars()
     }
     changed: list[str] = []
@@ -72,7 +74,7 @@ def apply_meta_memories(
     for plan in plans:
         row = rows.get(plan.meta_id)
         had = members[plan.meta_id]
-        fields = {
+        fields: dict[str, Any] = {
             "content": plan.content, "content_hash": ids.content_hash(plan.content),
             "importance": plan.importance, "confidence": plan.confidence,
             "stability": plan.stability, "embedding_model": plan.embedding_model,

@@ -6,7 +6,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 
 from sqlalchemy import select, update
-from sqlmodel import Session
+from sqlmodel import Session, col
 
 from reverie.models.tables import Profile
 
@@ -15,7 +15,9 @@ def ensure_profiles(s: Session, names: Iterable[str], at: datetime) -> None:
     names = set(names)
     if not names:
         return
-    known = set(s.execute(select(Profile.id).where(Profile.id.in_(list(names)))).scalars())
+    known = set(
+        s.execute(select(col(Profile.id)).where(col(Profile.id).in_(list(names)))).scalars()
+    )
     for name in sorted(names - known):
         s.add(Profile(id=name, created_at=at))
     s.flush()
@@ -26,12 +28,14 @@ def count_stored(s: Session, stored: Mapping[str, int]) -> dict[str, int]:
     before, which the store-threshold events are computed from."""
     before = dict(
         s.execute(
-            select(Profile.id, Profile.store_count).where(Profile.id.in_(list(stored)))
-        ).all()
+            select(col(Profile.id), col(Profile.store_count))
+            .where(col(Profile.id).in_(list(stored)))
+        ).tuples().all()
     )
     for name, n in stored.items():
         s.execute(
-            update(Profile).where(Profile.id == name).values(store_count=Profile.store_count + n)
+            update(Profile).where(col(Profile.id) == name)
+            .values(store_count=col(Profile.store_count) + n)
         )
     return before
 
@@ -41,7 +45,8 @@ def ingest_horizons(s: Session, names: Sequence[str]) -> dict[str, int]:
     ``ProfileTx.horizon``; a profile with nothing stored yet has 0)."""
     found = dict.fromkeys(names, 0)
     found.update(s.execute(
-        select(Profile.id, Profile.ingest_seq).where(Profile.id.in_(list(found)))).all())
+        select(col(Profile.id), col(Profile.ingest_seq))
+        .where(col(Profile.id).in_(list(found)))).tuples().all())
     return found
 
 
@@ -54,7 +59,7 @@ def next_ingest_seqs(s: Session, names: Iterable[str]) -> dict[str, int]:
     out: dict[str, int] = {}
     for name in sorted(set(names)):  # a fixed order: two ingests never lock crosswise
         out[name] = s.execute(
-            update(Profile).where(Profile.id == name)
-            .values(ingest_seq=Profile.ingest_seq + 1).returning(Profile.ingest_seq)
+            update(Profile).where(col(Profile.id) == name)
+            .values(ingest_seq=Profile.ingest_seq + 1).returning(col(Profile.ingest_seq))
         ).scalar_one()
     return out

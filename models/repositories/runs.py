@@ -7,15 +7,16 @@ from datetime import datetime, timedelta
 
 from sqlalchemy import delete, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
-from sqlmodel import Session
+from sqlmodel import Session, col
 
 from reverie.models import events, outbox, tables
 from reverie.models.errors import NotFoundError
+from reverie.models.repositories.bulk import cursor_result
 from reverie.models.store import ProfileTx
 from reverie.models.tables import Profile
 
-_L = tables.Lease.__table__  # type: ignore[attr-defined]
-_R = tables.RunRecord.__table__  # type: ignore[attr-defined]
+_L = tables.table_of(tables.Lease)
+_R = tables.table_of(tables.RunRecord)
 
 
 def record_runs(s: Session, records: Sequence[tables.RunRecord]) -> None:
@@ -31,14 +32,14 @@ def run_history(
 ) -> list[tables.RunRecord]:
     """The most recent finished runs, newest first (all of them with ``limit=None``)."""
     query = select(tables.RunRecord).order_by(
-        tables.RunRecord.finished_at.desc(), tables.RunRecord.id.desc()
+        col(tables.RunRecord.finished_at).desc(), col(tables.RunRecord.id).desc()
     )
     if profile is not None:
-        query = query.where(tables.RunRecord.profile_id == profile)
+        query = query.where(col(tables.RunRecord.profile_id) == profile)
     if flow is not None:
-        query = query.where(tables.RunRecord.flow == flow)
+        query = query.where(col(tables.RunRecord.flow) == flow)
     if as_of is not None:
-        query = query.where(tables.RunRecord.as_of == as_of)
+        query = query.where(col(tables.RunRecord.as_of) == as_of)
     return list(s.execute(query.limit(limit)).scalars())
 
 
@@ -63,12 +64,12 @@ def acquire_leases(
     until = at + timedelta(seconds=seconds)
     taken: list[str] = []
     for profile in sorted(set(profiles)):
-        claimed = s.execute(
+        claimed = cursor_result(s.execute(
             update(_L)
             .where(_L.c.profile_id == profile)
             .where(or_(_L.c.holder == holder, _L.c.expires_at <= at))
             .values(holder=holder, acquired_at=at, expires_at=until)
-        ).rowcount
+        )).rowcount
         if not claimed:
             try:
                 with s.begin_nested():
@@ -101,13 +102,15 @@ def renew_leases(
 def release_leases(s: Session, profiles: Sequence[str], holder: str) -> None:
     s.execute(
         delete(tables.Lease)
-        .where(tables.Lease.profile_id.in_(list(profiles)))
-        .where(tables.Lease.holder == holder)
+        .where(col(tables.Lease.profile_id).in_(list(profiles)))
+        .where(col(tables.Lease.holder) == holder)
     )
 
 
 def lease_holders(s: Session) -> dict[str, str]:
-    return dict(s.execute(select(tables.Lease.profile_id, tables.Lease.holder)).all())
+    return dict(
+        s.execute(select(col(tables.Lease.profile_id), col(tables.Lease.holder))).tuples().all()
+    )
 
 
 # --- sessions ----------------------------------------------------------------------------

@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import delete, or_, select, update
-from sqlmodel import Session
+from sqlmodel import Session, col
 
 from reverie.models import ids, tables
 from reverie.models.errors import ConflictError, EmbeddingError, NotFoundError, RefusedError
@@ -18,6 +18,7 @@ from reverie.models.repositories.bulk import (
     bulk_set,
     chunks,
     collector_paused,
+    cursor_result,
     insert_rows,
     owned_by,
     plain_rows,
@@ -60,6 +61,7 @@ def originals_of(tx: ProfileTx, summary_ids: Sequence[str]) -> dict[str, list[Me
             )
             for row in plain_rows(tx.session, query):
                 found = view(row)
+                # Selected by superseded_by IN (...): never None.
                 out[found.superseded_by].append(found)  # type: ignore[index]
     return out
 
@@ -68,10 +70,10 @@ def undone_summaries(tx: ProfileTx) -> set[str]:
     """Summaries an operator undid: consolidations never to be made again."""
     return set(
         tx.session.execute(
-            select(tables.Consolidation.summary_id)
-            .where(tables.Consolidation.profile_id == tx.profile)
-            .where(tables.Consolidation.operation != tables.Operation.SUPERSEDE)
-            .where(tables.Consolidation.undone_at.is_not(None))
+            select(col(tables.Consolidation.summary_id))
+            .where(col(tables.Consolidation.profile_id) == tx.profile)
+            .where(col(tables.Consolidation.operation) != tables.Operation.SUPERSEDE)
+            .where(col(tables.Consolidation.undone_at).is_not(None))
         ).scalars()
     )
 
@@ -133,7 +135,7 @@ def apply_summaries(
         NewEdge(plan.summary_id, member, tables.EdgeKind.CONSOLIDATION, plan.link_weight)
         for plan in todo for member in plan.member_ids
     ], as_of, as_of)
-    insert_rows(s, tables.Consolidation.__table__, [  # type: ignore[attr-defined]
+    insert_rows(s, tables.table_of(tables.Consolidation), [
         {
             "id": audit_ids[plan.summary_id], "profile_id": profile, "run_id": run_id,
             "operation": plan.operation, "summary_id": plan.summary_id,
@@ -182,7 +184,7 @@ def apply_supersessions(
                      expect=MOVED)
     if moved != len({move[0] for move in moves}):
         raise ConflictError("supersession: members changed since they were read")
-    insert_rows(s, tables.Consolidation.__table__, [  # type: ignore[attr-defined]
+    insert_rows(s, tables.table_of(tables.Consolidation), [
         {
             "id": plan.consolidation_id, "profile_id": profile, "run_id": run_id,
             "operation": tables.Operation.SUPERSEDE, "summary_id": plan.newest_id,
@@ -203,10 +205,10 @@ def undone_supersessions(tx: ProfileTx) -> set[str]:
     """Supersessions an operator undid: never to be made again."""
     return set(
         tx.session.execute(
-            select(tables.Consolidation.id)
-            .where(tables.Consolidation.profile_id == tx.profile)
-            .where(tables.Consolidation.operation == tables.Operation.SUPERSEDE)
-            .where(tables.Consolidation.undone_at.is_not(None))
+            select(col(tables.Consolidation.id))
+            .where(col(tables.Consolidation.profile_id) == tx.profile)
+            .where(col(tables.Consolidation.operation) == tables.Operation.SUPERSEDE)
+            .where(col(tables.Consolidation.undone_at).is_not(None))
         ).scalars()
     )
 
@@ -256,11 +258,11 @@ def undo(tx: ProfileTx, ident: str, at: datetime) -> UndoResult:
     consolidation cannot undo it from here (and learns nothing: it is "not found")."""
     s, profile = tx.session, tx.profile
     ident = ids.sought_id(ident, "consolidation with id")
-    of_profile = tables.Consolidation.profile_id == profile
+    of_profile = col(tables.Consolidation.profile_id) == profile
     found = s.execute(
         select(tables.Consolidation).where(of_profile).where(
-            or_(tables.Consolidation.id == ident,
-                tables.Consolidation.summary_id == ident)
+            or_(col(tables.Consolidation.id) == ident,
+                col(tables.Consolidation.summary_id) == ident)
         ).order_by(tables.Consolidation.id)
     ).scalars().first()
     if found is None:
@@ -290,7 +292,7 @@ def undo(tx: ProfileTx, ident: str, at: datetime) -> UndoResult:
             update(M).where(M.c.profile_id == found.profile_id).where(M.c.id == mid)
             .values(tier=tier, lifecycle=lifecycle, superseded_by=superseded_by)
         )
-        if restored.rowcount:  # a memory expired since is a tombstone: not back
+        if cursor_result(restored).rowcount:  # a memory expired since is a tombstone: not back
             result.restored.append(mid)
     if summary is not None:
         s.execute(

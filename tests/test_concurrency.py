@@ -18,7 +18,11 @@ import pytest
 from reverie.deployments.serve import project_root, start_server, stop
 from reverie.flows.artifacts import markdown
 from reverie.flows.lightweight_consolidation import lightweight_consolidation
-from reverie.flows.profile_holds import PREFECT_MIN_LEASE_SECONDS, ensure_profile_limits
+from reverie.flows.profile_holds import (
+    PREFECT_MIN_LEASE_SECONDS,
+    ensure_profile_limits,
+    limit_name,
+)
 from reverie.models.errors import StepFailedError
 from reverie.models.store import Store
 from reverie.tasks import blocks
@@ -27,6 +31,8 @@ from factories import acquire_leases, lease_holders, release_leases, renew_lease
 from prefect_stack import free_port
 
 AS_OF = datetime(2025, 7, 1)
+# A store id for limits made without a store (any 32 hex digits).
+STORE_ID = "0" * 32
 T0 = datetime(2026, 1, 1)
 
 
@@ -198,7 +204,7 @@ def test_a_skipped_profile_gives_its_prefect_slot_back(
     acquire_leases(sample_store, ["maya"], "someone-else", 600)
     lightweight_consolidation(profile="maya", as_of=AS_OF)
     with get_client(sync_client=True) as client:
-        limit = client.read_global_concurrency_limit_by_name("reverie-profile-maya")
+        limit = client.read_global_concurrency_limit_by_name(limit_name(sample_store.id, "maya"))
     assert limit.limit == 1 and limit.active_slots == 0
 
 
@@ -210,9 +216,10 @@ def test_concurrent_first_runs_of_a_new_profile_never_fail_on_its_limit() -> Non
 
     for attempt in range(5):
         profile = f"newcomer-{attempt}"
-        assert at_once(8, lambda p=profile: ensure_profile_limits([p]), 60) == []
+        assert at_once(8, lambda p=profile: ensure_profile_limits(STORE_ID, [p]), 60) == []
         with get_client(sync_client=True) as client:
-            limit = client.read_global_concurrency_limit_by_name(f"reverie-profile-{profile}")
+            limit = client.read_global_concurrency_limit_by_name(
+                limit_name(STORE_ID, profile))
         assert limit.limit == 1
 
 
@@ -227,7 +234,7 @@ def test_a_run_holds_its_profiles_prefect_slots_as_one_chunk_and_gives_them_back
     def active() -> dict[str, int]:
         with get_client(sync_client=True) as client:
             return {p: client.read_global_concurrency_limit_by_name(
-                f"reverie-profile-{p}").active_slots for p in profiles}
+                limit_name(sample_store.id, p)).active_slots for p in profiles}
 
     seen: list[dict[str, int]] = []
     original = blocks.plan_blocks
@@ -245,7 +252,7 @@ def test_a_run_holds_its_profiles_prefect_slots_as_one_chunk_and_gives_them_back
     monkeypatch.setenv("REVERIE_BUSY_PROFILE", "skip")
     from prefect.concurrency.sync import concurrency
 
-    with concurrency("reverie-profile-maya", occupy=1, strict=True):
+    with concurrency(limit_name(sample_store.id, "maya"), occupy=1, strict=True):
         report = lightweight_consolidation(profile=None, as_of=AS_OF)
     assert report.skipped_profiles == ["maya"]
     assert report.profiles == [p for p in profiles if p != "maya"]
@@ -323,7 +330,7 @@ def test_a_profile_held_by_a_run_killed_with_its_server_comes_free_within_a_leas
         with temporary_settings({PREFECT_API_URL: env["PREFECT_API_URL"]}), \
                 get_client(sync_client=True) as client:
             assert client.read_global_concurrency_limit_by_name(
-                "reverie-profile-maya").active_slots == 1
+                limit_name(sample_store.id, "maya")).active_slots == 1
         done = subprocess.run(
             [sys.executable, "-m", "reverie.deployments.cli", "consolidate", "lightweight", "--profile", "maya",
              "--as-of", "2025-07-01"],
@@ -350,6 +357,33 @@ def test_a_renewal_never_takes_back_a_lease_given_back(store: Store) -> None:
 
 
 @pytest.mark.usefixtures("prefect_api")
+def test_two_stores_profiles_of_one_name_never_wait_for_each_other(
+    new_store: Callable[[str], Store]
+) -> None:
+    """Two tenants' stores on one Prefect, each with a profile called ``twin``: each
+    store's run holds its own ``twin``, the other store's run is not held up by it,
+    while a second run of the same store still is."""
+    from prefect.client.orchestration import get_client
+
+    from reverie.flows.profile_holds import ProfileHolds
+
+    one, other = new_store("tenant-one"), new_store("tenant-two")
+    assert one.id != other.id
+    with ProfileHolds(one, "run-one", None, 60.0) as first, \
+            ProfileHolds(other, "run-two", None, 60.0) as second, \
+            ProfileHolds(one, "run-three", None, 60.0) as third:
+        for holds in (first, second, third):
+            holds.prepare(["twin"])
+        assert first.take(["twin"]) == ["twin"]
+        assert second.take(["twin"]) == ["twin"]
+        assert third.take(["twin"]) == []  # same store, same profile: busy
+        with get_client(sync_client=True) as client:
+            slots = [client.read_global_concurrency_limit_by_name(
+                limit_name(s.id, "twin")).active_slots for s in (one, other)]
+        assert slots == [1, 1]
+
+
+@pytest.mark.usefixtures("prefect_api")
 def test_a_lease_taken_for_several_chunks_is_given_back_with_the_last(store: Store) -> None:
     """Profiles taken together (one Prefect lease) but worked on in two chunks: the
     slots come free once both chunks are given back, and none outlives the run."""
@@ -362,7 +396,7 @@ def test_a_lease_taken_for_several_chunks_is_given_back_with_the_last(store: Sto
     def active() -> list[int]:
         with get_client(sync_client=True) as client:
             return [client.read_global_concurrency_limit_by_name(
-                f"reverie-profile-{p}").active_slots for p in profiles]
+                limit_name(store.id, p)).active_slots for p in profiles]
 
     with ProfileHolds(store, "run-split", None, 60.0) as holds:
         holds.prepare(profiles)

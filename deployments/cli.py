@@ -151,7 +151,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--reason", default="", help="why, kept in the run's log and artifact")
 
     p = command("backfill", _backfill, "Run a flow once per date over a range (resumable).")
-    p.add_argument("flow", help=names_help())
+    p.add_argument("flow", help=f"{names_help()}; or several joined by commas (decay,full), "
+                   "run on each date in the order a day's schedules run them")
     p.add_argument("--from", dest="start", required=True, type=_timestamp,
                    help="first as_of, ISO-8601")
     p.add_argument("--to", dest="end", required=True, type=_timestamp,

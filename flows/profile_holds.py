@@ -57,9 +57,13 @@ class ProfileHolds:
     every lease held until the block ends, which gives back whatever is still held.
     """
 
-    def __init__(self, store: Store, holder: str, run_id: str | None, lease_seconds: float):
+    def __init__(self, store: Store, holder: str, run_id: str | None, lease_seconds: float,
+                 with_prefect: bool = True):
         self.store, self.holder, self.run_id = store, holder, run_id
         self.lease_seconds = lease_seconds
+        # Without Prefect's limits: for holds that only runs on this store contend for
+        # (a replay's turn), the store's lease is the whole guard.
+        self.with_prefect = with_prefect
         self._lock = threading.Lock()
         self._held: set[str] = set()
         # Each Prefect lease and the profiles of it not yet given back: one lease may
@@ -92,7 +96,7 @@ class ProfileHolds:
     def prepare(self, profiles: Sequence[str]) -> None:
         """Create the Prefect limits missing among ``profiles``: a chunk's slots are
         taken in one request, which would silently leave out a missing limit."""
-        if api_configured():
+        if self.with_prefect and api_configured():
             ensure_profile_limits(self.store.id, profiles)
 
     def take(self, profiles: Sequence[str]) -> list[str]:
@@ -148,7 +152,7 @@ class ProfileHolds:
     def _take_all(self, chunk: tuple[str, ...]) -> bool:
         """All of ``chunk`` (both guards) or none of it."""
         lease = None
-        if api_configured():
+        if self.with_prefect and api_configured():
             lease = _prefect_lease_for(self.store.id, chunk, self.run_id,
                                        _prefect_seconds(self.lease_seconds))
             if lease is None:

@@ -40,9 +40,10 @@ class WaitNotice:
 
     ``clock`` is injectable so that tests need not sleep."""
 
-    def __init__(self, store_id: str, every: float = NOTICE_SECONDS,
+    def __init__(self, store_id: str, every: float | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        self.store_id, self.every, self.clock = store_id, every, clock
+        self.store_id, self.clock = store_id, clock
+        self.every = NOTICE_SECONDS if every is None else every
         self.last: float | None = None
         self.sent = 0
 

@@ -110,14 +110,37 @@ def test_a_busy_profile_is_skipped_when_so_configured(
 
 @pytest.mark.usefixtures("prefect_api")
 def test_a_busy_profile_is_waited_for_then_refused(
-    sample_store: Store, monkeypatch: pytest.MonkeyPatch
+    sample_store: Store, run_log: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("REVERIE_BUSY_WAIT_SECONDS", "1.5")
+    monkeypatch.setenv("REVERIE_BUSY_WAIT_SECONDS", "5")
+    # 30 s in production: the run must say it still waits at that pace, not once.
+    monkeypatch.setattr("reverie.flows.waiting.NOTICE_SECONDS", 0.6)
     acquire_leases(sample_store, ["maya"], "someone-else", 600)
     with pytest.raises(StepFailedError, match="'maya' is busy \\(local run someone-else\\)"):
         lightweight_consolidation(profile=["maya", "raj"], as_of=AS_OF)
     # The other profile finished and is recorded; the busy one is not.
     assert [r.profile_id for r in run_history(sample_store)] == ["raj"]
+    notices = [line for line in run_log if "waiting for 1 thing(s): profile maya, held by "
+               "local run someone-else, for " in line]
+    # Said again while it waited (first said when it began), never more than once a period.
+    assert 2 <= len(notices) <= 5 / 0.6 + 1, run_log
+
+
+def test_a_wait_notice_comes_at_most_once_a_period_and_names_the_longest_waits() -> None:
+    from reverie.flows.waiting import WaitNotice, waiting_text
+
+    now = [0.0]
+    notice = WaitNotice("0" * 32, every=30.0, clock=lambda: now[0])
+    waits = [(f"profile p{i}", "flow run x", float(i)) for i in range(7)]
+    told = []
+    for second in range(0, 95, 5):
+        now[0] = float(second)
+        told.append(notice.tell(waits))
+    assert [i * 5 for i, t in enumerate(told) if t] == [0, 30, 60, 90]
+    assert not notice.tell([])  # nothing waited for: nothing said
+    text = waiting_text(waits)
+    assert text.startswith("waiting for 7 thing(s): profile p6, held by flow run x, for 6 s")
+    assert "p1," not in text and text.endswith("; and 2 more")
 
 
 @pytest.mark.usefixtures("prefect_api")

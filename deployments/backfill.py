@@ -9,9 +9,10 @@ Either way a backfill is resumable: a date whose run is in the store's run histo
 not run again, so re-running the same command after an interruption only fills the
 gaps. Replays of one profile take turns and run each other's dates in schedule order
 (``flows/replay.py``), so two backfills of different flows started one after the other
-end as one backfill of both. Bad input (unknown flow or profile, dates out of order, a step that is not
-positive) is refused before any run is made. On a terminal, a bar on stderr follows the
-dates (each date run here is listed as it finishes) or the replay runs being made.
+end as one backfill of both. Bad input (unknown flow or profile, dates out of order, a
+step that is not positive) is refused before any run is made. On a terminal, a bar on
+stderr follows the dates (each date run here is listed as it finishes) or the replay
+runs being made.
 """
 
 from __future__ import annotations

@@ -31,6 +31,9 @@ from reverie.models.timestamps import to_utc_naive
 
 BACKFILL_TAG = "backfill"
 REPLAY_DEPLOYMENT = "replay/backfill"
+# ``--wait`` looks at the replay runs this often.
+WAIT_POLL_SECONDS = 2.0
+FINAL_STATES = frozenset({"COMPLETED", "FAILED", "CRASHED", "CANCELLED"})
 _STEP = re.compile(r"^(\d+)\s*([mhdw])$")
 _UNITS = {"m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
 
@@ -191,3 +194,40 @@ def _live_replays(store_id: str, flows: tuple[str, ...]) -> set[str]:
         if set(theirs) & set(flows):
             busy.add(str(run.parameters.get("profile")))
     return busy
+
+
+def replays_to_wait_for(report: BackfillReport, store: Store) -> list[str]:
+    """The replay runs a backfill's outcome depends on: those it made, and those still
+    going for the profiles it found busy."""
+    from reverie.flows.replay import live_replays
+
+    running = set(report.running)
+    return report.runs + [str(r.id) for r in live_replays(store.id)
+                          if str(r.parameters.get("profile")) in running]
+
+
+def wait_for_replays(run_ids: list[str], poll: float = WAIT_POLL_SECONDS) -> dict[str, str]:
+    """Wait until every run of ``run_ids`` has ended, a bar on a terminal following
+    them; each run's final state (COMPLETED, FAILED, CRASHED, CANCELLED)."""
+    import time
+    from uuid import UUID
+
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    ended: dict[str, str] = {}
+    with Bar(len(run_ids), "backfill: replay runs ended", unit="run") as bar:
+        while len(ended) < len(run_ids):
+            left = [UUID(r) for r in run_ids if r not in ended]
+            with get_client(sync_client=True) as client:
+                runs = client.read_flow_runs(
+                    flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=left)),
+                    limit=len(left))
+            for run in runs:
+                state = run.state_type.value if run.state_type else ""
+                if state in FINAL_STATES:
+                    ended[str(run.id)] = state
+            bar.advance_to(len(ended))
+            if len(ended) < len(run_ids):
+                time.sleep(poll)
+    return ended

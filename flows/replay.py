@@ -170,6 +170,35 @@ def live_replays(store_id: str, profile: str | None = None) -> list[Any]:
     return [r for r in runs if profile is None or r.parameters.get("profile") == profile]
 
 
+@dataclass(frozen=True)
+class ReplayProgress:
+    """One replay run not finished yet, and how far its runs have got."""
+
+    run_id: str
+    name: str
+    state: str
+    flow: str
+    profile: str
+    done: int  # its runs (flow, as_of) already in the store's run history
+    total: int
+
+
+def replay_progress(store: Store) -> list[ReplayProgress]:
+    """Every replay of this store still queued or running, with the share of its runs
+    done (``reverie status``, ``reverie backfill --wait``)."""
+    out = []
+    for run in live_replays(store.id):
+        profile = str(run.parameters.get("profile"))
+        try:
+            own = set(items_of(str(run.parameters.get("flow")), run.parameters.get("dates") or []))
+        except Exception:  # noqa: BLE001 - not a backfill's replay: shown without counts
+            own = set()
+        done = len(own & done_items(store, {f for f, _ in own}, profile)) if own else 0
+        out.append(ReplayProgress(str(run.id), run.name, run.state_name or "?",
+                                  str(run.parameters.get("flow")), profile, done, len(own)))
+    return sorted(out, key=lambda r: (r.profile, r.flow, r.run_id))
+
+
 def _asked_of_others(store: Store, profile: str) -> list[Item]:
     """The dates of every other replay of ``profile`` on this store still queued or
     running: whoever has the turn runs them in order with its own."""

@@ -20,7 +20,9 @@ from typing import Any
 import pytest
 
 from reverie.deployments.backfill import backfill
+from reverie.deployments.cli import EXIT_OK, main
 from reverie.deployments.serve import project_root
+from reverie.deployments.status import collect
 from reverie.flows import event_delivery
 from reverie.models.db import copy_profiles
 from reverie.models.events import MEMORY_STORED, SESSION_ENDED, SESSION_THRESHOLD, STORE_THRESHOLD
@@ -236,7 +238,7 @@ def test_a_backfill_replays_each_profile_in_order_and_ends_as_sequential_runs(
 
 
 def test_backfills_of_two_flows_replay_in_schedule_order_whichever_is_asked_first(
-    stack: Stack, new_store: Callable[[str], Store]
+    stack: Stack, new_store: Callable[[str], Store], capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A full-consolidation backfill, then a decay backfill over the same dates and
     profile (#38 item 4): the store ends as decay then full, date by date, run one at a
@@ -251,10 +253,18 @@ def test_backfills_of_two_flows_replay_in_schedule_order_whichever_is_asked_firs
     reference = new_store("reference-order")
     copy_profiles(stack.store.url, reference.url, [profile])
     full = backfill("full", start, whens[-1], timedelta(days=1), profile, stack.store)
-    decay = backfill("decay", start, whens[-1], timedelta(days=1), profile, stack.store)
-    assert len(full.runs) == 1 and len(decay.runs) == 1
-    for run_id in (*full.runs, *decay.runs):
-        assert stack.wait_final(run_id).state_type == StateType.COMPLETED
+    assert len(full.runs) == 1
+    # `reverie status` shows the backfill in progress (its process takes seconds to start).
+    shown = collect(stack.store, profile).backfills
+    assert [(b.run_id, b.flow, b.profile, b.total) for b in shown or []] == [
+        (full.runs[0], "full", profile, days)]
+    # The second command from the CLI, waiting until its replay has ended.
+    capsys.readouterr()
+    assert main(["backfill", "decay", "--from", start.isoformat(), "--to",
+                 whens[-1].isoformat(), "--profile", profile, "--wait", "--json"]) == EXIT_OK
+    decay = json.loads(capsys.readouterr().out)
+    assert len(decay["runs"]) == 1 and decay["ended"] == {decay["runs"][0]: "COMPLETED"}
+    assert stack.wait_final(full.runs[0]).state_type == StateType.COMPLETED
     history = sorted((r for r in run_history(stack.store, profile=profile, limit=None)
                       if r.as_of in whens), key=lambda r: r.started_at)
     assert [(r.as_of, r.flow) for r in history] == [

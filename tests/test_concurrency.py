@@ -431,3 +431,46 @@ def test_a_lease_taken_for_several_chunks_is_given_back_with_the_last(store: Sto
         assert active() == [0, 0, 0, 0]
         assert holds.take(profiles[:1]) == profiles[:1]
     assert active() == [0, 0, 0, 0] and lease_holders(store) == {}
+
+
+@pytest.mark.usefixtures("prefect_api")
+def test_a_replay_waiting_for_its_turn_says_so_in_its_log_and_in_an_event(
+    sample_store: Store, run_log: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another replay of maya has the turn (its lease): this one waits, says so at once
+    and again while it waits (log line and ``reverie.run.waiting`` event on its run),
+    then runs once the turn is given back."""
+    from prefect.client.orchestration import get_client
+    from prefect.events.filters import EventFilter, EventNameFilter, EventOccurredFilter
+
+    from reverie.flows.replay import replay, turn_key
+    from reverie.flows.waiting import WAITING_EVENT
+
+    monkeypatch.setattr("reverie.flows.replay.TURN_POLL_SECONDS", 0.2)
+    monkeypatch.setattr("reverie.flows.waiting.NOTICE_SECONDS", 0.5)
+    acquire_leases(sample_store, [turn_key("maya")], "someone-else", 600)
+    since = datetime.now(tz=None).astimezone()
+    done: list[object] = []
+    runner = threading.Thread(target=contextvars.copy_context().run, args=(
+        lambda: done.append(replay(flow="decay", profile="maya", dates=[AS_OF])),))
+    runner.start()
+    said = "its turn to replay maya's history, held by local run someone-else"
+    deadline = time.monotonic() + 120
+    while sum(said in line for line in run_log) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not done, "it ran while another replay had the turn"
+    release_leases(sample_store, [turn_key("maya")], "someone-else")
+    runner.join(120)
+    assert done and done[0].ran == [f"decay {AS_OF.isoformat()}"]  # type: ignore[attr-defined]
+    assert sum(said in line for line in run_log) >= 2
+    wanted = EventFilter(occurred=EventOccurredFilter(since=since - timedelta(minutes=1)),
+                         event=EventNameFilter(name=[WAITING_EVENT]))
+    found: list[object] = []
+    deadline = time.monotonic() + 60
+    while not found and time.monotonic() < deadline:
+        with get_client(sync_client=True) as client:
+            found = [e for e in client.read_events(filter=wanted, limit=50).events
+                     if said in e.payload.get("text", "")
+                     and e.related and e.related[0].id == f"reverie.store.{sample_store.id}"]
+        time.sleep(0.5)
+    assert found, "no reverie.run.waiting event reached Prefect"

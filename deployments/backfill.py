@@ -1,4 +1,5 @@
-"""``reverie backfill``: replay a flow over a range of dates, one run per ``as_of``.
+"""``reverie backfill``: replay a flow (or several: ``decay,full``) over a range of dates,
+one run per flow and ``as_of``, in (as_of, schedule order).
 
 With a Prefect API configured (``PREFECT_API_URL``), each profile gets one run of the
 replay deployment (``flows/replay.py``), tagged ``backfill``: it runs the flow for its
@@ -6,9 +7,12 @@ dates one after another in as_of order, while profiles run side by side up to th
 deployment's concurrency limit. Without an API, the flow runs here, date by date.
 Either way a backfill is resumable: a date whose run is in the store's run history is
 not run again, so re-running the same command after an interruption only fills the
-gaps. Bad input (unknown flow or profile, dates out of order, a step that is not
-positive) is refused before any run is made. On a terminal, a bar on stderr follows the
-dates (each date run here is listed as it finishes) or the replay runs being made.
+gaps. Replays of one profile take turns and run each other's dates in schedule order
+(``flows/replay.py``), so two backfills of different flows started one after the other
+end as one backfill of both. Bad input (unknown flow or profile, dates out of order, a
+step that is not positive) is refused before any run is made. On a terminal, a bar on
+stderr follows the dates (each date run here is listed as it finishes) or the replay
+runs being made.
 """
 
 from __future__ import annotations
@@ -30,9 +34,10 @@ if TYPE_CHECKING:
     from prefect.client.schemas.objects import FlowRun
 
 BACKFILL_TAG = "backfill"
-REPLAY_FLOW = "replay"
 REPLAY_DEPLOYMENT = "replay/backfill"
-RUN_PAGE = 200
+# ``--wait`` looks at the replay runs this often.
+WAIT_POLL_SECONDS = 2.0
+FINAL_STATES = frozenset({"COMPLETED", "FAILED", "CRASHED", "CANCELLED"})
 _STEP = re.compile(r"^(\d+)\s*([mhdw])$")
 _UNITS = {"m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
 
@@ -74,12 +79,12 @@ def backfill(
     profile: str | list[str] | None,
     store: Store | None = None,
 ) -> BackfillReport:
-    """Replay ``flow`` over the dates from ``start`` to ``end``. Everything is checked
-    (flow, dates, profiles) before any run is made, so bad input creates nothing."""
-    from reverie.flows.catalog import FLOWS
+    """Replay ``flow`` (one short name, or several joined by commas) over the dates from
+    ``start`` to ``end``. Everything is checked (flows, dates, profiles) before any run
+    is made, so bad input creates nothing."""
+    from reverie.flows.catalog import parse_flows
 
-    if flow not in FLOWS:
-        raise ConfigError(f"unknown flow {flow!r}; choose one of {', '.join(sorted(FLOWS))}")
+    flow = ",".join(parse_flows(flow))
     if every <= timedelta(0):
         raise ConfigError(f"--every must be positive, got {every}")
     store = store or Store()
@@ -98,28 +103,33 @@ def _locally(
     flow: str, whens: list[datetime], profile: str | list[str] | None, profiles: list[str],
     store: Store,
 ) -> BackfillReport:
-    """Each date a flow run in this process. The flow is given the operator's selector
-    (``profile``, None for all), as a scheduled run would be; ``profiles`` is what it
-    resolved to, for telling which dates are already done."""
+    """Each date, each flow in schedule order, a flow run in this process. The flow is
+    given the operator's selector (``profile``, None for all), as a scheduled run would
+    be; ``profiles`` is what it resolved to, for telling which dates are already done."""
     from reverie.deployments.local_server import local_api
-    from reverie.flows.catalog import FLOWS
+    from reverie.flows.catalog import FLOWS, parse_flows
     from reverie.flows.runtime import wait_for_run_history
 
     report = BackfillReport(flow, "local")
     wanted = set(profiles)
-    flow_fn = FLOWS[flow]
     with Bar(len(whens), f"backfill {flow}", unit="date") as bar:
         for when in whens:
-            with store.reading_all() as s:
-                done = {r.profile_id
-                        for r in run_history(s, flow=flow_fn.name, as_of=when, limit=None)}
-            if wanted <= done:
+            ran = False
+            for name in parse_flows(flow):
+                flow_fn = FLOWS[name]
+                with store.reading_all() as s:
+                    done = {r.profile_id
+                            for r in run_history(s, flow=flow_fn.name, as_of=when, limit=None)}
+                if wanted <= done:
+                    continue
+                with local_api():  # each run: a server killed meanwhile is replaced
+                    last = flow_fn(profile=profile, as_of=when)
+                ran = True
+            if not ran:
                 report.skipped.append(when.isoformat())
                 bar.describe(f"{len(report.skipped)} already done")
                 bar.update()
                 continue
-            with local_api():  # each date: a server killed meanwhile is replaced
-                last = flow_fn(profile=profile, as_of=when)
             report.created.append(when.isoformat())
             bar.update()
             # Each date as it finishes: a backfill of many dates runs for minutes.
@@ -134,23 +144,25 @@ def _locally(
 def _through_replays(
     flow: str, whens: list[datetime], profiles: list[str], store: Store
 ) -> BackfillReport:
-    """One replay run per profile (flows/replay.py) through the replay deployment; a
-    profile whose replay of this flow is still queued or running gets no second one."""
+    """One replay run per profile (flows/replay.py) through the replay deployment,
+    tagged with the store; a profile whose replay of one of these flows is still queued
+    or running gets no second one."""
     from prefect.deployments import run_deployment
 
-    from reverie.flows.catalog import FLOWS
-    from reverie.flows.replay import done_dates, replay_title
+    from reverie.flows.catalog import parse_flows
+    from reverie.flows.replay import done_items, replay_title, store_tag
 
     report = BackfillReport(flow, REPLAY_DEPLOYMENT)
-    busy = _live_replays(flow)
+    flows = parse_flows(flow)
+    busy = _live_replays(store.id, flows)
     pending: set[datetime] = set()
     # Profiles, not dates: one replay run per profile is made here, and the runs go on
     # in the deployment's processes after this command has returned.
     with Bar(len(profiles), f"backfill {flow}: replay runs", unit="profile") as bar:
         for n, profile in enumerate(profiles):
             bar.advance_to(n)
-            done = done_dates(store, FLOWS[flow].name, profile)
-            todo = [w for w in whens if w not in done]
+            done = done_items(store, flows, profile)
+            todo = [w for w in whens if any((f, w) not in done for f in flows)]
             if not todo:
                 continue
             pending.update(todo)
@@ -163,7 +175,7 @@ def _through_replays(
                 REPLAY_DEPLOYMENT,
                 parameters={"flow": flow, "profile": profile, "dates": dates},
                 flow_run_name=replay_title(flow, profile, dates),
-                timeout=0, tags=[BACKFILL_TAG], as_subflow=False,
+                timeout=0, tags=[BACKFILL_TAG, store_tag(store.id)], as_subflow=False,
             ))
             report.runs.append(str(run.id))
             bar.describe(f"{len(report.runs)} made")
@@ -173,32 +185,54 @@ def _through_replays(
     return report
 
 
-def _live_replays(flow: str) -> set[str]:
-    """Profiles with a replay of ``flow`` not finished yet, read page by page (a
-    platform may have far more runs than one page holds)."""
-    from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import (
-        FlowFilter,
-        FlowFilterName,
-        FlowRunFilter,
-        FlowRunFilterState,
-        FlowRunFilterStateType,
-    )
-    from prefect.client.schemas.objects import StateType
+def _live_replays(store_id: str, flows: tuple[str, ...]) -> set[str]:
+    """Profiles of this store with a replay of any of ``flows`` not finished yet."""
+    from reverie.flows.catalog import parse_flows
+    from reverie.flows.replay import live_replays
 
-    live = FlowRunFilter(state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[
-        StateType.SCHEDULED, StateType.PENDING, StateType.RUNNING, StateType.PAUSED,
-        StateType.CANCELLING,
-    ])))
-    of_replay = FlowFilter(name=FlowFilterName(any_=[REPLAY_FLOW]))
     busy: set[str] = set()
-    with get_client(sync_client=True) as client:
-        offset = 0
-        while True:
-            page = client.read_flow_runs(flow_filter=of_replay, flow_run_filter=live,
-                                         limit=RUN_PAGE, offset=offset)
-            busy.update(str(r.parameters.get("profile")) for r in page
-                        if r.parameters.get("flow") == flow)
-            if len(page) < RUN_PAGE:
-                return busy
-            offset += len(page)
+    for run in live_replays(store_id):
+        try:
+            theirs = parse_flows(str(run.parameters.get("flow")))
+        except ConfigError:
+            continue
+        if set(theirs) & set(flows):
+            busy.add(str(run.parameters.get("profile")))
+    return busy
+
+
+def replays_to_wait_for(report: BackfillReport, store: Store) -> list[str]:
+    """The replay runs a backfill's outcome depends on: those it made, and those still
+    going for the profiles it found busy."""
+    from reverie.flows.replay import live_replays
+
+    running = set(report.running)
+    return report.runs + [str(r.id) for r in live_replays(store.id)
+                          if str(r.parameters.get("profile")) in running]
+
+
+def wait_for_replays(run_ids: list[str], poll: float = WAIT_POLL_SECONDS) -> dict[str, str]:
+    """Wait until every run of ``run_ids`` has ended, a bar on a terminal following
+    them; each run's final state (COMPLETED, FAILED, CRASHED, CANCELLED)."""
+    import time
+    from uuid import UUID
+
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    ended: dict[str, str] = {}
+    with Bar(len(run_ids), "backfill: replay runs ended", unit="run") as bar:
+        while len(ended) < len(run_ids):
+            left = [UUID(r) for r in run_ids if r not in ended]
+            with get_client(sync_client=True) as client:
+                runs = client.read_flow_runs(
+                    flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=left)),
+                    limit=len(left))
+            for run in runs:
+                state = run.state_type.value if run.state_type else ""
+                if state in FINAL_STATES:
+                    ended[str(run.id)] = state
+            bar.advance_to(len(ended))
+            if len(ended) < len(run_ids):
+                time.sleep(poll)
+    return ended

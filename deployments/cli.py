@@ -151,7 +151,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--reason", default="", help="why, kept in the run's log and artifact")
 
     p = command("backfill", _backfill, "Run a flow once per date over a range (resumable).")
-    p.add_argument("flow", help=names_help())
+    p.add_argument("flow", help=f"{names_help()}; or several joined by commas (decay,full), "
+                   "run on each date in the order a day's schedules run them")
     p.add_argument("--from", dest="start", required=True, type=_timestamp,
                    help="first as_of, ISO-8601")
     p.add_argument("--to", dest="end", required=True, type=_timestamp,
@@ -161,6 +162,9 @@ def _parser() -> argparse.ArgumentParser:
     group.add_argument("--profile", type=_name, action="append",
                        help="a profile (repeat for several)")
     group.add_argument("--all", action="store_true", help="every profile in the store")
+    p.add_argument("--wait", action="store_true",
+                   help="through Prefect: wait until its replay runs have ended (exit 1 if "
+                   "any did not complete)")
     p.add_argument("--json", action="store_true")
 
     p = command("server", _server, "The local Prefect server that local commands share.")
@@ -665,8 +669,9 @@ def _backfill(args: argparse.Namespace) -> int:
         parse_every(args.every), _selected(args),
     )
     if args.json:
-        _print_json(asdict(report))
-        return EXIT_OK
+        ended = _ended(args, report)
+        _print_json({**asdict(report), "ended": ended})
+        return EXIT_REJECTED if set((ended or {}).values()) - {"COMPLETED"} else EXIT_OK
     if report.where == "local":
         print(
             f"backfill of {report.flow} via {report.where}: {len(report.created)} run(s) made, "
@@ -685,7 +690,29 @@ def _backfill(args: argparse.Namespace) -> int:
     )
     for profile in report.running:
         print(f"  {profile}: its replay of {report.flow} is still queued or running")
-    return EXIT_OK
+    return _wait_for_backfill(args, report)
+
+
+def _ended(args: argparse.Namespace, report: Any) -> dict[str, str] | None:
+    """``--wait`` through Prefect: each replay run the backfill depends on, once all have
+    ended, with its final state; None without ``--wait`` or when it ran here."""
+    from reverie.deployments.backfill import replays_to_wait_for, wait_for_replays
+
+    if not args.wait or report.where == "local":
+        return None
+    return wait_for_replays(replays_to_wait_for(report, _store()))
+
+
+def _wait_for_backfill(args: argparse.Namespace, report: Any) -> int:
+    ended = _ended(args, report)
+    if ended is None:
+        return EXIT_OK
+    failed = {run: state for run, state in ended.items() if state != "COMPLETED"}
+    print(f"backfill of {report.flow}: {len(ended) - len(failed)} replay run(s) completed, "
+          f"{len(failed)} did not")
+    for run, state in sorted(failed.items()):
+        print(f"  replay run {run}: {state}")
+    return EXIT_REJECTED if failed else EXIT_OK
 
 
 def _status(args: argparse.Namespace) -> int:

@@ -4,7 +4,7 @@ runs next (if a Prefect API with schedules is configured), and the recent histor
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -24,6 +24,8 @@ class Status:
     last: dict[str, dict[str, RunRecord]] = field(default_factory=dict)  # profile -> flow -> run
     next_runs: dict[str, list[tuple[datetime, Any]]] | None = None  # flow -> (when, profile param)
     history: list[RunRecord] = field(default_factory=list)
+    # Backfills still queued or running on this store; None without a Prefect API.
+    backfills: list[Any] | None = None
 
     def next_for(self, flow: str, profile: str) -> datetime | None:
         """The next scheduled run of ``flow`` that covers ``profile``."""
@@ -46,7 +48,22 @@ def collect(store: Store, profile: str | None = None, limit: int = 20) -> Status
                 if runs:
                     status.last[p][flow] = runs[0]
     status.next_runs = scheduled_runs()
+    status.backfills = backfills(store)
     return status
+
+
+def backfills(store: Store) -> list[Any] | None:
+    """This store's replay runs not finished yet, with their progress; None when no API
+    is configured or it cannot be reached."""
+    if not api_configured():
+        return None
+    from reverie.flows.replay import replay_progress
+
+    try:
+        return replay_progress(store)
+    except Exception as exc:  # the API is down: status still shows the store's history
+        log.warning("could not read backfills from the Prefect API: %s", exc)
+        return None
 
 
 def scheduled_runs(per_flow: int = 20) -> dict[str, list[tuple[datetime, Any]]] | None:
@@ -106,6 +123,10 @@ def render(status: Status) -> str:
                 )
         if not runs:
             lines.append(f"{profile:<20} (no runs yet)")
+    if status.backfills:
+        lines += ["", f"Backfills in progress ({len(status.backfills)} replay runs):"]
+        lines += [f"  {b.profile:<20} {b.flow:<26} {b.done}/{b.total} runs done  {b.state:<10} "
+                  f"{b.run_id}" for b in status.backfills]
     lines += ["", f"History (last {len(status.history)} runs):"]
     for run in status.history:
         steps = ", ".join(f"{k} {v['changed']}" for k, v in run.summary.items())
@@ -128,4 +149,6 @@ def as_json(status: Status) -> dict[str, Any]:
             for flow, runs in status.next_runs.items()
         },
         "history": [run(r) for r in status.history],
+        "backfills": None if status.backfills is None else [
+            asdict(b) for b in status.backfills],
     }

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
+from reverie.models.errors import ConfigError
+
 if TYPE_CHECKING:
     from prefect import Flow
 
@@ -147,6 +149,22 @@ MAINTENANCE = ("decay", "creative", "cluster", "forget")
 DEPLOYMENTS: dict[str, str] = {e.name: e.deployment for e in FLOW_ENTRIES if e.deployment}
 # Prefect's names of the flows.
 FLOW_NAMES = tuple(e.flow_name for e in FLOW_ENTRIES)
+
+
+# Where each flow comes in a day's schedules: on one as_of, a backfill runs its flows in
+# this order (decay before full consolidation), as the schedules would have.
+SCHEDULE_ORDER: dict[str, int] = {e.name: i for i, e in enumerate(FLOW_ENTRIES)}
+
+
+def parse_flows(text: str) -> tuple[str, ...]:
+    """``"full,decay"`` as the flows it names, in schedule order, each once; an unknown
+    name is refused with the known ones."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in ENTRIES]
+    if unknown or not names:
+        raise ConfigError(f"unknown flow {(unknown or [text])[0]!r}; choose one of "
+                          f"{', '.join(sorted(ENTRIES))} (several joined by commas)")
+    return tuple(sorted(set(names), key=SCHEDULE_ORDER.__getitem__))
 
 
 def names_help() -> str:

@@ -18,6 +18,7 @@ from prefect.futures import PrefectFuture
 from reverie.flows.artifacts import RunProgress
 from reverie.flows.profile_holds import ProfileHolds
 from reverie.flows.report import CHUNK_STEP, WAIT_STEP, RunReport
+from reverie.flows.waiting import WaitNotice
 from reverie.flows.workspace import RunPlan
 from reverie.models.repositories.profiles import ingest_horizons
 from reverie.models.settings import get_settings
@@ -103,6 +104,7 @@ class ChunkScheduler:
             self._collect(lambda: None)
             return
         store = Store(self.plan.store_url)
+        self.notice = WaitNotice(store.id)
         holder = self.plan.run_id or f"local-{uuid4()}"
         with ProfileHolds(store, holder, self.plan.run_id,
                           self.settings.lease_seconds) as self.holds:
@@ -182,6 +184,7 @@ class ChunkScheduler:
             run_logger().info("profile %s is busy, held by %s: waiting for it (at most "
                                "%g s)", profile, self.holders[profile],
                                self.settings.busy_wait_seconds)
+        self.notice.mark()
         self.progress.update(len({s.profile for s in self.results}), self.holders)
 
     def _take_waiting(self) -> None:
@@ -205,6 +208,9 @@ class ChunkScheduler:
                 self.results.append(StepReport(WAIT_STEP, profile, error=error))
         if taken or not self.waiting:
             self.progress.update(len({s.profile for s in self.results}), self.holders)
+        # Still waiting: say so at most every NOTICE_SECONDS, not only when it began.
+        self.notice.tell([(f"profile {p}", self.holders[p], now - since)
+                          for p, since in self.waiting.items()])
 
     def _in_run_order(self) -> list[StepReport]:
         """Reports by profile name, each profile's steps in DAG order: the same report

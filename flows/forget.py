@@ -202,9 +202,10 @@ def ask_approval(
         publish_approval(preview, rows, config, Approval.TIMED_OUT, timeout)
         logger.warning("forget: no approval within %d s: nothing deleted, nothing archived",
                        timeout)
-        raise ReverieError(
-            f"forget: no approval within {timeout} s; nothing was deleted or archived "
-            "(the next run asks again)") from None
+        message = (f"forget: no approval within {timeout} s; nothing was deleted or "
+                   "archived (the next run asks again)")
+        _state_says(run_id, message)
+        raise ReverieError(message) from None
     outcome = Approval.APPROVED if answer.approve else Approval.REJECTED
     publish_approval(preview, rows, config, outcome, timeout, answer.reason)
     if answer.approve:
@@ -277,6 +278,24 @@ def _deletion_rule(config: ConsolidationConfig) -> str:
     if forget.policy == "risk":
         return f"forgetting risk at or above {forget.risk_delete_at:g}, linksee's policy"
     return f"relevance below {forget.delete_threshold:g}"
+
+
+def _state_says(run_id: str | None, message: str) -> None:
+    """Put ``message`` in the run's Failed state. When a pause times out, Prefect's server
+    has already failed the run with its own "paused and never resumed", and refuses the
+    run's own failure after it; the operator must read why (no approval) in the UI."""
+    if run_id is None:
+        return
+    from uuid import UUID
+
+    from prefect.client.orchestration import get_client
+    from prefect.states import Failed
+
+    try:
+        with get_client(sync_client=True) as client:
+            client.set_flow_run_state(UUID(run_id), Failed(message=message), force=True)
+    except Exception as exc:  # noqa: BLE001 - the log and the artifact say it already
+        run_logger(log).warning("could not put the timeout in the run's state: %s", exc)
 
 
 def publish_approval(

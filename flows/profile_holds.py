@@ -1,7 +1,9 @@
 """Which run may consolidate a profile right now: at most one at a time.
 
-Two guards, always taken together: a Prefect global concurrency limit per profile
-(``reverie-profile-<name>``, one slot) when a Prefect API is configured, and a lease
+Two guards, always taken together: a Prefect global concurrency limit per store and
+profile (``reverie-profile-<store id>-<name>``, one slot) when a Prefect API is
+configured, so that two stores' profiles of the same name on one Prefect never wait for
+each other, and a lease
 in the store for runs outside Prefect. Both are leases that a live run keeps renewing
 (a heartbeat thread) and that expire on their own when it dies: a run killed with its
 server frees its profiles within a lease. Prefect's leases survive a server restart
@@ -41,8 +43,10 @@ PREFECT_MIN_LEASE_SECONDS = 60.0
 LIMITS_PAGE = 200
 
 
-def limit_name(profile: str) -> str:
-    return f"{PROFILE_LIMIT_PREFIX}{profile}"
+def limit_name(store_id: str, profile: str) -> str:
+    """The Prefect limit of ``profile`` in the store ``store_id``: two tenants' stores may
+    both have a profile called ``maya``, and their runs must not queue behind each other."""
+    return f"{PROFILE_LIMIT_PREFIX}{store_id}-{profile}"
 
 
 class ProfileHolds:
@@ -53,9 +57,13 @@ class ProfileHolds:
     every lease held until the block ends, which gives back whatever is still held.
     """
 
-    def __init__(self, store: Store, holder: str, run_id: str | None, lease_seconds: float):
+    def __init__(self, store: Store, holder: str, run_id: str | None, lease_seconds: float,
+                 with_prefect: bool = True):
         self.store, self.holder, self.run_id = store, holder, run_id
         self.lease_seconds = lease_seconds
+        # Without Prefect's limits: for holds that only runs on this store contend for
+        # (a replay's turn), the store's lease is the whole guard.
+        self.with_prefect = with_prefect
         self._lock = threading.Lock()
         self._held: set[str] = set()
         # Each Prefect lease and the profiles of it not yet given back: one lease may
@@ -88,8 +96,8 @@ class ProfileHolds:
     def prepare(self, profiles: Sequence[str]) -> None:
         """Create the Prefect limits missing among ``profiles``: a chunk's slots are
         taken in one request, which would silently leave out a missing limit."""
-        if api_configured():
-            ensure_profile_limits(profiles)
+        if self.with_prefect and api_configured():
+            ensure_profile_limits(self.store.id, profiles)
 
     def take(self, profiles: Sequence[str]) -> list[str]:
         """Take every free profile among ``profiles`` without waiting; the profiles
@@ -144,8 +152,9 @@ class ProfileHolds:
     def _take_all(self, chunk: tuple[str, ...]) -> bool:
         """All of ``chunk`` (both guards) or none of it."""
         lease = None
-        if api_configured():
-            lease = _prefect_lease_for(chunk, self.run_id, _prefect_seconds(self.lease_seconds))
+        if self.with_prefect and api_configured():
+            lease = _prefect_lease_for(self.store.id, chunk, self.run_id,
+                                       _prefect_seconds(self.lease_seconds))
             if lease is None:
                 return False
         with self.store.writing_all() as s:
@@ -203,7 +212,7 @@ def _prefect_seconds(seconds: float) -> float:
 
 
 def _prefect_lease_for(
-    chunk: tuple[str, ...], run_id: str | None, seconds: float
+    store_id: str, chunk: tuple[str, ...], run_id: str | None, seconds: float
 ) -> UUID | None:
     """Occupy the slots of a chunk's profiles in one request, without waiting; the
     lease, or None if any is busy. Straight through the client, not Prefect's
@@ -214,7 +223,7 @@ def _prefect_lease_for(
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.objects import ConcurrencyLeaseHolder
 
-    names = [limit_name(p) for p in chunk]
+    names = [limit_name(store_id, p) for p in chunk]
     holder = ConcurrencyLeaseHolder(type="flow_run", id=UUID(run_id)) if run_id else None
     for _attempt in range(2):
         with get_client(sync_client=True) as client:
@@ -230,10 +239,10 @@ def _prefect_lease_for(
                 return lease
             # A limit is missing (deleted since the run made them): make it, try again.
             client.release_concurrency_slots_with_lease(lease)
-        ensure_profile_limits(chunk)
+        ensure_profile_limits(store_id, chunk)
     raise HoldUnavailableError(
         f"Prefect has no concurrency limit for some of {len(chunk)} profile(s) even after "
-        f"creating them ({limit_name(chunk[0])}...)")
+        f"creating them ({limit_name(store_id, chunk[0])}...)")
 
 
 def _release_prefect_lease(lease: UUID) -> None:
@@ -247,7 +256,7 @@ def _release_prefect_lease(lease: UUID) -> None:
                     "lease expires): %s", exc)
 
 
-def ensure_profile_limits(profiles: Sequence[str]) -> None:
+def ensure_profile_limits(store_id: str, profiles: Sequence[str]) -> None:
     """Create the Prefect concurrency limits (one slot each) missing among
     ``profiles``': one read of the existing limits, page by page, then one request per
     new profile. Concurrent first runs of a new profile race to create its limit; the
@@ -256,7 +265,7 @@ def ensure_profile_limits(profiles: Sequence[str]) -> None:
     from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
     from prefect.exceptions import ObjectAlreadyExists
 
-    wanted = {limit_name(p) for p in profiles}
+    wanted = {limit_name(store_id, p) for p in profiles}
     existing: set[str] = set()
     with get_client(sync_client=True) as client:
         read = 0

@@ -21,7 +21,9 @@ from sqlalchemy import exc as db
 from reverie.models.errors import StorePermanentError, TransientError
 
 if TYPE_CHECKING:
-    from stamina.instrumentation import RetryDetails
+    from contextlib import AbstractContextManager
+
+    from stamina.instrumentation import RetryDetails, RetryHook
 
 T = TypeVar("T")
 
@@ -145,8 +147,8 @@ def _announce_retry(details: RetryDetails) -> None:
         announce(details.retry_num, details.caused_by, details.wait_for)
 
 
-def _unless_ours(hook: Callable[[RetryDetails], object]) -> Callable[[RetryDetails], object]:
-    def maybe(details: RetryDetails) -> object:
+def _unless_ours(hook: RetryHook) -> RetryHook:
+    def maybe(details: RetryDetails) -> AbstractContextManager[None] | None:
         return None if _announce.get() is not None else hook(details)
 
     return maybe

@@ -132,7 +132,7 @@ def _content_chars(_variable: str | None) -> int:
 
 def run_logger(
     fallback: logging.Logger = log,
-) -> logging.Logger | logging.LoggerAdapter:  # type: ignore[type-arg]
+) -> logging.Logger | logging.LoggerAdapter:
     """The one way to the logger of the Prefect run (flow or task) this code runs in,
     whose lines reach the run's log in the UI; ``fallback`` outside a run."""
     try:

@@ -8,11 +8,12 @@ import pytest
 
 from reverie.deployments.backfill import backfill, dates, parse_every
 from reverie.deployments.cli import EXIT_ERROR, EXIT_OK, main
-from reverie.flows.replay import replay
+from reverie.flows.catalog import parse_flows
+from reverie.flows.replay import in_schedule_order, replay, turn_key
 from reverie.models.errors import ConfigError, NotFoundError
 from reverie.models.store import Store
 
-from factories import run_history
+from factories import lease_holders, run_history
 
 START = datetime(2025, 7, 1)
 
@@ -95,11 +96,53 @@ def test_bad_input_is_refused_before_any_run(
 def test_a_replay_runs_its_dates_in_order_and_resumes(sample_store: Store) -> None:
     days = [START + timedelta(days=d) for d in (2, 0, 1)]
     first = replay(flow="decay", profile="maya", dates=days)
-    assert first.ran == [d.isoformat() for d in sorted(days)] and first.skipped == []
+    assert first.ran == [f"decay {d.isoformat()}" for d in sorted(days)] and first.skipped == []
     history = sorted(run_history(sample_store, profile="maya", flow="decay", limit=None),
                      key=lambda r: r.started_at)
     assert [r.as_of for r in history] == sorted(days)
     assert all(a.finished_at <= b.started_at for a, b in zip(history, history[1:], strict=False))
     more = replay(flow="decay", profile="maya", dates=[*days, START + timedelta(days=3)])
-    assert more.ran == [(START + timedelta(days=3)).isoformat()] and len(more.skipped) == 3
+    assert more.ran == [f"decay {(START + timedelta(days=3)).isoformat()}"]
+    assert len(more.skipped) == 3
     assert run_history(sample_store, profile="raj", limit=None) == []  # profiles never mix
+
+
+def test_several_flows_are_planned_by_date_then_in_a_days_schedule_order() -> None:
+    d1, d2 = START, START + timedelta(days=1)
+    asked = [("full", d2), ("full", d1), ("decay", d2), ("decay", d1), ("full", d1)]
+    assert in_schedule_order(asked, set()) == [
+        ("decay", d1), ("full", d1), ("decay", d2), ("full", d2)]
+    assert in_schedule_order(asked, {("decay", d1), ("full", d2)}) == [
+        ("full", d1), ("decay", d2)]
+    assert parse_flows(" full,decay,full ") == ("decay", "full")
+    for bad in ("", "decay,nightly", ","):
+        with pytest.raises(ConfigError, match="unknown flow"):
+            parse_flows(bad)
+    # The turn's lease key fits the store's 128 characters, whatever the profile's name.
+    assert turn_key("maya") == "replay:maya"
+    assert len(turn_key("p" * 128)) <= 128 and turn_key("p" * 128) != turn_key("p" * 127 + "q")
+
+
+@pytest.mark.usefixtures("prefect_api")
+def test_a_local_backfill_of_two_flows_runs_them_date_by_date_in_schedule_order(
+    sample_store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("reverie.deployments.backfill.api_configured", lambda: False)
+    whens = [START, START + timedelta(days=1)]
+    report = backfill("lightweight,decay", START, whens[-1], timedelta(days=1), "maya")
+    assert report.flow == "decay,lightweight" and len(report.created) == 2
+    history = sorted(run_history(sample_store, profile="maya", limit=None),
+                     key=lambda r: r.started_at)
+    assert [(r.as_of, r.flow) for r in history] == [
+        (w, f) for w in whens for f in ("decay", "lightweight-consolidation")]
+    again = backfill("decay,lightweight", START, whens[-1], timedelta(days=1), "maya")
+    assert again.created == [] and len(again.skipped) == 2
+
+
+@pytest.mark.usefixtures("prefect_api")
+def test_a_replay_of_two_flows_interleaves_them_by_date(sample_store: Store) -> None:
+    days = [START + timedelta(days=1), START]
+    report = replay(flow="lightweight,decay", profile="maya", dates=days)
+    assert report.ran == [f"{f} {d.isoformat()}" for d in sorted(days)
+                          for f in ("decay", "lightweight")]
+    assert lease_holders(sample_store) == {}  # the turn is given back

@@ -18,7 +18,11 @@ import pytest
 from reverie.deployments.serve import project_root, start_server, stop
 from reverie.flows.artifacts import markdown
 from reverie.flows.lightweight_consolidation import lightweight_consolidation
-from reverie.flows.profile_holds import PREFECT_MIN_LEASE_SECONDS, ensure_profile_limits
+from reverie.flows.profile_holds import (
+    PREFECT_MIN_LEASE_SECONDS,
+    ensure_profile_limits,
+    limit_name,
+)
 from reverie.models.errors import StepFailedError
 from reverie.models.store import Store
 from reverie.tasks import blocks
@@ -27,6 +31,8 @@ from factories import acquire_leases, lease_holders, release_leases, renew_lease
 from prefect_stack import free_port
 
 AS_OF = datetime(2025, 7, 1)
+# A store id for limits made without a store (any 32 hex digits).
+STORE_ID = "0" * 32
 T0 = datetime(2026, 1, 1)
 
 
@@ -104,14 +110,37 @@ def test_a_busy_profile_is_skipped_when_so_configured(
 
 @pytest.mark.usefixtures("prefect_api")
 def test_a_busy_profile_is_waited_for_then_refused(
-    sample_store: Store, monkeypatch: pytest.MonkeyPatch
+    sample_store: Store, run_log: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("REVERIE_BUSY_WAIT_SECONDS", "1.5")
+    monkeypatch.setenv("REVERIE_BUSY_WAIT_SECONDS", "5")
+    # 30 s in production: the run must say it still waits at that pace, not once.
+    monkeypatch.setattr("reverie.flows.waiting.NOTICE_SECONDS", 0.6)
     acquire_leases(sample_store, ["maya"], "someone-else", 600)
     with pytest.raises(StepFailedError, match="'maya' is busy \\(local run someone-else\\)"):
         lightweight_consolidation(profile=["maya", "raj"], as_of=AS_OF)
     # The other profile finished and is recorded; the busy one is not.
     assert [r.profile_id for r in run_history(sample_store)] == ["raj"]
+    notices = [line for line in run_log if "waiting for 1 thing(s): profile maya, held by "
+               "local run someone-else, for " in line]
+    # Said again while it waited (first said when it began), never more than once a period.
+    assert 2 <= len(notices) <= 5 / 0.6 + 1, run_log
+
+
+def test_a_wait_notice_comes_at_most_once_a_period_and_names_the_longest_waits() -> None:
+    from reverie.flows.waiting import WaitNotice, waiting_text
+
+    now = [0.0]
+    notice = WaitNotice("0" * 32, every=30.0, clock=lambda: now[0])
+    waits = [(f"profile p{i}", "flow run x", float(i)) for i in range(7)]
+    told = []
+    for second in range(0, 95, 5):
+        now[0] = float(second)
+        told.append(notice.tell(waits))
+    assert [i * 5 for i, t in enumerate(told) if t] == [0, 30, 60, 90]
+    assert not notice.tell([])  # nothing waited for: nothing said
+    text = waiting_text(waits)
+    assert text.startswith("waiting for 7 thing(s): profile p6, held by flow run x, for 6 s")
+    assert "p1," not in text and text.endswith("; and 2 more")
 
 
 @pytest.mark.usefixtures("prefect_api")
@@ -198,7 +227,7 @@ def test_a_skipped_profile_gives_its_prefect_slot_back(
     acquire_leases(sample_store, ["maya"], "someone-else", 600)
     lightweight_consolidation(profile="maya", as_of=AS_OF)
     with get_client(sync_client=True) as client:
-        limit = client.read_global_concurrency_limit_by_name("reverie-profile-maya")
+        limit = client.read_global_concurrency_limit_by_name(limit_name(sample_store.id, "maya"))
     assert limit.limit == 1 and limit.active_slots == 0
 
 
@@ -210,9 +239,10 @@ def test_concurrent_first_runs_of_a_new_profile_never_fail_on_its_limit() -> Non
 
     for attempt in range(5):
         profile = f"newcomer-{attempt}"
-        assert at_once(8, lambda p=profile: ensure_profile_limits([p]), 60) == []
+        assert at_once(8, lambda p=profile: ensure_profile_limits(STORE_ID, [p]), 60) == []
         with get_client(sync_client=True) as client:
-            limit = client.read_global_concurrency_limit_by_name(f"reverie-profile-{profile}")
+            limit = client.read_global_concurrency_limit_by_name(
+                limit_name(STORE_ID, profile))
         assert limit.limit == 1
 
 
@@ -227,7 +257,7 @@ def test_a_run_holds_its_profiles_prefect_slots_as_one_chunk_and_gives_them_back
     def active() -> dict[str, int]:
         with get_client(sync_client=True) as client:
             return {p: client.read_global_concurrency_limit_by_name(
-                f"reverie-profile-{p}").active_slots for p in profiles}
+                limit_name(sample_store.id, p)).active_slots for p in profiles}
 
     seen: list[dict[str, int]] = []
     original = blocks.plan_blocks
@@ -245,7 +275,7 @@ def test_a_run_holds_its_profiles_prefect_slots_as_one_chunk_and_gives_them_back
     monkeypatch.setenv("REVERIE_BUSY_PROFILE", "skip")
     from prefect.concurrency.sync import concurrency
 
-    with concurrency("reverie-profile-maya", occupy=1, strict=True):
+    with concurrency(limit_name(sample_store.id, "maya"), occupy=1, strict=True):
         report = lightweight_consolidation(profile=None, as_of=AS_OF)
     assert report.skipped_profiles == ["maya"]
     assert report.profiles == [p for p in profiles if p != "maya"]
@@ -323,7 +353,7 @@ def test_a_profile_held_by_a_run_killed_with_its_server_comes_free_within_a_leas
         with temporary_settings({PREFECT_API_URL: env["PREFECT_API_URL"]}), \
                 get_client(sync_client=True) as client:
             assert client.read_global_concurrency_limit_by_name(
-                "reverie-profile-maya").active_slots == 1
+                limit_name(sample_store.id, "maya")).active_slots == 1
         done = subprocess.run(
             [sys.executable, "-m", "reverie.deployments.cli", "consolidate", "lightweight", "--profile", "maya",
              "--as-of", "2025-07-01"],
@@ -350,6 +380,33 @@ def test_a_renewal_never_takes_back_a_lease_given_back(store: Store) -> None:
 
 
 @pytest.mark.usefixtures("prefect_api")
+def test_two_stores_profiles_of_one_name_never_wait_for_each_other(
+    new_store: Callable[[str], Store]
+) -> None:
+    """Two tenants' stores on one Prefect, each with a profile called ``twin``: each
+    store's run holds its own ``twin``, the other store's run is not held up by it,
+    while a second run of the same store still is."""
+    from prefect.client.orchestration import get_client
+
+    from reverie.flows.profile_holds import ProfileHolds
+
+    one, other = new_store("tenant-one"), new_store("tenant-two")
+    assert one.id != other.id
+    with ProfileHolds(one, "run-one", None, 60.0) as first, \
+            ProfileHolds(other, "run-two", None, 60.0) as second, \
+            ProfileHolds(one, "run-three", None, 60.0) as third:
+        for holds in (first, second, third):
+            holds.prepare(["twin"])
+        assert first.take(["twin"]) == ["twin"]
+        assert second.take(["twin"]) == ["twin"]
+        assert third.take(["twin"]) == []  # same store, same profile: busy
+        with get_client(sync_client=True) as client:
+            slots = [client.read_global_concurrency_limit_by_name(
+                limit_name(s.id, "twin")).active_slots for s in (one, other)]
+        assert slots == [1, 1]
+
+
+@pytest.mark.usefixtures("prefect_api")
 def test_a_lease_taken_for_several_chunks_is_given_back_with_the_last(store: Store) -> None:
     """Profiles taken together (one Prefect lease) but worked on in two chunks: the
     slots come free once both chunks are given back, and none outlives the run."""
@@ -362,7 +419,7 @@ def test_a_lease_taken_for_several_chunks_is_given_back_with_the_last(store: Sto
     def active() -> list[int]:
         with get_client(sync_client=True) as client:
             return [client.read_global_concurrency_limit_by_name(
-                f"reverie-profile-{p}").active_slots for p in profiles]
+                limit_name(store.id, p)).active_slots for p in profiles]
 
     with ProfileHolds(store, "run-split", None, 60.0) as holds:
         holds.prepare(profiles)
@@ -374,3 +431,46 @@ def test_a_lease_taken_for_several_chunks_is_given_back_with_the_last(store: Sto
         assert active() == [0, 0, 0, 0]
         assert holds.take(profiles[:1]) == profiles[:1]
     assert active() == [0, 0, 0, 0] and lease_holders(store) == {}
+
+
+@pytest.mark.usefixtures("prefect_api")
+def test_a_replay_waiting_for_its_turn_says_so_in_its_log_and_in_an_event(
+    sample_store: Store, run_log: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another replay of maya has the turn (its lease): this one waits, says so at once
+    and again while it waits (log line and ``reverie.run.waiting`` event on its run),
+    then runs once the turn is given back."""
+    from prefect.client.orchestration import get_client
+    from prefect.events.filters import EventFilter, EventNameFilter, EventOccurredFilter
+
+    from reverie.flows.replay import replay, turn_key
+    from reverie.flows.waiting import WAITING_EVENT
+
+    monkeypatch.setattr("reverie.flows.replay.TURN_POLL_SECONDS", 0.2)
+    monkeypatch.setattr("reverie.flows.waiting.NOTICE_SECONDS", 0.5)
+    acquire_leases(sample_store, [turn_key("maya")], "someone-else", 600)
+    since = datetime.now(tz=None).astimezone()
+    done: list[object] = []
+    runner = threading.Thread(target=contextvars.copy_context().run, args=(
+        lambda: done.append(replay(flow="decay", profile="maya", dates=[AS_OF])),))
+    runner.start()
+    said = "its turn to replay maya's history, held by local run someone-else"
+    deadline = time.monotonic() + 120
+    while sum(said in line for line in run_log) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not done, "it ran while another replay had the turn"
+    release_leases(sample_store, [turn_key("maya")], "someone-else")
+    runner.join(120)
+    assert done and done[0].ran == [f"decay {AS_OF.isoformat()}"]  # type: ignore[attr-defined]
+    assert sum(said in line for line in run_log) >= 2
+    wanted = EventFilter(occurred=EventOccurredFilter(since=since - timedelta(minutes=1)),
+                         event=EventNameFilter(name=[WAITING_EVENT]))
+    found: list[object] = []
+    deadline = time.monotonic() + 60
+    while not found and time.monotonic() < deadline:
+        with get_client(sync_client=True) as client:
+            found = [e for e in client.read_events(filter=wanted, limit=50).events
+                     if said in e.payload.get("text", "")
+                     and e.related and e.related[0].id == f"reverie.store.{sample_store.id}"]
+        time.sleep(0.5)
+    assert found, "no reverie.run.waiting event reached Prefect"

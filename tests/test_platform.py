@@ -20,7 +20,9 @@ from typing import Any
 import pytest
 
 from reverie.deployments.backfill import backfill
+from reverie.deployments.cli import EXIT_OK, main
 from reverie.deployments.serve import project_root
+from reverie.deployments.status import collect
 from reverie.flows import event_delivery
 from reverie.models.db import copy_profiles
 from reverie.models.events import MEMORY_STORED, SESSION_ENDED, SESSION_THRESHOLD, STORE_THRESHOLD
@@ -233,6 +235,54 @@ def test_a_backfill_replays_each_profile_in_order_and_ends_as_sequential_runs(
     # Done: a third backfill finds every date in the history and makes nothing.
     done = backfill("decay", start, whens[-1], timedelta(days=1), profiles, stack.store)
     assert done.runs == [] and done.created == [] and len(done.skipped) == days
+
+
+def test_backfills_of_two_flows_replay_in_schedule_order_whichever_is_asked_first(
+    stack: Stack, new_store: Callable[[str], Store], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A full-consolidation backfill, then a decay backfill over the same dates and
+    profile (#38 item 4): the store ends as decay then full, date by date, run one at a
+    time, leave it. Asked in this order, the full replay is made first: without the
+    replays' turns it ran full on a date before that date's decay."""
+    from prefect.client.schemas.objects import StateType
+
+    from reverie.models.export import export_jsonl
+
+    start, days, profile = datetime(2025, 10, 1), 3, "support-bot"
+    whens = [start + timedelta(days=d) for d in range(days)]
+    reference = new_store("reference-order")
+    copy_profiles(stack.store.url, reference.url, [profile])
+    full = backfill("full", start, whens[-1], timedelta(days=1), profile, stack.store)
+    assert len(full.runs) == 1
+    # `reverie status` shows the backfill in progress (its process takes seconds to start).
+    shown = collect(stack.store, profile).backfills
+    assert [(b.run_id, b.flow, b.profile, b.total) for b in shown or []] == [
+        (full.runs[0], "full", profile, days)]
+    # The second command from the CLI, waiting until its replay has ended.
+    capsys.readouterr()
+    assert main(["backfill", "decay", "--from", start.isoformat(), "--to",
+                 whens[-1].isoformat(), "--profile", profile, "--wait", "--json"]) == EXIT_OK
+    decay = json.loads(capsys.readouterr().out)
+    assert len(decay["runs"]) == 1 and decay["ended"] == {decay["runs"][0]: "COMPLETED"}
+    assert stack.wait_final(full.runs[0]).state_type == StateType.COMPLETED
+    history = sorted((r for r in run_history(stack.store, profile=profile, limit=None)
+                      if r.as_of in whens), key=lambda r: r.started_at)
+    assert [(r.as_of, r.flow) for r in history] == [
+        (w, f) for w in whens for f in ("decay", "full-consolidation")]
+    assert all(a.finished_at <= b.started_at for a, b in zip(history, history[1:], strict=False))
+    runs = "\n".join(f"decay(profile={profile!r}, as_of=datetime.fromisoformat({w.isoformat()!r}))\n"
+                     f"full_consolidation(profile={profile!r}, as_of=datetime.fromisoformat({w.isoformat()!r}))"
+                     for w in whens)
+    subprocess.run(
+        [sys.executable, "-c", "from datetime import datetime\nfrom reverie.flows.decay import decay\n"
+         f"from reverie.flows.full_consolidation import full_consolidation\n{runs}"],
+        cwd=project_root(), check=True, timeout=600,
+        env={**os.environ, "REVERIE_DATABASE_URL": reference.url, "PREFECT_API_URL": stack.api},
+    )
+    assert export_jsonl(stack.store.url, profile) == export_jsonl(reference.url, profile)
+    # Asked again as one command of both flows: every date is in the history.
+    again = backfill("full,decay", start, whens[-1], timedelta(days=1), profile, stack.store)
+    assert again.runs == [] and len(again.skipped) == days
 
 
 def test_a_manual_run_for_a_date_equals_the_scheduled_run_for_it(stack: Stack) -> None:

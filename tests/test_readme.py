@@ -57,7 +57,7 @@ PLACEHOLDERS = {
     "FILE": "memories.jsonl", "PATH": "locomo.json", "OUT": "out.json",
     "P": "alice", "S": "s1", "ID": "a1", "IDS": "conv-26,conv-30", "RUN_ID": "0b0e6d5e", "QUERY": "tea",
     "ISO": "2025-07-01", "DATE": "2025-07-01", "N": "3", "R": "0.5",
-    "NAME": "default", "TEXT": "why", "FLOW": "decay", "TYPE/NAME": "slack-webhook/ops",
+    "NAME": "default", "TEXT": "why", "FLOW": "decay", "FLOWS": "decay,full", "TYPE/NAME": "slack-webhook/ops",
     "<>": "a1",
 }
 

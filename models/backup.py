@@ -63,6 +63,7 @@ from reverie.models import ids, tables
 from reverie.models.db import PROFILE_TABLES
 from reverie.models.errors import InputError, RecordError, RefusedError
 from reverie.models.repositories.bulk import chunks
+from reverie.models.repositories.profiles import bump_write_seqs
 from reverie.models.store import Store
 from reverie.models.text import clean_text
 from reverie.models.timestamps import in_record_range
@@ -381,6 +382,8 @@ def _write(url: str, plan: RestorePlan) -> RestoreReport:
         for name, (table, _) in known.items():
             if plan.rows[name]:
                 s.execute(insert(table), [row for _, row in plan.rows[name]])
+        # The backup's count may be one a server saw before, for other rows.
+        bump_write_seqs(s, [plan.profile])
     return RestoreReport(plan.profile, {n: len(r) for n, r in plan.rows.items() if r})
 
 

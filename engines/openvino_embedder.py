@@ -22,6 +22,7 @@ import hashlib
 import json
 import logging
 import os
+import queue
 import shutil
 import sys
 import tempfile
@@ -269,6 +270,12 @@ class OpenVinoEmbedder:
         count = int(compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS"))
         self._requests = [compiled.create_infer_request() for _ in range(max(1, count))]
         self.dimension = int(compiled.output(0).get_partial_shape()[1].get_length())
+        # The requests not in use. A call of one batch (a recall's query) takes one, so
+        # that a server's concurrent recalls run in as many streams at once; a call of
+        # several takes them all, one call at a time (``_lock``).
+        self._free: queue.SimpleQueue[int] = queue.SimpleQueue()
+        for k in range(len(self._requests)):
+            self._free.put(k)
         self._lock = threading.Lock()
 
     def encode(self, texts: list[str], progress: Progress = False) -> np.ndarray:
@@ -282,41 +289,63 @@ class OpenVinoEmbedder:
                 self._fallback = load_torch(self._path, self.batch_size)
         return self._fallback.encode(texts, progress)
 
+    def _encode_one(self, tokens: list[list[int]], bucket: list[int], out: np.ndarray,
+                    progress: Progress) -> np.ndarray:
+        """One batch in one free request: concurrent callers run side by side."""
+        k = self._free.get()
+        try:
+            request = self._requests[k]
+            ids = np.array([tokens[i] for i in bucket], dtype=np.int64)
+            request.start_async({"input_ids": ids, "attention_mask": np.ones_like(ids)})
+            request.wait()
+            out[bucket] = request.get_output_tensor(0).data[: len(bucket)]
+        finally:
+            self._free.put(k)
+        if callable(progress):
+            progress(len(bucket))
+        return out
+
     def _encode(self, texts: list[str], progress: Progress) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dimension), dtype=np.float32)
         tokens = [e.ids for e in self._tokenizer.encode_batch(texts)]
         out = np.empty((len(texts), self.dimension), dtype=np.float32)
         buckets = same_length_batches([len(t) for t in tokens], self.batch_size)
+        if len(buckets) == 1 and progress is not True:
+            return self._encode_one(tokens, buckets[0], out, progress)
         chosen, done = batches(buckets, progress)
         # Request k takes batches k, k + n, ...: before it starts its next batch, its
         # last one is waited for and copied out.
         running: list[list[int] | None] = [None] * len(self._requests)
 
-        def collect(k: int) -> None:
+        def collect(k: int, requests: list[ov.InferRequest]) -> None:
             bucket = running[k]
             if bucket is not None:
-                self._requests[k].wait()
-                out[bucket] = self._requests[k].get_output_tensor(0).data[: len(bucket)]
+                requests[k].wait()
+                out[bucket] = requests[k].get_output_tensor(0).data[: len(bucket)]
                 running[k] = None
                 if done is not None:
                     done(len(bucket))
 
         with self._lock:
+            held = [self._free.get() for _ in self._requests]
+            requests = [self._requests[k] for k in held]
             try:
-                n = len(self._requests)
+                n = len(requests)
                 for number, bucket in enumerate(chosen):
-                    collect(number % n)
+                    collect(number % n, requests)
                     ids = np.array([tokens[i] for i in bucket], dtype=np.int64)
-                    self._requests[number % n].start_async(
+                    requests[number % n].start_async(
                         {"input_ids": ids, "attention_mask": np.ones_like(ids)})
                     running[number % n] = bucket
                 # Oldest first, so that progress hears of the batches in order.
                 for later in range(1, n + 1):
-                    collect((len(buckets) - 1 + later) % n)
+                    collect((len(buckets) - 1 + later) % n, requests)
             finally:
                 # After a failure, no request may still be running into the next call.
                 for k, bucket in enumerate(running):
                     if bucket is not None:
-                        self._requests[k].wait()
+                        requests[k].wait()
+                for k in held:
+                    self._free.put(k)
         return out

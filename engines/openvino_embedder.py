@@ -28,7 +28,8 @@ import sys
 import tempfile
 import threading
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -215,6 +216,16 @@ def cached_model(
     return final
 
 
+@dataclass(eq=False)
+class _Job:
+    """One call's texts waiting to be embedded with others' (``_encode_together``)."""
+
+    tokens: list[list[int]]
+    out: np.ndarray
+    done: bool = False
+    error: BaseException | None = None
+
+
 class OpenVinoEmbedder:
     """The exported model compiled for this CPU; same rows as the PyTorch model."""
 
@@ -277,6 +288,8 @@ class OpenVinoEmbedder:
         for k in range(len(self._requests)):
             self._free.put(k)
         self._lock = threading.Lock()
+        self._pending_lock = threading.Lock()
+        self._pending: list[_Job] = []
 
     def encode(self, texts: list[str], progress: Progress = False) -> np.ndarray:
         if self._fallback is None:
@@ -313,7 +326,49 @@ class OpenVinoEmbedder:
         buckets = same_length_batches([len(t) for t in tokens], self.batch_size)
         if len(buckets) == 1 and progress is not True:
             return self._encode_one(tokens, buckets[0], out, progress)
+        if not progress:
+            return self._encode_together(tokens, out)
         chosen, done = batches(buckets, progress)
+        with self._lock:
+            self._pipelined(tokens, out, buckets, chosen, done)
+        return out
+
+    def _encode_together(self, tokens: list[list[int]], out: np.ndarray) -> np.ndarray:
+        """The texts of every call waiting meanwhile, embedded as one: a server's
+        calls of 16 texts each made 5 batches of about 3, a third as fast per text as
+        ingest's batches of 64. A text's row does not depend on its batch (see
+        ``same_length_batches``), so sharing batches with other calls changes no bit.
+        The first caller to get the lock embeds for all that queued (group commit)."""
+        job = _Job(tokens, out)
+        with self._pending_lock:
+            self._pending.append(job)
+        with self._lock:
+            if not job.done:
+                with self._pending_lock:
+                    jobs, self._pending = self._pending, []
+                try:
+                    every = [t for j in jobs for t in j.tokens]
+                    rows = np.empty((len(every), self.dimension), dtype=np.float32)
+                    buckets = same_length_batches([len(t) for t in every], self.batch_size)
+                    self._pipelined(every, rows, buckets, buckets, None)
+                    at = 0
+                    for j in jobs:
+                        j.out[:] = rows[at:at + len(j.tokens)]
+                        at += len(j.tokens)
+                except BaseException as exc:
+                    for j in jobs:
+                        j.error = exc
+                finally:
+                    for j in jobs:
+                        j.done = True
+        if job.error is not None:
+            raise EmbeddingError(f"embedding failed ({type(job.error).__name__})") from job.error
+        return job.out
+
+    def _pipelined(self, tokens: list[list[int]], out: np.ndarray, buckets: list[list[int]],
+                   chosen: Iterable[list[int]], done: Callable[[int], None] | None) -> None:
+        """Every bucket through every request, several in flight; the caller holds
+        ``_lock``."""
         # Request k takes batches k, k + n, ...: before it starts its next batch, its
         # last one is waited for and copied out.
         running: list[list[int] | None] = [None] * len(self._requests)
@@ -327,25 +382,23 @@ class OpenVinoEmbedder:
                 if done is not None:
                     done(len(bucket))
 
-        with self._lock:
-            held = [self._free.get() for _ in self._requests]
-            requests = [self._requests[k] for k in held]
-            try:
-                n = len(requests)
-                for number, bucket in enumerate(chosen):
-                    collect(number % n, requests)
-                    ids = np.array([tokens[i] for i in bucket], dtype=np.int64)
-                    requests[number % n].start_async(
-                        {"input_ids": ids, "attention_mask": np.ones_like(ids)})
-                    running[number % n] = bucket
-                # Oldest first, so that progress hears of the batches in order.
-                for later in range(1, n + 1):
-                    collect((len(buckets) - 1 + later) % n, requests)
-            finally:
-                # After a failure, no request may still be running into the next call.
-                for k, bucket in enumerate(running):
-                    if bucket is not None:
-                        requests[k].wait()
-                for k in held:
-                    self._free.put(k)
-        return out
+        held = [self._free.get() for _ in self._requests]
+        requests = [self._requests[k] for k in held]
+        try:
+            n = len(requests)
+            for number, bucket in enumerate(chosen):
+                collect(number % n, requests)
+                ids = np.array([tokens[i] for i in bucket], dtype=np.int64)
+                requests[number % n].start_async(
+                    {"input_ids": ids, "attention_mask": np.ones_like(ids)})
+                running[number % n] = bucket
+            # Oldest first, so that progress hears of the batches in order.
+            for later in range(1, n + 1):
+                collect((len(buckets) - 1 + later) % n, requests)
+        finally:
+            # After a failure, no request may still be running into the next call.
+            for k, bucket in enumerate(running):
+                if bucket is not None:
+                    requests[k].wait()
+            for k in held:
+                self._free.put(k)

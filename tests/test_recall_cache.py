@@ -91,36 +91,46 @@ class Audit:
     open_writes: dict[int, list[str]] = field(default_factory=dict)
     bumped: set[int] = field(default_factory=set)
 
+    # Transactions are told apart by their driver connection: bulk inserts on
+    # PostgreSQL go to its cursor directly (psycopg2's execute_values), past the engine.
+
     def begin(self, conn) -> None:  # type: ignore[no-untyped-def]
-        self.open_writes[id(conn)] = []
-        self.bumped.discard(id(conn))
+        self.open_writes[_driver(conn)] = []
+        self.bumped.discard(_driver(conn))
 
     def execute(self, conn, _cursor, statement, *_args) -> None:  # type: ignore[no-untyped-def]
+        self.statement(_driver(conn), statement)
+
+    def statement(self, key: int, statement: str) -> None:
         if BUMP.match(statement):
-            self.bumped.add(id(conn))
+            self.bumped.add(key)
             return
         match = WRITE.match(statement)
         if not match or match.group(1).lower() not in PROFILE_DATA:
             return
         where = _repository_frames()
         self.seen.update(where)
-        self.open_writes.setdefault(id(conn), []).append(
+        self.open_writes.setdefault(key, []).append(
             f"{match.group(1)} by {', '.join(where) or 'a caller outside models.repositories'}")
 
     def commit(self, conn) -> None:  # type: ignore[no-untyped-def]
-        writes = self.open_writes.pop(id(conn), [])
-        if writes and id(conn) not in self.bumped:
+        writes = self.open_writes.pop(_driver(conn), [])
+        if writes and _driver(conn) not in self.bumped:
             self.violations.append("; ".join(sorted(set(writes))))
-        self.bumped.discard(id(conn))
+        self.bumped.discard(_driver(conn))
 
     def rollback(self, conn) -> None:  # type: ignore[no-untyped-def]
-        self.open_writes.pop(id(conn), None)
-        self.bumped.discard(id(conn))
+        self.open_writes.pop(_driver(conn), None)
+        self.bumped.discard(_driver(conn))
+
+
+def _driver(conn) -> int:  # type: ignore[no-untyped-def]
+    return id(conn.connection.dbapi_connection)
 
 
 def _repository_frames() -> list[str]:
     out = []
-    frame = sys._getframe(2)
+    frame = sys._getframe(1)
     while frame is not None:
         path = Path(frame.f_code.co_filename)
         if path.parent == REPOSITORIES:
@@ -130,8 +140,17 @@ def _repository_frames() -> list[str]:
 
 
 @pytest.fixture
-def audit() -> Iterator[Audit]:
+def audit(monkeypatch: pytest.MonkeyPatch) -> Iterator[Audit]:
+    import psycopg2.extras
+
     watched = Audit()
+    execute_values = psycopg2.extras.execute_values
+
+    def seen_values(cursor, statement, *args, **kwargs):  # type: ignore[no-untyped-def]
+        watched.statement(id(cursor.connection), str(statement))
+        return execute_values(cursor, statement, *args, **kwargs)
+
+    monkeypatch.setattr(psycopg2.extras, "execute_values", seen_values)
     hooks = [("begin", watched.begin), ("before_cursor_execute", watched.execute),
              ("commit", watched.commit), ("rollback", watched.rollback)]
     for name, fn in hooks:

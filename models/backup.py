@@ -90,6 +90,12 @@ _ASSIGNED = {"runrecord": {"id"}}
 _INT_RANGE = (-(2**31), 2**31 - 1)
 
 
+# Counts of one store's writes, not what the profile holds: a restore starts them afresh
+# (the column's default, then the restore's own write), and a backup of the restored
+# profile is the same bytes as the one it came from.
+_UNSAVED = {"profile": ("write_seq",)}
+
+
 def _tables() -> dict[str, tuple[Table, str]]:
     return {table.__table__.name: (table.__table__, column)  # type: ignore[attr-defined]
             for table, column in PROFILE_TABLES}
@@ -152,8 +158,9 @@ def backup_lines(url: str, profile: str) -> Iterator[str]:
             else:
                 query = query.where(table.c[column] == profile)
             query = query.order_by(*table.primary_key.columns)
-            for row in s.execute(query).mappings():
-                line = _line({"table": name, "row": _encode(dict(row))})
+            for found in s.execute(query).mappings():
+                row = {k: v for k, v in found.items() if k not in _UNSAVED.get(name, ())}
+                line = _line({"table": name, "row": _encode(row)})
                 digest.add(line.encode("utf-8"), name)
                 yield line
     yield _line({END: digest.record()})

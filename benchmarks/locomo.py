@@ -72,7 +72,7 @@ def context_line(memory: MemoryView) -> str:
     return dated(memory)
 
 
-def shown(candidates: Candidates, found: Sequence[Passage]) -> list[MemoryView]:
+def shown(candidates: Candidates[MemoryView], found: Sequence[Passage]) -> list[MemoryView]:
     """What recall shows for one query's passages, best first, each once: a summary's
     matched member (an original, whole, at its own date), else the memory itself."""
     out: list[MemoryView] = []

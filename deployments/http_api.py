@@ -25,6 +25,7 @@ from reverie.deployments import operations as ops
 from reverie.deployments.api_errors import body_of, status_of
 from reverie.deployments.auth import Principal, Tokens, UnauthorizedError
 from reverie.models.errors import ReverieError
+from reverie.models.settings import get_settings
 from reverie.models.store import Store
 
 log = logging.getLogger(__name__)
@@ -153,8 +154,11 @@ async def _refuse(send: Send, status: int, data: dict[str, Any],
 def build_app(tokens: Tokens, open_store: Callable[[], Store] = Store,
               host: str = DEFAULT_HOST) -> _Guard:
     from reverie.deployments.mcp_server import build_mcp
+    from reverie.engines.recall import RecallCache
 
-    mcp = build_mcp(open_store, tokens)
+    # One per server: every request's recall shares what earlier ones read.
+    cache = RecallCache(get_settings().api_recall_cache_mib * 1024 * 1024)
+    mcp = build_mcp(open_store, tokens, cache=cache)
     mcp_app = mcp.streamable_http_app(streamable_http_path="/mcp", host=host)
 
     @contextlib.asynccontextmanager
@@ -203,7 +207,7 @@ def build_app(tokens: Tokens, open_store: Callable[[], Store] = Store,
     @app.post(f"{base}/session-init", tags=["agent"])
     def session_init(profile: Name, body: SessionInit, who: Who) -> dict[str, Any]:
         return ops.session_init(open_store(), who, profile, body.query, body.k,
-                                body.budget_chars)
+                                body.budget_chars, cache=cache)
 
     @app.post(f"{base}/memories", tags=["agent"])
     def store(profile: Name, body: StoreBody, who: Who) -> dict[str, Any]:
@@ -211,7 +215,8 @@ def build_app(tokens: Tokens, open_store: Callable[[], Store] = Store,
 
     @app.post(f"{base}/recall", tags=["agent"])
     def recall(profile: Name, body: RecallBody, who: Who) -> dict[str, Any]:
-        return ops.recall(open_store(), who, profile, body.query, body.k, body.deep, body.track)
+        return ops.recall(open_store(), who, profile, body.query, body.k, body.deep, body.track,
+                          cache=cache)
 
     @app.get(f"{base}/memories/{{memory_id}}", tags=["agent"])
     def get(profile: Name, memory_id: AnId, who: Who) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -27,15 +27,24 @@ from reverie.models.errors import ReverieError
 from reverie.models.settings import get_settings
 from reverie.models.store import Store
 
+if TYPE_CHECKING:
+    from reverie.engines.recall import RecallCache
+
 FULL = Mode("full")  # the default mode, made once
 
 Profile = Annotated[str, Field(description="The memory owner (one profile).",
                                min_length=1, max_length=ops.MAX_PROFILE_CHARS)]
 
 
-def build_mcp(open_store: Callable[[], Store], tokens: Tokens, stdio: bool = False) -> Any:
+def build_mcp(open_store: Callable[[], Store], tokens: Tokens, stdio: bool = False,
+              cache: RecallCache | None = None) -> Any:
     """The MCP server: its tools call ``operations`` on ``open_store()`` for the caller the
-    request's bearer token (or, with ``stdio``, ``REVERIE_MCP_TOKEN``) names."""
+    request's bearer token (or, with ``stdio``, ``REVERIE_MCP_TOKEN``) names. ``cache``:
+    the recall cache it shares with the HTTP API it is mounted in; else its own."""
+    from reverie.engines.recall import RecallCache
+
+    if cache is None:
+        cache = RecallCache(get_settings().api_recall_cache_mib * 1024 * 1024)
     server = MCPServer(
         "reverie", log_level="WARNING",
         instructions="Long-term memory. Call session_init first, store what is worth "
@@ -61,7 +70,7 @@ def build_mcp(open_store: Callable[[], Store], tokens: Tokens, stdio: bool = Fal
                      k: int = 10, budget_chars: int | None = None) -> dict[str, Any]:
         """Start of a session: the Core Memory blocks, then the best memories (recalled
         for the query if given) within a character budget."""
-        return call(ctx, ops.session_init, profile, query, k, budget_chars)
+        return call(ctx, ops.session_init, profile, query, k, budget_chars, cache=cache)
 
     @server.tool()
     def store(profile: Profile, memories: list[dict[str, Any]], ctx: Context) -> dict[str, Any]:
@@ -75,7 +84,7 @@ def build_mcp(open_store: Callable[[], Store], tokens: Tokens, stdio: bool = Fal
                track: bool = False) -> dict[str, Any]:
         """The k memories most like the query; deep searches the cold tier too; track
         counts the hits as accessed."""
-        return call(ctx, ops.recall, profile, query, k, deep, track)
+        return call(ctx, ops.recall, profile, query, k, deep, track, cache=cache)
 
     @server.tool()
     def get(profile: Profile, id: str, ctx: Context) -> dict[str, Any]:  # noqa: A002

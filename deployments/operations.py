@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import select
 from sqlmodel import col
@@ -30,12 +30,15 @@ from sqlmodel import col
 from reverie.deployments.api_errors import field_error
 from reverie.deployments.auth import Principal
 from reverie.flows.catalog import FLOWS
-from reverie.models.errors import RecordError
+from reverie.models.errors import NotFoundError, RecordError
 from reverie.models.ids import given_id
 from reverie.models.records import MemoryView
 from reverie.models.store import Store
 from reverie.models.tables import Memory, Tier, Tombstone
 from reverie.models.timestamps import utcnow
+
+if TYPE_CHECKING:
+    from reverie.engines.recall import RecallCache
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +86,7 @@ def _new(store: Store, who: Principal, name: str) -> bool:
     """Whether ``name`` is a profile the token names that the store does not hold yet (an
     agent before its first store): it reads as empty. Any other profile the store does
     not hold is a 404 (an admin token names no profile)."""
-    if name in store.profiles():
+    if store.has_profile(name):
         return False
     if who.admin or name not in who.profiles:
         store.resolve_profiles(name)  # raises NotFoundError
@@ -228,18 +231,25 @@ def store_memories(
 
 def recall(
     store: Store, who: Principal, profile: object, query: object, k: object = 5,
-    deep: bool = False, track: bool = False,
+    deep: bool = False, track: bool = False, cache: RecallCache | None = None,
 ) -> dict[str, Any]:
     """The ``k`` memories most like ``query``; ``deep`` searches the cold tier too,
-    ``track`` counts the hits as accessed. Activity for the idle trigger."""
+    ``track`` counts the hits as accessed. Activity for the idle trigger. ``cache``: the
+    server's (the same hits, without reading an unchanged profile's vectors again)."""
     from reverie.engines.recall import recall as recall_memories
 
     name = _allowed(store, who, profile, must_exist=False)
     text = _query(store, query)
     most = _count(k, "k", 1, store.settings.api_max_k)
-    if _new(store, who, name):
-        return {"profile": name, "hits": []}
-    hits = recall_memories(store, name, text, most, bool(deep), bool(track))
+    try:
+        # Whether the profile exists is read in recall's own snapshot: a call reads
+        # one small row before the vectors, not the list of every profile.
+        hits = recall_memories(store, name, text, most, bool(deep), bool(track),
+                               cache=cache)
+    except NotFoundError:
+        if _new(store, who, name):
+            return {"profile": name, "hits": []}
+        raise
     _recalled(store, name, most, len(hits))
     # ``text`` is what to read: a summary's members that matched, whole and dated (its
     # ids in ``matched``), else the memory's content; ``get`` gives a summary whole.
@@ -264,7 +274,7 @@ def get(store: Store, who: Principal, profile: object, memory_id: object) -> dic
 
 def session_init(
     store: Store, who: Principal, profile: object, query: object = None, k: object = 10,
-    budget_chars: object = None,
+    budget_chars: object = None, cache: RecallCache | None = None,
 ) -> dict[str, Any]:
     """What an agent reads at the start of a session: the Core Memory blocks, then the
     best memories (recalled for ``query``, else the most important hot ones), while
@@ -296,7 +306,8 @@ def session_init(
         text = _query(store, query)
         found: list[tuple[float | None, MemoryView | Memory, str]] = [
             (h.score, h.memory, h.text) for h in
-            recall_memories(store, name, text, min(SESSION_INIT_POOL, max(most, 1)))]
+            recall_memories(store, name, text, min(SESSION_INIT_POOL, max(most, 1)),
+                            cache=cache)]
         _recalled(store, name, most, len(found))
     else:
         with store.reading(name) as tx:

@@ -22,12 +22,14 @@ import hashlib
 import json
 import logging
 import os
+import queue
 import shutil
 import sys
 import tempfile
 import threading
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -214,6 +216,16 @@ def cached_model(
     return final
 
 
+@dataclass(eq=False)
+class _Job:
+    """One call's texts waiting to be embedded with others' (``_encode_together``)."""
+
+    tokens: list[list[int]]
+    out: np.ndarray
+    done: bool = False
+    error: BaseException | None = None
+
+
 class OpenVinoEmbedder:
     """The exported model compiled for this CPU; same rows as the PyTorch model."""
 
@@ -269,7 +281,15 @@ class OpenVinoEmbedder:
         count = int(compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS"))
         self._requests = [compiled.create_infer_request() for _ in range(max(1, count))]
         self.dimension = int(compiled.output(0).get_partial_shape()[1].get_length())
+        # The requests not in use. A call of one batch (a recall's query) takes one, so
+        # that a server's concurrent recalls run in as many streams at once; a call of
+        # several takes them all, one call at a time (``_lock``).
+        self._free: queue.SimpleQueue[int] = queue.SimpleQueue()
+        for k in range(len(self._requests)):
+            self._free.put(k)
         self._lock = threading.Lock()
+        self._pending_lock = threading.Lock()
+        self._pending: list[_Job] = []
 
     def encode(self, texts: list[str], progress: Progress = False) -> np.ndarray:
         if self._fallback is None:
@@ -282,41 +302,103 @@ class OpenVinoEmbedder:
                 self._fallback = load_torch(self._path, self.batch_size)
         return self._fallback.encode(texts, progress)
 
+    def _encode_one(self, tokens: list[list[int]], bucket: list[int], out: np.ndarray,
+                    progress: Progress) -> np.ndarray:
+        """One batch in one free request: concurrent callers run side by side."""
+        k = self._free.get()
+        try:
+            request = self._requests[k]
+            ids = np.array([tokens[i] for i in bucket], dtype=np.int64)
+            request.start_async({"input_ids": ids, "attention_mask": np.ones_like(ids)})
+            request.wait()
+            out[bucket] = request.get_output_tensor(0).data[: len(bucket)]
+        finally:
+            self._free.put(k)
+        if callable(progress):
+            progress(len(bucket))
+        return out
+
     def _encode(self, texts: list[str], progress: Progress) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dimension), dtype=np.float32)
         tokens = [e.ids for e in self._tokenizer.encode_batch(texts)]
         out = np.empty((len(texts), self.dimension), dtype=np.float32)
         buckets = same_length_batches([len(t) for t in tokens], self.batch_size)
+        if len(buckets) == 1 and progress is not True:
+            return self._encode_one(tokens, buckets[0], out, progress)
+        if not progress:
+            return self._encode_together(tokens, out)
         chosen, done = batches(buckets, progress)
+        with self._lock:
+            self._pipelined(tokens, out, buckets, chosen, done)
+        return out
+
+    def _encode_together(self, tokens: list[list[int]], out: np.ndarray) -> np.ndarray:
+        """The texts of every call waiting meanwhile, embedded as one: a server's
+        calls of 16 texts each made 5 batches of about 3, a third as fast per text as
+        ingest's batches of 64. A text's row does not depend on its batch (see
+        ``same_length_batches``), so sharing batches with other calls changes no bit.
+        The first caller to get the lock embeds for all that queued (group commit)."""
+        job = _Job(tokens, out)
+        with self._pending_lock:
+            self._pending.append(job)
+        with self._lock:
+            if not job.done:
+                with self._pending_lock:
+                    jobs, self._pending = self._pending, []
+                try:
+                    every = [t for j in jobs for t in j.tokens]
+                    rows = np.empty((len(every), self.dimension), dtype=np.float32)
+                    buckets = same_length_batches([len(t) for t in every], self.batch_size)
+                    self._pipelined(every, rows, buckets, buckets, None)
+                    at = 0
+                    for j in jobs:
+                        j.out[:] = rows[at:at + len(j.tokens)]
+                        at += len(j.tokens)
+                except BaseException as exc:
+                    for j in jobs:
+                        j.error = exc
+                finally:
+                    for j in jobs:
+                        j.done = True
+        if job.error is not None:
+            raise EmbeddingError(f"embedding failed ({type(job.error).__name__})") from job.error
+        return job.out
+
+    def _pipelined(self, tokens: list[list[int]], out: np.ndarray, buckets: list[list[int]],
+                   chosen: Iterable[list[int]], done: Callable[[int], None] | None) -> None:
+        """Every bucket through every request, several in flight; the caller holds
+        ``_lock``."""
         # Request k takes batches k, k + n, ...: before it starts its next batch, its
         # last one is waited for and copied out.
         running: list[list[int] | None] = [None] * len(self._requests)
 
-        def collect(k: int) -> None:
+        def collect(k: int, requests: list[ov.InferRequest]) -> None:
             bucket = running[k]
             if bucket is not None:
-                self._requests[k].wait()
-                out[bucket] = self._requests[k].get_output_tensor(0).data[: len(bucket)]
+                requests[k].wait()
+                out[bucket] = requests[k].get_output_tensor(0).data[: len(bucket)]
                 running[k] = None
                 if done is not None:
                     done(len(bucket))
 
-        with self._lock:
-            try:
-                n = len(self._requests)
-                for number, bucket in enumerate(chosen):
-                    collect(number % n)
-                    ids = np.array([tokens[i] for i in bucket], dtype=np.int64)
-                    self._requests[number % n].start_async(
-                        {"input_ids": ids, "attention_mask": np.ones_like(ids)})
-                    running[number % n] = bucket
-                # Oldest first, so that progress hears of the batches in order.
-                for later in range(1, n + 1):
-                    collect((len(buckets) - 1 + later) % n)
-            finally:
-                # After a failure, no request may still be running into the next call.
-                for k, pending in enumerate(running):
-                    if pending is not None:
-                        self._requests[k].wait()
-        return out
+        held = [self._free.get() for _ in self._requests]
+        requests = [self._requests[k] for k in held]
+        try:
+            n = len(requests)
+            for number, bucket in enumerate(chosen):
+                collect(number % n, requests)
+                ids = np.array([tokens[i] for i in bucket], dtype=np.int64)
+                requests[number % n].start_async(
+                    {"input_ids": ids, "attention_mask": np.ones_like(ids)})
+                running[number % n] = bucket
+            # Oldest first, so that progress hears of the batches in order.
+            for later in range(1, n + 1):
+                collect((len(buckets) - 1 + later) % n, requests)
+        finally:
+            # After a failure, no request may still be running into the next call.
+            for k, pending in enumerate(running):
+                if pending is not None:
+                    requests[k].wait()
+            for k in held:
+                self._free.put(k)

@@ -25,17 +25,23 @@ newest value, whole.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
+from functools import cached_property
+from typing import Generic, Protocol, TypeVar
 
 import numpy as np
 
 from reverie.engines.embedding import embedder_for
-from reverie.engines.similarity import top_k
+from reverie.engines.similarity import FlatSearch, top_k
 from reverie.models.config import RECALL_DEFAULT
+from reverie.models.errors import NotFoundError
 from reverie.models.records import MemoryView
 from reverie.models.repositories.memories import outline, record_access, snapshot
+from reverie.models.repositories.profiles import write_seq
 from reverie.models.store import Store
 from reverie.models.tables import SUMMARY_ORIGINS, Tier
 from reverie.models.timestamps import utcnow
@@ -72,22 +78,67 @@ class Hit:
         return "\n".join(dated(m) for m in self.members)
 
 
+class Ranked(Protocol):
+    """What recall plans its candidates from: a whole ``MemoryView``, or the outline of
+    one (``repositories.memories.Outline``) when only the hits are read whole."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def tier(self) -> str: ...
+    @property
+    def superseded_by(self) -> str | None: ...
+    @property
+    def origin(self) -> str: ...
+
+
+R = TypeVar("R", bound=Ranked)
+
+
 @dataclass(frozen=True)
-class Candidates:
+class Searchable:
+    """The vectors one query is ranked against, each naming its candidate row and its
+    key (-1: the row's own vector), with their index built once."""
+
+    search: FlatSearch
+    owners: np.ndarray
+    key_of: np.ndarray
+
+
+@dataclass(frozen=True)
+class Candidates(Generic[R]):
     """What recall ranks: memories row-aligned with their vectors, and recall keys
     (extra vectors, each scoring the memory at the same row of ``key_owners``)."""
 
-    memories: list[MemoryView]
+    memories: list[R]
     vectors: np.ndarray
     key_vectors: np.ndarray
     key_owners: np.ndarray
     # The original each key is the vector of (row-aligned with ``key_owners``).
-    key_memories: tuple[MemoryView, ...] = ()
+    key_memories: tuple[R, ...] = ()
 
     def shows_members(self, row: int) -> bool:
         """Whether a hit on ``row`` through a key shows the key's original: only a
         summary's originals are its statements; an update's older value is not current."""
         return self.memories[row].origin in SUMMARY_ORIGINS
+
+    @cached_property
+    def searchable(self) -> Searchable:
+        """Built on first use and kept with the candidates: a cached profile's queries
+        share it. A row with keys is found by them alone (its own vector blurs its
+        members together)."""
+        n, keys = len(self.memories), len(self.key_owners)
+        keyless = np.setdiff1d(np.arange(n, dtype=np.int64), self.key_owners)
+        owners = np.concatenate([keyless, self.key_owners])
+        key_of = np.concatenate([np.full(len(keyless), -1, np.int64), np.arange(keys)])
+        every = (np.vstack([self.vectors[keyless], self.key_vectors]) if keys
+                 else self.vectors[keyless])
+        return Searchable(FlatSearch(every), owners, key_of)
+
+    @property
+    def nbytes(self) -> int:
+        """About what keeping them costs, searchable built."""
+        return self.vectors.nbytes + self.key_vectors.nbytes + self.searchable.search.nbytes
 
 
 def tiers_for(deep: bool) -> tuple[str, ...]:
@@ -95,8 +146,8 @@ def tiers_for(deep: bool) -> tuple[str, ...]:
 
 
 def plan_candidates(
-    memories: Sequence[MemoryView], vectors: np.ndarray, tiers: Sequence[str]
-) -> Candidates:
+    memories: Sequence[R], vectors: np.ndarray, tiers: Sequence[str]
+) -> Candidates[R]:
     """The candidates among ``memories`` (every tier of a profile, with their vectors) for
     a recall over ``tiers``: the memories in ``tiers``, less the summaries whose originals
     are all there, and the keys of the summaries whose originals are not."""
@@ -107,7 +158,7 @@ def plan_candidates(
         if m.superseded_by is not None and m.origin not in SUMMARY_ORIGINS:
             originals.setdefault(m.superseded_by, []).append(row)
 
-    def standing_in(m: MemoryView) -> bool:
+    def standing_in(m: R) -> bool:
         """A summary whose every original is ranked in its own right."""
         if m.origin not in SUMMARY_ORIGINS:
             return False
@@ -139,7 +190,7 @@ def plan_candidates(
 Passage = tuple[int, int, float]
 
 
-def passages(candidates: Candidates, queries: np.ndarray, k: int) -> list[list[Passage]]:
+def passages(candidates: Candidates[R], queries: np.ndarray, k: int) -> list[list[Passage]]:
     """Per query, the passages (each keyless candidate's own vector, each key) best
     first, up to and including the one that brings the ``k``-th distinct row. A row
     with keys is found by them alone (its own vector blurs its members together)."""
@@ -147,13 +198,10 @@ def passages(candidates: Candidates, queries: np.ndarray, k: int) -> list[list[P
     if n == 0 or k <= 0:
         return [[] for _ in range(len(queries))]
     keys = len(candidates.key_owners)
-    keyless = np.setdiff1d(np.arange(n, dtype=np.int64), candidates.key_owners)
-    owners = np.concatenate([keyless, candidates.key_owners])
-    key_of = np.concatenate([np.full(len(keyless), -1, np.int64), np.arange(keys)])
-    every = (np.vstack([candidates.vectors[keyless], candidates.key_vectors]) if keys
-             else candidates.vectors[keyless])
+    searchable = candidates.searchable
+    owners, key_of = searchable.owners, searchable.key_of
     # A row repeats at most once per key, so k + keys places hold k distinct rows.
-    sims, idx = top_k(every, queries, min(len(every), k + keys))
+    sims, idx = searchable.search.top_k(queries, min(len(owners), k + keys))
     out: list[list[Passage]] = []
     for srow, irow in zip(sims, idx, strict=True):
         seen: set[int] = set()
@@ -171,9 +219,19 @@ def passages(candidates: Candidates, queries: np.ndarray, k: int) -> list[list[P
     return out
 
 
-def hits_from(candidates: Candidates, found: Sequence[Passage]) -> list[Hit]:
+def shown_ids(candidates: Candidates[R], found: Sequence[Passage]) -> list[str]:
+    """The memories one query's hits show (``hits_from``): each hit's row and each key
+    it was found by, in passage order. Only these are read whole."""
+    return ([candidates.memories[row].id for row, _, _ in found]
+            + [candidates.key_memories[key].id for _, key, _ in found if key >= 0])
+
+
+def hits_from(
+    candidates: Candidates[R], found: Sequence[Passage], views: Mapping[str, MemoryView]
+) -> list[Hit]:
     """The hits of one query's passages: one per row, at its best passage's place and
-    score, a summary with the members whose keys are among the passages."""
+    score, a summary with the members whose keys are among the passages; the memories
+    shown are ``views`` (by id: every id of ``shown_ids``)."""
     order: list[int] = []
     score: dict[int, float] = {}
     members: dict[int, list[MemoryView]] = {}
@@ -182,15 +240,15 @@ def hits_from(candidates: Candidates, found: Sequence[Passage]) -> list[Hit]:
             order.append(row)
             score[row] = s
         if key >= 0 and candidates.shows_members(row):
-            members.setdefault(row, []).append(candidates.key_memories[key])
+            members.setdefault(row, []).append(views[candidates.key_memories[key].id])
     return [
-        Hit(candidates.memories[row], round(score[row], 6),
+        Hit(views[candidates.memories[row].id], round(score[row], 6),
             tuple(sorted(members.get(row, []), key=lambda m: (m.created_at, m.id))))
         for row in order
     ]
 
 
-def rank(candidates: Candidates, queries: np.ndarray, k: int) -> list[list[tuple[int, float]]]:
+def rank(candidates: Candidates[R], queries: np.ndarray, k: int) -> list[list[tuple[int, float]]]:
     """Per query, the ``k`` best candidate rows with their scores, best first; a row
     with keys scores as its best key, any other as its own vector."""
     n = len(candidates.memories)
@@ -226,10 +284,59 @@ def rank(candidates: Candidates, queries: np.ndarray, k: int) -> list[list[tuple
     return out
 
 
-def candidates_for(store: Store, profile: str, deep: bool) -> Candidates:
+def candidates_for(store: Store, profile: str, deep: bool) -> Candidates[MemoryView]:
     with store.reading(profile) as tx:
         memories, vectors = snapshot(tx, (Tier.HOT, Tier.COLD))
     return plan_candidates(memories, vectors, tiers_for(deep))
+
+
+class RecallCache:
+    """The candidates of recently recalled profiles, kept by a long-lived process (the
+    agent servers), up to ``budget_bytes``, least recently used first out.
+
+    An entry holds while its profile's write count (``Profile.write_seq``, bumped by
+    every write transaction of the profile) is the one it was read at; a recall reads
+    the count in its own snapshot (one row) and the entry's memories must match it, so
+    a write by any process is seen by the next recall. Without a cache a recall reads
+    the whole profile's vectors each time (15 MB at 10k memories)."""
+
+    def __init__(self, budget_bytes: int) -> None:
+        self.budget_bytes = budget_bytes
+        self._lock = threading.Lock()
+        self._entries: OrderedDict[tuple[str, str, bool], tuple[int, Candidates[Ranked]]] = (
+            OrderedDict())
+        self.hits = self.misses = 0
+
+    def get(self, url: str, profile: str, deep: bool, seq: int) -> Candidates[Ranked] | None:
+        key = (url, profile, deep)
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None or entry[0] != seq:
+                self.misses += 1
+                return None
+            self._entries.move_to_end(key)
+            self.hits += 1
+            return entry[1]
+
+    def put(self, url: str, profile: str, deep: bool, seq: int,
+            candidates: Candidates[Ranked]) -> None:
+        size = candidates.nbytes  # the search index built here, outside the lock
+        if size > self.budget_bytes:
+            return
+        key = (url, profile, deep)
+        with self._lock:
+            held = self._entries.get(key)
+            if held is not None and held[0] > seq:
+                return  # a newer state is held already (an older read finished later)
+            self._entries[key] = (seq, candidates)
+            self._entries.move_to_end(key)
+            total = sum(c.nbytes for _, c in self._entries.values())
+            while total > self.budget_bytes and len(self._entries) > 1:
+                _, (_, dropped) = self._entries.popitem(last=False)
+                total -= dropped.nbytes
+
+    def __len__(self) -> int:
+        return len(self._entries)
 
 
 def recall(
@@ -240,29 +347,31 @@ def recall(
     deep: bool = False,
     track: bool = False,
     at: datetime | None = None,
+    cache: RecallCache | None = None,
 ) -> list[Hit]:
-    store.resolve_profiles(profile)
-    if k <= 0:
-        return []
-    vector = embedder_for(store.settings).encode([query])
-    # One transaction: the profile's outline (ids and vectors) ranked, then whole
-    # memories read only for what the hits show (building 10k of them took a third of
-    # a recall at 10k memories).
+    """The ``k`` memories most like ``query``. With ``cache``, the profile's candidates
+    come from it while the profile is unchanged; the hits are the same either way."""
+    vector = embedder_for(store.settings).encode([query]) if k > 0 else None
+    # One snapshot: the profile's write count, its outline (ids and vectors) ranked,
+    # then whole memories read only for what the hits show (building 10k of them took a
+    # third of a recall at 10k memories).
     with store.reading(profile) as tx:
-        outlines, vectors = outline(tx, (Tier.HOT, Tier.COLD))
-        # Outlines have every field plan_candidates reads (id, tier, superseded_by, origin).
-        candidates = plan_candidates(outlines, vectors, tiers_for(deep))  # type: ignore[arg-type]
+        seq = write_seq(tx.session, tx.profile)
+        if seq is None:
+            raise NotFoundError(f"no profile named {tx.profile!r}")
+        if vector is None:
+            return []
+        candidates = None if cache is None else cache.get(store.url, tx.profile, deep, seq)
+        if candidates is None:
+            outlines, vectors = outline(tx, (Tier.HOT, Tier.COLD))
+            candidates = plan_candidates(outlines, vectors, tiers_for(deep))
+            if cache is not None:
+                cache.put(store.url, tx.profile, deep, seq, candidates)
         if not candidates.memories:
             return []
         [found] = passages(candidates, vector, k)
-        shown = [candidates.memories[row].id for row, _, _ in found]
-        shown += [candidates.key_memories[key].id for _, key, _ in found if key >= 0]
-        views, _ = snapshot(tx, (Tier.HOT, Tier.COLD), shown)
-    whole = {v.id: v for v in views}
-    candidates = replace(
-        candidates, memories=[whole.get(m.id, m) for m in candidates.memories],
-        key_memories=tuple(whole.get(m.id, m) for m in candidates.key_memories))
-    hits = hits_from(candidates, found)
+        views, _ = snapshot(tx, (Tier.HOT, Tier.COLD), shown_ids(candidates, found))
+    hits = hits_from(candidates, found, {v.id: v for v in views})
     if track and hits:
         with store.writing(profile) as tx:
             record_access(tx, [h.memory.id for h in hits], at or utcnow(),

@@ -63,6 +63,7 @@ from reverie.models import ids, tables
 from reverie.models.db import PROFILE_TABLES
 from reverie.models.errors import InputError, RecordError, RefusedError
 from reverie.models.repositories.bulk import chunks
+from reverie.models.repositories.profiles import bump_write_seqs
 from reverie.models.store import Store
 from reverie.models.text import clean_text
 from reverie.models.timestamps import in_record_range
@@ -87,6 +88,12 @@ _ASSIGNED = {"runrecord": {"id"}}
 # Every whole-number column is an INTEGER, 32 bits on PostgreSQL: a larger value only
 # SQLite keeps would make the backup move one way only.
 _INT_RANGE = (-(2**31), 2**31 - 1)
+
+
+# Counts of one store's writes, not what the profile holds: a restore starts them afresh
+# (the column's default, then the restore's own write), and a backup of the restored
+# profile is the same bytes as the one it came from.
+_UNSAVED = {"profile": ("write_seq",)}
 
 
 def _tables() -> dict[str, tuple[Table, str]]:
@@ -151,8 +158,9 @@ def backup_lines(url: str, profile: str) -> Iterator[str]:
             else:
                 query = query.where(table.c[column] == profile)
             query = query.order_by(*table.primary_key.columns)
-            for row in s.execute(query).mappings():
-                line = _line({"table": name, "row": _encode(dict(row))})
+            for found in s.execute(query).mappings():
+                row = {k: v for k, v in found.items() if k not in _UNSAVED.get(name, ())}
+                line = _line({"table": name, "row": _encode(row)})
                 digest.add(line.encode("utf-8"), name)
                 yield line
     yield _line({END: digest.record()})
@@ -380,6 +388,8 @@ def _write(url: str, plan: RestorePlan) -> RestoreReport:
         for name, (table, _) in known.items():
             if plan.rows[name]:
                 s.execute(insert(table), [row for _, row in plan.rows[name]])
+        # The backup's count may be one a server saw before, for other rows.
+        bump_write_seqs(s, [plan.profile])
     return RestoreReport(plan.profile, {n: len(r) for n, r in plan.rows.items() if r})
 
 

@@ -31,6 +31,7 @@ from reverie.models.errors import (
     StoreMissingError,
     StoreUnavailableError,
 )
+from reverie.models.repositories.profiles import bump_write_seqs
 from reverie.models.settings import display_url, get_settings, resolve_database_url
 from reverie.models.transient import TRANSIENT_DB_ERRORS
 
@@ -40,7 +41,7 @@ MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 # The newest revision under migrations/versions (a test holds them equal): a store
 # already there is used at once, without loading Alembic and every migration script
 # (a tenth of a second of each command).
-SCHEMA_HEAD = "0006"
+SCHEMA_HEAD = "0007"
 
 # Every table that holds a profile's data, with the column naming the profile.
 PROFILE_TABLES: tuple[tuple[type[SQLModel], str], ...] = (
@@ -298,3 +299,4 @@ def copy_profiles(source_url: str, target_url: str, profiles: Sequence[str]) -> 
                     row.pop("id", None)
             if rows:
                 dst.execute(insert(t), rows)
+        bump_write_seqs(dst, wanted)

@@ -185,6 +185,13 @@ class Settings(BaseSettings):
     )
     api_max_k: int = Field(
         100, ge=1, le=10_000, description="Most memories one recall returns.")
+    api_recall_cache_mib: int = Field(
+        512, ge=0, le=65_536,
+        description="Memory the agent servers may keep recently recalled profiles' "
+        "vectors and search index in, in MiB (about 30 MiB per 10k memories and recall "
+        "depth; least recently used first out; 0: read them on every recall). A profile's "
+        "entry is dropped by any write to it, from any process.",
+    )
     api_context_chars: int = Field(
         4000, ge=100, le=200_000,
         description="Default character budget of session_init (Core Memory blocks, "

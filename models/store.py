@@ -24,6 +24,7 @@ from sqlmodel import Session, col
 from reverie.models import db as engines
 from reverie.models.errors import NotFoundError
 from reverie.models.ids import sought_id
+from reverie.models.repositories.profiles import bump_write_seqs
 from reverie.models.settings import Settings, get_settings, resolve_database_url
 from reverie.models.tables import Profile
 
@@ -93,8 +94,12 @@ class Store:
 
     @contextmanager
     def writing(self, profile: str, horizon: int | None = None) -> Iterator[ProfileTx]:
+        """One atomic transaction on one profile. It counts as a write of the profile
+        (``Profile.write_seq``) whatever it writes: every step, undo, forget and decay
+        writes here, and a recall cache is only as safe as the count is complete."""
         name = sought_id(profile, "profile named")
         with self.writing_all() as session:
+            bump_write_seqs(session, [name])
             yield ProfileTx(session, name, horizon)
 
     # --- profiles ---------------------------------------------------------------------
@@ -102,6 +107,13 @@ class Store:
     def profiles(self) -> list[str]:
         with self.reading_all() as s:
             return list(s.execute(select(col(Profile.id)).order_by(col(Profile.id))).scalars())
+
+    def has_profile(self, name: str) -> bool:
+        """Whether the store holds ``name`` (one row read, not the list of profiles)."""
+        wanted = sought_id(name, "profile named")
+        with self.reading_all() as s:
+            return s.execute(select(col(Profile.id)).where(
+                col(Profile.id) == wanted)).first() is not None
 
     def resolve_profiles(self, selector: str | Sequence[str] | None) -> list[str]:
         """``None`` means every profile; a name or a list must all exist."""

@@ -100,6 +100,11 @@ class Profile(SQLModel, table=True):
     # it writes with the next number (Memory.ingest_seq). A run reads it when it takes
     # the profile, and works only on what is stamped no later (see models.store.ProfileTx).
     ingest_seq: int = Field(default=0, sa_column_kwargs={"server_default": "0"})
+    # How many write transactions have touched the profile (every ``Store.writing`` and
+    # every ingest bumps it, consolidation steps included, which leave ingest_seq
+    # alone): a server's recall cache is valid while it holds still. Bookkeeping, not
+    # memory state.
+    write_seq: int = Field(default=0, sa_column_kwargs={"server_default": "0"})
 
 
 class Memory(SQLModel, table=True):

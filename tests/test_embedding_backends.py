@@ -201,6 +201,21 @@ def test_a_texts_vector_depends_on_its_text_alone(
     assert np.array_equal(np.load(out), together)
 
 
+def test_concurrent_calls_share_batches_and_get_the_same_bits(fast: OpenVinoEmbedder) -> None:
+    """A server's calls made at once are embedded together (``_encode_together``), and
+    a one-batch call runs beside them in a request of its own: each gets the rows it
+    gets alone, in its own order."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    texts = _varied_texts()
+    calls = [texts[k : k + 16] for k in range(0, len(texts), 16)] + [[t] for t in texts[:12]]
+    alone = [fast.encode(c) for c in calls]
+    with ThreadPoolExecutor(8) as pool:
+        for _ in range(2):
+            got = list(pool.map(fast.encode, calls))
+            assert all(np.array_equal(a, g) for a, g in zip(alone, got, strict=True))
+
+
 def test_empty_input_gives_no_rows(fast: OpenVinoEmbedder, reference: TorchEmbedder) -> None:
     for model in (fast, reference):
         assert model.encode([]).shape == (0, DIMENSION)

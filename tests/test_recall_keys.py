@@ -60,6 +60,11 @@ def test_a_summary_without_originals_is_a_memory_like_any_other() -> None:
     assert [m.id for m in lone.memories] == ["s"]
 
 
+def by_id(candidates) -> dict:
+    """The whole views recall would read for the hits: here, the candidates themselves."""
+    return {m.id: m for m in (*candidates.memories, *candidates.key_memories)}
+
+
 def test_a_summary_recalled_for_one_member_shows_that_member_whole_and_dated() -> None:
     from datetime import datetime
 
@@ -74,13 +79,13 @@ def test_a_summary_recalled_for_one_member_shows_that_member_whole_and_dated() -
                        content="Ann - 8 May 2023: adopted a cat. 12 May: ran 5 km.")
     candidates = plan_candidates(memories, vectors, tiers_for(deep=False))
     [found] = passages(candidates, axis(2)[None, :], 1)
-    [hit] = hits_from(candidates, found)
+    [hit] = hits_from(candidates, found, by_id(candidates))
     assert hit.memory.id == "s" and [m.id for m in hit.members] == ["o2"]
     assert hit.text == "Ann ran 5 km (12 May 2023)" == dated(memories[2])
     # Both members match a query between them: both show, oldest first, not the summary.
     both = (axis(1) + axis(2)) / np.sqrt(2)
     [found] = passages(candidates, both[None, :], 1)
-    [hit] = hits_from(candidates, found)
+    [hit] = hits_from(candidates, found, by_id(candidates))
     assert [m.id for m in hit.members] == ["o1", "o2"]
     assert hit.text == "Ann adopted a cat (8 May 2023)\nAnn ran 5 km (12 May 2023)"
     assert "adopted a cat." not in hit.text  # the members' own words, not the summary's
@@ -93,7 +98,7 @@ def test_an_update_found_by_its_older_value_shows_the_newest_only() -> None:
                 view("old", tier=Tier.COLD, superseded_by="new", content="Ann lives in Rome")]
     candidates = plan_candidates(memories, np.stack([axis(0), axis(1)]), tiers_for(deep=False))
     [found] = passages(candidates, axis(1)[None, :], 1)
-    [hit] = hits_from(candidates, found)
+    [hit] = hits_from(candidates, found, by_id(candidates))
     assert hit.memory.id == "new" and hit.members == () and hit.text == "Ann lives in Oslo"
 
 
@@ -105,4 +110,4 @@ def test_passages_and_rank_agree_on_the_rows_and_their_order() -> None:
         for k in (1, 2, 5):
             [best] = rank(candidates, q[None, :], k)
             [found] = passages(candidates, q[None, :], k)
-            assert [h.memory.id for h in hits_from(candidates, found)] == ids(candidates, best)
+            assert [h.memory.id for h in hits_from(candidates, found, by_id(candidates))] == ids(candidates, best)

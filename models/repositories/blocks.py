@@ -54,4 +54,7 @@ def upsert(s: Session, profile: str, plans: Sequence[BlockPlan], as_of: datetime
             block.source_ids = list(plan.source_ids)
             block.mode = plan.mode
             block.compiled_at = as_of
+    # Sent now rather than at commit: a write's statements come from the function that
+    # makes it (what tests/test_recall_cache.py audits them by).
+    s.flush()
     return changed

@@ -51,15 +51,33 @@ def ingest_horizons(s: Session, names: Sequence[str]) -> dict[str, int]:
 
 
 def next_ingest_seqs(s: Session, names: Iterable[str]) -> dict[str, int]:
-    """Count one more ingest of each profile; returns the number its rows are stamped
-    with. The counter is bumped in the ingest's own transaction, which holds the
-    profile's row until it commits: ingests of a profile commit in the order of their
-    numbers, so a run that reads the counter (``ingest_horizons``) sees every ingest
-    numbered up to it and none after."""
+    """Count one more ingest of each profile, and one more write (``bump_write_seqs``);
+    returns the number its rows are stamped with. The counter is bumped in the ingest's
+    own transaction, which holds the profile's row until it commits: ingests of a
+    profile commit in the order of their numbers, so a run that reads the counter
+    (``ingest_horizons``) sees every ingest numbered up to it and none after."""
     out: dict[str, int] = {}
     for name in sorted(set(names)):  # a fixed order: two ingests never lock crosswise
         out[name] = s.execute(
             update(Profile).where(col(Profile.id) == name)
-            .values(ingest_seq=Profile.ingest_seq + 1).returning(col(Profile.ingest_seq))
+            .values(ingest_seq=Profile.ingest_seq + 1, write_seq=Profile.write_seq + 1)
+            .returning(col(Profile.ingest_seq))
         ).scalar_one()
     return out
+
+
+def bump_write_seqs(s: Session, names: Iterable[str]) -> None:
+    """Count one more write transaction of each profile (``Profile.write_seq``). Called
+    first in the transaction: it takes the profile's row lock before any other, in one
+    fixed order, as ingest does, so writers of one profile never lock crosswise; and it
+    commits with the writes, so a reader that sees the new count sees them too."""
+    for name in sorted(set(names)):
+        s.execute(update(Profile).where(col(Profile.id) == name)
+                  .values(write_seq=Profile.write_seq + 1))
+
+
+def write_seq(s: Session, name: str) -> int | None:
+    """The profile's write count in the caller's snapshot; None if there is no such
+    profile. One row by primary key: what a cache checks on every call."""
+    return s.execute(
+        select(col(Profile.write_seq)).where(col(Profile.id) == name)).scalar()

@@ -2,7 +2,9 @@
 and a fresh store per test (the store Reverie's settings point at).
 
 Stores are SQLite files, or with ``REVERIE_TEST_POSTGRES`` set to an admin URL of a
-PostgreSQL server, fresh PostgreSQL databases (``make test`` runs the suite both ways).
+PostgreSQL server, fresh PostgreSQL databases. ``make test`` runs the whole suite on
+SQLite, in parallel processes, then on PostgreSQL the tests that reach a store
+(tests/legs.py says which, and checks that they run all of the store's code).
 """
 
 from __future__ import annotations
@@ -21,6 +23,15 @@ os.environ.setdefault("REVERIE_LOCAL_SERVER", "temporary")
 # Golden exports hash vectors: PyTorch's, bit for bit. OpenVINO's match them to cosine
 # 0.999 but not bit for bit; tests/test_embedding_backends.py compares the two.
 os.environ["REVERIE_EMBEDDING_BACKEND"] = "torch"
+# Each test process (pytest-xdist runs two) gets a Prefect home of its own: the
+# temporary servers commands start keep their database there, and two processes
+# migrating one SQLite file lock each other out.
+# A worker inherits the home its controller made: that one is made anew too.
+if os.environ.get("PREFECT_HOME", "") == os.environ.get("REVERIE_TEST_PREFECT_HOME", ""):
+    import tempfile
+
+    os.environ["PREFECT_HOME"] = tempfile.mkdtemp(prefix="reverie-test-prefect-")
+    os.environ["REVERIE_TEST_PREFECT_HOME"] = os.environ["PREFECT_HOME"]
 
 import shutil
 import uuid
@@ -39,17 +50,60 @@ from factories import ingest_file
 TEST_POSTGRES = os.environ.get("REVERIE_TEST_POSTGRES")  # an admin URL, or unset
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # The PostgreSQL leg's trace of the store's code (tests/legs.py), from before the
+    # first test imports anything. Only where asked (make test): a run of some modules
+    # would rightly find functions it did not run.
+    if TEST_POSTGRES and os.environ.get("REVERIE_TEST_STORE_COVERAGE") == "1":
+        import coverage
+
+        from legs import STORE_SOURCES
+
+        tracer = coverage.Coverage(data_file=None, include=[str(p) for p in STORE_SOURCES])
+        tracer.start()
+        config.stash[STORE_TRACER] = tracer
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    home = os.environ.get("REVERIE_TEST_PREFECT_HOME")
+    if home and home == os.environ.get("PREFECT_HOME"):
+        shutil.rmtree(home, ignore_errors=True)
+
+
+STORE_TRACER = pytest.StashKey["object"]()
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The PostgreSQL leg skips what does not depend on the store's back-end (marked
-    ``store_independent``, each with its reason): it ran in the SQLite leg already,
-    and the suite's time is CI's limit."""
+    """Mark ``store`` the tests that reach the store under test (tests/legs.py). The
+    PostgreSQL leg runs only those, and the check of its trace last."""
+    from legs import BackendReach
+
+    reaches = BackendReach()
+    for item in items:
+        if item.get_closest_marker("store") is None and _reaches_store(item, reaches):
+            item.add_marker(pytest.mark.store)
     if not TEST_POSTGRES:
         return
+    kept, dropped = [], []
     for item in items:
-        marker = item.get_closest_marker("store_independent")
-        if marker is not None:
-            item.add_marker(pytest.mark.skip(
-                reason=f"store-independent, run in the SQLite leg: {marker.args[0]}"))
+        on_postgres = (item.get_closest_marker("store") is not None
+                       and item.get_closest_marker("store_independent") is None)
+        (kept if on_postgres else dropped).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+    kept.sort(key=lambda i: i.get_closest_marker("store_trace_check") is not None)
+    items[:] = kept
+
+
+def _reaches_store(item: pytest.Item, reaches: Callable[[object], bool]) -> bool:
+    function = getattr(item, "function", None)
+    if function is not None and reaches(function):
+        return True
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return False
+    return any(reaches(d.func) for name in info.names_closure
+               for d in info.name2fixturedefs.get(name, ()))
 
 
 def _create_postgres_database() -> str:

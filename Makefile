@@ -42,9 +42,10 @@ ifeq ($(CHROMIUM),)
 	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium
 endif
 
-# The whole suite runs on SQLite (the default), in two processes; then on a real
-# PostgreSQL, the tests that reach the store (tests/legs.py), tracing the store's code
-# so that its last test fails naming any repository function no test ran there.
+# The whole suite runs on SQLite (the default), in two processes, tests that share a
+# module's server kept on one (tests/legs.py); then on a real
+# PostgreSQL, also in two processes, the tests that reach the store (tests/legs.py),
+# tracing the store's code: the leg fails naming any repository function no test ran.
 TEST_POSTGRES ?= postgresql+psycopg2://reverie:reverie@127.0.0.1:5432/postgres
 TEST_WORKERS ?= 2
 
@@ -52,8 +53,8 @@ postgres:
 	./.ci/postgres
 
 test: $(STAMP) chromium postgres
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
-	REVERIE_TEST_POSTGRES=$(TEST_POSTGRES) REVERIE_TEST_STORE_COVERAGE=1 $(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup
+	REVERIE_TEST_POSTGRES=$(TEST_POSTGRES) REVERIE_TEST_STORE_COVERAGE=1 $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup
 
 clean:
 	rm -rf $(VENV) .reverie

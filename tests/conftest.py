@@ -51,9 +51,9 @@ TEST_POSTGRES = os.environ.get("REVERIE_TEST_POSTGRES")  # an admin URL, or unse
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    # The PostgreSQL leg's trace of the store's code (tests/legs.py), from before the
-    # first test imports anything. Only where asked (make test): a run of some modules
-    # would rightly find functions it did not run.
+    # The PostgreSQL leg's trace of the store's code (tests/legs.py), in each test
+    # process, from before the first test runs. Only where asked (make test): a run of
+    # some modules would rightly find functions it did not run.
     if TEST_POSTGRES and os.environ.get("REVERIE_TEST_STORE_COVERAGE") == "1":
         import coverage
 
@@ -61,7 +61,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
         tracer = coverage.Coverage(data_file=None, include=[str(p) for p in STORE_SOURCES])
         tracer.start()
-        config.stash[STORE_TRACER] = tracer
+        config.stash[STORE_TRACE] = (tracer, {})
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -70,18 +70,67 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         shutil.rmtree(home, ignore_errors=True)
 
 
-STORE_TRACER = pytest.StashKey["object"]()
+# The tracer, and the lines each file of the store's code ran (in this process and,
+# in xdist's controller, in its workers).
+STORE_TRACE = pytest.StashKey[tuple[object, dict[str, set[int]]]]()
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    trace = session.config.stash.get(STORE_TRACE, None)
+    if trace is None:
+        return
+    tracer, lines = trace
+    tracer.stop()  # type: ignore[attr-defined]
+    data = tracer.get_data()  # type: ignore[attr-defined]
+    for name in data.measured_files():
+        lines.setdefault(name, set()).update(data.lines(name) or ())
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:  # an xdist worker: its controller checks
+        workeroutput["store_lines"] = {k: sorted(v) for k, v in lines.items()}
+        return
+    if exitstatus not in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
+        return
+    from legs import STORE_SOURCES, public_functions, unexercised
+
+    executed = {Path(k).resolve(): v for k, v in lines.items()}
+    functions = [f for p in STORE_SOURCES for f in public_functions(p.resolve(), p.read_text())]
+    missing = unexercised(functions, executed)
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if missing:
+        if reporter is not None:
+            reporter.write_sep("=", "store code no test ran on PostgreSQL", red=True)
+            for name in missing:
+                reporter.write_line(f"not run on PostgreSQL: {name}")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    elif reporter is not None:
+        reporter.write_line(f"every one of the store's {len(functions)} public functions "
+                            "ran on PostgreSQL")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: object, error: object) -> None:
+    trace = node.config.stash.get(STORE_TRACE, None)  # type: ignore[attr-defined]
+    output = getattr(node, "workeroutput", {}).get("store_lines")
+    if trace is not None and output:
+        for name, numbers in output.items():
+            trace[1].setdefault(name, set()).update(numbers)
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark ``store`` the tests that reach the store under test (tests/legs.py). The
-    PostgreSQL leg runs only those, and the check of its trace last."""
-    from legs import BackendReach
+    """Mark ``store`` the tests that reach the store under test (tests/legs.py): the
+    PostgreSQL leg runs only those. Keep on one xdist process the tests that share
+    what a module's fixture holds until the module ends (a server, a stack: a fixture
+    with a teardown); the rest spread over the processes one test at a time."""
+    from legs import BackendReach, holds_shared
 
     reaches = BackendReach()
     for item in items:
         if item.get_closest_marker("store") is None and _reaches_store(item, reaches):
             item.add_marker(pytest.mark.store)
+        if item.get_closest_marker("xdist_group") is None and holds_shared(_fixture_defs(item)):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
     if not TEST_POSTGRES:
         return
     kept, dropped = [], []
@@ -91,19 +140,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         (kept if on_postgres else dropped).append(item)
     if dropped:
         config.hook.pytest_deselected(items=dropped)
-    kept.sort(key=lambda i: i.get_closest_marker("store_trace_check") is not None)
     items[:] = kept
+
+
+def _fixture_defs(item: pytest.Item) -> list[pytest.FixtureDef[object]]:
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return []
+    return [d for name in info.names_closure for d in info.name2fixturedefs.get(name, ())]
 
 
 def _reaches_store(item: pytest.Item, reaches: Callable[[object], bool]) -> bool:
     function = getattr(item, "function", None)
     if function is not None and reaches(function):
         return True
-    info = getattr(item, "_fixtureinfo", None)
-    if info is None:
-        return False
-    return any(reaches(d.func) for name in info.names_closure
-               for d in info.name2fixturedefs.get(name, ()))
+    return any(reaches(d.func) for d in _fixture_defs(item))
 
 
 def _create_postgres_database() -> str:

@@ -11,14 +11,15 @@ more. The rule follows names, so a new test that takes the ``store`` fixture, or
 adds a test by hand and ``@pytest.mark.store_independent(reason)`` takes one off.
 
 A name-following rule can miss a path (a helper reached through an attribute of an
-object), so the PostgreSQL leg also traces the store's own code: the last test of the
-leg fails naming each public function of ``models/store.py`` and
-``models/repositories/`` that no test ran there.
+object), so the PostgreSQL leg also traces the store's own code in every test process:
+the run fails (conftest's ``pytest_sessionfinish``) naming each public function of
+``models/store.py`` and ``models/repositories/`` that no test ran there.
 """
 
 from __future__ import annotations
 
 import ast
+import inspect
 import types
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -101,6 +102,19 @@ class BackendReach:
                           for f in _functions_of(c))
         self._known[code] = reached
         return reached
+
+
+def holds_shared(fixtures: Iterable[object]) -> bool:
+    """Whether a test's fixtures hold something for its whole module (or class): a
+    non-function-scoped fixture with a teardown (a generator), such as a Prefect stack
+    or an API server. Such a module's tests stay on one xdist process, which starts it
+    once; a fixture without a teardown is a cache, cheap to fill on each process, and
+    session fixtures are each process's own anyway."""
+    return any(
+        getattr(f, "scope", "function") in ("module", "class", "package")
+        and (inspect.isgeneratorfunction(getattr(f, "func", None))
+             or inspect.isasyncgenfunction(getattr(f, "func", None)))
+        for f in fixtures)
 
 
 @dataclass(frozen=True)

@@ -3,13 +3,14 @@ store under test, and the PostgreSQL leg's check that it ran all of the store's 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 import conftest
 import prefect_stack
-from legs import STORE_SOURCES, BackendReach, public_functions, unexercised
+from legs import STORE_SOURCES, BackendReach, holds_shared, public_functions, unexercised
 
 SOURCE = '''
 def read(x):
@@ -83,17 +84,20 @@ def test_a_test_taking_no_store_is_not_marked(request: pytest.FixtureRequest) ->
     assert request.node.get_closest_marker("store") is None
 
 
-@pytest.mark.store
-@pytest.mark.store_trace_check
-def test_the_postgresql_leg_ran_every_function_of_the_store(
-        pytestconfig: pytest.Config) -> None:
-    tracer = pytestconfig.stash.get(conftest.STORE_TRACER, None)
-    if tracer is None:
-        pytest.skip("the trace runs in make test's PostgreSQL leg "
-                    "(REVERIE_TEST_STORE_COVERAGE=1 with REVERIE_TEST_POSTGRES)")
-    tracer.stop()  # type: ignore[attr-defined]
-    data = tracer.get_data()  # type: ignore[attr-defined]
-    executed = {Path(f).resolve(): set(data.lines(f) or ()) for f in data.measured_files()}
-    functions = [f for p in STORE_SOURCES for f in public_functions(p.resolve(), p.read_text())]
-    missing = unexercised(functions, executed)
-    assert missing == [], "not run by any test on PostgreSQL: " + ", ".join(missing)
+class _Fixture:
+    def __init__(self, scope: str, func: object) -> None:
+        self.scope, self.func = scope, func
+
+
+def _server() -> Iterator[int]:
+    yield 1
+
+
+def _cache() -> dict[str, str]:
+    return {}
+
+
+def test_a_module_fixture_with_a_teardown_keeps_its_tests_together() -> None:
+    assert holds_shared([_Fixture("function", _server), _Fixture("module", _server)])
+    assert not holds_shared([_Fixture("module", _cache), _Fixture("session", _server),
+                             _Fixture("function", _server)])

@@ -20,6 +20,10 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 # ends with it: a shared local server would outlive the test and its temporary folder.
 # tests/test_local_server.py covers the shared one.
 os.environ.setdefault("REVERIE_LOCAL_SERVER", "temporary")
+# A command's temporary Prefect server starting on 2 cores shared by the suite's two
+# processes and their children (and by other work): Prefect's 20 s is not enough there,
+# so every command a test runs gets the harness's allowance.
+os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
 # Golden exports hash vectors: PyTorch's, bit for bit. OpenVINO's match them to cosine
 # 0.999 but not bit for bit; tests/test_embedding_backends.py compares the two.
 os.environ["REVERIE_EMBEDDING_BACKEND"] = "torch"

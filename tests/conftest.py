@@ -63,8 +63,11 @@ def pytest_configure(config: pytest.Config) -> None:
 
         from legs import STORE_SOURCES
 
-        tracer = coverage.Coverage(data_file=None, include=[str(p) for p in STORE_SOURCES])
-        tracer.start()
+        tracer = None
+        # xdist's controller runs no test: it only gathers its workers' lines.
+        if hasattr(config, "workerinput") or not config.getoption("numprocesses", None):
+            tracer = coverage.Coverage(data_file=None, include=[str(p) for p in STORE_SOURCES])
+            tracer.start()
         config.stash[STORE_TRACE] = (tracer, {})
 
 
@@ -76,7 +79,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 # The tracer, and the lines each file of the store's code ran (in this process and,
 # in xdist's controller, in its workers).
-STORE_TRACE = pytest.StashKey[tuple[object, dict[str, set[int]]]]()
+STORE_TRACE = pytest.StashKey[tuple[object | None, dict[str, set[int]]]]()
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -85,10 +88,11 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if trace is None:
         return
     tracer, lines = trace
-    tracer.stop()  # type: ignore[attr-defined]
-    data = tracer.get_data()  # type: ignore[attr-defined]
-    for name in data.measured_files():
-        lines.setdefault(name, set()).update(data.lines(name) or ())
+    if tracer is not None:
+        tracer.stop()  # type: ignore[attr-defined]
+        data = tracer.get_data()  # type: ignore[attr-defined]
+        for name in data.measured_files():
+            lines.setdefault(name, set()).update(data.lines(name) or ())
     workeroutput = getattr(session.config, "workeroutput", None)
     if workeroutput is not None:  # an xdist worker: its controller checks
         workeroutput["store_lines"] = {k: sorted(v) for k, v in lines.items()}

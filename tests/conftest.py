@@ -128,9 +128,9 @@ def pytest_testnodedown(node: object, error: object) -> None:
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark ``store`` the tests that reach the store under test (tests/legs.py): the
-    PostgreSQL leg runs only those. Keep on one xdist process the tests that share
-    what a module's fixture holds until the module ends (a server, a stack: a fixture
-    with a teardown); the rest spread over the processes one test at a time."""
+    PostgreSQL leg runs only those. Keep on one xdist process, in order, the tests
+    that share what a module's fixture holds (a server, a stack, a store they change
+    in turn); the rest spread over the processes one test at a time."""
     from legs import BackendReach, holds_shared
 
     reaches = BackendReach()

@@ -19,7 +19,6 @@ the run fails (conftest's ``pytest_sessionfinish``) naming each public function 
 from __future__ import annotations
 
 import ast
-import inspect
 import types
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -106,15 +105,11 @@ class BackendReach:
 
 def holds_shared(fixtures: Iterable[object]) -> bool:
     """Whether a test's fixtures hold something for its whole module (or class): a
-    non-function-scoped fixture with a teardown (a generator), such as a Prefect stack
-    or an API server. Such a module's tests stay on one xdist process, which starts it
-    once; a fixture without a teardown is a cache, cheap to fill on each process, and
-    session fixtures are each process's own anyway."""
-    return any(
-        getattr(f, "scope", "function") in ("module", "class", "package")
-        and (inspect.isgeneratorfunction(getattr(f, "func", None))
-             or inspect.isasyncgenfunction(getattr(f, "func", None)))
-        for f in fixtures)
+    non-function-scoped fixture, such as a Prefect stack, an API server or a store its
+    tests read and change in turn. Such a module's tests stay on one xdist process, in
+    their order, which sets it up once. Session fixtures are each process's own."""
+    return any(getattr(f, "scope", "function") in ("module", "class", "package")
+               for f in fixtures)
 
 
 @dataclass(frozen=True)

@@ -55,6 +55,12 @@ TEST_POSTGRES = os.environ.get("REVERIE_TEST_POSTGRES")  # an admin URL, or unse
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # An xdist worker's environment says COLUMNS=80 (and LINES): commands that fit their
+    # output to the terminal's width would print other lines than in a serial run,
+    # whose output is no terminal (their fallback width, 120).
+    if hasattr(config, "workerinput"):
+        os.environ.pop("COLUMNS", None)
+        os.environ.pop("LINES", None)
     # The PostgreSQL leg's trace of the store's code (tests/legs.py), in each test
     # process, from before the first test runs. Only where asked (make test): a run of
     # some modules would rightly find functions it did not run.

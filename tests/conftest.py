@@ -2,7 +2,9 @@
 and a fresh store per test (the store Reverie's settings point at).
 
 Stores are SQLite files, or with ``REVERIE_TEST_POSTGRES`` set to an admin URL of a
-PostgreSQL server, fresh PostgreSQL databases (``make test`` runs the suite both ways).
+PostgreSQL server, fresh PostgreSQL databases. ``make test`` runs the whole suite on
+SQLite, in parallel processes, then on PostgreSQL the tests that reach a store
+(tests/legs.py says which, and checks that they run all of the store's code).
 """
 
 from __future__ import annotations
@@ -18,9 +20,22 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 # ends with it: a shared local server would outlive the test and its temporary folder.
 # tests/test_local_server.py covers the shared one.
 os.environ.setdefault("REVERIE_LOCAL_SERVER", "temporary")
+# A command's temporary Prefect server starting on 2 cores shared by the suite's two
+# processes and their children (and by other work): Prefect's 20 s is not enough there,
+# so every command a test runs gets the harness's allowance.
+os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
 # Golden exports hash vectors: PyTorch's, bit for bit. OpenVINO's match them to cosine
 # 0.999 but not bit for bit; tests/test_embedding_backends.py compares the two.
 os.environ["REVERIE_EMBEDDING_BACKEND"] = "torch"
+# Each test process (pytest-xdist runs two) gets a Prefect home of its own: the
+# temporary servers commands start keep their database there, and two processes
+# migrating one SQLite file lock each other out.
+# A worker inherits the home its controller made: that one is made anew too.
+if os.environ.get("PREFECT_HOME", "") == os.environ.get("REVERIE_TEST_PREFECT_HOME", ""):
+    import tempfile
+
+    os.environ["PREFECT_HOME"] = tempfile.mkdtemp(prefix="reverie-test-prefect-")
+    os.environ["REVERIE_TEST_PREFECT_HOME"] = os.environ["PREFECT_HOME"]
 
 import shutil
 import uuid
@@ -39,17 +54,121 @@ from factories import ingest_file
 TEST_POSTGRES = os.environ.get("REVERIE_TEST_POSTGRES")  # an admin URL, or unset
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # An xdist worker's environment says COLUMNS=80 (and LINES): commands that fit their
+    # output to the terminal's width would print other lines than in a serial run,
+    # whose output is no terminal (their fallback width, 120).
+    if hasattr(config, "workerinput"):
+        os.environ.pop("COLUMNS", None)
+        os.environ.pop("LINES", None)
+    # The PostgreSQL leg's trace of the store's code (tests/legs.py), in each test
+    # process, from before the first test runs. Only where asked (make test): a run of
+    # some modules would rightly find functions it did not run.
+    if TEST_POSTGRES and os.environ.get("REVERIE_TEST_STORE_COVERAGE") == "1":
+        import coverage
+
+        from legs import STORE_SOURCES
+
+        tracer = None
+        # xdist's controller runs no test: it only gathers its workers' lines.
+        if hasattr(config, "workerinput") or not config.getoption("numprocesses", None):
+            tracer = coverage.Coverage(data_file=None, include=[str(p) for p in STORE_SOURCES])
+            tracer.start()
+        config.stash[STORE_TRACE] = (tracer, {})
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    home = os.environ.get("REVERIE_TEST_PREFECT_HOME")
+    if home and home == os.environ.get("PREFECT_HOME"):
+        shutil.rmtree(home, ignore_errors=True)
+
+
+# The tracer, and the lines each file of the store's code ran (in this process and,
+# in xdist's controller, in its workers).
+STORE_TRACE = pytest.StashKey[tuple[object | None, dict[str, set[int]]]]()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    trace = session.config.stash.get(STORE_TRACE, None)
+    if trace is None:
+        return
+    tracer, lines = trace
+    if tracer is not None:
+        tracer.stop()  # type: ignore[attr-defined]
+        data = tracer.get_data()  # type: ignore[attr-defined]
+        for name in data.measured_files():
+            lines.setdefault(name, set()).update(data.lines(name) or ())
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:  # an xdist worker: its controller checks
+        workeroutput["store_lines"] = {k: sorted(v) for k, v in lines.items()}
+        return
+    if exitstatus not in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
+        return
+    from legs import STORE_SOURCES, public_functions, unexercised
+
+    executed = {Path(k).resolve(): v for k, v in lines.items()}
+    functions = [f for p in STORE_SOURCES for f in public_functions(p.resolve(), p.read_text())]
+    missing = unexercised(functions, executed)
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if missing:
+        if reporter is not None:
+            reporter.write_sep("=", "store code no test ran on PostgreSQL", red=True)
+            for name in missing:
+                reporter.write_line(f"not run on PostgreSQL: {name}")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    elif reporter is not None:
+        reporter.write_line(f"every one of the store's {len(functions)} public functions "
+                            "ran on PostgreSQL")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: object, error: object) -> None:
+    trace = node.config.stash.get(STORE_TRACE, None)  # type: ignore[attr-defined]
+    output = getattr(node, "workeroutput", {}).get("store_lines")
+    if trace is not None and output:
+        for name, numbers in output.items():
+            trace[1].setdefault(name, set()).update(numbers)
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The PostgreSQL leg skips what does not depend on the store's back-end (marked
-    ``store_independent``, each with its reason): it ran in the SQLite leg already,
-    and the suite's time is CI's limit."""
+    """Mark ``store`` the tests that reach the store under test (tests/legs.py): the
+    PostgreSQL leg runs only those. Keep on one xdist process, in order, the tests
+    that share what a module's fixture holds (a server, a stack, a store they change
+    in turn); the rest spread over the processes one test at a time."""
+    from legs import BackendReach, holds_shared
+
+    reaches = BackendReach()
+    for item in items:
+        if item.get_closest_marker("store") is None and _reaches_store(item, reaches):
+            item.add_marker(pytest.mark.store)
+        if item.get_closest_marker("xdist_group") is None and holds_shared(_fixture_defs(item)):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
     if not TEST_POSTGRES:
         return
+    kept, dropped = [], []
     for item in items:
-        marker = item.get_closest_marker("store_independent")
-        if marker is not None:
-            item.add_marker(pytest.mark.skip(
-                reason=f"store-independent, run in the SQLite leg: {marker.args[0]}"))
+        on_postgres = (item.get_closest_marker("store") is not None
+                       and item.get_closest_marker("store_independent") is None)
+        (kept if on_postgres else dropped).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+    items[:] = kept
+
+
+def _fixture_defs(item: pytest.Item) -> list[pytest.FixtureDef[object]]:
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return []
+    return [d for name in info.names_closure for d in info.name2fixturedefs.get(name, ())]
+
+
+def _reaches_store(item: pytest.Item, reaches: Callable[[object], bool]) -> bool:
+    function = getattr(item, "function", None)
+    if function is not None and reaches(function):
+        return True
+    return any(reaches(d.func) for d in _fixture_defs(item))
 
 
 def _create_postgres_database() -> str:

@@ -463,7 +463,10 @@ def test_make_demo_runs_reverie_demo_which_the_cli_tests_run_as_is() -> None:
 def test_make_test_runs_the_suite_on_sqlite_and_on_postgresql() -> None:
     recipe = makefile()["test"]
     assert len(recipe) == 2 and all("-m pytest" in line for line in recipe)
+    assert "REVERIE_TEST_POSTGRES" not in recipe[0] and " -n " in recipe[0]
+    # The PostgreSQL leg checks its trace of the store's code (tests/legs.py).
     assert recipe[1].startswith("REVERIE_TEST_POSTGRES=")
+    assert "REVERIE_TEST_STORE_COVERAGE=1" in recipe[1]
     assert "postgres" in makefile() and "chromium" in makefile()
 
 

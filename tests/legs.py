@@ -1,0 +1,148 @@
+"""Which tests the PostgreSQL leg runs, and its check that it reaches every function of
+the store.
+
+``make test`` runs the whole suite on SQLite, then on PostgreSQL only the tests whose
+outcome can depend on the back-end: those that reach the suite's store factory
+(``conftest._create_postgres_database``, or a read of ``TEST_POSTGRES``), through a
+fixture or a helper they call by name. A test that reaches neither does the very same
+thing with ``REVERIE_TEST_POSTGRES`` set or not, so running it twice tested nothing
+more. The rule follows names, so a new test that takes the ``store`` fixture, or calls
+``new_store_url``, is on both legs without anyone listing it; ``@pytest.mark.store``
+adds a test by hand and ``@pytest.mark.store_independent(reason)`` takes one off.
+
+A name-following rule can miss a path (a helper reached through an attribute of an
+object), so the PostgreSQL leg also traces the store's own code in every test process:
+the run fails (conftest's ``pytest_sessionfinish``) naming each public function of
+``models/store.py`` and ``models/repositories/`` that no test ran there.
+"""
+
+from __future__ import annotations
+
+import ast
+import types
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+TESTS = Path(__file__).resolve().parent
+PACKAGE = TESTS.parent
+# The store's own code: what the PostgreSQL leg must run in full.
+STORE_SOURCES = (PACKAGE / "models" / "store.py", *sorted(
+    p for p in (PACKAGE / "models" / "repositories").glob("*.py") if p.name != "__init__.py"))
+# What a test reads or calls to get a store on the back-end under test.
+BACKEND_NAMES = frozenset({"TEST_POSTGRES", "_create_postgres_database"})
+
+
+def _names(code: types.CodeType) -> set[str]:
+    """Every global or attribute name a code object and its nested functions use."""
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _names(const)
+    return names
+
+
+def _is_helper(obj: object) -> bool:
+    """Defined in tests/: the suite's own code, which may reach the store factory.
+    Product code never reads the suite's settings, so it is not followed."""
+    code = getattr(obj, "__code__", None)
+    if code is not None:
+        return Path(code.co_filename).resolve().parent == TESTS
+    module = getattr(obj, "__file__", None) if isinstance(obj, types.ModuleType) else None
+    if module is not None:
+        return Path(module).resolve().parent == TESTS
+    return isinstance(obj, type) and obj.__module__ in _helper_modules()
+
+
+def _helper_modules() -> set[str]:
+    return {p.stem for p in TESTS.glob("*.py")}
+
+
+def _functions_of(obj: object) -> list[Callable[..., object]]:
+    if isinstance(obj, type):
+        found = []
+        for value in vars(obj).values():
+            value = getattr(value, "__func__", value)
+            if isinstance(value, property):
+                value = value.fget
+            if getattr(value, "__code__", None) is not None:
+                found.append(value)
+        return found
+    return [obj] if getattr(obj, "__code__", None) is not None else []  # type: ignore[list-item]
+
+
+class BackendReach:
+    """Whether a function of the suite reaches the back-end under test, by the names it
+    uses, followed through the suite's own helpers (memoized: the suite has ~1,000
+    tests and a few hundred helpers)."""
+
+    def __init__(self) -> None:
+        self._known: dict[types.CodeType, bool] = {}
+
+    def __call__(self, func: Callable[..., object]) -> bool:
+        func = getattr(func, "__wrapped__", func)
+        code = getattr(func, "__code__", None)
+        if code is None:
+            return False
+        if code in self._known:
+            return self._known[code]
+        self._known[code] = False  # a cycle reaches nothing new
+        names = _names(code)
+        scope: Mapping[str, object] = getattr(func, "__globals__", {})
+        reached = bool(names & BACKEND_NAMES)
+        if not reached:
+            modules = [scope[n] for n in names
+                       if isinstance(scope.get(n), types.ModuleType) and _is_helper(scope[n])]
+            candidates = [scope[n] for n in names if n in scope]
+            candidates += [getattr(m, n) for m in modules for n in names if hasattr(m, n)]
+            # A decorated helper (a context manager, a fixture) is its own function.
+            candidates = [getattr(c, "__wrapped__", c) for c in candidates]
+            reached = any(self(f) for c in candidates if _is_helper(c)
+                          for f in _functions_of(c))
+        self._known[code] = reached
+        return reached
+
+
+def holds_shared(fixtures: Iterable[object]) -> bool:
+    """Whether a test's fixtures hold something for its whole module (or class): a
+    non-function-scoped fixture, such as a Prefect stack, an API server or a store its
+    tests read and change in turn. Such a module's tests stay on one xdist process, in
+    their order, which sets it up once. Session fixtures are each process's own."""
+    return any(getattr(f, "scope", "function") in ("module", "class", "package")
+               for f in fixtures)
+
+
+@dataclass(frozen=True)
+class Function:
+    """A public function of the store's code: where its body lies in its file."""
+
+    path: Path
+    name: str
+    body: range
+
+    def __str__(self) -> str:
+        where = self.path.relative_to(PACKAGE) if self.path.is_relative_to(PACKAGE) else self.path
+        return f"{where.as_posix()}:{self.name}"
+
+
+def public_functions(path: Path, source: str) -> list[Function]:
+    """The module's public functions and its public classes' public methods."""
+    tree = ast.parse(source)
+    found: list[Function] = []
+
+    def add(node: ast.AST, prefix: str) -> None:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and not node.name.startswith("_"):
+            body = range(node.body[0].lineno, (node.end_lineno or node.lineno) + 1)
+            found.append(Function(path, prefix + node.name, body))
+
+    for node in tree.body:
+        add(node, "")
+        if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
+            for member in node.body:
+                add(member, node.name + ".")
+    return found
+
+
+def unexercised(functions: Iterable[Function], executed: Mapping[Path, set[int]]) -> list[str]:
+    """The functions none of whose body lines ran."""
+    return [str(f) for f in functions if not executed.get(f.path, set()) & set(f.body)]

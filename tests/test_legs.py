@@ -1,0 +1,104 @@
+"""The split of ``make test`` into its two legs (tests/legs.py): which tests reach the
+store under test, and the PostgreSQL leg's check that it ran all of the store's code."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import conftest
+import prefect_stack
+from legs import STORE_SOURCES, BackendReach, holds_shared, public_functions, unexercised
+
+SOURCE = '''
+def read(x):
+    """A docstring."""
+    return x
+
+
+def _private():
+    return 1
+
+
+class Repo:
+    def write(self):
+        pass
+
+    def _hidden(self):
+        pass
+
+
+class _Internal:
+    def ignored(self):
+        pass
+'''
+
+
+def test_public_functions_are_module_functions_and_public_methods() -> None:
+    found = public_functions(Path("/x/m.py"), SOURCE)
+    assert [(f.name, list(f.body)) for f in found] == [("read", [3, 4]), ("Repo.write", [13])]
+
+
+def test_a_function_is_exercised_when_a_line_of_its_body_ran() -> None:
+    path = Path("/x/m.py")
+    found = public_functions(path, SOURCE)
+    # Line 2 (the def) runs at import: it says nothing of the body.
+    assert [f.split(":")[1] for f in unexercised(found, {path: {2, 13}})] == ["read"]
+    assert unexercised(found, {path: {4, 13}}) == []
+    assert len(unexercised(found, {})) == 2
+
+
+def test_the_store_sources_hold_the_store_and_its_repositories() -> None:
+    names = {p.name for p in STORE_SOURCES}
+    assert {"store.py", "memories.py", "summaries.py"} <= names
+    assert all(public_functions(p, p.read_text()) for p in STORE_SOURCES)
+
+
+def _via_helper() -> None:
+    with prefect_stack.new_store_url(Path(".")):
+        pass
+
+
+def _not_via_anything() -> int:
+    return len(str(Path(".")))
+
+
+def test_reach_follows_names_through_the_suites_helpers() -> None:
+    reaches = BackendReach()
+    assert reaches(conftest._create_postgres_database)
+    assert reaches(conftest.new_store)  # the fixture, through its factory
+    assert reaches(prefect_stack.new_store_url)
+    assert reaches(_via_helper)  # an attribute of a helper module
+    assert not reaches(_not_via_anything)
+    assert not reaches(conftest.clone_sample)  # takes a store, makes none
+
+
+def test_a_test_taking_the_store_fixture_is_marked_store(request: pytest.FixtureRequest,
+                                                         store: object) -> None:
+    assert request.node.get_closest_marker("store") is not None
+
+
+def test_a_test_taking_no_store_is_not_marked(request: pytest.FixtureRequest) -> None:
+    assert request.node.get_closest_marker("store") is None
+
+
+class _Fixture:
+    def __init__(self, scope: str, func: object) -> None:
+        self.scope, self.func = scope, func
+
+
+def _server() -> Iterator[int]:
+    yield 1
+
+
+def _cache() -> dict[str, str]:
+    return {}
+
+
+def test_a_module_fixture_keeps_its_tests_together() -> None:
+    # A module's store that its tests change in turn is shared as much as a server.
+    assert holds_shared([_Fixture("function", _server), _Fixture("module", _server)])
+    assert holds_shared([_Fixture("module", _cache)])
+    assert not holds_shared([_Fixture("session", _server), _Fixture("function", _cache)])

@@ -132,8 +132,14 @@ def test_a_rejected_or_unanswered_deletion_deletes_nothing(stack: Stack) -> None
     assert stack.wait_final(rejected.id).state_type.value == "COMPLETED"
     timed_out = stack.wait_final(unanswered.id)
     assert timed_out.state_type.value == "FAILED"
-    # The run's state says why it failed, not Prefect's generic pause message.
-    assert "no approval within 5 s" in (timed_out.state.message or ""), timed_out.state.message
+    # The run's state says why it failed, not Prefect's generic pause message. The server
+    # may fail the paused run first, with its own message, just before the run's own
+    # Failed state replaces it: wait for that, as for the artifact below.
+    wait_for(lambda: "no approval within 5 s" in (stack.read_run(unanswered.id).state.message
+                                                  or ""),
+             EVENT_SECONDS, "the timed-out run's own state message",
+             diagnose=lambda: str(stack.read_run(unanswered.id).state.message))
+    assert stack.read_run(unanswered.id).state_type.value == "FAILED"
     assert {p: live(stack.store, p) for p in ("maya", "raj")} == before
     assert "**Approval:** rejected" in approval_text(rejected.id)
     # The run's last artifact version may land just after the server marks it failed.

@@ -100,6 +100,24 @@ def crash_automations(unresponsive_seconds: int, not_started_seconds: int) -> li
     ]
 
 
+def _without_ids(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_ids(v) for k, v in value.items() if k != "id"}
+    if isinstance(value, list):
+        items = [_without_ids(v) for v in value]
+        # Sets (a trigger's event names) come out in no set order.
+        return sorted(items) if all(isinstance(v, str) for v in items) else items
+    return value
+
+
+def same_automation(existing: Any, wanted: Any) -> bool:
+    """Whether ``existing`` (as read from Prefect) already is ``wanted``: the same
+    description, switch, trigger and actions (a trigger's generated id aside)."""
+    fields = {"description", "enabled", "trigger", "actions"}
+    return bool(_without_ids(existing.model_dump(mode="json", include=fields))
+                == _without_ids(wanted.model_dump(mode="json", include=fields)))
+
+
 def ensure_crash_detection(unresponsive_seconds: int | None = None,
                            not_started_seconds: int | None = None) -> CrashDetection:
     """Create the two automations on the configured Prefect API, or bring existing ones
@@ -116,7 +134,10 @@ def ensure_crash_detection(unresponsive_seconds: int | None = None,
         for automation in crash_automations(unresponsive, not_started):
             existing = client.read_automations_by_name(automation.name)
             if existing:
-                client.update_automation(existing[0].id, automation)
+                # Only when it differs: an update drops the trigger's open windows, and
+                # a stack restarted after a crash would never crash the runs in flight.
+                if not same_automation(existing[0], automation):
+                    client.update_automation(existing[0].id, automation)
                 for extra in existing[1:]:
                     client.delete_automation(extra.id)
                 ids[automation.name] = existing[0].id

@@ -48,6 +48,7 @@ WORK_POOL = "reverie"
 STORE_ID_VARIABLE = "REVERIE_STORE_ID"
 PREFECT_DATABASE_VARIABLE = "PREFECT_API_DATABASE_CONNECTION_URL"
 LEASE_STORAGE_VARIABLE = "PREFECT_SERVER_CONCURRENCY_LEASE_STORAGE"
+CAUSAL_ORDERING_VARIABLE = "PREFECT_SERVER_EVENTS_CAUSAL_ORDERING"
 READY = "Reverie is up"
 # From the first SIGTERM to the last SIGKILL. Flow runs have ignored SIGTERM (30 of
 # them, 4.1 GB, outlived a stopped `reverie serve`), so whatever is left is killed.
@@ -99,6 +100,9 @@ def stack_environment(port: int, home: Path, prefect_database: str | None = None
     # server forgets them while the limit still counts their slots as taken, forever.
     # On disk (under PREFECT_HOME) they survive, and the server frees expired ones.
     env.setdefault(LEASE_STORAGE_VARIABLE, "prefect.server.concurrency.lease_storage.filesystem")
+    # A restarted server would hold the state events of runs begun before the restart
+    # for 15 minutes (deployments/causal_ordering.py): their crash alerts with them.
+    env.setdefault(CAUSAL_ORDERING_VARIABLE, "reverie.deployments.causal_ordering")
     # Deployed runs heartbeat at Reverie's pace: the crash-detection automations
     # (deployments/crash_detection.py) expect one within REVERIE_UNRESPONSIVE_SECONDS.
     env[HEARTBEAT_VARIABLE] = str(get_settings().heartbeat_seconds)

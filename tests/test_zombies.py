@@ -262,7 +262,9 @@ def test_each_process_killed_in_turn_leaves_no_run_running_and_the_next_run_goes
             # The failure alert fired for every crashed run.
             wait_for(lambda: len(inbox.messages) >= len(crashed), EVENT_SECONDS,
                      "an alert per crashed run",
-                     diagnose=lambda: stack.describe_automation(TEST_ALERT))
+                     diagnose=lambda: "\n".join([
+                         stack.describe_automation(TEST_ALERT), stack.describe_runs(),
+                         "alerts: " + repr([m["subject"] for m in inbox.messages])]))
             assert all("crashed" in m["subject"] for m in inbox.messages)
     finally:
         inbox.server.shutdown()

@@ -5,9 +5,9 @@ state event before it (each names the one it follows), and remembers what it han
 server memory. After a restart it has forgotten them: the Crashed event of a run that
 was Running before the restart waited for a predecessor that would never come again,
 and the failure alert fired only when Prefect gave up waiting, 15 minutes later
-(``PRECEDING_EVENT_LOOKBACK``). This ordering also counts as handled a predecessor that
-the server received before this server process started: the server that stored it
-handled it, or nothing ever will. ``reverie serve`` selects it through
+(``PRECEDING_EVENT_LOOKBACK``). This ordering also counts as handled a predecessor from
+before this server process started (a state entered, or an event received, earlier):
+the server of the time handled it, or nothing ever will. ``reverie serve`` selects it through
 ``PREFECT_SERVER_EVENTS_CAUSAL_ORDERING``; the server imports it, nothing else does.
 """
 
@@ -46,8 +46,19 @@ class CausalOrdering(_InMemory):
         from prefect.server.database import provide_database_interface
 
         db = provide_database_interface()
+        # A state event's id is its state's: the state row is committed with the
+        # transition, while a server killed with SIGKILL loses the events it had not
+        # yet written (they are written in batches).
+        queries = [
+            sa.select(db.FlowRunState.id).where(db.FlowRunState.id == event_id,
+                                                db.FlowRunState.timestamp < self._started),
+            sa.select(db.TaskRunState.id).where(db.TaskRunState.id == event_id,
+                                                db.TaskRunState.timestamp < self._started),
+            sa.select(db.Event.id).where(db.Event.id == event_id,
+                                         db.Event.received < self._started),
+        ]
         async with db.session_context() as session:
-            found = await session.scalar(
-                sa.select(db.Event.id).where(db.Event.id == event_id,
-                                             db.Event.received < self._started))
-        return found is not None
+            for query in queries:
+                if await session.scalar(query) is not None:
+                    return True
+        return False

@@ -76,6 +76,8 @@ def ensure_failure_alerts(block: str | None = None) -> AlertState:
     from prefect.client.orchestration import get_client
     from prefect.exceptions import ObjectNotFound
 
+    from reverie.deployments.crash_detection import same_automation
+
     block = block if block is not None else get_settings().alert_block
     with get_client(sync_client=True) as client:
         existing = client.read_automations_by_name(AUTOMATION_NAME)
@@ -94,7 +96,8 @@ def ensure_failure_alerts(block: str | None = None) -> AlertState:
             ) from None
         automation = failure_automation(document.id, reverie_flow_names())
         if existing:
-            client.update_automation(existing[0].id, automation)
+            if not same_automation(existing[0], automation):
+                client.update_automation(existing[0].id, automation)
             for extra in existing[1:]:
                 client.delete_automation(extra.id)
             return AlertState(existing[0].id, True, block)

@@ -5,7 +5,10 @@ exists (an existing pool keeps what the operator set: paused or not, its concurr
 limit), deploys every flow from ``prefect.yaml`` (schedules and event triggers included)
 and starts a worker, then waits. Ctrl-C, SIGTERM or a hangup stops everything it
 started, the flow runs the worker spawned and their children included: each is asked
-to end (SIGTERM) and killed if it has not within ``STOP_SECONDS`` in all.
+to end (SIGTERM) and killed if it has not within ``STOP_SECONDS`` in all. While it
+waits, a server or worker that dies is started again, and the processes it left (a
+dead worker's flow runs) are ended; the automations of ``crash_detection`` then mark
+their runs Crashed. A killed ``serve`` takes its server and worker with it.
 Prefect keeps its own database under ``--home`` (default ``.reverie/prefect``), apart
 from the memory store: SQLite, or PostgreSQL when ``PREFECT_API_DATABASE_CONNECTION_URL``
 names one (from the environment: the URL holds a password), which a platform should use
@@ -15,6 +18,7 @@ then 503s).
 
 from __future__ import annotations
 
+import ctypes
 import os
 import shutil
 import signal
@@ -23,8 +27,9 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
@@ -43,6 +48,7 @@ WORK_POOL = "reverie"
 STORE_ID_VARIABLE = "REVERIE_STORE_ID"
 PREFECT_DATABASE_VARIABLE = "PREFECT_API_DATABASE_CONNECTION_URL"
 LEASE_STORAGE_VARIABLE = "PREFECT_SERVER_CONCURRENCY_LEASE_STORAGE"
+CAUSAL_ORDERING_VARIABLE = "PREFECT_SERVER_EVENTS_CAUSAL_ORDERING"
 READY = "Reverie is up"
 # From the first SIGTERM to the last SIGKILL. Flow runs have ignored SIGTERM (30 of
 # them, 4.1 GB, outlived a stopped `reverie serve`), so whatever is left is killed.
@@ -50,6 +56,14 @@ STOP_SECONDS = 20.0
 # How often serve sends events the store kept while the API was away.
 EVENT_FLUSH_SECONDS = 15.0
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+HEARTBEAT_VARIABLE = "PREFECT_FLOWS_HEARTBEAT_FREQUENCY"
+LEGACY_HEARTBEAT_VARIABLE = "PREFECT_RUNNER_HEARTBEAT_FREQUENCY"
+# A process of the stack that keeps dying is not restarted for ever: after this many
+# restarts within RESTART_WINDOW_SECONDS, serve stops and says so.
+RESTART_LIMIT = 5
+RESTART_WINDOW_SECONDS = 600.0
+_PR_SET_PDEATHSIG = 1
+_PR_SET_CHILD_SUBREAPER = 36
 
 
 def project_root() -> Path:
@@ -86,6 +100,13 @@ def stack_environment(port: int, home: Path, prefect_database: str | None = None
     # server forgets them while the limit still counts their slots as taken, forever.
     # On disk (under PREFECT_HOME) they survive, and the server frees expired ones.
     env.setdefault(LEASE_STORAGE_VARIABLE, "prefect.server.concurrency.lease_storage.filesystem")
+    # A restarted server would hold the state events of runs begun before the restart
+    # for 15 minutes (deployments/causal_ordering.py): their crash alerts with them.
+    env.setdefault(CAUSAL_ORDERING_VARIABLE, "reverie.deployments.causal_ordering")
+    # Deployed runs heartbeat at Reverie's pace: the crash-detection automations
+    # (deployments/crash_detection.py) expect one within REVERIE_UNRESPONSIVE_SECONDS.
+    env[HEARTBEAT_VARIABLE] = str(get_settings().heartbeat_seconds)
+    env.pop(LEGACY_HEARTBEAT_VARIABLE, None)
     env.update({
         "PREFECT_HOME": str(home),
         "PREFECT_API_URL": f"http://127.0.0.1:{port}/api",
@@ -138,6 +159,7 @@ def start_server(
     server = subprocess.Popen(
         _prefect("server", "start", "--host", "127.0.0.1", "--port", str(port)),
         env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT, start_new_session=True,
+        preexec_fn=_ending_with_us(),
     )
     try:
         wait_healthy(port, server=server, log=log)
@@ -188,14 +210,104 @@ def start_stack(
             _prefect("--no-prompt", "deploy", "--all", *deploy),
             env=env, cwd=root, stdout=out, stderr=subprocess.STDOUT, check=True,
         )
-        processes.append(subprocess.Popen(
-            _prefect("worker", "start", "--pool", WORK_POOL),
-            env=env, cwd=root, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-        ))
+        processes.append(start_worker(port, home, log, prefect_database))
     except BaseException:
         stop(processes)
         raise
     return processes
+
+
+def start_worker(
+    port: int, home: Path, log: Path, prefect_database: str | None = None
+) -> subprocess.Popen[bytes]:
+    """The process worker of the ``reverie`` pool, running flows from the checkout."""
+    root = project_root()
+    env = stack_environment(port, home, prefect_database)
+    env["PWD"] = str(root)
+    env[STORE_ID_VARIABLE] = Store(env[DATABASE_URL_VARIABLE]).id
+    return subprocess.Popen(
+        _prefect("worker", "start", "--pool", WORK_POOL),
+        env=env, cwd=root, stdout=log.open("ab"), stderr=subprocess.STDOUT,
+        start_new_session=True, preexec_fn=_ending_with_us(),
+    )
+
+
+def _ending_with_us() -> Callable[[], None] | None:
+    """For Popen: the child gets SIGTERM when this process dies, even by SIGKILL, so a
+    killed `reverie serve` leaves no server holding its port nor worker taking runs.
+    Linux only; the request is tied to the forking thread: call from the main thread."""
+    if not sys.platform.startswith("linux"):
+        return None
+    prctl = ctypes.CDLL(None, use_errno=True).prctl  # loaded before fork, not in the child
+    parent = os.getpid()
+
+    def ask() -> None:  # in the child, between fork and exec
+        prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM))
+        if os.getppid() != parent:  # we died before the request took effect
+            os._exit(1)
+
+    return ask
+
+
+def become_subreaper() -> bool:
+    """Processes orphaned below this one (a dead worker's flow runs) become its
+    children instead of init's, so that serve can find and end them. Linux only."""
+    if not sys.platform.startswith("linux"):
+        return False
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    return prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+
+
+def end_orphans(keep: Sequence[subprocess.Popen[bytes]], grace: float = STOP_SECONDS) -> int:
+    """End every child of this process but ``keep`` (and what those spawned): as a
+    subreaper, serve inherits what a dead process of the stack left, its flow runs
+    included. Returns how many were found."""
+    kept = {p.pid for p in keep if p.returncode is None}
+    try:
+        orphans = [c for c in psutil.Process().children() if c.pid not in kept]
+    except psutil.Error:
+        return 0
+    if orphans:
+        _end_processes(_with_descendants(orphans), grace)
+        for orphan in orphans:  # our children now: reap them, or they stay zombies
+            with suppress(psutil.Error):
+                orphan.wait(timeout=5)
+    return len(orphans)
+
+
+@dataclass
+class Supervised:
+    """One process of the stack, how to start it again, and when it was restarted."""
+
+    role: str
+    start: Callable[[], subprocess.Popen[bytes]]
+    restarts: list[float] = field(default_factory=list)
+
+    def restart(self) -> subprocess.Popen[bytes]:
+        now = time.monotonic()
+        self.restarts = [t for t in self.restarts if now - t < RESTART_WINDOW_SECONDS] + [now]
+        if len(self.restarts) > RESTART_LIMIT:
+            raise ReverieError(
+                f"the Prefect {self.role} stopped {len(self.restarts)} times within "
+                f"{RESTART_WINDOW_SECONDS:.0f} s; not restarting it again")
+        return self.start()
+
+
+def watch(processes: list[subprocess.Popen[bytes]], supervised: Sequence[Supervised],
+          report: Callable[[str], None]) -> None:
+    """One look at the stack: a process that ended has what it left ended (its flow
+    runs then end Crashed, deployments/crash_detection.py) and is started again."""
+    for n, (process, who) in enumerate(zip(processes, supervised, strict=True)):
+        code = process.poll()
+        if code is None:
+            continue
+        left = end_orphans(processes)
+        report(f"the Prefect {who.role} stopped (exit code {code}); ended {left} "
+               f"process(es) it left (their runs end Crashed); restarting it")
+        processes[n] = who.restart()
+        report(f"the Prefect {who.role} is running again")
+    # A flow run's own children may be orphaned after it (its worker alive).
+    end_orphans(processes)
 
 
 def stop(processes: Sequence[subprocess.Popen[bytes]], timeout: float = STOP_SECONDS) -> None:
@@ -216,10 +328,21 @@ def _end_tree(root: subprocess.Popen[bytes], grace: float) -> None:
     # can no longer be found from it. Flow runs may sit in sessions of their own, so
     # signalling the root's process group would miss them.
     tree = _with_descendants([psutil.Process(root.pid)])  # unreaped, so still there
+    _end_processes(tree, grace, reap=root.poll)
+    try:
+        root.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        pass  # SIGKILL cannot be refused: only an uninterruptible sleep holds it here
+
+
+def _end_processes(tree: set[psutil.Process], grace: float,
+                   reap: Callable[[], object] = lambda: None) -> None:
+    """SIGTERM to ``tree`` and what it spawns meanwhile; SIGKILL to what is left after
+    ``grace`` seconds."""
     _send(tree, signal.SIGTERM)
     deadline = time.monotonic() + grace
     while True:
-        root.poll()  # reaps our own child, which would otherwise linger as a zombie
+        reap()  # our own child would otherwise linger as a zombie
         # A process still alive may have started another since the last look.
         alive = [p for p in _with_descendants(p for p in tree if _alive(p)) if _alive(p)]
         _send([p for p in alive if p not in tree], signal.SIGTERM)
@@ -228,10 +351,6 @@ def _end_tree(root: subprocess.Popen[bytes], grace: float) -> None:
             break
         time.sleep(0.2)
     _send(alive, signal.SIGKILL)
-    try:
-        root.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        pass  # SIGKILL cannot be refused: only an uninterruptible sleep holds it here
 
 
 def _with_descendants(processes: Iterable[psutil.Process]) -> set[psutil.Process]:
@@ -314,6 +433,20 @@ def failure_alerts(port: int) -> str:
     return "off (REVERIE_ALERT_BLOCK names a Prefect notification block to turn them on)"
 
 
+def crash_detection(port: int) -> str:
+    """Create or update the automations that crash runs whose process is gone; what to
+    tell the operator about them."""
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from reverie.deployments.crash_detection import ensure_crash_detection
+
+    with temporary_settings({PREFECT_API_URL: f"http://127.0.0.1:{port}/api"}):
+        found = ensure_crash_detection()
+    return (f"a run whose process is gone is marked Crashed within about "
+            f"{found.unresponsive_seconds} s of its last heartbeat (Pending: "
+            f"{found.not_started_seconds} s)")
+
+
 def serve(
     port: int = 4200, home: Path | None = None, prefect_database: str | None = None,
     prefect_file: Path | None = None,
@@ -327,14 +460,17 @@ def serve(
     print(f"starting Prefect on http://127.0.0.1:{port}, its database on {where} "
           f"(log: {log}) ...", flush=True)
     _stop_on_signals()
+    become_subreaper()
     processes: list[subprocess.Popen[bytes]] = []
     try:
         # Interrupted while starting, start_stack stops what it had started.
         processes = start_stack(port, home, log, prefect_file, prefect_database)
         alerts = failure_alerts(port)
+        crashes = crash_detection(port)
         print(
             f"{READY}: http://127.0.0.1:{port}\n"
             f"  Alerts: {alerts}\n"
+            f"  Crashes: {crashes}\n"
             f"  Deployments: every flow and its schedule; click one, then 'Run' to start it.\n"
             f"  Runs: each run, its task graph, logs, and the Artifacts tab (summary, changes).\n"
             f"  In another shell: export PREFECT_API_URL=http://127.0.0.1:{port}/api\n"
@@ -343,14 +479,23 @@ def serve(
         )
         events = EventFlusher(resolve_database_url(get_settings().database_url),
                               f"http://127.0.0.1:{port}/api")
-        while all(p.poll() is None for p in processes):
+        supervised = [
+            Supervised("server", lambda: start_server(port, home, log, prefect_database)),
+            Supervised("worker", lambda: start_worker(port, home, log, prefect_database)),
+        ]
+
+        def report(message: str) -> None:
+            print(f"{message} (log: {log})", file=sys.stderr, flush=True)
+
+        while True:
             events.maybe_flush()
+            watch(processes, supervised, report)
             time.sleep(1)
-        raise ReverieError(f"a Prefect process stopped; see {log}")
     except KeyboardInterrupt:
         return 0
     finally:
         stop(processes)
+        end_orphans(processes)
 
 
 @contextmanager

@@ -15,7 +15,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from reverie.models.config import ConsolidationConfig, preset
@@ -136,6 +136,22 @@ class Settings(BaseSettings):
         description="Port of the shared local Prefect server (its API and UI, on "
                     "127.0.0.1); unset: a free port the kernel picks.")
 
+    # How a deployed run whose process is gone ends Crashed (deployments/crash_detection.py).
+    heartbeat_seconds: int = Field(
+        30, ge=30, le=3600,
+        description="Seconds between a deployed flow run's Prefect heartbeats (Prefect's "
+        "PREFECT_FLOWS_HEARTBEAT_FREQUENCY, which `reverie serve` sets from this; Prefect's "
+        "floor is 30).")
+    unresponsive_seconds: int = Field(
+        90, ge=45, le=86_400,
+        description="A running Reverie run with no heartbeat for this long is marked "
+        "Crashed by the Prefect automation reverie-run-unresponsive. More than "
+        "heartbeat_seconds: a live run is never crashed for one late heartbeat.")
+    not_started_seconds: int = Field(
+        300, ge=30, le=86_400,
+        description="A Reverie run Pending this long (its worker died before its process "
+        "started running it) is marked Crashed by the automation reverie-run-not-started.")
+
     # A run that finds its profile busy (another run holds it) waits, or skips it.
     busy_profile: Literal["wait", "skip"] = "wait"
     busy_wait_seconds: float = Field(1800.0, ge=0.0)
@@ -197,6 +213,15 @@ class Settings(BaseSettings):
         description="Default character budget of session_init (Core Memory blocks, "
         "then recalled memories, until the budget is spent).",
     )
+
+    @model_validator(mode="after")
+    def _heartbeats_fit_their_window(self) -> Settings:
+        if self.unresponsive_seconds <= self.heartbeat_seconds + 10:
+            raise ValueError(
+                f"REVERIE_UNRESPONSIVE_SECONDS ({self.unresponsive_seconds}) must exceed "
+                f"REVERIE_HEARTBEAT_SECONDS ({self.heartbeat_seconds}) by more than 10 s: "
+                "a live run's next heartbeat must arrive inside the window")
+        return self
 
     def consolidation_config(self) -> ConsolidationConfig:
         return preset(self.preset)

@@ -351,13 +351,17 @@ def _across_rows(
     for at, row in rows["edge"]:
         refer(at, "source_id", row["source_id"], memories, "memory")
         refer(at, "target_id", row["target_id"], memories, "memory")
+    # Undoing deletes the summary, tombstone-less; a later consolidation that took that
+    # summary as a member (the cold tier moving it cold) still names it in its history.
+    undone = {row["summary_id"] for _, row in rows["consolidation"]
+              if row.get("undone_at") is not None and isinstance(row.get("summary_id"), str)}
     for at, row in rows["consolidation"]:
-        if row.get("undone_at") is None:  # undoing deletes the summary, tombstone-less
+        if row.get("undone_at") is None:
             refer(at, "summary_id", row.get("summary_id"), known_ids, "memory or tombstone")
         members = row.get("member_ids") or []
         if not isinstance(members, list) or not all(isinstance(m, str) for m in members):
             errors.append(RecordError(at, "member_ids", "must be a list of memory ids"))
-        elif not set(members) <= known_ids:
+        elif not set(members) <= known_ids | undone:
             errors.append(RecordError(at, "member_ids", "refers to no memory or tombstone of "
                                       "this backup"))
     return errors

@@ -34,8 +34,6 @@ from typing import Any
 from reverie.benchmarks.fidelity import Tally, combined, fidelity
 from reverie.engines.embedding import embedder_for
 from reverie.engines.recall import Candidates, Passage, candidates_for, dated, passages
-from reverie.flows.event_delivery import deliver, wanted
-from reverie.flows.progress import Bar
 from reverie.models.config import ConsolidationConfig
 from reverie.models.errors import InputError
 from reverie.models.ingest import ingest
@@ -43,6 +41,8 @@ from reverie.models.records import MemoryView
 from reverie.models.settings import using_database
 from reverie.models.store import Store
 from reverie.models.tables import SUMMARY_ORIGINS, Origin, Tier
+from reverie.runner.event_delivery import deliver, wanted
+from reverie.runner.progress import Bar
 
 ANSWERED_CATEGORIES = (1, 2, 3, 4)
 DEFAULT_BUDGET = 2000

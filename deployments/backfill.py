@@ -23,12 +23,12 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, cast
 
-from reverie.flows.event_delivery import api_configured
-from reverie.flows.progress import Bar
 from reverie.models.errors import ConfigError
 from reverie.models.repositories.runs import run_history
 from reverie.models.store import Store
 from reverie.models.timestamps import to_utc_naive
+from reverie.runner.event_delivery import api_configured
+from reverie.runner.progress import Bar
 
 if TYPE_CHECKING:
     from prefect.client.schemas.objects import FlowRun
@@ -108,7 +108,7 @@ def _locally(
     be; ``profiles`` is what it resolved to, for telling which dates are already done."""
     from reverie.deployments.local_server import local_api
     from reverie.flows.catalog import FLOWS, parse_flows
-    from reverie.flows.runtime import wait_for_run_history
+    from reverie.runner.runtime import wait_for_run_history
 
     report = BackfillReport(flow, "local")
     wanted = set(profiles)

@@ -27,7 +27,7 @@ from reverie.models.tables import Memory, Tombstone
 from reverie.models.timestamps import parse_timestamp
 
 if TYPE_CHECKING:
-    from reverie.flows.report import RunReport
+    from reverie.runner.report import RunReport
 
 EXIT_OK, EXIT_REJECTED, EXIT_ERROR = 0, 1, 2
 # Decisions `reverie consolidations` shows without --limit or --all.
@@ -424,9 +424,9 @@ def _ingest(args: argparse.Namespace) -> int:
     if is_backup(args.file):
         return _restore(args)
     from reverie.engines.embedding import embedder_for
-    from reverie.flows.event_delivery import deliver, wanted
-    from reverie.flows.progress import Bar, on_terminal
     from reverie.models.ingest import ingest_jsonl
+    from reverie.runner.event_delivery import deliver, wanted
+    from reverie.runner.progress import Bar, on_terminal
 
     store = Store()
     embedder = embedder_for(store.settings)
@@ -523,9 +523,9 @@ def _deletion_approved(args: argparse.Namespace) -> bool:
     """Whether `run forget` deletes without pausing for approval. A run that would delete
     with no Prefect API configured is refused before it starts: it would pause on a
     temporary server no one can answer, and hang until its approval times out."""
-    from reverie.flows.event_delivery import api_configured
     from reverie.models.config import preset, with_forget_thresholds
     from reverie.models.settings import get_settings
+    from reverie.runner.event_delivery import api_configured
 
     if args.approve_deletion or args.dry_run:
         return bool(args.approve_deletion)
@@ -602,7 +602,7 @@ def run_flow(
     """Run a flow by its short name in this process (against PREFECT_API_URL if set)."""
     from reverie.deployments.local_server import local_api
     from reverie.flows.catalog import FLOWS
-    from reverie.flows.runtime import wait_for_run_history
+    from reverie.runner.runtime import wait_for_run_history
 
     with local_api():
         report = FLOWS[name](
@@ -637,7 +637,7 @@ def _approve(args: argparse.Namespace) -> int:
     from prefect.exceptions import FlowPauseTimeout, NotPausedError, ObjectNotFound
     from prefect.flow_runs import resume_flow_run
 
-    from reverie.flows.event_delivery import api_configured
+    from reverie.runner.event_delivery import api_configured
 
     if not api_configured():
         raise ReverieError("no Prefect API is configured: set PREFECT_API_URL to the server "
@@ -677,7 +677,7 @@ def _backfill(args: argparse.Namespace) -> int:
             f"backfill of {report.flow} via {report.where}: {len(report.created)} run(s) made, "
             f"{len(report.skipped)} date(s) already done"
         )
-        from reverie.flows.progress import on_terminal
+        from reverie.runner.progress import on_terminal
 
         if not (sys.stdout.isatty() and on_terminal()):  # else each was shown as it ran
             for when in report.created:
@@ -730,9 +730,9 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _session_end(args: argparse.Namespace) -> int:
-    from reverie.flows.event_delivery import api_configured, deliver, wanted
     from reverie.models.repositories.runs import end_session
     from reverie.models.timestamps import utcnow
+    from reverie.runner.event_delivery import api_configured, deliver, wanted
 
     store = _store()
     store.resolve_profiles(args.profile)
@@ -753,7 +753,7 @@ def _session_end(args: argparse.Namespace) -> int:
 
 def _alerts(args: argparse.Namespace) -> int:
     from reverie.deployments.alerts import ensure_failure_alerts
-    from reverie.flows.event_delivery import api_configured
+    from reverie.runner.event_delivery import api_configured
 
     if not api_configured():
         raise ReverieError("alerts live in a Prefect server: set PREFECT_API_URL")
@@ -784,9 +784,9 @@ def _events(args: argparse.Namespace) -> int:
 def _events_flush(args: argparse.Namespace) -> int:
     import time
 
-    from reverie.flows.event_delivery import FlushResult, Outcome, flush
     from reverie.models.errors import TransientError
     from reverie.models.transient import retrying
+    from reverie.runner.event_delivery import FlushResult, Outcome, flush
 
     url = _store().url
     give_up = time.monotonic() + args.timeout
@@ -1065,7 +1065,7 @@ def _bench(args: argparse.Namespace) -> int:
 
     base = preset(args.preset) if args.preset else ConsolidationConfig()
     config = base.model_copy(update={"summarizer": args.summarizer})
-    from reverie.flows.temporary_server import keep_with_this_process
+    from reverie.runner.temporary_server import keep_with_this_process
 
     keep_with_this_process()
     result = bench_locomo(args.path, args.as_of_offset_days, args.budget, config,
@@ -1078,8 +1078,8 @@ def _bench(args: argparse.Namespace) -> int:
 
 def _bench_updates(args: argparse.Namespace) -> int:
     from reverie.benchmarks.updates import bench_updates, render_updates
-    from reverie.flows.temporary_server import keep_with_this_process
     from reverie.models.config import preset
+    from reverie.runner.temporary_server import keep_with_this_process
 
     base = preset(args.preset) if args.preset else ConsolidationConfig()
     config = base.model_copy(update={"summarizer": args.summarizer})
@@ -1148,7 +1148,7 @@ def _bench_synthetic(args: argparse.Namespace) -> int:
         render_markdown,
     )
     from reverie.deployments.serve import loopback_server
-    from reverie.flows.temporary_server import keep_with_this_process
+    from reverie.runner.temporary_server import keep_with_this_process
 
     unknown = sorted(set(args.flow_list or ()) - set(FLOW_ORDER))
     if unknown:

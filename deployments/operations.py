@@ -151,8 +151,8 @@ def memory_data(m: Any) -> dict[str, Any]:
 def _recalled(store: Store, profile: str, asked: int, found: int) -> None:
     """A recall is activity for the idle trigger: its event goes out as a store's does
     (through the outbox, when a Prefect API is configured)."""
-    from reverie.flows.event_delivery import deliver, wanted
     from reverie.models import events, outbox
+    from reverie.runner.event_delivery import deliver, wanted
 
     if not wanted():
         return
@@ -171,8 +171,8 @@ def store_memories(
     the same validation and messages, the store trigger's events queued and sent as
     ingest sends them. Good records are stored even when others are refused."""
     from reverie.engines.embedding import embedder_for
-    from reverie.flows.event_delivery import deliver, wanted
     from reverie.models.ingest import ingest
+    from reverie.runner.event_delivery import deliver, wanted
 
     name = _allowed(store, who, profile, must_exist=False)
     most = store.settings.api_max_batch
@@ -339,8 +339,8 @@ def session_end(
 ) -> dict[str, Any]:
     """``reverie session-end``: count the session; its events (full consolidation
     follows through the deployment triggers) queued and sent."""
-    from reverie.flows.event_delivery import api_configured, deliver, wanted
     from reverie.models.repositories.runs import end_session
+    from reverie.runner.event_delivery import api_configured, deliver, wanted
 
     name = _allowed(store, who, profile)
     session_id = None if session is None else _an_id(session, "session")
@@ -451,7 +451,7 @@ _OPERATOR_API: list[bool] = []  # whether PREFECT_API_URL was set before we set 
 
 def _operator_api() -> bool:
     if not _OPERATOR_API:
-        from reverie.flows.event_delivery import api_configured
+        from reverie.runner.event_delivery import api_configured
 
         _OPERATOR_API.append(api_configured())
     return _OPERATOR_API[0]
@@ -508,8 +508,8 @@ def _local_api_if_none() -> None:
     long, a real run outlives the call that made it, and a temporary server started
     from a request's thread would outlive the process."""
     from reverie.deployments.local_server import use_local_api
-    from reverie.flows.event_delivery import api_configured
     from reverie.models.settings import environment
+    from reverie.runner.event_delivery import api_configured
 
     if api_configured():
         return

@@ -18,7 +18,7 @@ from reverie.models.errors import ConfigError
 if TYPE_CHECKING:
     from prefect import Flow
 
-    from reverie.flows.report import RunReport
+    from reverie.runner.report import RunReport
 
 
 class FlowCatalog(Mapping[str, "Flow[..., RunReport]"]):

@@ -301,7 +301,7 @@ def test_without_a_prefect_api_a_deleting_run_refuses_instead_of_waiting(
 def test_the_cli_refuses_to_delete_without_an_api_or_approval(
     faded: Store, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("reverie.flows.event_delivery.api_configured", lambda: False)
+    monkeypatch.setattr("reverie.runner.event_delivery.api_configured", lambda: False)
     before = export_jsonl(faded.url, "mia")
     args = ["run", "forget", "--profile", "mia", "--as-of", AS_OF.isoformat()]
     assert main([*args, "--delete-below", "0.5"]) == EXIT_ERROR

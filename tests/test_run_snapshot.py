@@ -35,7 +35,6 @@ from reverie.benchmarks.synthetic import SyntheticSpec, profile_name, records
 from reverie.flows.catalog import FLOWS
 from reverie.flows.full_consolidation import full_consolidation
 from reverie.flows.lightweight_consolidation import lightweight_consolidation
-from reverie.flows.report import RunReport
 from reverie.models.config import ConsolidationConfig
 from reverie.models.db import dispose
 from reverie.models.export import export_jsonl
@@ -43,6 +42,7 @@ from reverie.models.ingest import ingest
 from reverie.models.repositories.memories import snapshot
 from reverie.models.store import Store
 from reverie.models.tables import Consolidation, CoreBlock, Edge, EdgeKind, Memory, Tier
+from reverie.runner.report import RunReport
 from reverie.tasks import step as step_module
 from reverie.tasks.decay import decay
 from reverie.tasks.step import StepArgs, run_step

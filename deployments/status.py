@@ -57,7 +57,7 @@ def backfills(store: Store) -> list[Any] | None:
     is configured or it cannot be reached."""
     if not api_configured():
         return None
-    from reverie.flows.replay import replay_progress
+    from reverie.orchestration.replay import replay_progress
 
     try:
         return replay_progress(store)

@@ -36,7 +36,7 @@ def test_every_catalogued_deployment_is_in_prefect_yaml_with_its_flow() -> None:
         assert FLOWS[short].name == flow_name
         module, function = entrypoints[deployment].split(":")
         assert FLOWS[short].fn.__name__ == function and module.startswith("flows/")
-    assert entrypoints["backfill"] == "flows/replay.py:replay"
+    assert entrypoints["backfill"] == "orchestration/replay.py:replay"
 
 
 def test_looking_up_a_flow_imports_that_flow_alone() -> None:
@@ -95,7 +95,7 @@ def test_the_cli_offers_every_flow_and_says_what_each_does() -> None:
 def test_replay_status_and_the_bench_name_every_flow() -> None:
     from reverie.benchmarks import speed
     from reverie.deployments.status import FLOW_NAMES
-    from reverie.flows.replay import replay
+    from reverie.orchestration.replay import replay
 
     described = replay.parameters.properties["flow"]["description"]
     assert all(name in described for name in ENTRIES)

@@ -443,10 +443,10 @@ def test_a_replay_waiting_for_its_turn_says_so_in_its_log_and_in_an_event(
     from prefect.client.orchestration import get_client
     from prefect.events.filters import EventFilter, EventNameFilter, EventOccurredFilter
 
-    from reverie.flows.replay import replay, turn_key
+    from reverie.orchestration.replay import replay, turn_key
     from reverie.runner.waiting import WAITING_EVENT
 
-    monkeypatch.setattr("reverie.flows.replay.TURN_POLL_SECONDS", 0.2)
+    monkeypatch.setattr("reverie.orchestration.replay.TURN_POLL_SECONDS", 0.2)
     monkeypatch.setattr("reverie.runner.waiting.NOTICE_SECONDS", 0.5)
     acquire_leases(sample_store, [turn_key("maya")], "someone-else", 600)
     since = datetime.now(tz=None).astimezone()

@@ -959,7 +959,7 @@ def _blocks(args: argparse.Namespace) -> int:
 
 
 def _recall(args: argparse.Namespace) -> int:
-    from reverie.engines.recall import recall
+    from reverie.recall.search import recall
 
     hits = recall(_store(), args.profile, args.query, args.k, args.deep, args.track)
     if args.json:

@@ -5,7 +5,7 @@ alike; each checks the caller's token covers the profile before it looks at the 
 so a refusal says nothing of whether the profile exists.
 
 They reuse what the CLI does: ``models.ingest.ingest`` (validation, messages, the store
-trigger's events), ``engines.recall.recall``, ``repositories.runs.end_session``,
+trigger's events), ``recall.search.recall``, ``repositories.runs.end_session``,
 ``repositories.summaries.undo``, ``deployments.status.collect`` and the flows of
 ``flows.catalog``. Nothing here logs a memory's content or a query.
 """
@@ -38,7 +38,7 @@ from reverie.models.tables import Memory, Tier, Tombstone
 from reverie.models.timestamps import utcnow
 
 if TYPE_CHECKING:
-    from reverie.engines.recall import RecallCache
+    from reverie.engines.ranking import RecallCache
 
 log = logging.getLogger(__name__)
 
@@ -236,7 +236,7 @@ def recall(
     """The ``k`` memories most like ``query``; ``deep`` searches the cold tier too,
     ``track`` counts the hits as accessed. Activity for the idle trigger. ``cache``: the
     server's (the same hits, without reading an unchanged profile's vectors again)."""
-    from reverie.engines.recall import recall as recall_memories
+    from reverie.recall.search import recall as recall_memories
 
     name = _allowed(store, who, profile, must_exist=False)
     text = _query(store, query)
@@ -280,8 +280,8 @@ def session_init(
     best memories (recalled for ``query``, else the most important hot ones), while
     they fit ``budget_chars`` (default ``REVERIE_API_CONTEXT_CHARS``). A profile the
     token covers but the store does not hold yet starts empty."""
-    from reverie.engines.recall import recall as recall_memories
     from reverie.models.repositories.blocks import blocks as blocks_of
+    from reverie.recall.search import recall as recall_memories
 
     name = _allowed(store, who, profile, must_exist=False)
     budget = store.settings.api_context_chars if budget_chars is None else _count(

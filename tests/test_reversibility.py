@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 
 from reverie.deployments.cli import EXIT_ERROR, EXIT_OK, main
-from reverie.engines.recall import recall
 from reverie.flows.compress import compress
 from reverie.flows.consolidate_cold import consolidate_cold
 from reverie.flows.decay import decay
@@ -19,6 +18,7 @@ from reverie.models.export import export_rows
 from reverie.models.repositories import blocks as blocks_repo
 from reverie.models.store import Store
 from reverie.models.tables import SUMMARY_ORIGINS, EdgeKind, Origin, Tier
+from reverie.recall.search import recall
 
 from factories import (
     AS_OF,

@@ -278,7 +278,7 @@ def steps() -> list[tuple[str, StepFunction]]:
     """Every step, in the order the flows run them (so each finds its inputs)."""
     from reverie.tasks.blocks import compile_blocks
     from reverie.tasks.cluster import cluster
-    from reverie.tasks.cold import consolidate_cold, mark_stalled
+    from reverie.tasks.cold_notes import consolidate_cold, mark_stalled
     from reverie.tasks.cold_tier import expire_cold_unapproved, migrate_cold
     from reverie.tasks.compress import compress_fading
     from reverie.tasks.creative import creative

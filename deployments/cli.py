@@ -18,7 +18,14 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from reverie.flows.catalog import CONSOLIDATION_MODES, ENTRIES, RUN_TASKS, names_help
+from reverie.flows.catalog import (
+    CONSOLIDATION_MODES,
+    ENTRIES,
+    RUN_TASKS,
+    aliases_help,
+    canonical,
+    names_help,
+)
 from reverie.models.config import ConsolidationConfig
 from reverie.models.errors import ReverieError
 from reverie.models.ids import given_id
@@ -124,18 +131,22 @@ def _parser() -> argparse.ArgumentParser:
     _add_run_options(p)
 
     p = command("run", _run, "Run a maintenance flow.")
-    p.add_argument("task", choices=RUN_TASKS, help=_flows_help(RUN_TASKS))
+    # An old name is read as its new one before argparse checks the choices.
+    p.add_argument("task", type=canonical, choices=RUN_TASKS,
+                   help=f"{_flows_help(RUN_TASKS)}; {aliases_help()}")
     _add_run_options(p)
-    p.add_argument("--scope", choices=["all", "session"], help="cold: all memories or a session's")
-    p.add_argument("--session", type=_name, help="cold: the session for --scope session")
-    p.add_argument("--min-age-days", type=float, help="cold: minimum age (default 7; 0 allowed)")
+    p.add_argument("--scope", choices=["all", "session"],
+                   help="cold-notes: all memories or a session's")
+    p.add_argument("--session", type=_name, help="cold-notes: the session for --scope session")
+    p.add_argument("--min-age-days", type=float,
+                   help="cold-notes: minimum age (default 7; 0 allowed)")
     p.add_argument("--archive-below", type=float, metavar="RELEVANCE",
-                   help="forget, cold: archive memories whose relevance is below this")
+                   help="forget, cold-notes: archive memories whose relevance is below this")
     p.add_argument("--delete-below", type=float, metavar="RELEVANCE",
-                   help="forget, cold: delete (leaving a tombstone) below this")
+                   help="forget, cold-notes: delete (leaving a tombstone) below this")
     p.add_argument("--approve-deletion", action="store_true",
                    help="forget: delete without pausing for approval (required when "
-                        "deletion is configured and no PREFECT_API_URL is set); cold: "
+                        "deletion is configured and no PREFECT_API_URL is set); cold-notes: "
                         "let the sweep delete (unapproved, it archives only); cold-tier: "
                         "let TTL expiry delete (unapproved, it lists only)")
     p.add_argument("--migrate-after-days", type=float, metavar="DAYS",
@@ -152,7 +163,7 @@ def _parser() -> argparse.ArgumentParser:
 
     p = command("backfill", _backfill, "Run a flow once per date over a range (resumable).")
     p.add_argument("flow", help=f"{names_help()}; or several joined by commas (decay,full), "
-                   "run on each date in the order a day's schedules run them")
+                   f"run on each date in the order a day's schedules run them ({aliases_help()})")
     p.add_argument("--from", dest="start", required=True, type=_timestamp,
                    help="first as_of, ISO-8601")
     p.add_argument("--to", dest="end", required=True, type=_timestamp,
@@ -362,7 +373,7 @@ def _flows_help(names: Sequence[str]) -> str:
 
 
 def _flow_list(text: str) -> list[str]:
-    names = [n.strip() for n in text.split(",") if n.strip()]
+    names = [canonical(n.strip()) for n in text.split(",") if n.strip()]
     if not names:
         raise argparse.ArgumentTypeError("--flow-list names no flow")
     return names
@@ -482,20 +493,20 @@ def _consolidate(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     extra: dict[str, Any] = {}
-    if args.task == "cold":
+    if args.task == "cold-notes":
         extra = {"scope": args.scope or ("session" if args.session else "all"),
                  "session_id": args.session, "min_age_days": args.min_age_days}
     elif args.scope or args.session or args.min_age_days is not None:
-        raise ReverieError("--scope, --session and --min-age-days apply to `run cold` only")
+        raise ReverieError("--scope, --session and --min-age-days apply to `run cold-notes` only")
     thresholds = {"archive_threshold": args.archive_below, "delete_threshold": args.delete_below}
-    if args.task in ("forget", "cold"):
+    if args.task in ("forget", "cold-notes"):
         from reverie.models.config import DEFAULT, with_forget_thresholds
 
         with_forget_thresholds(DEFAULT, args.archive_below, args.delete_below)  # one clear line
         extra.update(thresholds)
     elif any(v is not None for v in thresholds.values()):
         raise ReverieError("--archive-below and --delete-below apply to `run forget` and "
-                           "`run cold` only")
+                           "`run cold-notes` only")
     days = {"migrate_after_days": args.migrate_after_days, "ttl_days": args.ttl_days}
     if args.task == "cold-tier":
         from reverie.flows.cold_tier import with_cold_tier
@@ -507,14 +518,14 @@ def _run(args: argparse.Namespace) -> int:
         raise ReverieError("--migrate-after-days and --ttl-days apply to `run cold-tier` only")
     if args.task == "forget":
         extra["auto_approve_deletion"] = _deletion_approved(args)
-    elif args.task == "cold":
+    elif args.task == "cold-notes":
         # The cold sweep never pauses: unapproved, it archives only (and says so).
         extra["auto_approve_deletion"] = bool(args.approve_deletion)
     elif args.task == "cold-tier":
         # Expiry never pauses either: unapproved, it lists what it would expire.
         extra["auto_approve_expiry"] = bool(args.approve_deletion)
     elif args.approve_deletion:
-        raise ReverieError("--approve-deletion applies to `run forget`, `run cold` and "
+        raise ReverieError("--approve-deletion applies to `run forget`, `run cold-notes` and "
                            "`run cold-tier` only")
     return _run_flow(args.task, args, **extra)
 

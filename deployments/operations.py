@@ -29,7 +29,7 @@ from sqlmodel import col
 
 from reverie.deployments.api_errors import field_error
 from reverie.deployments.auth import Principal
-from reverie.flows.catalog import FLOWS
+from reverie.flows.catalog import ALIASES, FLOWS
 from reverie.models.errors import NotFoundError, RecordError
 from reverie.models.ids import given_id
 from reverie.models.records import MemoryView
@@ -45,8 +45,10 @@ log = logging.getLogger(__name__)
 # consolidate's modes: every flow of the catalog by its short name (SuperLocalMemory's
 # full and lightweight runs, linksee's cold consolidation, also called "sleep", AutoMem's
 # tasks), less those that delete or expire, which wait for an operator's approval.
+# The old names (ALIASES) stay modes for one release.
 NEEDS_APPROVAL = ("forget", "cold-tier")
-MODES = {**{name: name for name in FLOWS if name not in NEEDS_APPROVAL}, "sleep": "cold"}
+MODES = {**{name: name for name in FLOWS if name not in NEEDS_APPROVAL}, "sleep": "cold-notes",
+         **ALIASES}
 # Members from the catalog: mypy cannot list them (the ignore).
 Mode = StrEnum("Mode", {name: name for name in MODES})  # type: ignore[misc]
 MAX_PROFILE_CHARS = 128
@@ -400,7 +402,7 @@ def consolidate(
         raise field_error("mode", f"must be one of {', '.join(MODES)}")
     flow = MODES[mode]
     extra: dict[str, Any] = {}
-    if flow == "cold":
+    if flow == "cold-notes":
         if scope is not None and scope not in ("all", "session"):
             raise field_error("scope", "must be 'all' or 'session'")
         session_id = None if session is None else _an_id(session, "session")
@@ -420,7 +422,7 @@ def consolidate(
         for field, value in (("scope", scope), ("min_age_days", min_age_days),
                              ("session", session)):
             if value is not None:
-                raise field_error(field, "applies to mode 'cold' only")
+                raise field_error(field, "applies to mode 'cold-notes' only")
     if use_llm is not None and not isinstance(use_llm, bool):
         raise field_error("use_llm", "must be true or false")
     config = None

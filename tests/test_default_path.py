@@ -74,7 +74,7 @@ def test_a_merging_run_with_as_of_unset_merges_and_its_dry_run_foretells_it(
     ["consolidate", "full", "--profile", PROFILE, "--dry-run"],
     ["consolidate", "full", "--profile", PROFILE],
     ["consolidate", "lightweight", "--all"],
-    ["run", "cold", "--profile", PROFILE],
+    ["run", "cold-notes", "--profile", PROFILE],
 ])
 def test_the_command_line_runs_with_as_of_unset(
     argv: list[str], sample_store: Store, capsys: pytest.CaptureFixture[str]

@@ -133,7 +133,7 @@ def test_forget_thresholds_from_the_cli(faded: Store, capsys: pytest.CaptureFixt
     assert main(["run", "decay", "--profile", "mia", *as_of, "--archive-below", "0.1"]) == EXIT_ERROR
     err = capsys.readouterr().err
     assert "delete_threshold" in err and "less than or equal to 1" in err
-    assert "apply to `run forget` and `run cold` only" in err
+    assert "apply to `run forget` and `run cold-notes` only" in err
     assert main(["run", "forget", "--profile", "mia", *as_of, "--dry-run",
                  "--delete-below", "1", "--json"]) == EXIT_OK
     assert '"deleted": 2' in capsys.readouterr().out

@@ -24,8 +24,8 @@ from sqlalchemy import Engine, event, select
 
 from reverie.engines.ranking import RecallCache
 from reverie.flows.cluster import cluster
+from reverie.flows.cold_notes import consolidate_cold
 from reverie.flows.cold_tier import cold_tier
-from reverie.flows.consolidate_cold import consolidate_cold
 from reverie.flows.creative import creative
 from reverie.flows.decay import decay
 from reverie.flows.forget import forget

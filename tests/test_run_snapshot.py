@@ -63,7 +63,7 @@ FULL_STEPS = ("dedup", "compress_fading", "dedup_new_summaries", "decay_edges", 
 LIGHT_STEPS = ("compile_blocks", "decay_edges")
 # The other flows' writing steps, each flow by its catalog name.
 OTHER_STEPS = {"decay": ("decay",), "creative": ("creative",), "cluster": ("cluster",),
-               "forget": ("forget",), "cold": ("forget", "consolidate_cold", "mark_stalled"),
+               "forget": ("forget",), "cold-notes": ("forget", "consolidate_cold", "mark_stalled"),
                "cold-tier": ("migrate_cold", "expire_cold")}
 Flow = Callable[..., RunReport]
 # (step, "before" it reads | "after" it has read, before it writes)

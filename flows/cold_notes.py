@@ -26,7 +26,7 @@ from reverie.runner.parameters import ArchiveBelow, AsOf, Config, DeleteBelow, D
 from reverie.runner.report import RunReport
 from reverie.runner.run import run_for_profiles
 from reverie.runner.runtime import reverie_flow
-from reverie.tasks.cold import consolidate_cold_task, mark_stalled_task
+from reverie.tasks.cold_notes import consolidate_cold_task, mark_stalled_task
 from reverie.tasks.forget import forget_task
 from reverie.tasks.step import StepBatch, StepReport, run_logger
 

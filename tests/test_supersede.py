@@ -355,6 +355,44 @@ def test_a_summary_all_of_whose_members_are_stale_goes_cold_itself() -> None:
     assert kept.parameters["restates"] == "o2"
 
 
+FACTS = ("The user's rent is {v} euros a month", "The user works at {n}",
+         "The user adopted a cat named Tom", "The user has {v} cats",
+         "The user plays the cello in an orchestra")
+NAMES = ("Google", "Stripe", "Siemens")
+
+
+@settings(max_examples=60, deadline=None, database=None)
+@given(st.lists(st.tuples(st.sampled_from(FACTS), st.sampled_from(["2", "900", "1000"]),
+                          st.sampled_from(NAMES)), min_size=1, max_size=5, unique_by=lambda t: t[0]),
+       st.sampled_from(FACTS), st.sampled_from(["3", "1100"]), st.sampled_from(NAMES))
+def test_a_stale_summary_loses_nothing_but_its_outdated_statements(
+    said: list[tuple[str, str, str]], update: str, value: str, name: str,
+) -> None:
+    """Any older summary and any update: every member is either restated (still said,
+    by the restated summary) or points at the update, nothing else; the restated words
+    are the summary's statements that the update leaves true, in their order."""
+    members = [view(f"o{k}", content=t.format(v=v, n=n) + ".", tier=Tier.COLD,
+                    superseded_by="s", created_at=AS_OF - timedelta(days=100 - k))
+               for k, (t, v, n) in enumerate(said)]
+    summary = _summary(members)
+    newest = view("new", content=update.format(v=value, n=name) + " now.",
+                  created_at=AS_OF - timedelta(days=1))
+    plans = plan_stale_summaries("p", [(summary, members)], [[(newest, 0.5)]])
+    moved = {mid for p in plans for mid in p.member_ids}
+    restated = [r for p in plans for r in p.restated if r.absorbed_ids]
+    kept = {mid for r in restated for mid in r.member_ids}
+    assert moved.isdisjoint(kept)
+    if plans:
+        assert moved | kept == {m.id for m in members} | (set() if kept else {"s"})
+    for r in restated:
+        assert r.content == without_outdated(summary.content, [newest.content])
+        for m in members:
+            if m.id in kept:
+                assert m.content.rstrip(".") in r.content  # still said, whole
+    if not plans:  # nothing outdated: the summary stands as it was
+        assert without_outdated(summary.content, [newest.content]) == summary.content
+
+
 def _bike(profile: str = "p") -> tuple[list[dict], dict]:
     gap = next(g for g in GAPS if g.name == "in a summary")
     older = [{"profile": profile, "id": f"b{k}", "content": text.format(v=gap.values[0]),

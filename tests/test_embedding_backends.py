@@ -216,6 +216,24 @@ def test_concurrent_calls_share_batches_and_get_the_same_bits(fast: OpenVinoEmbe
             assert all(np.array_equal(a, g) for a, g in zip(alone, got, strict=True))
 
 
+def test_concurrent_queries_of_one_token_count_share_a_batch_with_the_same_bits(
+    fast: OpenVinoEmbedder,
+) -> None:
+    """A server's one-text calls (recall queries) waiting for a request at once are
+    embedded in one batch when they have one token count; each row is its text's own."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    queries = [f"where did the team meet on day {k}" for k in range(10, 90)]
+    lengths = {len(e.ids) for e in fast._tokenizer.encode_batch(queries)}
+    assert len(lengths) == 1
+    alone = [fast.encode([q]) for q in queries]
+    before = fast.shared_rows
+    with ThreadPoolExecutor(8) as pool:
+        got = list(pool.map(lambda q: fast.encode([q]), queries))
+    assert all(np.array_equal(a, g) for a, g in zip(alone, got, strict=True))
+    assert fast.shared_rows > before
+
+
 def test_empty_input_gives_no_rows(fast: OpenVinoEmbedder, reference: TorchEmbedder) -> None:
     for model in (fast, reference):
         assert model.encode([]).shape == (0, DIMENSION)

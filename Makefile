@@ -71,6 +71,7 @@ test: check chromium postgres
 # the code and from the benches' committed JSON; tests/test_docs.py fails when they drift.
 docs: $(STAMP)
 	$(BIN)/python -m reverie.deployments.docs
+	$(BIN)/python -m reverie.benchmarks.report
 
 clean:
 	rm -rf $(VENV) .reverie

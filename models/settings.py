@@ -193,9 +193,9 @@ class Settings(BaseSettings):
     unresponsive_seconds: int = Field(
         90, ge=45, le=86_400,
         description="A running Reverie run with no heartbeat for this long is marked "
-        "Crashed by the Prefect automation reverie-run-unresponsive (see \"A run whose "
-        "process is gone\"). More than heartbeat_seconds: a live run is never crashed for "
-        "one late heartbeat.")
+        "Crashed by the Prefect automation reverie-run-unresponsive (docs/platform.md, \"A "
+        "run whose process is gone\"). More than heartbeat_seconds: a live run is never "
+        "crashed for one late heartbeat.")
     not_started_seconds: int = Field(
         300, ge=30, le=86_400,
         description="A Reverie run Pending this long (its worker died before its process "

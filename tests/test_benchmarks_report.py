@@ -108,3 +108,16 @@ def test_check_fails_on_a_drifted_page_and_write_mends_it(tmp_path: Path) -> Non
     assert main(["--results", str(results), "--write", str(target), "--check"]) == 1
     assert main(["--results", str(results), "--write", str(target)]) == 0
     assert target.read_text(encoding="utf-8") == PAGE.read_text(encoding="utf-8")
+
+
+def test_a_carried_synthetic_target_has_the_key_a_fresh_run_of_it_would_have() -> None:
+    """So that the next `reverie bench synthetic --json` of that target replaces it."""
+    from reverie.benchmarks.speed import RECALL_TARGET, TIME_TARGETS
+
+    scheme = {f"synthetic|{task}|{n}|<= {limit:g} s" for (task, n), limit in TIME_TARGETS.items()}
+    scheme |= {f"synthetic|{task}|{n}|recall >= {RECALL_TARGET}"
+               for task, n in [*TIME_TARGETS, ("link_summaries", 100_000)]}
+    (_, data), = [(e, d) for e, d in load() if "carried" in d]
+    keys = [c["key"] for c in data["carried"]
+            if any(f"|{n}|" in c["key"] for n in (10_000, 100_000))]
+    assert keys and set(keys) <= scheme

@@ -66,7 +66,7 @@ from reverie.models.records import MemoryView, SummaryPlan
 from reverie.models.tables import Operation
 
 OPERATION = Operation.SUPERSEDE
-# Kinds that record events, not states (DESIGN: episodic).
+# Kinds that record events, not states (the design: episodic).
 EVENT_KINDS = frozenset({"episodic"})
 RULE = "same fact, different value: the newest stands"
 

@@ -433,9 +433,9 @@ def test_bench_embedding_compares_both_backends_from_the_cli(
     assert main(["bench", "embedding", "--sentences", "32", "--json", str(out)]) == 0
     rows = {r["workload"]: r for r in json.loads(out.read_text())}
     assert set(rows) == {"short synthetic sentences", "5-memory summaries of synthetic sentences",
-                         "ingest + embed (Store.ingest)"}
+                         "ingest + embed (models.ingest)"}
     assert rows["short synthetic sentences"]["min_cosine"] >= MIN_COSINE
-    assert rows["ingest + embed (Store.ingest)"]["n"] == 32
+    assert rows["ingest + embed (models.ingest)"]["n"] == 32
     assert "| short synthetic sentences | 32 |" in capsys.readouterr().out
     assert main(["bench", "embedding", "--locomo", str(tmp_path / "absent.json")]) != 0
 

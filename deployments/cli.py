@@ -42,7 +42,7 @@ from reverie.models.tables import Memory, Tombstone
 from reverie.models.timestamps import parse_timestamp
 
 if TYPE_CHECKING:
-    from typer._click import Command, Context, Group
+    from typer._click.core import Command, Context
 
     from reverie.flows.report import RunReport
 
@@ -89,14 +89,14 @@ def _said(exc: click_errors.UsageError) -> str:
 
 
 @cache
-def command() -> Group:
+def command() -> TyperGroup:
     """The click command tree typer makes of the app (made once per process: every
     command, every flow's options, about 20 ms)."""
     group = typer.main.get_group(_app())
     return group
 
 
-def fresh_command() -> Group:
+def fresh_command() -> TyperGroup:
     """A tree of its own, for a caller that changes it (the README's relaxed parser)."""
     return typer.main.get_group(_app())
 
@@ -154,7 +154,9 @@ def _names(text: str) -> Names:
     return names
 
 
-def _sizes(text: str) -> Numbers:
+def _sizes(text: str | list[int]) -> Numbers:
+    if isinstance(text, list):  # the default: typer passes it through the parser too
+        return Numbers(text)
     try:
         sizes = Numbers(int(part.replace("_", "")) for part in text.split(",") if part.strip())
     except ValueError:
@@ -278,7 +280,6 @@ def _root(
         "--version", callback=_version, is_eager=True, help="print the version and exit")]
     = False,
 ) -> None:
-    """Memory consolidation for AI agents."""
     if not verbose:
         # Prefect's console shows warnings only; its run logs still reach the server (the
         # UI shows them). Read when Prefect is first imported, which no command has yet.
@@ -297,21 +298,23 @@ def _typer(help_: str | None = None, cls: type[TyperGroup] = TyperGroup,
 @cache
 def _app() -> typer.Typer:
     app = _typer()
-    app.callback()(_root)
+    app.callback(help="Memory consolidation for AI agents.")(_root)
     plain = app.command
     plain("ingest")(_ingest)
     plain("init")(_init)
-    app.add_typer(_flows_app("consolidate", CONSOLIDATION_MODES, "Run full or lightweight consolidation."),
-                  name="consolidate")
-    app.add_typer(_flows_app("run", RUN_TASKS, "Run a maintenance flow."), name="run")
+    app.add_typer(_flows_app("consolidate", CONSOLIDATION_MODES,
+                             "Run full or lightweight consolidation in this process "
+                             "(against PREFECT_API_URL if set); --not-done takes only the "
+                             "profiles not yet finished for that --as-of."), name="consolidate")
+    app.add_typer(_flows_app("run", RUN_TASKS, "Run a maintenance flow in this process (against "
+                             "PREFECT_API_URL if set)."), name="run")
     plain("approve")(_approve)
     app.command("backfill", cls=_one_of("profile", "all_", required=True))(_backfill)
     plain("server")(_server)
     plain("status")(_status)
     plain("session-end")(_session_end)
-    events = _typer("Prefect events waiting in the store, per profile "
-                    "(`reverie events flush` sends them).", invoke_without_command=True)
-    events.callback()(_events)
+    events = _typer(invoke_without_command=True)
+    events.callback(help=inspect.getdoc(_events))(_events)
     events.command("flush")(_events_flush)
     app.add_typer(events, name="events")
     plain("undo")(_undo)
@@ -338,8 +341,9 @@ def _app() -> typer.Typer:
 
 
 def _flows_app(command: str, names: Sequence[str], help_: str) -> typer.Typer:
-    runs = _typer(f"{help_} Each flow's own options: `reverie {command} FLOW --help`.",
-                  cls=_FlowGroup)
+    example = next((n for n in names if ENTRIES[n].options), names[0])
+    runs = _typer(f"{help_} A flow's own options: `reverie {command} {example} --help` "
+                  "(and so on).", cls=_FlowGroup)
     for name in names:
         entry = ENTRIES[name]
         runs.command(name, cls=_one_of("profile", "all_", required=True),
@@ -592,7 +596,9 @@ def _ingest(
         help="profile for records that do not name one")] = None,
     json_: Json = False,
 ) -> int:
-    """Store the memories (and edges) of a JSONL file."""
+    """Store the memories (and edges) of a JSONL file, creating the store if there is
+    none (and saying so). A backup that `reverie export` wrote restores its profile
+    exactly, all or nothing, into a store without that profile."""
     from reverie.models.backup import is_backup
 
     if not file.is_file():
@@ -723,7 +729,10 @@ def _backfill(
         "any did not complete)")] = False,
     json_: Json = False,
 ) -> int:
-    """Run a flow once per date over a range (resumable)."""
+    """Run a flow once per date over a range, the dates in order (FLOWS: one flow, or
+    several joined by commas, each date's in schedule order): one replay run per profile
+    through Prefect, or here; resumable. --wait waits for the replay runs (exit 1 if one
+    did not complete)."""
     from reverie.deployments.backfill import backfill, parse_every
 
     report = backfill(flow, start, end, parse_every(every), _selected(profile, all_))
@@ -774,7 +783,7 @@ def _wait_for_backfill(wait: bool, report: Any) -> int:
     return EXIT_REJECTED if failed else EXIT_OK
 
 
-def _server(action: Annotated[Action, typer.Argument(help="status or stop")]) -> int:
+def _server(action: Annotated[Action, typer.Argument(metavar="status|stop")]) -> int:
     """The local Prefect server that local commands share."""
     from reverie.deployments.local_server import prefect_home, running, stop
 
@@ -801,7 +810,9 @@ def _status(
         "--limit", metavar="N", help="runs of history to show")] = 20,
     json_: Json = False,
 ) -> int:
-    """Last run and next scheduled run of every flow, per profile."""
+    """Per profile and flow: the last run, what it changed, the next scheduled run (with
+    a Prefect API); the backfills in progress (each replay run, its runs done of its
+    total); and the history of recent runs."""
     from reverie.deployments.status import as_json, collect, render
     from reverie.models.settings import display_url
 
@@ -820,7 +831,8 @@ def _session_end(
     session: Annotated[str | None, typer.Option(
         "--session", parser=_name, metavar="S", help="the session's id")] = None,
 ) -> int:
-    """Record the end of a profile's session."""
+    """Record the end of a profile's session (full consolidation follows, via the
+    triggers)."""
     from reverie.flows.event_delivery import api_configured, deliver, wanted
     from reverie.models.repositories.runs import end_session
     from reverie.models.timestamps import utcnow
@@ -865,8 +877,8 @@ def _alerts(
 
 
 def _events(ctx: typer.Context, json_: Json = False) -> int:
-    """Prefect events waiting in the store, per profile (`reverie events flush` sends
-    them)."""
+    """Prefect events waiting in the store (kept while the API was down), per profile
+    (`reverie events flush` sends them)."""
     if ctx.invoked_subcommand is not None:
         return EXIT_OK
     from reverie.models.outbox import waiting
@@ -959,7 +971,10 @@ def _undo(
         help="the profile the consolidation belongs to")],
     json_: Json = False,
 ) -> int:
-    """Undo a consolidation: its originals return, its summary goes."""
+    """Undo a consolidation of a profile (by its c-... id or its summary's id; an id of
+    another profile is not found): the originals return to the state they were in, the
+    summary and its edges go (the audit keeps its text). Undoing twice is harmless, and
+    later runs do not redo it."""
     from reverie.models.repositories.summaries import undo
     from reverie.models.timestamps import utcnow
 
@@ -991,8 +1006,12 @@ def _consolidations(
         "--json", help="print {profile, total, shown, consolidations: [...]} as JSON, "
         "each decision with its summary_text and parameters (rule, similarities)")] = False,
 ) -> int:
-    """List a profile's consolidation decisions, newest first, each with its summary's
-    text and why its members were grouped."""
+    """List a profile's consolidation decisions (merges, compressions, clusters, cold
+    notes, supersessions, forgetting), newest first: each with its id, date, operation, summary id,
+    member count and the summary's text (an undone one's kept words), the newest 50
+    unless --limit N or --all, ending with the total. --why adds the rule that grouped
+    each decision's members, its knobs and each member's similarity to the
+    representative, seed or centroid (a cold note's: its heat)."""
     store = _store()
     store.resolve_profiles(profile)
     from reverie.models.repositories.audit import (
@@ -1100,7 +1119,8 @@ def _recall(
     track: Annotated[bool, _flag("--track", help="count the hits as accessed")] = False,
     json_: Json = False,
 ) -> int:
-    """Find the memories most similar to a query."""
+    """Find the memories most similar to a query; --deep adds the cold tier and says
+    which summary replaced a hit."""
     from reverie.engines.recall import recall
 
     hits = recall(_store(), profile, query, k, deep, track)
@@ -1132,7 +1152,7 @@ def _get(
         help="needed when an external id exists in several profiles")] = None,
     json_: Json = False,
 ) -> int:
-    """Show one memory (any tier) or its tombstone."""
+    """Show one memory (any tier) or its tombstone, by Reverie id or your own id."""
     from reverie.models.repositories.memories import get
 
     with _store().reading_all() as s:
@@ -1167,8 +1187,10 @@ def _export(
     with_run_ids: Annotated[bool, _flag(
         "--with-run-ids", help="--canonical: include Prefect run ids")] = False,
 ) -> int:
-    """Back up a profile as JSONL (`reverie ingest` restores it), or dump it in canonical
-    form to compare states."""
+    """Back up a profile: every row of it (tiers, vectors, edges, blocks, audit,
+    tombstones, run history) as JSONL (format 2) ending in a record of each table's row
+    count and SHA-256, which `reverie ingest` restores exactly into a store without that
+    profile. --canonical: the stably ordered comparison form (vectors as hashes)."""
     from reverie.models.backup import backup_lines
     from reverie.models.export import export_jsonl
 
@@ -1205,7 +1227,8 @@ def _bench_locomo(
     preset_name: Preset = None,
     json_out: JsonOut = None,
 ) -> int:
-    """Answers still found after consolidation, on a LoCoMo-format file."""
+    """Does consolidation lose facts? Answers still found after consolidation, on a
+    LoCoMo-format file (the README's Quality section)."""
     from reverie.benchmarks.locomo import (
         bench_locomo,
         load_locomo,
@@ -1240,7 +1263,7 @@ def _bench_updates(
     preset_name: Preset = None,
     json_out: JsonOut = None,
 ) -> int:
-    """Update chains: does hot recall answer with the newest value?"""
+    """Update chains: does hot recall answer an updated fact with its newest value?"""
     from reverie.benchmarks.updates import bench_updates, render_updates
     from reverie.flows.temporary_server import keep_with_this_process
     from reverie.models.config import preset
@@ -1258,7 +1281,7 @@ def _bench_updates(
 def _bench_synthetic(
     ctx: typer.Context,
     sizes: Annotated[Numbers, typer.Option(
-        "--sizes", parser=_sizes, metavar="N[,N]",
+        "--sizes", parser=_sizes, metavar="SIZES",
         help="memories per store, comma-separated")] = Numbers([1000, 10_000]),  # noqa: B008 - an immutable-in-use default
     profiles: Annotated[int, typer.Option(
         "--profiles", metavar="N", min=1, help="profiles to spread them over")] = 1,
@@ -1266,7 +1289,8 @@ def _bench_synthetic(
         "--duplicate-share", metavar="R", min=0.0, max=1.0,
         help="share of memories in near-duplicate groups")] = 0.10,
     embeddings: Annotated[Embeddings, typer.Option(
-        "--embeddings", help="clustered synthetic vectors or the real model's")]
+        "--embeddings", metavar="random|real",
+        help="clustered synthetic vectors or the real model's")]
     = Embeddings.RANDOM,
     ingest_sentences: Annotated[int, typer.Option(
         "--ingest-sentences", metavar="N", min=0,
@@ -1292,7 +1316,8 @@ def _bench_synthetic(
         "--json", metavar="OUT", help="write the results as JSON")] = None,
     markdown: MarkdownOut = None,
 ) -> int:
-    """Time every step and flow on generated stores of chosen sizes."""
+    """How fast is every step and flow, from 1k to 1M memories? Times them on generated
+    stores of chosen sizes (BENCHMARKS.md)."""
     # Prefect reads these when it is first imported: keep its console to warnings.
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
@@ -1347,10 +1372,10 @@ def _bench_synthetic(
 def _bench_api(
     ctx: typer.Context,
     sizes: Annotated[Numbers, typer.Option(
-        "--sizes", parser=_sizes, metavar="N[,N]",
+        "--sizes", parser=_sizes, metavar="SIZES",
         help="memories per profile, comma-separated")] = Numbers([1000, 10_000]),  # noqa: B008 - an immutable-in-use default
     clients: Annotated[Numbers, typer.Option(
-        "--clients", parser=_sizes, metavar="N[,N]",
+        "--clients", parser=_sizes, metavar="SIZES",
         help="concurrent clients, comma-separated")] = Numbers([1, 8, 32]),  # noqa: B008 - an immutable-in-use default
     profiles: Annotated[int, typer.Option(
         "--profiles", metavar="N", min=1, help="profiles in the store")] = 2,
@@ -1368,8 +1393,8 @@ def _bench_api(
         "--json", metavar="OUT", help="write the results as JSON")] = None,
     markdown: MarkdownOut = None,
 ) -> int:
-    """The agent HTTP API from outside: recall and store latency and throughput with
-    concurrent clients."""
+    """How fast do agents recall and store through `reverie api`? Latency and
+    throughput from outside, with concurrent clients (BENCHMARKS.md)."""
     from reverie.benchmarks.api import bench_api, render_api
 
     command_line = _command_line(ctx)
@@ -1396,7 +1421,7 @@ def _bench_embedding(
         "--locomo", metavar="FILE", help="a LoCoMo-format file: its turns, summaries of "
         "them, and every sentence compared (default: synthetic sentences only)")] = None,
     sentences: Annotated[int, typer.Option(
-        "--sentences", metavar="N", min=16,
+        "--sentences", metavar="N",
         help="synthetic sentences per workload and for the ingest")] = 2048,
     json_out: Annotated[Path | None, typer.Option(
         "--json", metavar="OUT", help="also write the rows as JSON")] = None,
@@ -1406,6 +1431,8 @@ def _bench_embedding(
 
     if locomo is not None and not locomo.is_file():
         raise ReverieError(f"no such file: {locomo}")
+    if sentences < 16:
+        raise ReverieError(f"--sentences must be at least 16, got {sentences}")
     rows = bench_embedding(locomo, sentences)
     print(render_embedding(rows))
     if json_out:
@@ -1424,8 +1451,9 @@ def _serve(
         "--home", metavar="PATH", help="Prefect's own folder (default .reverie/prefect)")]
     = None,
 ) -> int:
-    """Run a Prefect server, deploy every flow and start a worker (Prefect's database:
-    $PREFECT_API_DATABASE_CONNECTION_URL, else SQLite)."""
+    """The local Prefect stack (`make server`): a Prefect server, every flow deployed
+    and a worker (Prefect's database: $PREFECT_API_DATABASE_CONNECTION_URL, else
+    SQLite)."""
     from reverie.deployments.serve import serve
 
     return serve(port, home)
@@ -1453,7 +1481,8 @@ def _api(host: Host = "127.0.0.1", port: Port = 8765) -> int:
 
 def _mcp(
     transport: Annotated[Transport, typer.Option(
-        "--transport", help="stdio for a local agent, http for a platform")]
+        "--transport", metavar="stdio|http",
+        help="stdio for a local agent, http for a platform")]
     = Transport.STDIO,
     host: Host = "127.0.0.1",
     port: Port = 8765,

@@ -8,7 +8,7 @@ tests/test_readme.py fails when the README differs from what this makes.
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,11 +19,13 @@ from typer.core import TyperOption as Option
 
 from reverie.deployments.cli import _OneOf, command
 from reverie.deployments.docs import replace_block
+from reverie.flows.catalog import Command as FlowCommand
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 BLOCK = "commands"
-# The options every flow run takes: said once on the command's row, not on each flow's.
-_FLOW_GROUPS = ("consolidate", "run")
+# The commands that run flows: the options all their flows take are said once, on the
+# command's row, and each flow's row has its own.
+_FLOW_GROUPS = tuple(c.value for c in FlowCommand)
 
 
 def commands_table(root: TyperGroup | None = None) -> str:
@@ -49,8 +51,8 @@ def _commands(group: TyperGroup, path: list[str]) -> Iterator[tuple[list[str], A
             flows = list(cmd.commands.values())
             shared = [p.name for p in flows[0].params
                       if all(p.name in {q.name for q in f.params} for f in flows)]
-            yield [*path, name, "|".join(cmd.commands),
-                   *_synopsis(_Shared(flows[0], shared, cmd), ())], _Shared(flows[0], shared, cmd)
+            common = _Shared(flows[0], shared, cmd)
+            yield [*path, name, "|".join(cmd.commands), *_synopsis(common, ())], common
             for flow_name, flow in cmd.commands.items():
                 yield [*path, name, flow_name, "...", *_synopsis(flow, tuple(shared))], flow
             continue
@@ -62,7 +64,7 @@ def _commands(group: TyperGroup, path: list[str]) -> Iterator[tuple[list[str], A
 class _Shared:
     """A flow group's row: the options all its flows take, and the group's help."""
 
-    def __init__(self, first: Command, shared: list[str | None], group: TyperGroup) -> None:
+    def __init__(self, first: Command, shared: Sequence[str | None], group: TyperGroup) -> None:
         self.params = [p for p in first.params if p.name in shared]
         self.one_of: tuple[str, ...] = first.one_of if isinstance(first, _OneOf) else ()
         self.one_required = isinstance(first, _OneOf) and first.one_required

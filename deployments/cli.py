@@ -65,6 +65,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(exc.format_message(), file=sys.stderr)
         raise SystemExit(EXIT_ERROR) from None
     except click_errors.UsageError as exc:
+        if (misplaced := _misplaced(exc)) is not None:
+            print(f"reverie: {misplaced}", file=sys.stderr)
+            return EXIT_ERROR
         where = exc.ctx.command_path if exc.ctx is not None else PROG
         print(f"{where}: {_said(exc)} (--help for usage)", file=sys.stderr)
         raise SystemExit(EXIT_ERROR) from None
@@ -80,12 +83,32 @@ def _said(exc: click_errors.UsageError) -> str:
     """click's complaint, in the words scripts and tests knew from argparse where they
     differ (an unknown option or a word too many)."""
     if isinstance(exc, click_errors.NoSuchOption):
-        takers = [f"{e.command} {e.name}" for e in ENTRIES.values()
-                  if any(f"--{u.option}" == exc.option_name for u in e.options)]
-        return f"unrecognized arguments: {exc.option_name}" + (
-            f" (it applies to `reverie {'`, `reverie '.join(takers)}` only)" if takers else "")
+        return f"unrecognized arguments: {exc.option_name}"
     extra = re.match(r"Got unexpected extra argument(?:s|\(s\))? \((.*)\)$", exc.message)
     return f"unrecognized arguments: {extra.group(1)}" if extra else exc.format_message()
+
+
+def _misplaced(exc: click_errors.UsageError) -> str | None:
+    """A flow's own option given to a flow that does not take it: which flows do, with
+    the options that go with it (``--archive-below and --delete-below apply to `run
+    forget` and `run cold` only``). None for any other error."""
+    if not isinstance(exc, click_errors.NoSuchOption):
+        return None
+    option = next((o for o in FlowOption if f"--{o}" == exc.option_name), None)
+    if option is None:
+        return None
+
+    def takers(o: FlowOption) -> list[str]:
+        return [f"`{e.command} {e.name}`" for e in ENTRIES.values()
+                if any(u.option is o for u in e.options)]
+
+    kin = [f"--{o}" for o in FlowOption if takers(o) == takers(option)]
+    return (f"{_and(kin)} {'applies' if len(kin) == 1 else 'apply'} to "
+            f"{_and(takers(option))} only")
+
+
+def _and(words: list[str]) -> str:
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} and {words[-1]}"
 
 
 @cache

@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
+# typer 0.29 carries its own click and does not re-export its usage errors; they are
+# caught here to print them as one line (typer's own handler prints a box).
 from typer._click import exceptions as click_errors
 from typer.core import TyperCommand, TyperGroup
 
@@ -1365,7 +1367,9 @@ def _bench_synthetic(
     store_backend = backend(database_url)
     if not no_flows and not server:
         keep_with_this_process()
-    command_line = _command_line(ctx, {"database_url": str(store_backend["database_server"])})
+    # The server's URL without its password, as the results name it.
+    command_line = _command_line(ctx, {"database_url": str(store_backend["database_server"])}
+                                 if database_url else None)
     done: list[Any] = []
 
     def progress(row: Any) -> None:

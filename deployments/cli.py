@@ -23,17 +23,21 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
+
 # typer 0.29 carries its own click and does not re-export its usage errors; they are
 # caught here to print them as one line (typer's own handler prints a box).
 from typer._click import exceptions as click_errors
 from typer.core import TyperCommand, TyperGroup
 
 from reverie.flows.catalog import (
+    ALIASES,
     CONSOLIDATION_MODES,
     ENTRIES,
     RUN_TASKS,
     FlowEntry,
     FlowOption,
+    aliases_help,
+    canonical,
     names_help,
 )
 from reverie.models.config import ConsolidationConfig
@@ -46,7 +50,7 @@ from reverie.models.timestamps import parse_timestamp
 if TYPE_CHECKING:
     from typer._click.core import Command, Context
 
-    from reverie.flows.report import RunReport
+    from reverie.runner.report import RunReport
 
 EXIT_OK, EXIT_REJECTED, EXIT_ERROR = 0, 1, 2
 # Decisions `reverie consolidations` shows without --limit or --all.
@@ -192,7 +196,7 @@ def _sizes(text: str | list[int]) -> Numbers:
 
 
 def _flow_list(text: str) -> Names:
-    names = Names(n.strip() for n in text.split(",") if n.strip())
+    names = Names(canonical(n.strip()) for n in text.split(",") if n.strip())
     if not names:
         raise typer.BadParameter("names no flow")
     return names
@@ -230,6 +234,8 @@ class _FlowGroup(TyperGroup):
     def resolve_command(
         self, ctx: Context, args: list[str]
     ) -> tuple[str | None, Command | None, list[str]]:
+        if args:  # an old name (ALIASES) runs its new one
+            args = [canonical(args[0]), *args[1:]]
         if args and args[0] not in self.commands and not args[0].startswith("-"):
             raise click_errors.UsageError(
                 f"argument FLOW: invalid choice: {args[0]!r} (choose from "
@@ -367,8 +373,10 @@ def _app() -> typer.Typer:
 
 def _flows_app(command: str, names: Sequence[str], help_: str) -> typer.Typer:
     example = next((n for n in names if ENTRIES[n].options), names[0])
+    renamed = [old for old, new in ALIASES.items() if new in names]
     runs = _typer(f"{help_} A flow's own options: `reverie {command} {example} --help` "
-                  "(and so on).", cls=_FlowGroup)
+                  "(and so on)." + (f" Old names: {aliases_help()}." if renamed else ""),
+                  cls=_FlowGroup)
     for name in names:
         entry = ENTRIES[name]
         runs.command(name, cls=_one_of("profile", "all_", required=True),
@@ -468,9 +476,9 @@ def _deletion_approved(approved: bool, dry_run: bool, preset_name: str | None,
     """Whether `run forget` deletes without pausing for approval. A run that would delete
     with no Prefect API configured is refused before it starts: it would pause on a
     temporary server no one can answer, and hang until its approval times out."""
-    from reverie.flows.event_delivery import api_configured
     from reverie.models.config import preset, with_forget_thresholds
     from reverie.models.settings import get_settings
+    from reverie.runner.event_delivery import api_configured
 
     if approved or dry_run:
         return approved
@@ -547,7 +555,7 @@ def run_flow(
     """Run a flow by its short name in this process (against PREFECT_API_URL if set)."""
     from reverie.deployments.local_server import local_api
     from reverie.flows.catalog import FLOWS
-    from reverie.flows.runtime import wait_for_run_history
+    from reverie.runner.runtime import wait_for_run_history
 
     with local_api():
         report = FLOWS[name](
@@ -631,9 +639,9 @@ def _ingest(
     if is_backup(file):
         return _restore(file, profile, json_)
     from reverie.engines.embedding import embedder_for
-    from reverie.flows.event_delivery import deliver, wanted
-    from reverie.flows.progress import Bar, on_terminal
     from reverie.models.ingest import ingest_jsonl
+    from reverie.runner.event_delivery import deliver, wanted
+    from reverie.runner.progress import Bar, on_terminal
 
     store = Store()
     embedder = embedder_for(store.settings)
@@ -713,7 +721,7 @@ def _approve(
     from prefect.exceptions import FlowPauseTimeout, NotPausedError, ObjectNotFound
     from prefect.flow_runs import resume_flow_run
 
-    from reverie.flows.event_delivery import api_configured
+    from reverie.runner.event_delivery import api_configured
 
     if not api_configured():
         raise ReverieError("no Prefect API is configured: set PREFECT_API_URL to the server "
@@ -740,7 +748,7 @@ def _approve(
 def _backfill(
     flow: Annotated[str, typer.Argument(
         metavar="FLOWS", help=f"{names_help()}; or several joined by commas (decay,full), "
-        "run on each date in the order a day's schedules run them")],
+        f"run on each date in the order a day's schedules run them ({aliases_help()})")],
     start: Annotated[datetime, typer.Option(
         "--from", parser=_timestamp, metavar="DATE", help="first as_of, ISO-8601")],
     end: Annotated[datetime, typer.Option(
@@ -770,7 +778,7 @@ def _backfill(
             f"backfill of {report.flow} via {report.where}: {len(report.created)} run(s) made, "
             f"{len(report.skipped)} date(s) already done"
         )
-        from reverie.flows.progress import on_terminal
+        from reverie.runner.progress import on_terminal
 
         if not (sys.stdout.isatty() and on_terminal()):  # else each was shown as it ran
             for when in report.created:
@@ -858,9 +866,9 @@ def _session_end(
 ) -> int:
     """Record the end of a profile's session (full consolidation follows, via the
     triggers)."""
-    from reverie.flows.event_delivery import api_configured, deliver, wanted
     from reverie.models.repositories.runs import end_session
     from reverie.models.timestamps import utcnow
+    from reverie.runner.event_delivery import api_configured, deliver, wanted
 
     store = _store()
     store.resolve_profiles(profile)
@@ -888,7 +896,7 @@ def _alerts(
     """Announce failed and crashed Reverie runs through a Prefect notification block (the
     reverie-run-failed automation)."""
     from reverie.deployments.alerts import ensure_failure_alerts
-    from reverie.flows.event_delivery import api_configured
+    from reverie.runner.event_delivery import api_configured
 
     if not api_configured():
         raise ReverieError("alerts live in a Prefect server: set PREFECT_API_URL")
@@ -930,9 +938,9 @@ def _events_flush(
     code 0 once none is left."""
     import time
 
-    from reverie.flows.event_delivery import FlushResult, Outcome, flush
     from reverie.models.errors import TransientError
     from reverie.models.transient import retrying
+    from reverie.runner.event_delivery import FlushResult, Outcome, flush
 
     url = _store().url
     give_up = time.monotonic() + timeout
@@ -1146,7 +1154,7 @@ def _recall(
 ) -> int:
     """Find the memories most similar to a query; --deep adds the cold tier and says
     which summary replaced a hit."""
-    from reverie.engines.recall import recall
+    from reverie.recall.search import recall
 
     hits = recall(_store(), profile, query, k, deep, track)
     if json_:
@@ -1269,7 +1277,7 @@ def _bench_locomo(
 
     base = preset(preset_name) if preset_name else ConsolidationConfig()
     config = base.model_copy(update={"summarizer": summarizer})
-    from reverie.flows.temporary_server import keep_with_this_process
+    from reverie.runner.temporary_server import keep_with_this_process
 
     keep_with_this_process()
     result = bench_locomo(path, as_of_offset_days, budget, config, chosen)
@@ -1290,8 +1298,8 @@ def _bench_updates(
 ) -> int:
     """Update chains: does hot recall answer an updated fact with its newest value?"""
     from reverie.benchmarks.updates import bench_updates, render_updates
-    from reverie.flows.temporary_server import keep_with_this_process
     from reverie.models.config import preset
+    from reverie.runner.temporary_server import keep_with_this_process
 
     base = preset(preset_name) if preset_name else ConsolidationConfig()
     config = base.model_copy(update={"summarizer": summarizer})
@@ -1354,7 +1362,7 @@ def _bench_synthetic(
         render_markdown,
     )
     from reverie.deployments.serve import loopback_server
-    from reverie.flows.temporary_server import keep_with_this_process
+    from reverie.runner.temporary_server import keep_with_this_process
 
     size_list, flows = list(sizes), list(flow_list) if flow_list else None
     unknown = sorted(set(flows or ()) - set(FLOW_ORDER))

@@ -10,6 +10,7 @@ from collections import Counter
 
 import pytest
 import yaml
+from typer._click.exceptions import UsageError
 from typer.core import TyperGroup
 
 from reverie.deployments.serve import project_root
@@ -43,7 +44,7 @@ def test_every_catalogued_deployment_is_in_prefect_yaml_with_its_flow() -> None:
         assert FLOWS[short].name == flow_name
         module, function = entrypoints[deployment].split(":")
         assert FLOWS[short].fn.__name__ == function and module.startswith("flows/")
-    assert entrypoints["backfill"] == "flows/replay.py:replay"
+    assert entrypoints["backfill"] == "orchestration/replay.py:replay"
 
 
 def test_looking_up_a_flow_imports_that_flow_alone() -> None:
@@ -54,7 +55,7 @@ def test_looking_up_a_flow_imports_that_flow_alone() -> None:
         "and m not in ('reverie.flows.catalog',)], 'imported at import'; "
         "flow = c.FLOWS['decay']; "
         "others = {'reverie.flows.' + m for m in ('cluster', 'creative', 'forget', "
-        "'full_consolidation', 'compress', 'cold_tier', 'consolidate_cold')}; "
+        "'full_consolidation', 'compress', 'cold_tier', 'cold_notes')}; "
         "print(flow.name, sorted(others & set(sys.modules)))"
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
@@ -102,7 +103,7 @@ def test_the_cli_offers_every_flow_and_says_what_each_does() -> None:
 def test_replay_status_and_the_bench_name_every_flow() -> None:
     from reverie.benchmarks import speed
     from reverie.deployments.status import FLOW_NAMES
-    from reverie.flows.replay import replay
+    from reverie.orchestration.replay import replay
 
     described = replay.parameters.properties["flow"]["description"]
     assert all(name in described for name in ENTRIES)
@@ -115,8 +116,10 @@ def test_replay_status_and_the_bench_name_every_flow() -> None:
 def test_every_deployment_runs_a_registered_flow() -> None:
     targets = {e.target.split(":")[0].rsplit(".", 1)[1]: e for e in FLOW_ENTRIES}
     for deployment in _deployments():
-        module = deployment["entrypoint"].split(":")[0].removeprefix("flows/").removesuffix(".py")
-        assert module in targets or module == "replay", deployment["name"]
+        entrypoint = deployment["entrypoint"]
+        module = entrypoint.split(":")[0].removeprefix("flows/").removesuffix(".py")
+        assert module in targets or entrypoint == "orchestration/replay.py:replay", (
+            deployment["name"])
 
 
 def test_the_readme_table_is_the_registrys() -> None:
@@ -143,3 +146,47 @@ def test_no_module_keeps_its_own_list_of_flows() -> None:
                     if len(listed & names) >= 3:
                         copies.append(f"{folder}/{path.name}:{node.lineno}")
     assert copies == []
+
+
+# --- old names: accepted for one release --------------------------------------------------
+
+
+def test_the_old_name_cold_still_runs_the_cold_notes_everywhere() -> None:
+    from reverie.deployments.operations import MODES, Mode
+    from reverie.flows.catalog import ALIASES, parse_flows
+    from reverie.orchestration.replay import items_of
+
+    assert ALIASES == {"cold": "cold-notes"}
+    assert FLOWS["cold"] is FLOWS["cold-notes"]
+    # backfill and replay read flow lists through parse_flows: a replay queued with the
+    # old name before the upgrade runs, and skips, as one queued with the new.
+    assert parse_flows("cold") == parse_flows("cold,cold-notes") == ("cold-notes",)
+    assert parse_flows("cold,full,decay") == ("decay", "full", "cold-notes")
+    assert items_of("cold", ["2025-01-01"]) == items_of("cold-notes", ["2025-01-01"])
+    from reverie.deployments.cli import command
+
+    run = command().commands["run"]
+    assert isinstance(run, TyperGroup)
+    for name in ("cold", "cold-notes"):
+        ctx = run.make_context("run", [name, "--all", "--min-age-days", "0"])
+        found, flow, rest = run.resolve_command(ctx, [*ctx._protected_args, *ctx.args])
+        assert found == "cold-notes" and flow is not None
+        assert flow.make_context(found, rest, parent=ctx).params["min_age_days"] == 0
+    with pytest.raises(UsageError, match="invalid choice: 'colder'"):  # still refused
+        run.resolve_command(ctx, ["colder", "--all"])
+    assert run.help is not None and "cold: old name of cold-notes" in run.help
+    backfill = next(p for p in command().commands["backfill"].params if p.name == "flow")
+    assert backfill.help is not None and "cold: old name of cold-notes" in backfill.help
+    # The agents' consolidate mode (API and MCP).
+    assert MODES["cold"] == MODES["sleep"] == MODES["cold-notes"] == "cold-notes"
+    assert {"cold", "cold-notes"} <= {m.value for m in Mode}
+
+
+def test_the_cold_notes_keep_the_deployment_and_flow_names_users_have() -> None:
+    # Renaming the short name leaves what Prefect and the run history know untouched:
+    # `prefect deployment run consolidate-cold/sleep` and past runs' flow names still hold.
+    assert DEPLOYMENTS["cold-notes"] == "consolidate-cold/sleep"
+    assert FLOWS["cold"].name == FLOWS["cold-notes"].name == "consolidate-cold"
+    sleep = {d["name"]: d for d in _deployments()}["sleep"]
+    assert sleep["entrypoint"] == "flows/cold_notes.py:consolidate_cold"
+    assert DEPLOYMENTS["cold-tier"] == "cold-tier/tiering"

@@ -156,7 +156,8 @@ def serving(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Serve]:
                     process.kill()
 
 
-@pytest.mark.slow
+# About 7.5 minutes, most of it waiting out five windows: handed to a process first.
+@pytest.mark.slow(seconds=450)
 def test_each_process_killed_in_turn_leaves_no_run_running_and_the_next_run_goes(
     serving: Serve, tmp_path: Path
 ) -> None:

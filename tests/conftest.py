@@ -154,6 +154,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
     if hasattr(config, "workerinput"):
         items[:] = longest_first(items)
+        if config.getvalue("loadgroup"):  # set on a worker by xdist for --dist loadgroup
+            for item in items:
+                _name_group(item)
     if not TEST_POSTGRES:
         return
     kept, dropped = [], []
@@ -164,6 +167,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if dropped:
         config.hook.pytest_deselected(items=dropped)
     items[:] = kept
+
+
+def _name_group(item: pytest.Item) -> None:
+    """Append a grouped test's xdist group to its node id, which is how the scheduler
+    learns it. xdist 3.8 appends it to ``item._nodeid``, which pytest 9 no longer reads
+    (a node id is ``item._id``): without this no group held, and each process set up
+    its own copy of a module's stack or server. Once xdist's own suffix takes, the id
+    ends in the group twice, which its scheduler reads the same."""
+    marker = item.get_closest_marker("xdist_group")
+    if marker is None or not hasattr(item, "_id"):
+        return
+    from _pytest.nodeid import coerce_node_id
+
+    name = marker.args[0] if marker.args else marker.kwargs.get("name", "default")
+    item._id = coerce_node_id(f"{item.nodeid}@{name}")
 
 
 def _fixture_defs(item: pytest.Item) -> list[pytest.FixtureDef[object]]:

@@ -9,7 +9,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
 
-.PHONY: setup demo check test test-sqlite test-postgres server chromium postgres clean
+.PHONY: setup demo check test test-sqlite test-postgres docs server chromium postgres clean
 
 setup: $(STAMP)
 
@@ -90,6 +90,12 @@ test-sqlite: check chromium
 
 test-postgres: check postgres
 	$(POSTGRES_LEG)
+
+# The README's tables of settings and config knobs, and BENCHMARKS.md, are generated from
+# the code and from the benches' committed JSON; tests/test_docs.py fails when they drift.
+docs: $(STAMP)
+	$(BIN)/python -m reverie.deployments.docs
+	$(BIN)/python -m reverie.benchmarks.report
 
 clean:
 	rm -rf $(VENV) .reverie

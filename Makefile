@@ -91,11 +91,12 @@ test-sqlite: check chromium
 test-postgres: check postgres
 	$(POSTGRES_LEG)
 
-# The README's tables of settings and config knobs, and BENCHMARKS.md, are generated from
+# The README's tables of commands, settings and config knobs, and BENCHMARKS.md, are generated from
 # the code and from the benches' committed JSON; tests/test_docs.py fails when they drift.
 docs: $(STAMP)
 	$(BIN)/python -m reverie.deployments.docs
 	$(BIN)/python -m reverie.benchmarks.report
+	$(BIN)/python -m reverie.deployments.command_docs --write
 
 clean:
 	rm -rf $(VENV) .reverie

@@ -1,27 +1,41 @@
-"""The ``reverie`` command.
+"""The ``reverie`` command, on typer: each command declares its own options.
 
 Heavy libraries (Prefect, sentence-transformers) are imported inside the commands
-that need them, so ``reverie get`` or ``reverie export`` answer at once.
+that need them, so ``reverie get`` or ``reverie export`` answer at once. Help is plain
+text (no rich): rich would cost every ``--help`` its import.
 """
 
 from __future__ import annotations
 
-import argparse
 import gc
+import inspect
 import json
 import os
+import re
 import shutil
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict
 from datetime import datetime
+from enum import StrEnum
+from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
+
+import typer
+
+# typer 0.29 carries its own click and does not re-export its usage errors; they are
+# caught here to print them as one line (typer's own handler prints a box).
+from typer._click import exceptions as click_errors
+from typer.core import TyperCommand, TyperGroup
 
 from reverie.flows.catalog import (
+    ALIASES,
     CONSOLIDATION_MODES,
     ENTRIES,
     RUN_TASKS,
+    FlowEntry,
+    FlowOption,
     aliases_help,
     canonical,
     names_help,
@@ -34,44 +48,96 @@ from reverie.models.tables import Memory, Tombstone
 from reverie.models.timestamps import parse_timestamp
 
 if TYPE_CHECKING:
+    from typer._click.core import Command, Context
+
     from reverie.runner.report import RunReport
 
 EXIT_OK, EXIT_REJECTED, EXIT_ERROR = 0, 1, 2
 # Decisions `reverie consolidations` shows without --limit or --all.
 CONSOLIDATIONS_SHOWN = 50
+PROG = "reverie"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command line; a user error (bad option, value or choice) is one line on
+    stderr and SystemExit(2), as argparse did; a command's own error is exit code 2."""
     # A temporary Prefect server started for a local command would try to send usage
     # analytics, and log an ERROR when the machine has no route out.
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    parser = _parser()
-    args = parser.parse_args(argv)
-    if not args.verbose:
-        # Prefect's console shows warnings only; its run logs still reach the server (the
-        # UI shows them). Read when Prefect is first imported, which no command has yet.
-        os.environ.setdefault("PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL", "WARNING")
+    args = list(sys.argv[1:] if argv is None else argv)
     try:
-        return int(args.handler(args) or EXIT_OK)
+        code = command().main(args=args, prog_name=PROG, standalone_mode=False)
+    except click_errors.NoArgsIsHelpError as exc:
+        print(exc.format_message(), file=sys.stderr)
+        raise SystemExit(EXIT_ERROR) from None
+    except click_errors.UsageError as exc:
+        if (misplaced := _misplaced(exc)) is not None:
+            print(f"reverie: {misplaced}", file=sys.stderr)
+            return EXIT_ERROR
+        where = exc.ctx.command_path if exc.ctx is not None else PROG
+        print(f"{where}: {_said(exc)} (--help for usage)", file=sys.stderr)
+        raise SystemExit(EXIT_ERROR) from None
     except ReverieError as exc:
         print(f"reverie: {exc}", file=sys.stderr)
         return EXIT_ERROR
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, typer.Abort):
         return 130
+    return int(code or EXIT_OK)
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse, with a user error as one line (and exit code 2), not the usage block."""
+def _said(exc: click_errors.UsageError) -> str:
+    """click's complaint, in the words scripts and tests knew from argparse where they
+    differ (an unknown option or a word too many)."""
+    if isinstance(exc, click_errors.NoSuchOption):
+        return f"unrecognized arguments: {exc.option_name}"
+    extra = re.match(r"Got unexpected extra argument(?:s|\(s\))? \((.*)\)$", exc.message)
+    return f"unrecognized arguments: {extra.group(1)}" if extra else exc.format_message()
 
-    def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_ERROR, f"{self.prog}: {message} (--help for usage)\n")
+
+def _misplaced(exc: click_errors.UsageError) -> str | None:
+    """A flow's own option given to a flow that does not take it: which flows do, with
+    the options that go with it (``--archive-below and --delete-below apply to `run
+    forget` and `run cold` only``). None for any other error."""
+    if not isinstance(exc, click_errors.NoSuchOption):
+        return None
+    option = next((o for o in FlowOption if f"--{o}" == exc.option_name), None)
+    if option is None:
+        return None
+
+    def takers(o: FlowOption) -> list[str]:
+        return [f"`{e.command} {e.name}`" for e in ENTRIES.values()
+                if any(u.option is o for u in e.options)]
+
+    kin = [f"--{o}" for o in FlowOption if takers(o) == takers(option)]
+    return (f"{_and(kin)} {'applies' if len(kin) == 1 else 'apply'} to "
+            f"{_and(takers(option))} only")
+
+
+def _and(words: list[str]) -> str:
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} and {words[-1]}"
+
+
+@cache
+def command() -> TyperGroup:
+    """The click command tree typer makes of the app (made once per process: every
+    command, every flow's options, about 20 ms)."""
+    group = typer.main.get_group(_app())
+    return group
+
+
+def fresh_command() -> TyperGroup:
+    """A tree of its own, for a caller that changes it (the README's relaxed parser)."""
+    return typer.main.get_group(_app())
+
+
+# --- parameter types: each refuses bad input naming the field (click adds the name) ------
 
 
 def _timestamp(text: str) -> datetime:
     try:
         return parse_timestamp(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(
+        raise typer.BadParameter(
             f"{text!r} is not an ISO-8601 date or date-time (e.g. 2025-07-01 or "
             "2025-07-01T03:00:00Z)") from None
 
@@ -83,7 +149,21 @@ def _name(text: str) -> str:
     try:
         return given_id(text)
     except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+        raise typer.BadParameter(str(exc)) from None
+
+
+class Numbers(list[int]):
+    """Whole numbers given as one option value, comma-separated (``--sizes 1000,10000``)."""
+
+    def __str__(self) -> str:
+        return ",".join(map(str, self))
+
+
+class Names(list[str]):
+    """Names given as one option value, comma-separated (``--flow-list full,decay``)."""
+
+    def __str__(self) -> str:
+        return ",".join(self)
 
 
 def _count(text: str) -> int:
@@ -92,445 +172,307 @@ def _count(text: str) -> int:
     except ValueError:
         value = 0
     if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of at least 1")
+        raise typer.BadParameter(f"{text!r} is not a whole number of at least 1")
     return value
 
 
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("reverie")
-    except PackageNotFoundError:  # run from a checkout that was never installed
-        return "unknown"
-
-
-def _parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="reverie", description="Memory consolidation for AI agents.")
-    parser.add_argument("--version", action="version", version=f"reverie {_version()}")
-    parser.add_argument("-v", "--verbose", action="store_true",
-                        help="show Prefect's logs of the runs (the UI always has them)")
-    sub = parser.add_subparsers(dest="command", required=True)
-
-    def command(name: str, handler: Callable[[argparse.Namespace], int | None], help_: str):
-        p = sub.add_parser(name, help=help_, description=help_)
-        p.set_defaults(handler=handler)
-        return p
-
-    p = command("ingest", _ingest, "Store the memories (and edges) of a JSONL file.")
-    p.add_argument("file", type=Path)
-    p.add_argument("--profile", type=_name, help="profile for records that do not name one")
-    p.add_argument("--json", action="store_true", help="print the report as JSON")
-
-    p = command("init", _init, "Create the configured store (REVERIE_DATABASE_URL) if it "
-                "is not there, and print its id. Only init, ingest and demo create stores.")
-    p.add_argument("--json", action="store_true")
-
-    p = command("consolidate", _consolidate, "Run full or lightweight consolidation.")
-    p.add_argument("mode", choices=CONSOLIDATION_MODES, help=_flows_help(CONSOLIDATION_MODES))
-    _add_run_options(p)
-
-    p = command("run", _run, "Run a maintenance flow.")
-    # An old name is read as its new one before argparse checks the choices.
-    p.add_argument("task", type=canonical, choices=RUN_TASKS,
-                   help=f"{_flows_help(RUN_TASKS)}; {aliases_help()}")
-    _add_run_options(p)
-    p.add_argument("--scope", choices=["all", "session"],
-                   help="cold-notes: all memories or a session's")
-    p.add_argument("--session", type=_name, help="cold-notes: the session for --scope session")
-    p.add_argument("--min-age-days", type=float,
-                   help="cold-notes: minimum age (default 7; 0 allowed)")
-    p.add_argument("--archive-below", type=float, metavar="RELEVANCE",
-                   help="forget, cold-notes: archive memories whose relevance is below this")
-    p.add_argument("--delete-below", type=float, metavar="RELEVANCE",
-                   help="forget, cold-notes: delete (leaving a tombstone) below this")
-    p.add_argument("--approve-deletion", action="store_true",
-                   help="forget: delete without pausing for approval (required when "
-                        "deletion is configured and no PREFECT_API_URL is set); cold-notes: "
-                        "let the sweep delete (unapproved, it archives only); cold-tier: "
-                        "let TTL expiry delete (unapproved, it lists only)")
-    p.add_argument("--migrate-after-days", type=float, metavar="DAYS",
-                   help="cold-tier: move memories unused this many days to the cold tier")
-    p.add_argument("--ttl-days", type=float, metavar="DAYS",
-                   help="cold-tier: expire memories cold this many days (with "
-                        "--approve-deletion)")
-
-    p = command("approve", _approve, "Answer a forget run paused for deletion approval.")
-    p.add_argument("run_id", help="the paused flow run's id")
-    p.add_argument("--reject", action="store_true",
-                   help="delete none (the run still archives as configured)")
-    p.add_argument("--reason", default="", help="why, kept in the run's log and artifact")
-
-    p = command("backfill", _backfill, "Run a flow once per date over a range (resumable).")
-    p.add_argument("flow", help=f"{names_help()}; or several joined by commas (decay,full), "
-                   f"run on each date in the order a day's schedules run them ({aliases_help()})")
-    p.add_argument("--from", dest="start", required=True, type=_timestamp,
-                   help="first as_of, ISO-8601")
-    p.add_argument("--to", dest="end", required=True, type=_timestamp,
-                   help="last as_of, ISO-8601 (included)")
-    p.add_argument("--every", default="1d", help="step between dates: 30m, 12h, 1d, 1w")
-    group = p.add_mutually_exclusive_group(required=True)
-    group.add_argument("--profile", type=_name, action="append",
-                       help="a profile (repeat for several)")
-    group.add_argument("--all", action="store_true", help="every profile in the store")
-    p.add_argument("--wait", action="store_true",
-                   help="through Prefect: wait until its replay runs have ended (exit 1 if "
-                   "any did not complete)")
-    p.add_argument("--json", action="store_true")
-
-    p = command("server", _server, "The local Prefect server that local commands share.")
-    p.add_argument("action", choices=["status", "stop"])
-
-    p = command("status", _status, "Last run and next scheduled run of every flow, per profile.")
-    p.add_argument("--profile", type=_name, help="one profile (default: all)")
-    p.add_argument("--limit", type=int, default=20, help="runs of history to show (default 20)")
-    p.add_argument("--json", action="store_true")
-
-    p = command("session-end", _session_end, "Record the end of a profile's session.")
-    p.add_argument("--profile", type=_name, required=True)
-    p.add_argument("--session", type=_name, help="the session's id")
-
-    p = command("events", _events, "Prefect events waiting in the store, per profile "
-                "(`reverie events flush` sends them).")
-    p.add_argument("--json", action="store_true")
-    events_sub = p.add_subparsers(dest="events_command")
-    f = events_sub.add_parser(
-        "flush", help="send the waiting events to the Prefect API now",
-        description="Send the waiting events to the Prefect API ($PREFECT_API_URL), oldest "
-                    "first. Exit code 0 once none is left.")
-    f.add_argument("--timeout", type=float, default=30.0,
-                   help="seconds to keep sending, to wait for another sender and to try again "
-                        "while the API does not answer (default 30)")
-    f.add_argument("--json", action="store_true")
-    f.set_defaults(handler=_events_flush)
-
-    p = command("undo", _undo, "Undo a consolidation: its originals return, its summary goes.")
-    p.add_argument("id", type=_name,
-                   help="a consolidation id (c-...) or the id of the summary it made")
-    p.add_argument("--profile", type=_name, required=True,
-                   help="the profile the consolidation belongs to")
-    p.add_argument("--json", action="store_true")
-
-    p = command("consolidations", _consolidations,
-                "List a profile's consolidation decisions, newest first, each with its "
-                "summary's text and why its members were grouped.")
-    p.add_argument("--profile", type=_name, required=True)
-    shown = p.add_mutually_exclusive_group()
-    shown.add_argument("--limit", type=_count, metavar="N",
-                       help=f"show the newest N (default {CONSOLIDATIONS_SHOWN})")
-    shown.add_argument("--all", action="store_true", help="show every decision")
-    p.add_argument("--why", action="store_true",
-                   help="also the rule that grouped each decision's members and each "
-                        "member's similarity (or heat) to the group")
-    p.add_argument("--json", action="store_true",
-                   help="print {profile, total, shown, consolidations: [...]} as JSON, "
-                        "each decision with its summary_text and parameters (rule, "
-                        "similarities)")
-
-    p = command("blocks", _blocks, "Show a profile's Core Memory blocks.")
-    p.add_argument("--profile", type=_name, required=True)
-    p.add_argument("--json", action="store_true")
-
-    p = command("recall", _recall, "Find the memories most similar to a query.")
-    p.add_argument("query")
-    p.add_argument("--profile", type=_name, required=True)
-    p.add_argument("-k", type=int, default=5, help="how many memories (default 5)")
-    p.add_argument("--deep", action="store_true", help="search the cold tier too")
-    p.add_argument("--track", action="store_true", help="count the hits as accessed")
-    p.add_argument("--json", action="store_true")
-
-    p = command("get", _get, "Show one memory (any tier) or its tombstone.")
-    p.add_argument("id", type=_name, help="a Reverie id or your own external id")
-    p.add_argument("--profile", type=_name,
-                   help="needed when an external id exists in several profiles")
-    p.add_argument("--json", action="store_true")
-
-    p = command("export", _export, "Back up a profile as JSONL (`reverie ingest` restores "
-                "it), or dump it in canonical form to compare states.")
-    p.add_argument("--profile", type=_name, required=True)
-    p.add_argument("--output", type=Path, help="file to write (default: standard output)")
-    p.add_argument("--canonical", action="store_true",
-                   help="the comparison form: vectors as hashes, no run history")
-    p.add_argument("--with-run-ids", action="store_true",
-                   help="--canonical: include Prefect run ids")
-
-    p = command("bench", _bench, "Measure what consolidation does to a store.")
-    bench = p.add_subparsers(dest="bench", required=True)
-    b = bench.add_parser(
-        "locomo", help="answers still found after consolidation, on a LoCoMo-format file"
-    )
-    b.add_argument("path", type=Path)
-    b.add_argument("--as-of-offset-days", type=float, default=90.0,
-                   help="consolidate this long after the last session (default 90)")
-    b.add_argument("--budget", type=int, default=2000, help="context characters (default 2000)")
-    b.add_argument("--conversations", type=_names, metavar="ID[,ID]",
-                   help="only these conversations, by sample id (e.g. one fold's two "
-                        "tuning conversations, or its third to validate on; default all)")
-    b.add_argument("--summarizer", default="auto", help="rules, llm or auto (default)")
-    b.add_argument("--preset", help="configuration preset (default: 'default')")
-    b.add_argument("--json", type=Path, dest="json_out", help="also write the result as JSON")
-    b = bench.add_parser(
-        "updates", help="update chains: does hot recall answer with the newest value?"
-    )
-    b.add_argument("--profiles", type=int, default=8,
-                   help="profiles, each with one chain per fact kind (default 8)")
-    b.add_argument("--as-of-offset-days", type=float, default=90.0,
-                   help="consolidate this long after the last memory (default 90)")
-    b.add_argument("--summarizer", default="auto", help="rules, llm or auto (default)")
-    b.add_argument("--preset", help="configuration preset (default: 'default')")
-    b.add_argument("--json", type=Path, dest="json_out", help="also write the result as JSON")
-    b = bench.add_parser(
-        "synthetic", help="time every step and flow on generated stores of chosen sizes"
-    )
-    b.add_argument("--sizes", type=_sizes, default=[1000, 10_000],
-                   help="memories per store, comma-separated (default 1000,10000)")
-    b.add_argument("--profiles", type=int, default=1, help="profiles to spread them over")
-    b.add_argument("--duplicate-share", type=float, default=0.10,
-                   help="share of memories in near-duplicate groups (default 0.1)")
-    b.add_argument("--embeddings", choices=["random", "real"], default="random",
-                   help="clustered synthetic vectors (default) or the real model's")
-    b.add_argument("--ingest-sentences", type=int, default=2048,
-                   help="sentences for ingest vs raw model throughput (0 skips it)")
-    b.add_argument("--no-flows", dest="flows", action="store_false",
-                   help="time the steps only, not the flows through Prefect")
-    b.add_argument("--no-baseline", dest="checks", action="store_false",
-                   help="skip the exact baseline and recall checks")
-    b.add_argument("--no-steps", dest="step_rows", action="store_false",
-                   help="skip the per-step rows (flows and their work only)")
-    b.add_argument("--flow-list", type=_flow_list, default=None, metavar="FLOWS",
-                   help="flows to time, comma-separated (default: all)")
-    b.add_argument("--server", action="store_true",
-                   help="run the flows through a real Prefect server started for the bench "
-                        "(its database: $PREFECT_API_DATABASE_CONNECTION_URL, else SQLite)")
-    b.add_argument("--database-url", metavar="URL",
-                   help="keep the stores on this PostgreSQL server, one database each, "
-                        "dropped at the end; its role must be allowed to CREATE DATABASE "
-                        "(default: SQLite files in a temporary folder)")
-    b.add_argument("--json", type=Path, dest="json_out", help="write the results as JSON")
-    b.add_argument("--markdown", type=Path, help="write the results table as markdown")
-    b = bench.add_parser(
-        "api", help="the agent HTTP API from outside: recall and store latency and "
-                    "throughput with concurrent clients"
-    )
-    b.add_argument("--sizes", type=_sizes, default=[1000, 10_000],
-                   help="memories per profile, comma-separated (default 1000,10000)")
-    b.add_argument("--clients", type=_sizes, default=[1, 8, 32],
-                   help="concurrent clients, comma-separated (default 1,8,32)")
-    b.add_argument("--profiles", type=int, default=2, help="profiles in the store (default 2)")
-    b.add_argument("--requests", type=int, default=160,
-                   help="recall calls per row (default 160)")
-    b.add_argument("--store-requests", type=int, default=64,
-                   help="store calls per row (default 64)")
-    b.add_argument("--store-batch", type=int, default=16,
-                   help="sentences per store call (default 16)")
-    b.add_argument("--ingest-sentences", type=int, default=2048,
-                   help="sentences for ingest's in-process throughput, store's yardstick "
-                        "(0 skips it)")
-    b.add_argument("--json", type=Path, dest="json_out", help="write the results as JSON")
-    b.add_argument("--markdown", type=Path, help="write the results table as markdown")
-    b = bench.add_parser(
-        "embedding", help="OpenVINO against PyTorch embeddings: speed and closeness, same run"
-    )
-    b.add_argument("--locomo", type=Path, default=None,
-                   help="a LoCoMo-format file: its turns, summaries of them, and every "
-                        "sentence compared (default: synthetic sentences only)")
-    b.add_argument("--sentences", type=int, default=2048,
-                   help="synthetic sentences per workload and for the ingest (default 2048)")
-    b.add_argument("--json", type=Path, dest="json_out", help="also write the rows as JSON")
-
-    p = command("alerts", _alerts, "Announce failed and crashed Reverie runs through a "
-                "Prefect notification block (the reverie-run-failed automation).")
-    p.add_argument("--block", metavar="TYPE/NAME",
-                   help="the block, e.g. slack-webhook/ops (default $REVERIE_ALERT_BLOCK)")
-    p.add_argument("--off", action="store_true", help="pause the automation")
-
-    p = command("serve", _serve, "Run a Prefect server, deploy every flow and start a worker "
-                "(Prefect's database: $PREFECT_API_DATABASE_CONNECTION_URL, else SQLite).")
-    p.add_argument("--port", type=int, default=4200)
-    p.add_argument("--home", type=Path, help="Prefect's own folder (default .reverie/prefect)")
-
-    p = command("api", _api, "Serve the agent HTTP API (JSON endpoints, OpenAPI at "
-                "/openapi.json, MCP at /mcp); tokens: REVERIE_API_TOKENS, "
-                "REVERIE_API_ADMIN_TOKEN or REVERIE_API_TOKENS_BLOCK.")
-    p.add_argument("--host", default="127.0.0.1",
-                   help="address to listen on (default 127.0.0.1: this machine only)")
-    p.add_argument("--port", type=int, default=8765, help="port (default 8765)")
-
-    p = command("mcp", _mcp, "Serve Reverie's tools over MCP: stdio for a local agent "
-                "(token: REVERIE_MCP_TOKEN), or streamable HTTP at /mcp.")
-    p.add_argument("--transport", choices=["stdio", "http"], default="stdio")
-    p.add_argument("--host", default="127.0.0.1", help="http: address (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=8765, help="http: port (default 8765)")
-
-    p = command("demo", _demo, "Ingest the bundled sample store and consolidate it.")
-    p.add_argument("--database", type=Path, help="SQLite file for the demo store")
-    return parser
-
-
-def _flows_help(names: Sequence[str]) -> str:
-    """What each of the flows does, for a command's help (argparse joins the lines)."""
-    return "; ".join(f"{n}: {ENTRIES[n].summary.rstrip('.')}" for n in names)
-
-
-def _flow_list(text: str) -> list[str]:
-    names = [canonical(n.strip()) for n in text.split(",") if n.strip()]
+def _names(text: str) -> Names:
+    names = Names(part.strip() for part in text.split(",") if part.strip())
     if not names:
-        raise argparse.ArgumentTypeError("--flow-list names no flow")
+        raise typer.BadParameter(f"no conversation named: {text!r}")
     return names
 
 
-def _add_run_options(p: argparse.ArgumentParser) -> None:
-    """What every flow run takes: which profiles, its 'now', dry run, and knobs."""
-    group = p.add_mutually_exclusive_group(required=True)
-    group.add_argument("--profile", type=_name, action="append",
-                       help="a profile (repeat for several)")
-    group.add_argument("--all", action="store_true", help="every profile in the store")
-    p.add_argument("--as-of", type=_timestamp,
-                   help="the 'now' of the run, ISO-8601 (default: now)")
-    p.add_argument("--dry-run", action="store_true", help="report what would change; write nothing")
-    p.add_argument("--preset", help="configuration preset (default: REVERIE_PRESET or 'default')")
-    p.add_argument("--not-done", action="store_true",
-                   help="only the selected profiles this flow has not finished for --as-of "
-                        "(re-run after some profiles failed)")
-    p.add_argument("--json", action="store_true")
+def _sizes(text: str | list[int]) -> Numbers:
+    if isinstance(text, list):  # the default: typer passes it through the parser too
+        return Numbers(text)
+    try:
+        sizes = Numbers(int(part.replace("_", "")) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise typer.BadParameter(f"sizes must be whole numbers: {text!r}") from None
+    if not sizes or min(sizes) < 1:
+        raise typer.BadParameter(f"sizes must be at least 1: {text!r}")
+    return sizes
 
 
-def _store() -> Store:
-    """The configured store, which must exist: reading a SQLite store that is not there
-    would silently create an empty one (say, run from another folder). Opening it
-    raises StoreMissingError anyway (``models.db``); this says so before any work."""
-    from reverie.models.db import _missing
-
-    store = Store()
-    if not store.exists():
-        raise _missing(store.url)
-    return store
+def _flow_list(text: str) -> Names:
+    names = Names(canonical(n.strip()) for n in text.split(",") if n.strip())
+    if not names:
+        raise typer.BadParameter("names no flow")
+    return names
 
 
-def _say_created(store: Store) -> None:
-    from reverie.models.settings import display_url
+class _OneOf(TyperCommand):
+    """A command with options of which at most one may be given (and, when required,
+    exactly one): ``--profile ... | --all``. Checked as the line is parsed, so a line
+    that could never run fails as a parse error, like argparse's exclusive groups."""
 
-    print(f"created a new store at {display_url(store.url)} (id {store.id})",
-          file=sys.stderr, flush=True)
+    one_of: tuple[str, ...] = ()
+    one_required: bool = False
 
-
-def _selected(args: argparse.Namespace) -> str | list[str] | None:
-    if args.all:
-        return None
-    return args.profile[0] if len(args.profile) == 1 else list(args.profile)
-
-
-def _print_json(data: Any) -> None:
-    print(json.dumps(data, indent=2, ensure_ascii=False, default=str))
-
-
-# --- commands -------------------------------------------------------------------------
-
-
-def _ingest(args: argparse.Namespace) -> int:
-    from reverie.models.backup import is_backup
-
-    if not args.file.is_file():
-        raise ReverieError(f"no such file: {args.file}")
-    if is_backup(args.file):
-        return _restore(args)
-    from reverie.engines.embedding import embedder_for
-    from reverie.models.ingest import ingest_jsonl
-    from reverie.runner.event_delivery import deliver, wanted
-    from reverie.runner.progress import Bar, on_terminal
-
-    store = Store()
-    embedder = embedder_for(store.settings)
-
-    total = None
-    if on_terminal():
-        # Counted first for the bar alone (a quick pass): with its total it says how far
-        # the ingest is and how long the rest takes. read_jsonl skips blank lines too.
-        with args.file.open("rb") as handle:
-            total = sum(1 for line in handle if line.strip())
-    with Bar(total, "ingest", unit="record") as bar:
-        report = ingest_jsonl(store, args.file, embedder, args.profile,
-                              progress=bar.update if bar.active else False,
-                              queue_events=wanted())
-    if report.created:
-        _say_created(store)
-    if report.queued_events:
-        deliver(store.url)
-    for error in report.errors:
-        print(f"{args.file}: {error}", file=sys.stderr)
-    if args.json:
-        _print_json(
-            {"stored": report.stored, "updated": report.updated, "unchanged": report.unchanged,
-             "edges": report.edges, "rejected": [str(e) for e in report.errors]}
-        )
-    else:
-        print(
-            f"stored {report.stored}, updated {report.updated}, unchanged {report.unchanged}, "
-            f"edges {report.edges}, rejected {len(report.errors)}"
-        )
-    return EXIT_REJECTED if report.errors else EXIT_OK
+    def parse_args(self, ctx: Context, args: list[str]) -> list[str]:
+        rest = super().parse_args(ctx, args)
+        flags = {p.name: p.opts[0] for p in self.params if p.name in self.one_of}
+        given = [n for n in self.one_of if ctx.params.get(n) not in (None, False, ())]
+        if len(given) > 1:
+            raise click_errors.UsageError(
+                f"argument {flags[given[1]]}: not allowed with argument {flags[given[0]]}", ctx)
+        if self.one_required and not given:
+            raise click_errors.UsageError(
+                f"one of the arguments {' '.join(flags.values())} is required", ctx)
+        return rest
 
 
-def _restore(args: argparse.Namespace) -> int:
-    """A backup (``reverie export``) restores its profile as it was, all or nothing."""
-    from reverie.models.backup import restore_file
-
-    store = Store()
-    if store.create():  # restoring is ingesting: it may make the store
-        _say_created(store)
-    restored = restore_file(store.url, args.file, args.profile)
-    if args.json:
-        _print_json({"restored": restored.profile, "rows": restored.rows})
-    else:
-        counts = ", ".join(f"{n} {table}" for table, n in restored.rows.items())
-        print(f"restored profile {restored.profile}: {counts}")
-    return EXIT_OK
+def _one_of(*names: str, required: bool) -> type[TyperCommand]:
+    return type("OneOf", (_OneOf,), {"one_of": names, "one_required": required})
 
 
-def _consolidate(args: argparse.Namespace) -> int:
-    return _run_flow(args.mode, args)
+class _FlowGroup(TyperGroup):
+    """``reverie run NAME``: a flow the registry does not know is refused with the
+    names it does, in argparse's words."""
+
+    def resolve_command(
+        self, ctx: Context, args: list[str]
+    ) -> tuple[str | None, Command | None, list[str]]:
+        if args:  # an old name (ALIASES) runs its new one
+            args = [canonical(args[0]), *args[1:]]
+        if args and args[0] not in self.commands and not args[0].startswith("-"):
+            raise click_errors.UsageError(
+                f"argument FLOW: invalid choice: {args[0]!r} (choose from "
+                f"{', '.join(self.commands)})", ctx)
+        return super().resolve_command(ctx, args)
+
+    def list_commands(self, ctx: Context) -> list[str]:
+        return list(self.commands)  # the registry's order, not alphabetical
 
 
-def _run(args: argparse.Namespace) -> int:
-    extra: dict[str, Any] = {}
-    if args.task == "cold-notes":
-        extra = {"scope": args.scope or ("session" if args.session else "all"),
-                 "session_id": args.session, "min_age_days": args.min_age_days}
-    elif args.scope or args.session or args.min_age_days is not None:
-        raise ReverieError("--scope, --session and --min-age-days apply to `run cold-notes` only")
-    thresholds = {"archive_threshold": args.archive_below, "delete_threshold": args.delete_below}
-    if args.task in ("forget", "cold-notes"):
+class Action(StrEnum):
+    STATUS = "status"
+    STOP = "stop"
+
+
+class Transport(StrEnum):
+    STDIO = "stdio"
+    HTTP = "http"
+
+
+class Scope(StrEnum):
+    ALL = "all"
+    SESSION = "session"
+
+
+class Embeddings(StrEnum):
+    RANDOM = "random"
+    REAL = "real"
+
+
+# --- options several commands share ---------------------------------------------------------
+
+
+def _flag(*decls: str, **kwargs: Any) -> Any:
+    """An on/off option: its default (off) goes unsaid in the help."""
+    return typer.Option(*decls, show_default=False, **kwargs)
+
+
+Json = Annotated[bool, _flag("--json", help="print the result as JSON")]
+Profiles = Annotated[list[str] | None, typer.Option(
+    "--profile", parser=_name, metavar="P", help="a profile (repeat for several)")]
+AllProfiles = Annotated[bool, _flag("--all", help="every profile in the store")]
+Profile = Annotated[str, typer.Option("--profile", parser=_name, metavar="P",
+                                      help="the profile")]
+Preset = Annotated[str | None, typer.Option(
+    "--preset", metavar="NAME", help="configuration preset (default: 'default')")]
+Summarizer = Annotated[str, typer.Option(
+    "--summarizer", metavar="rules|llm|auto", help="rules, llm or auto")]
+JsonOut = Annotated[Path | None, typer.Option(
+    "--json", metavar="OUT", help="also write the result as JSON")]
+MarkdownOut = Annotated[Path | None, typer.Option(
+    "--markdown", metavar="OUT", help="write the results table as markdown")]
+
+
+def _version(value: bool) -> None:
+    if not value:
+        return
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        found = version("reverie")
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        found = "unknown"
+    print(f"reverie {found}")
+    raise typer.Exit(EXIT_OK)
+
+
+def _root(
+    verbose: Annotated[bool, _flag(
+        "-v", "--verbose", help="show Prefect's logs of the runs (the UI always has them)")]
+    = False,
+    version: Annotated[bool, _flag(
+        "--version", callback=_version, is_eager=True, help="print the version and exit")]
+    = False,
+) -> None:
+    if not verbose:
+        # Prefect's console shows warnings only; its run logs still reach the server (the
+        # UI shows them). Read when Prefect is first imported, which no command has yet.
+        os.environ.setdefault("PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL", "WARNING")
+
+
+def _typer(help_: str | None = None, cls: type[TyperGroup] = TyperGroup,
+           invoke_without_command: bool = False) -> typer.Typer:
+    return typer.Typer(
+        help=help_, cls=cls, rich_markup_mode=None, add_completion=False,
+        pretty_exceptions_enable=False, no_args_is_help=not invoke_without_command,
+        invoke_without_command=invoke_without_command,
+        context_settings={"help_option_names": ["-h", "--help"]})
+
+
+@cache
+def _app() -> typer.Typer:
+    app = _typer()
+    app.callback(help="Memory consolidation for AI agents.")(_root)
+    plain = app.command
+    plain("ingest")(_ingest)
+    plain("init")(_init)
+    app.add_typer(_flows_app("consolidate", CONSOLIDATION_MODES,
+                             "Run full or lightweight consolidation in this process "
+                             "(against PREFECT_API_URL if set); --not-done takes only the "
+                             "profiles not yet finished for that --as-of."), name="consolidate")
+    app.add_typer(_flows_app("run", RUN_TASKS, "Run a maintenance flow in this process (against "
+                             "PREFECT_API_URL if set)."), name="run")
+    plain("approve")(_approve)
+    app.command("backfill", cls=_one_of("profile", "all_", required=True))(_backfill)
+    plain("server")(_server)
+    plain("status")(_status)
+    plain("session-end")(_session_end)
+    events = _typer(invoke_without_command=True)
+    events.callback(help=inspect.getdoc(_events))(_events)
+    events.command("flush")(_events_flush)
+    app.add_typer(events, name="events")
+    plain("undo")(_undo)
+    app.command("consolidations", cls=_one_of("limit", "all_", required=False))(_consolidations)
+    plain("blocks")(_blocks)
+    plain("recall")(_recall)
+    plain("get")(_get)
+    plain("export")(_export)
+    bench = _typer("Measure what consolidation does to a store.")
+    for name, fn in (("locomo", _bench_locomo), ("updates", _bench_updates),
+                     ("synthetic", _bench_synthetic), ("api", _bench_api),
+                     ("embedding", _bench_embedding)):
+        bench.command(name)(fn)
+    app.add_typer(bench, name="bench")
+    plain("alerts")(_alerts)
+    plain("serve")(_serve)
+    plain("api")(_api)
+    plain("mcp")(_mcp)
+    plain("demo")(_demo)
+    return app
+
+
+# --- flows: one command per flow of the registry, with the options it takes ---------------
+
+
+def _flows_app(command: str, names: Sequence[str], help_: str) -> typer.Typer:
+    example = next((n for n in names if ENTRIES[n].options), names[0])
+    renamed = [old for old, new in ALIASES.items() if new in names]
+    runs = _typer(f"{help_} A flow's own options: `reverie {command} {example} --help` "
+                  "(and so on)." + (f" Old names: {aliases_help()}." if renamed else ""),
+                  cls=_FlowGroup)
+    for name in names:
+        entry = ENTRIES[name]
+        runs.command(name, cls=_one_of("profile", "all_", required=True),
+                     help=entry.summary)(_flow_command(entry))
+    return runs
+
+
+def _run_options(
+    profile: Profiles = None,
+    all_: AllProfiles = False,
+    as_of: Annotated[datetime | None, typer.Option(
+        "--as-of", parser=_timestamp, metavar="ISO",
+        help="the 'now' of the run, ISO-8601 (default: now)")] = None,
+    dry_run: Annotated[bool, _flag(
+        "--dry-run", help="report what would change; write nothing")] = False,
+    preset: Annotated[str | None, typer.Option(
+        "--preset", metavar="NAME",
+        help="configuration preset (default: REVERIE_PRESET or 'default')")] = None,
+    not_done: Annotated[bool, _flag(
+        "--not-done", help="only the selected profiles this flow has not finished for "
+        "--as-of (re-run after some profiles failed)")] = False,
+    json_: Json = False,
+) -> None:
+    """What every flow run takes: which profiles, its 'now', dry run, and knobs (the
+    signature is read, never called)."""
+
+
+# Each flow option: its type and metavar (its help, per flow, is the registry's).
+_FLOW_OPTION_TYPES: dict[FlowOption, tuple[Any, dict[str, Any]]] = {
+    FlowOption.SCOPE: (Scope | None, {"metavar": "all|session"}),
+    FlowOption.SESSION: (str | None, {"parser": _name, "metavar": "S"}),
+    FlowOption.MIN_AGE_DAYS: (float | None, {"metavar": "N"}),
+    FlowOption.ARCHIVE_BELOW: (float | None, {"metavar": "R"}),
+    FlowOption.DELETE_BELOW: (float | None, {"metavar": "R"}),
+    FlowOption.APPROVE_DELETION: (bool, {}),
+    FlowOption.MIGRATE_AFTER_DAYS: (float | None, {"metavar": "N"}),
+    FlowOption.TTL_DAYS: (float | None, {"metavar": "N"}),
+}
+
+
+def _flow_command(entry: FlowEntry) -> Callable[..., int]:
+    """``reverie run NAME``'s function: the common options, then the flow's own from the
+    registry, each becoming the flow's keyword argument it names."""
+
+    def run(**options: Any) -> int:
+        return _run_entry(entry, options)
+
+    params = list(inspect.signature(_run_options, eval_str=True).parameters.values())
+    for use in entry.options:
+        kind, extra = _FLOW_OPTION_TYPES[use.option]
+        default = False if kind is bool else None
+        params.append(inspect.Parameter(
+            use.option.value.replace("-", "_"), inspect.Parameter.KEYWORD_ONLY,
+            default=default,
+            annotation=Annotated[kind, typer.Option(
+                f"--{use.option.value}", help=use.help, show_default=False, **extra)]))
+    run.__signature__ = inspect.Signature(  # type: ignore[attr-defined]  # read by typer
+        [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in params])
+    run.__name__ = entry.name.replace("-", "_")
+    run.__doc__ = entry.summary
+    return run
+
+
+def _run_entry(entry: FlowEntry, options: dict[str, Any]) -> int:
+    # Enums as their plain values: the flow's own parameters validate them again.
+    given = {use.option: _plain(options[use.option.value.replace("-", "_")])
+             for use in entry.options}
+    extra = {use.parameter: given[use.option] for use in entry.options}
+    if FlowOption.SCOPE in given and given[FlowOption.SCOPE] is None:
+        extra["scope"] = "session" if given.get(FlowOption.SESSION) else "all"
+    archive, delete = given.get(FlowOption.ARCHIVE_BELOW), given.get(FlowOption.DELETE_BELOW)
+    if FlowOption.ARCHIVE_BELOW in given:
         from reverie.models.config import DEFAULT, with_forget_thresholds
 
-        with_forget_thresholds(DEFAULT, args.archive_below, args.delete_below)  # one clear line
-        extra.update(thresholds)
-    elif any(v is not None for v in thresholds.values()):
-        raise ReverieError("--archive-below and --delete-below apply to `run forget` and "
-                           "`run cold-notes` only")
-    days = {"migrate_after_days": args.migrate_after_days, "ttl_days": args.ttl_days}
-    if args.task == "cold-tier":
+        with_forget_thresholds(DEFAULT, archive, delete)  # one clear line
+    if FlowOption.MIGRATE_AFTER_DAYS in given:
         from reverie.flows.cold_tier import with_cold_tier
         from reverie.models.config import DEFAULT
 
-        with_cold_tier(DEFAULT, args.migrate_after_days, args.ttl_days)  # one clear line
-        extra.update(days)
-    elif any(v is not None for v in days.values()):
-        raise ReverieError("--migrate-after-days and --ttl-days apply to `run cold-tier` only")
-    if args.task == "forget":
-        extra["auto_approve_deletion"] = _deletion_approved(args)
-    elif args.task == "cold-notes":
-        # The cold sweep never pauses: unapproved, it archives only (and says so).
-        extra["auto_approve_deletion"] = bool(args.approve_deletion)
-    elif args.task == "cold-tier":
-        # Expiry never pauses either: unapproved, it lists what it would expire.
-        extra["auto_approve_expiry"] = bool(args.approve_deletion)
-    elif args.approve_deletion:
-        raise ReverieError("--approve-deletion applies to `run forget`, `run cold-notes` and "
-                           "`run cold-tier` only")
-    return _run_flow(args.task, args, **extra)
+        with_cold_tier(DEFAULT, given[FlowOption.MIGRATE_AFTER_DAYS],
+                       given.get(FlowOption.TTL_DAYS))  # one clear line
+    if entry.asks_approval:
+        (approve,) = (u.parameter for u in entry.options
+                      if u.option is FlowOption.APPROVE_DELETION)
+        extra[approve] = _deletion_approved(
+            bool(given[FlowOption.APPROVE_DELETION]), options["dry_run"], options["preset"],
+            archive, delete)
+    return _run_flow(entry.name, options, **extra)
 
 
-def _deletion_approved(args: argparse.Namespace) -> bool:
+def _plain(value: Any) -> Any:
+    return value.value if isinstance(value, StrEnum) else value
+
+
+def _deletion_approved(approved: bool, dry_run: bool, preset_name: str | None,
+                       archive: float | None, delete_below: float | None) -> bool:
     """Whether `run forget` deletes without pausing for approval. A run that would delete
     with no Prefect API configured is refused before it starts: it would pause on a
     temporary server no one can answer, and hang until its approval times out."""
@@ -538,11 +480,10 @@ def _deletion_approved(args: argparse.Namespace) -> bool:
     from reverie.models.settings import get_settings
     from reverie.runner.event_delivery import api_configured
 
-    if args.approve_deletion or args.dry_run:
-        return bool(args.approve_deletion)
-    base = preset(args.preset) if args.preset else get_settings().consolidation_config()
-    delete = with_forget_thresholds(
-        base, args.archive_below, args.delete_below).forget.delete_threshold
+    if approved or dry_run:
+        return approved
+    base = preset(preset_name) if preset_name else get_settings().consolidation_config()
+    delete = with_forget_thresholds(base, archive, delete_below).forget.delete_threshold
     if delete == 0.0:
         return False
     if not api_configured():
@@ -556,23 +497,24 @@ def _deletion_approved(args: argparse.Namespace) -> bool:
     return False
 
 
-def _run_flow(name: str, args: argparse.Namespace, **extra: Any) -> int:
+def _run_flow(name: str, options: dict[str, Any], **extra: Any) -> int:
     from reverie.models.config import preset
 
-    config: ConsolidationConfig | None = preset(args.preset) if args.preset else None
-    as_of = args.as_of
-    selected = _selected(args)
+    config: ConsolidationConfig | None = (
+        preset(options["preset"]) if options["preset"] else None)
+    as_of = options["as_of"]
+    selected = _selected(options["profile"], options["all_"])
     # An unknown profile is the user's error: say so before a flow run starts.
     _store().resolve_profiles(selected)
-    if args.not_done:
+    if options["not_done"]:
         if as_of is None:
             raise ReverieError("--not-done needs --as-of: the run whose profiles to finish")
         selected = _not_done(name, selected, as_of)
         if not selected:
-            print(f"every selected profile has finished {name} as of {args.as_of}")
+            print(f"every selected profile has finished {name} as of {as_of}")
             return EXIT_OK
-    report = run_flow(name, selected, as_of, args.dry_run, config, **extra)
-    if args.json:
+    report = run_flow(name, selected, as_of, options["dry_run"], config, **extra)
+    if options["json_"]:
         _print_json(asdict(report))
         return EXIT_OK
     for step in report.steps:
@@ -623,26 +565,157 @@ def run_flow(
     return report
 
 
-def _server(args: argparse.Namespace) -> int:
-    from reverie.deployments.local_server import prefect_home, running, stop
+# --- helpers ------------------------------------------------------------------------------
 
-    home = prefect_home()
-    if args.action == "stop":
-        stopped = stop(home)
-        print(f"stopped the local Prefect server at {stopped.url}" if stopped
-              else "no local Prefect server runs")
-        return EXIT_OK
-    server = running(home)
-    if server is None:
-        print(f"no local Prefect server runs (PREFECT_HOME {home}); the next local "
-              "command starts one")
+
+def _store() -> Store:
+    """The configured store, which must exist: reading a SQLite store that is not there
+    would silently create an empty one (say, run from another folder). Opening it
+    raises StoreMissingError anyway (``models.db``); this says so before any work."""
+    from reverie.models.db import _missing
+
+    store = Store()
+    if not store.exists():
+        raise _missing(store.url)
+    return store
+
+
+def _say_created(store: Store) -> None:
+    from reverie.models.settings import display_url
+
+    print(f"created a new store at {display_url(store.url)} (id {store.id})",
+          file=sys.stderr, flush=True)
+
+
+def _selected(profile: list[str] | None, all_: bool) -> str | list[str] | None:
+    if all_ or not profile:
+        return None
+    return profile[0] if len(profile) == 1 else list(profile)
+
+
+def _print_json(data: Any) -> None:
+    print(json.dumps(data, indent=2, ensure_ascii=False, default=str))
+
+
+def _command_line(ctx: Context, shown: dict[str, str] | None = None) -> str:
+    """The command line that reproduces this bench run, from the options it was given:
+    every option with a value (in declaration order), flags only when set, output files
+    left out. ``shown`` replaces a value that must not be printed as given."""
+    words = [ctx.command_path]
+    for param in ctx.command.params:
+        value = ctx.params.get(param.name or "")
+        if value is None or value is False or param.name in ("json_out", "markdown"):
+            continue
+        words.append(param.opts[0])
+        if value is True:
+            continue
+        if param.name in (shown or {}):
+            words.append((shown or {})[param.name or ""])
+        elif isinstance(value, float):
+            words.append(f"{value:g}")
+        else:
+            words.append(str(value))
+    return " ".join(words)
+
+
+# --- commands -------------------------------------------------------------------------
+
+
+def _ingest(
+    file: Annotated[Path, typer.Argument(metavar="FILE", help="a JSONL file of memories "
+                                         "(and edges), or a backup `reverie export` wrote")],
+    profile: Annotated[str | None, typer.Option(
+        "--profile", parser=_name, metavar="P",
+        help="profile for records that do not name one")] = None,
+    json_: Json = False,
+) -> int:
+    """Store the memories (and edges) of a JSONL file, creating the store if there is
+    none (and saying so). A backup that `reverie export` wrote restores its profile
+    exactly, all or nothing, into a store without that profile."""
+    from reverie.models.backup import is_backup
+
+    if not file.is_file():
+        raise ReverieError(f"no such file: {file}")
+    if is_backup(file):
+        return _restore(file, profile, json_)
+    from reverie.engines.embedding import embedder_for
+    from reverie.models.ingest import ingest_jsonl
+    from reverie.runner.event_delivery import deliver, wanted
+    from reverie.runner.progress import Bar, on_terminal
+
+    store = Store()
+    embedder = embedder_for(store.settings)
+
+    total = None
+    if on_terminal():
+        # Counted first for the bar alone (a quick pass): with its total it says how far
+        # the ingest is and how long the rest takes. read_jsonl skips blank lines too.
+        with file.open("rb") as handle:
+            total = sum(1 for line in handle if line.strip())
+    with Bar(total, "ingest", unit="record") as bar:
+        report = ingest_jsonl(store, file, embedder, profile,
+                              progress=bar.update if bar.active else False,
+                              queue_events=wanted())
+    if report.created:
+        _say_created(store)
+    if report.queued_events:
+        deliver(store.url)
+    for error in report.errors:
+        print(f"{file}: {error}", file=sys.stderr)
+    if json_:
+        _print_json(
+            {"stored": report.stored, "updated": report.updated, "unchanged": report.unchanged,
+             "edges": report.edges, "rejected": [str(e) for e in report.errors]}
+        )
     else:
-        print(f"local Prefect server at {server.url} (pid {server.pid}, database in "
-              f"{home}); stops after {server.idle_seconds:g} s unused")
+        print(
+            f"stored {report.stored}, updated {report.updated}, unchanged {report.unchanged}, "
+            f"edges {report.edges}, rejected {len(report.errors)}"
+        )
+    return EXIT_REJECTED if report.errors else EXIT_OK
+
+
+def _restore(file: Path, profile: str | None, json_: bool) -> int:
+    """A backup (``reverie export``) restores its profile as it was, all or nothing."""
+    from reverie.models.backup import restore_file
+
+    store = Store()
+    if store.create():  # restoring is ingesting: it may make the store
+        _say_created(store)
+    restored = restore_file(store.url, file, profile)
+    if json_:
+        _print_json({"restored": restored.profile, "rows": restored.rows})
+    else:
+        counts = ", ".join(f"{n} {table}" for table, n in restored.rows.items())
+        print(f"restored profile {restored.profile}: {counts}")
     return EXIT_OK
 
 
-def _approve(args: argparse.Namespace) -> int:
+def _init(json_: Json = False) -> int:
+    """Create the configured store (REVERIE_DATABASE_URL) if it is not there, and print
+    its id. Only init, ingest and demo create stores."""
+    from reverie.models.settings import display_url
+
+    store = Store()
+    created = store.create()
+    if json_:
+        _print_json({"store": display_url(store.url), "id": store.id, "created": created})
+    elif created:
+        _say_created(store)
+    else:
+        print(f"a store is already at {display_url(store.url)} (id {store.id}); "
+              "left as it is", file=sys.stderr)
+    return EXIT_OK
+
+
+def _approve(
+    run_id: Annotated[str, typer.Argument(metavar="RUN_ID", help="the paused flow run's id")],
+    reject: Annotated[bool, _flag(
+        "--reject", help="delete none (the run still archives as configured)")] = False,
+    reason: Annotated[str, typer.Option(
+        "--reason", metavar="TEXT", help="why, kept in the run's log and artifact")] = "",
+) -> int:
+    """Answer a forget run paused for deletion approval."""
     from uuid import UUID
 
     from prefect.exceptions import FlowPauseTimeout, NotPausedError, ObjectNotFound
@@ -654,33 +727,50 @@ def _approve(args: argparse.Namespace) -> int:
         raise ReverieError("no Prefect API is configured: set PREFECT_API_URL to the server "
                            "the run is paused on")
     try:
-        run_id = UUID(args.run_id)
+        run = UUID(run_id)
     except ValueError:
-        raise ReverieError(f"not a flow run id: {args.run_id!r}") from None
+        raise ReverieError(f"not a flow run id: {run_id!r}") from None
     try:
-        resume_flow_run(run_id, run_input={"approve": not args.reject, "reason": args.reason})
+        resume_flow_run(run, run_input={"approve": not reject, "reason": reason})
     except ObjectNotFound:
-        raise ReverieError(f"no flow run {run_id}") from None
+        raise ReverieError(f"no flow run {run}") from None
     except NotPausedError:
-        raise ReverieError(f"flow run {run_id} is not paused") from None
+        raise ReverieError(f"flow run {run} is not paused") from None
     except FlowPauseTimeout:
-        raise ReverieError(f"flow run {run_id} waited too long and can no longer resume") \
+        raise ReverieError(f"flow run {run} waited too long and can no longer resume") \
             from None
     except RuntimeError as exc:  # Prefect refused the answer (e.g. it fits no form)
-        raise ReverieError(f"flow run {run_id}: {exc}") from None
-    print(f"{run_id}: deletion {'rejected' if args.reject else 'approved'}")
+        raise ReverieError(f"flow run {run}: {exc}") from None
+    print(f"{run}: deletion {'rejected' if reject else 'approved'}")
     return EXIT_OK
 
 
-def _backfill(args: argparse.Namespace) -> int:
+def _backfill(
+    flow: Annotated[str, typer.Argument(
+        metavar="FLOWS", help=f"{names_help()}; or several joined by commas (decay,full), "
+        f"run on each date in the order a day's schedules run them ({aliases_help()})")],
+    start: Annotated[datetime, typer.Option(
+        "--from", parser=_timestamp, metavar="DATE", help="first as_of, ISO-8601")],
+    end: Annotated[datetime, typer.Option(
+        "--to", parser=_timestamp, metavar="DATE", help="last as_of, ISO-8601 (included)")],
+    every: Annotated[str, typer.Option(
+        "--every", metavar="1d", help="step between dates: 30m, 12h, 1d, 1w")] = "1d",
+    profile: Profiles = None,
+    all_: AllProfiles = False,
+    wait: Annotated[bool, _flag(
+        "--wait", help="through Prefect: wait until its replay runs have ended (exit 1 if "
+        "any did not complete)")] = False,
+    json_: Json = False,
+) -> int:
+    """Run a flow once per date over a range, the dates in order (FLOWS: one flow, or
+    several joined by commas, each date's in schedule order): one replay run per profile
+    through Prefect, or here; resumable. --wait waits for the replay runs (exit 1 if one
+    did not complete)."""
     from reverie.deployments.backfill import backfill, parse_every
 
-    report = backfill(
-        args.flow, args.start, args.end,
-        parse_every(args.every), _selected(args),
-    )
-    if args.json:
-        ended = _ended(args, report)
+    report = backfill(flow, start, end, parse_every(every), _selected(profile, all_))
+    if json_:
+        ended = _ended(wait, report)
         _print_json({**asdict(report), "ended": ended})
         return EXIT_REJECTED if set((ended or {}).values()) - {"COMPLETED"} else EXIT_OK
     if report.where == "local":
@@ -699,23 +789,23 @@ def _backfill(args: argparse.Namespace) -> int:
         f"replay in {len(report.runs)} run(s), one per profile; "
         f"{len(report.skipped)} date(s) already done"
     )
-    for profile in report.running:
-        print(f"  {profile}: its replay of {report.flow} is still queued or running")
-    return _wait_for_backfill(args, report)
+    for name in report.running:
+        print(f"  {name}: its replay of {report.flow} is still queued or running")
+    return _wait_for_backfill(wait, report)
 
 
-def _ended(args: argparse.Namespace, report: Any) -> dict[str, str] | None:
+def _ended(wait: bool, report: Any) -> dict[str, str] | None:
     """``--wait`` through Prefect: each replay run the backfill depends on, once all have
     ended, with its final state; None without ``--wait`` or when it ran here."""
     from reverie.deployments.backfill import replays_to_wait_for, wait_for_replays
 
-    if not args.wait or report.where == "local":
+    if not wait or report.where == "local":
         return None
     return wait_for_replays(replays_to_wait_for(report, _store()))
 
 
-def _wait_for_backfill(args: argparse.Namespace, report: Any) -> int:
-    ended = _ended(args, report)
+def _wait_for_backfill(wait: bool, report: Any) -> int:
+    ended = _ended(wait, report)
     if ended is None:
         return EXIT_OK
     failed = {run: state for run, state in ended.items() if state != "COMPLETED"}
@@ -726,13 +816,42 @@ def _wait_for_backfill(args: argparse.Namespace, report: Any) -> int:
     return EXIT_REJECTED if failed else EXIT_OK
 
 
-def _status(args: argparse.Namespace) -> int:
+def _server(action: Annotated[Action, typer.Argument(metavar="status|stop")]) -> int:
+    """The local Prefect server that local commands share."""
+    from reverie.deployments.local_server import prefect_home, running, stop
+
+    home = prefect_home()
+    if action is Action.STOP:
+        stopped = stop(home)
+        print(f"stopped the local Prefect server at {stopped.url}" if stopped
+              else "no local Prefect server runs")
+        return EXIT_OK
+    server = running(home)
+    if server is None:
+        print(f"no local Prefect server runs (PREFECT_HOME {home}); the next local "
+              "command starts one")
+    else:
+        print(f"local Prefect server at {server.url} (pid {server.pid}, database in "
+              f"{home}); stops after {server.idle_seconds:g} s unused")
+    return EXIT_OK
+
+
+def _status(
+    profile: Annotated[str | None, typer.Option(
+        "--profile", parser=_name, metavar="P", help="one profile (default: all)")] = None,
+    limit: Annotated[int, typer.Option(
+        "--limit", metavar="N", help="runs of history to show")] = 20,
+    json_: Json = False,
+) -> int:
+    """Per profile and flow: the last run, what it changed, the next scheduled run (with
+    a Prefect API); the backfills in progress (each replay run, its runs done of its
+    total); and the history of recent runs."""
     from reverie.deployments.status import as_json, collect, render
     from reverie.models.settings import display_url
 
     store = _store()
-    status = collect(store, args.profile, args.limit)
-    if args.json:
+    status = collect(store, profile, limit)
+    if json_:
         _print_json(as_json(status))
     else:
         print(f"store: {display_url(store.url)}")
@@ -740,48 +859,65 @@ def _status(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _session_end(args: argparse.Namespace) -> int:
+def _session_end(
+    profile: Profile,
+    session: Annotated[str | None, typer.Option(
+        "--session", parser=_name, metavar="S", help="the session's id")] = None,
+) -> int:
+    """Record the end of a profile's session (full consolidation follows, via the
+    triggers)."""
     from reverie.models.repositories.runs import end_session
     from reverie.models.timestamps import utcnow
     from reverie.runner.event_delivery import api_configured, deliver, wanted
 
     store = _store()
-    store.resolve_profiles(args.profile)
+    store.resolve_profiles(profile)
     queue_events = wanted()
-    with store.writing(args.profile) as tx:
-        count = end_session(tx, args.session, utcnow(), store.settings.session_trigger_every,
+    with store.writing(profile) as tx:
+        count = end_session(tx, session, utcnow(), store.settings.session_trigger_every,
                             queue_events)
     if queue_events:
         deliver(store.url)
-    print(f"{args.profile}: session {count} ended")
+    print(f"{profile}: session {count} ended")
     if not api_configured():
         # The consolidation that follows a session end is a Prefect trigger's.
         print(f"no Prefect API is configured (PREFECT_API_URL): no run follows; "
-              f"`reverie consolidate full --profile {args.profile}` consolidates now",
+              f"`reverie consolidate full --profile {profile}` consolidates now",
               file=sys.stderr)
     return EXIT_OK
 
 
-def _alerts(args: argparse.Namespace) -> int:
+def _alerts(
+    block: Annotated[str | None, typer.Option(
+        "--block", metavar="TYPE/NAME",
+        help="the block, e.g. slack-webhook/ops (default $REVERIE_ALERT_BLOCK)")] = None,
+    off: Annotated[bool, _flag("--off", help="pause the automation")] = False,
+) -> int:
+    """Announce failed and crashed Reverie runs through a Prefect notification block (the
+    reverie-run-failed automation)."""
     from reverie.deployments.alerts import ensure_failure_alerts
     from reverie.runner.event_delivery import api_configured
 
     if not api_configured():
         raise ReverieError("alerts live in a Prefect server: set PREFECT_API_URL")
-    state = ensure_failure_alerts("" if args.off else args.block)
+    state = ensure_failure_alerts("" if off else block)
     if state.enabled:
         print(f"failed and crashed Reverie runs are announced through {state.block}")
     else:
         print("alerts are off" + (" (automation paused)" if state.automation_id else "")
               + "; --block TYPE/NAME or REVERIE_ALERT_BLOCK turns them on")
-    return 0
+    return EXIT_OK
 
 
-def _events(args: argparse.Namespace) -> int:
+def _events(ctx: typer.Context, json_: Json = False) -> int:
+    """Prefect events waiting in the store (kept while the API was down), per profile
+    (`reverie events flush` sends them)."""
+    if ctx.invoked_subcommand is not None:
+        return EXIT_OK
     from reverie.models.outbox import waiting
 
     pending = waiting(_store().url)
-    if args.json:
+    if json_:
         _print_json([asdict(p) for p in pending])
     elif not pending:
         print("no events waiting")
@@ -792,7 +928,14 @@ def _events(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _events_flush(args: argparse.Namespace) -> int:
+def _events_flush(
+    timeout: Annotated[float, typer.Option(
+        "--timeout", metavar="SECONDS", help="seconds to keep sending, to wait for another "
+        "sender and to try again while the API does not answer")] = 30.0,
+    json_: Json = False,
+) -> int:
+    """Send the waiting events to the Prefect API ($PREFECT_API_URL), oldest first. Exit
+    code 0 once none is left."""
     import time
 
     from reverie.models.errors import TransientError
@@ -800,7 +943,7 @@ def _events_flush(args: argparse.Namespace) -> int:
     from reverie.runner.event_delivery import FlushResult, Outcome, flush
 
     url = _store().url
-    give_up = time.monotonic() + args.timeout
+    give_up = time.monotonic() + timeout
     results: list[FlushResult] = []
 
     class NotYet(TransientError):
@@ -827,12 +970,12 @@ def _events_flush(args: argparse.Namespace) -> int:
 
     try:
         # No bound on attempts: --timeout is the bound (a store lock waited on counts).
-        retrying(attempt, attempts=None, first=0.5, cap=5.0, timeout=max(args.timeout, 0.01))
+        retrying(attempt, attempts=None, first=0.5, cap=5.0, timeout=max(timeout, 0.01))
     except NotYet:
         pass  # --timeout ran out: the last result says what is left
     result = results[-1]
     sent = sum(r.sent for r in results)
-    if args.json:
+    if json_:
         _print_json({"outcome": result.outcome.value, "sent": sent,
                      "pending": result.pending, "error": result.error})
     else:
@@ -841,7 +984,7 @@ def _events_flush(args: argparse.Namespace) -> int:
         return EXIT_OK
     reasons = {
         Outcome.UNREACHABLE: f"the Prefect API did not take them ({result.error}) in "
-                             f"{args.timeout:g} s; they stay in the store: flush again "
+                             f"{timeout:g} s; they stay in the store: flush again "
                              "once it answers",
         Outcome.NO_API: "no Prefect API is configured: set PREFECT_API_URL",
         Outcome.BUSY: "another process is still sending them",
@@ -852,13 +995,25 @@ def _events_flush(args: argparse.Namespace) -> int:
     return EXIT_ERROR
 
 
-def _undo(args: argparse.Namespace) -> int:
+def _undo(
+    id_: Annotated[str, typer.Argument(
+        metavar="ID", parser=_name,
+        help="a consolidation id (c-...) or the id of the summary it made")],
+    profile: Annotated[str, typer.Option(
+        "--profile", parser=_name, metavar="P",
+        help="the profile the consolidation belongs to")],
+    json_: Json = False,
+) -> int:
+    """Undo a consolidation of a profile (by its c-... id or its summary's id; an id of
+    another profile is not found): the originals return to the state they were in, the
+    summary and its edges go (the audit keeps its text). Undoing twice is harmless, and
+    later runs do not redo it."""
     from reverie.models.repositories.summaries import undo
     from reverie.models.timestamps import utcnow
 
-    with _store().writing(args.profile) as tx:
-        result = undo(tx, args.id, utcnow())
-    if args.json:
+    with _store().writing(profile) as tx:
+        result = undo(tx, id_, utcnow())
+    if json_:
         _print_json(asdict(result))
     elif result.already_undone:
         print(f"{result.consolidation_id} was already undone; nothing changed")
@@ -871,30 +1026,48 @@ def _undo(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _consolidations(args: argparse.Namespace) -> int:
+def _consolidations(
+    profile: Profile,
+    limit: Annotated[int | None, typer.Option(
+        "--limit", parser=_count, metavar="N",
+        help=f"show the newest N (default {CONSOLIDATIONS_SHOWN})")] = None,
+    all_: Annotated[bool, _flag("--all", help="show every decision")] = False,
+    why: Annotated[bool, _flag(
+        "--why", help="also the rule that grouped each decision's members and each "
+        "member's similarity (or heat) to the group")] = False,
+    json_: Annotated[bool, _flag(
+        "--json", help="print {profile, total, shown, consolidations: [...]} as JSON, "
+        "each decision with its summary_text and parameters (rule, similarities)")] = False,
+) -> int:
+    """List a profile's consolidation decisions (merges, compressions, clusters, cold
+    notes, supersessions, forgetting), newest first: each with its id, date, operation, summary id,
+    member count and the summary's text (an undone one's kept words), the newest 50
+    unless --limit N or --all, ending with the total. --why adds the rule that grouped
+    each decision's members, its knobs and each member's similarity to the
+    representative, seed or centroid (a cold note's: its heat)."""
     store = _store()
-    store.resolve_profiles(args.profile)
+    store.resolve_profiles(profile)
     from reverie.models.repositories.audit import (
         consolidation_count,
         consolidations,
         summary_texts,
     )
 
-    limit = None if args.all else args.limit or CONSOLIDATIONS_SHOWN
-    with store.reading(args.profile) as tx:
-        rows = consolidations(tx, limit)
-        total = len(rows) if limit is None or len(rows) < limit else consolidation_count(tx)
+    shown = None if all_ else limit or CONSOLIDATIONS_SHOWN
+    with store.reading(profile) as tx:
+        rows = consolidations(tx, shown)
+        total = len(rows) if shown is None or len(rows) < shown else consolidation_count(tx)
         texts = summary_texts(tx, rows)
-    if args.json:
+    if json_:
         _print_json({
-            "profile": args.profile, "total": total, "shown": len(rows),
+            "profile": profile, "total": total, "shown": len(rows),
             "consolidations": [
                 {**r.model_dump(mode="json"), "summary_text": texts.get(r.id)} for r in rows
             ],
         })
         return EXIT_OK
     if not rows:
-        print(f"no consolidation decisions yet for {args.profile}")
+        print(f"no consolidation decisions yet for {profile}")
         return EXIT_OK
     width = shutil.get_terminal_size((120, 24)).columns
     print(f"{'id':<18}  {'created':<10}  {'operation':<9}  {'summary':<18}  "
@@ -905,7 +1078,7 @@ def _consolidations(args: argparse.Namespace) -> int:
                 f"{r.summary_id or '-':<18}  {len(r.member_ids):>7}  ")
         text = " ".join(texts.get(r.id, "-").split())  # one line per decision
         print(head + _clipped(state + text, max(40, width - len(head))))
-        if args.why:
+        if why:
             for line in _why(r.parameters or {}):
                 print(f"    {line}")
     if len(rows) < total:
@@ -945,14 +1118,15 @@ def _why(parameters: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _blocks(args: argparse.Namespace) -> int:
+def _blocks(profile: Profile, json_: Json = False) -> int:
+    """Show a profile's Core Memory blocks."""
     store = _store()
-    store.resolve_profiles(args.profile)
+    store.resolve_profiles(profile)
     from reverie.models.repositories.blocks import blocks as blocks_of
 
-    with store.reading(args.profile) as tx:
+    with store.reading(profile) as tx:
         blocks = blocks_of(tx)
-    if args.json:
+    if json_:
         _print_json([b.model_dump() for b in blocks])
         return EXIT_OK
     from reverie.models.settings import get_settings
@@ -960,7 +1134,7 @@ def _blocks(args: argparse.Namespace) -> int:
 
     rules = block_rules(get_settings().consolidation_config().blocks)
     if not blocks:
-        print(f"no blocks yet for {args.profile}: run `reverie consolidate` first")
+        print(f"no blocks yet for {profile}: run `reverie consolidate` first")
     for b in blocks:
         print(f"## {b.block_type}  (v{b.version}, {len(b.content)} chars, {b.mode})")
         print(f"rule: {rules.get(b.block_type, '-')}")
@@ -969,11 +1143,21 @@ def _blocks(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _recall(args: argparse.Namespace) -> int:
+def _recall(
+    query: Annotated[str, typer.Argument(metavar="QUERY", help="what to look for")],
+    profile: Profile,
+    k: Annotated[int, typer.Option("-k", metavar="N", min=1,
+                                   help="how many memories")] = 5,
+    deep: Annotated[bool, _flag("--deep", help="search the cold tier too")] = False,
+    track: Annotated[bool, _flag("--track", help="count the hits as accessed")] = False,
+    json_: Json = False,
+) -> int:
+    """Find the memories most similar to a query; --deep adds the cold tier and says
+    which summary replaced a hit."""
     from reverie.recall.search import recall
 
-    hits = recall(_store(), args.profile, args.query, args.k, args.deep, args.track)
-    if args.json:
+    hits = recall(_store(), profile, query, k, deep, track)
+    if json_:
         _print_json([
             {"score": h.score, **_memory_json(h.memory), "text": h.text,
              "matched": [_memory_json(o) for o in h.members] if h.excerpted else []}
@@ -993,17 +1177,25 @@ def _recall(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _get(args: argparse.Namespace) -> int:
+def _get(
+    id_: Annotated[str, typer.Argument(metavar="ID", parser=_name,
+                                       help="a Reverie id or your own external id")],
+    profile: Annotated[str | None, typer.Option(
+        "--profile", parser=_name, metavar="P",
+        help="needed when an external id exists in several profiles")] = None,
+    json_: Json = False,
+) -> int:
+    """Show one memory (any tier) or its tombstone, by Reverie id or your own id."""
     from reverie.models.repositories.memories import get
 
     with _store().reading_all() as s:
-        found = get(s, args.id, args.profile)
+        found = get(s, id_, profile)
     data = (
         {"tombstone": True, **found.model_dump()}
         if isinstance(found, Tombstone)
         else _memory_json(found)
     )
-    if args.json:
+    if json_:
         _print_json(data)
     else:
         # What a person looks for first: which memory, and what it says.
@@ -1019,49 +1211,57 @@ def _memory_json(m: Memory | Any) -> dict[str, Any]:
     return {k: (v.isoformat() if hasattr(v, "isoformat") else v) for k, v in data.items()}
 
 
-def _export(args: argparse.Namespace) -> int:
+def _export(
+    profile: Profile,
+    output: Annotated[Path | None, typer.Option(
+        "--output", metavar="FILE", help="file to write (default: standard output)")] = None,
+    canonical: Annotated[bool, _flag(
+        "--canonical", help="the comparison form: vectors as hashes, no run history")] = False,
+    with_run_ids: Annotated[bool, _flag(
+        "--with-run-ids", help="--canonical: include Prefect run ids")] = False,
+) -> int:
+    """Back up a profile: every row of it (tiers, vectors, edges, blocks, audit,
+    tombstones, run history) as JSONL (format 2) ending in a record of each table's row
+    count and SHA-256, which `reverie ingest` restores exactly into a store without that
+    profile. --canonical: the stably ordered comparison form (vectors as hashes)."""
     from reverie.models.backup import backup_lines
     from reverie.models.export import export_jsonl
 
     store = _store()
-    store.resolve_profiles(args.profile)
+    store.resolve_profiles(profile)
     lines: Iterable[str] = (
-        [export_jsonl(store.url, args.profile, args.with_run_ids)] if args.canonical
-        else backup_lines(store.url, args.profile))
-    if args.output:
-        with args.output.open("w", encoding="utf-8") as out:
+        [export_jsonl(store.url, profile, with_run_ids)] if canonical
+        else backup_lines(store.url, profile))
+    if output:
+        with output.open("w", encoding="utf-8") as out:
             out.writelines(lines)
     else:
         sys.stdout.writelines(lines)
     return EXIT_OK
 
 
-def _names(text: str) -> list[str]:
-    names = [part.strip() for part in text.split(",") if part.strip()]
-    if not names:
-        raise argparse.ArgumentTypeError(f"no conversation named: {text!r}")
-    return names
+# --- bench --------------------------------------------------------------------------------
+
+OffsetDays = Annotated[float, typer.Option(
+    "--as-of-offset-days", metavar="N",
+    help="consolidate this long after the last memory")]
 
 
-def _sizes(text: str) -> list[int]:
-    try:
-        sizes = [int(part.replace("_", "")) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"sizes must be whole numbers: {text!r}") from None
-    if not sizes or min(sizes) < 1:
-        raise argparse.ArgumentTypeError(f"sizes must be at least 1: {text!r}")
-    return sizes
-
-
-def _bench(args: argparse.Namespace) -> int:
-    if args.bench == "synthetic":
-        return _bench_synthetic(args)
-    if args.bench == "embedding":
-        return _bench_embedding(args)
-    if args.bench == "updates":
-        return _bench_updates(args)
-    if args.bench == "api":
-        return _bench_api(args)
+def _bench_locomo(
+    path: Annotated[Path, typer.Argument(metavar="PATH", help="a LoCoMo-format file")],
+    as_of_offset_days: OffsetDays = 90.0,
+    budget: Annotated[int, typer.Option("--budget", metavar="N",
+                                        help="context characters")] = 2000,
+    conversations: Annotated[Names | None, typer.Option(
+        "--conversations", parser=_names, metavar="IDS",
+        help="only these conversations, by sample id, comma-separated (e.g. one fold's two "
+        "tuning conversations, or its third to validate on; default all)")] = None,
+    summarizer: Summarizer = "auto",
+    preset_name: Preset = None,
+    json_out: JsonOut = None,
+) -> int:
+    """Does consolidation lose facts? Answers still found after consolidation, on a
+    LoCoMo-format file (the README's Quality section)."""
     from reverie.benchmarks.locomo import (
         bench_locomo,
         load_locomo,
@@ -1069,85 +1269,88 @@ def _bench(args: argparse.Namespace) -> int:
         select_conversations,
     )
 
-    if not args.path.is_file():
-        raise ReverieError(f"no such file: {args.path}")
-    select_conversations(load_locomo(args.path), args.conversations)  # bad input: at once
+    chosen = list(conversations) if conversations else None
+    if not path.is_file():
+        raise ReverieError(f"no such file: {path}")
+    select_conversations(load_locomo(path), chosen)  # bad input: at once
     from reverie.models.config import preset
 
-    base = preset(args.preset) if args.preset else ConsolidationConfig()
-    config = base.model_copy(update={"summarizer": args.summarizer})
+    base = preset(preset_name) if preset_name else ConsolidationConfig()
+    config = base.model_copy(update={"summarizer": summarizer})
     from reverie.runner.temporary_server import keep_with_this_process
 
     keep_with_this_process()
-    result = bench_locomo(args.path, args.as_of_offset_days, args.budget, config,
-                          args.conversations)
+    result = bench_locomo(path, as_of_offset_days, budget, config, chosen)
     print(render_locomo(result))
-    if args.json_out:
-        args.json_out.write_text(json.dumps(result.as_json(), indent=2) + "\n", encoding="utf-8")
+    if json_out:
+        json_out.write_text(json.dumps(result.as_json(), indent=2) + "\n", encoding="utf-8")
     return EXIT_OK
 
 
-def _bench_updates(args: argparse.Namespace) -> int:
+def _bench_updates(
+    profiles: Annotated[int, typer.Option(
+        "--profiles", metavar="N", min=1,
+        help="profiles, each with one chain per fact kind")] = 8,
+    as_of_offset_days: OffsetDays = 90.0,
+    summarizer: Summarizer = "auto",
+    preset_name: Preset = None,
+    json_out: JsonOut = None,
+) -> int:
+    """Update chains: does hot recall answer an updated fact with its newest value?"""
     from reverie.benchmarks.updates import bench_updates, render_updates
     from reverie.models.config import preset
     from reverie.runner.temporary_server import keep_with_this_process
 
-    base = preset(args.preset) if args.preset else ConsolidationConfig()
-    config = base.model_copy(update={"summarizer": args.summarizer})
+    base = preset(preset_name) if preset_name else ConsolidationConfig()
+    config = base.model_copy(update={"summarizer": summarizer})
     keep_with_this_process()
-    result = bench_updates(args.profiles, args.as_of_offset_days, config)
+    result = bench_updates(profiles, as_of_offset_days, config)
     print(render_updates(result))
-    if args.json_out:
-        args.json_out.write_text(json.dumps(result.as_json(), indent=2) + "\n", encoding="utf-8")
+    if json_out:
+        json_out.write_text(json.dumps(result.as_json(), indent=2) + "\n", encoding="utf-8")
     return EXIT_OK
 
 
-def _bench_api(args: argparse.Namespace) -> int:
-    from reverie.benchmarks.api import bench_api, render_api
-
-    if args.profiles < 1 or args.requests < 1 or args.store_requests < 1 or args.store_batch < 1:
-        raise ReverieError("--profiles, --requests, --store-requests and --store-batch "
-                           "must be at least 1")
-    command = (f"reverie bench api --sizes {','.join(map(str, args.sizes))} "
-               f"--clients {','.join(map(str, args.clients))} --profiles {args.profiles} "
-               f"--requests {args.requests} --store-requests {args.store_requests} "
-               f"--store-batch {args.store_batch} --ingest-sentences {args.ingest_sentences}")
-
-    def progress(row: Any) -> None:
-        print(f"{row.operation:<7} n={row.memories_per_profile:<7,} clients={row.clients:<3} "
-              f"p50 {row.p50_ms:8.1f} ms  p95 {row.p95_ms:8.1f} ms  "
-              f"{row.calls_per_second:7.1f} calls/s  errors {row.errors}", flush=True)
-
-    result = bench_api(args.sizes, args.clients, args.profiles, args.requests,
-                       args.store_requests, args.store_batch, args.ingest_sentences,
-                       command, progress)
-    text = render_api(result)
-    print(text)
-    if args.json_out:
-        args.json_out.write_text(json.dumps(result.as_json(), indent=2) + "\n", encoding="utf-8")
-    if args.markdown:
-        args.markdown.write_text(text + "\n", encoding="utf-8")
-    return EXIT_OK
-
-
-def _bench_embedding(args: argparse.Namespace) -> int:
-    from reverie.benchmarks.embedding import bench_embedding, render_embedding
-
-    if args.locomo is not None and not args.locomo.is_file():
-        raise ReverieError(f"no such file: {args.locomo}")
-    if args.sentences < 16:
-        raise ReverieError(f"--sentences must be at least 16, got {args.sentences}")
-    rows = bench_embedding(args.locomo, args.sentences)
-    print(render_embedding(rows))
-    if args.json_out:
-        args.json_out.write_text(json.dumps([r.as_json() for r in rows], indent=2) + "\n",
-                                 encoding="utf-8")
-    return EXIT_OK
-
-
-def _bench_synthetic(args: argparse.Namespace) -> int:
-    import os
-
+def _bench_synthetic(
+    ctx: typer.Context,
+    sizes: Annotated[Numbers, typer.Option(
+        "--sizes", parser=_sizes, metavar="SIZES",
+        help="memories per store, comma-separated")] = Numbers([1000, 10_000]),  # noqa: B008 - an immutable-in-use default
+    profiles: Annotated[int, typer.Option(
+        "--profiles", metavar="N", min=1, help="profiles to spread them over")] = 1,
+    duplicate_share: Annotated[float, typer.Option(
+        "--duplicate-share", metavar="R", min=0.0, max=1.0,
+        help="share of memories in near-duplicate groups")] = 0.10,
+    embeddings: Annotated[Embeddings, typer.Option(
+        "--embeddings", metavar="random|real",
+        help="clustered synthetic vectors or the real model's")]
+    = Embeddings.RANDOM,
+    ingest_sentences: Annotated[int, typer.Option(
+        "--ingest-sentences", metavar="N", min=0,
+        help="sentences for ingest vs raw model throughput (0 skips it)")] = 2048,
+    no_flows: Annotated[bool, _flag(
+        "--no-flows", help="time the steps only, not the flows through Prefect")] = False,
+    no_baseline: Annotated[bool, _flag(
+        "--no-baseline", help="skip the exact baseline and recall checks")] = False,
+    no_steps: Annotated[bool, _flag(
+        "--no-steps", help="skip the per-step rows (flows and their work only)")] = False,
+    server: Annotated[bool, _flag(
+        "--server", help="run the flows through a real Prefect server started for the bench "
+        "(its database: $PREFECT_API_DATABASE_CONNECTION_URL, else SQLite)")] = False,
+    flow_list: Annotated[Names | None, typer.Option(
+        "--flow-list", parser=_flow_list, metavar="FLOWS",
+        help="flows to time, comma-separated (default: all)")] = None,
+    database_url: Annotated[str | None, typer.Option(
+        "--database-url", metavar="URL",
+        help="keep the stores on this PostgreSQL server, one database each, dropped at the "
+        "end; its role must be allowed to CREATE DATABASE (default: SQLite files in a "
+        "temporary folder)")] = None,
+    json_out: Annotated[Path | None, typer.Option(
+        "--json", metavar="OUT", help="write the results as JSON")] = None,
+    markdown: MarkdownOut = None,
+) -> int:
+    """How fast is every step and flow, from 1k to 1M memories? Times them on generated
+    stores of chosen sizes (BENCHMARKS.md)."""
     # Prefect reads these when it is first imported: keep its console to warnings.
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
@@ -1161,26 +1364,20 @@ def _bench_synthetic(args: argparse.Namespace) -> int:
     from reverie.deployments.serve import loopback_server
     from reverie.runner.temporary_server import keep_with_this_process
 
-    unknown = sorted(set(args.flow_list or ()) - set(FLOW_ORDER))
+    size_list, flows = list(sizes), list(flow_list) if flow_list else None
+    unknown = sorted(set(flows or ()) - set(FLOW_ORDER))
     if unknown:
         raise ReverieError(f"--flow-list: unknown flow(s) {', '.join(unknown)}; "
                            f"choose from {', '.join(FLOW_ORDER)}")
-    if args.database_url and not args.database_url.startswith("postgresql"):
+    if database_url and not database_url.startswith("postgresql"):
         raise ReverieError("--database-url: a PostgreSQL server URL, e.g. "
                            "postgresql+psycopg2://user:password@host:5432/postgres")
-    store_backend = backend(args.database_url)
-    if args.flows and not args.server:
+    store_backend = backend(database_url)
+    if not no_flows and not server:
         keep_with_this_process()
-
-    command = (
-        f"reverie bench synthetic --sizes {','.join(map(str, args.sizes))} "
-        f"--profiles {args.profiles} --duplicate-share {args.duplicate_share:g} "
-        f"--embeddings {args.embeddings} --ingest-sentences {args.ingest_sentences}"
-        + ("" if args.flows else " --no-flows") + ("" if args.checks else " --no-baseline")
-        + ("" if args.step_rows else " --no-steps") + (" --server" if args.server else "")
-        + (f" --flow-list {','.join(args.flow_list)}" if args.flow_list else "")
-        + (f" --database-url {store_backend['database_server']}" if args.database_url else "")
-    )
+    # The server's URL without its password, as the results name it.
+    command_line = _command_line(ctx, {"database_url": str(store_backend["database_server"])}
+                                 if database_url else None)
     done: list[Any] = []
 
     def progress(row: Any) -> None:
@@ -1189,53 +1386,153 @@ def _bench_synthetic(args: argparse.Namespace) -> int:
               f"peak {row.peak_rss_mb or 0:7.0f} MB{verdict}", flush=True)
         # Rewritten after every row: a long run interrupted keeps the rows it measured.
         done.append(row)
-        if args.json_out:
-            args.json_out.write_text(
-                json.dumps(as_json(done, command, store_backend), indent=2) + "\n", encoding="utf-8"
-            )
-        if args.markdown:
-            args.markdown.write_text(render_markdown(done) + "\n", encoding="utf-8")
+        if json_out:
+            json_out.write_text(
+                json.dumps(as_json(done, command_line, store_backend), indent=2) + "\n",
+                encoding="utf-8")
+        if markdown:
+            markdown.write_text(render_markdown(done) + "\n", encoding="utf-8")
 
     results = bench_synthetic(
-        args.sizes, args.profiles, args.duplicate_share, args.embeddings, args.flows,
-        args.checks, args.ingest_sentences, progress,
-        server=loopback_server if args.server else None,
-        step_rows=args.step_rows, flow_names=args.flow_list or FLOW_ORDER,
-        database_url=args.database_url,
+        size_list, profiles, duplicate_share, embeddings.value, not no_flows,
+        not no_baseline, ingest_sentences, progress,
+        server=loopback_server if server else None,
+        step_rows=not no_steps, flow_names=flows or FLOW_ORDER,
+        database_url=database_url,
     )
     print(render_markdown(results))  # the files already hold every row
     return EXIT_OK
 
 
-def _serve(args: argparse.Namespace) -> int:
+def _bench_api(
+    ctx: typer.Context,
+    sizes: Annotated[Numbers, typer.Option(
+        "--sizes", parser=_sizes, metavar="SIZES",
+        help="memories per profile, comma-separated")] = Numbers([1000, 10_000]),  # noqa: B008 - an immutable-in-use default
+    clients: Annotated[Numbers, typer.Option(
+        "--clients", parser=_sizes, metavar="SIZES",
+        help="concurrent clients, comma-separated")] = Numbers([1, 8, 32]),  # noqa: B008 - an immutable-in-use default
+    profiles: Annotated[int, typer.Option(
+        "--profiles", metavar="N", min=1, help="profiles in the store")] = 2,
+    requests: Annotated[int, typer.Option(
+        "--requests", metavar="N", min=1, help="recall calls per row")] = 160,
+    store_requests: Annotated[int, typer.Option(
+        "--store-requests", metavar="N", min=1, help="store calls per row")] = 64,
+    store_batch: Annotated[int, typer.Option(
+        "--store-batch", metavar="N", min=1, help="sentences per store call")] = 16,
+    ingest_sentences: Annotated[int, typer.Option(
+        "--ingest-sentences", metavar="N", min=0,
+        help="sentences for ingest's in-process throughput, store's yardstick "
+        "(0 skips it)")] = 2048,
+    json_out: Annotated[Path | None, typer.Option(
+        "--json", metavar="OUT", help="write the results as JSON")] = None,
+    markdown: MarkdownOut = None,
+) -> int:
+    """How fast do agents recall and store through `reverie api`? Latency and
+    throughput from outside, with concurrent clients (BENCHMARKS.md)."""
+    from reverie.benchmarks.api import bench_api, render_api
+
+    command_line = _command_line(ctx)
+    size_list, client_list = list(sizes), list(clients)
+
+    def progress(row: Any) -> None:
+        print(f"{row.operation:<7} n={row.memories_per_profile:<7,} clients={row.clients:<3} "
+              f"p50 {row.p50_ms:8.1f} ms  p95 {row.p95_ms:8.1f} ms  "
+              f"{row.calls_per_second:7.1f} calls/s  errors {row.errors}", flush=True)
+
+    result = bench_api(size_list, client_list, profiles, requests, store_requests, store_batch,
+                       ingest_sentences, command_line, progress)
+    text = render_api(result)
+    print(text)
+    if json_out:
+        json_out.write_text(json.dumps(result.as_json(), indent=2) + "\n", encoding="utf-8")
+    if markdown:
+        markdown.write_text(text + "\n", encoding="utf-8")
+    return EXIT_OK
+
+
+def _bench_embedding(
+    locomo: Annotated[Path | None, typer.Option(
+        "--locomo", metavar="FILE", help="a LoCoMo-format file: its turns, summaries of "
+        "them, and every sentence compared (default: synthetic sentences only)")] = None,
+    sentences: Annotated[int, typer.Option(
+        "--sentences", metavar="N",
+        help="synthetic sentences per workload and for the ingest")] = 2048,
+    json_out: Annotated[Path | None, typer.Option(
+        "--json", metavar="OUT", help="also write the rows as JSON")] = None,
+) -> int:
+    """OpenVINO against PyTorch embeddings: speed and closeness, same run."""
+    from reverie.benchmarks.embedding import bench_embedding, render_embedding
+
+    if locomo is not None and not locomo.is_file():
+        raise ReverieError(f"no such file: {locomo}")
+    if sentences < 16:
+        raise ReverieError(f"--sentences must be at least 16, got {sentences}")
+    rows = bench_embedding(locomo, sentences)
+    print(render_embedding(rows))
+    if json_out:
+        json_out.write_text(json.dumps([r.as_json() for r in rows], indent=2) + "\n",
+                            encoding="utf-8")
+    return EXIT_OK
+
+
+# --- servers ------------------------------------------------------------------------------
+
+
+def _serve(
+    port: Annotated[int, typer.Option("--port", metavar="N", min=1, max=65535,
+                                      help="the Prefect server's port")] = 4200,
+    home: Annotated[Path | None, typer.Option(
+        "--home", metavar="PATH", help="Prefect's own folder (default .reverie/prefect)")]
+    = None,
+) -> int:
+    """The local Prefect stack (`make server`): a Prefect server, every flow deployed
+    and a worker (Prefect's database: $PREFECT_API_DATABASE_CONNECTION_URL, else
+    SQLite)."""
     from reverie.deployments.serve import serve
 
-    return serve(args.port, args.home)
+    return serve(port, home)
 
 
-def _api(args: argparse.Namespace) -> int:
+Host = Annotated[str, typer.Option("--host", metavar="HOST", help="address to listen on "
+                                   "(127.0.0.1: this machine only)")]
+Port = Annotated[int, typer.Option("--port", metavar="N", min=1, max=65535, help="port")]
+
+
+def _api(host: Host = "127.0.0.1", port: Port = 8765) -> int:
+    """Serve the agent HTTP API (JSON endpoints, OpenAPI at /openapi.json, MCP at /mcp);
+    tokens: REVERIE_API_TOKENS, REVERIE_API_ADMIN_TOKEN or REVERIE_API_TOKENS_BLOCK."""
     from reverie.deployments.auth import load_tokens
     from reverie.deployments.http_api import serve
     from reverie.models.settings import get_settings
 
     _store()  # a store that is not there: said now, not on each agent's call
     tokens = load_tokens(get_settings())
-    print(f"reverie api on http://{args.host}:{args.port} (OpenAPI: /docs, MCP: /mcp)",
+    print(f"reverie api on http://{host}:{port} (OpenAPI: /docs, MCP: /mcp)",
           file=sys.stderr, flush=True)
-    serve(tokens, args.host, args.port)
+    serve(tokens, host, port)
     return EXIT_OK
 
 
-def _mcp(args: argparse.Namespace) -> int:
+def _mcp(
+    transport: Annotated[Transport, typer.Option(
+        "--transport", metavar="stdio|http",
+        help="stdio for a local agent, http for a platform")]
+    = Transport.STDIO,
+    host: Host = "127.0.0.1",
+    port: Port = 8765,
+) -> int:
+    """Serve Reverie's tools over MCP: stdio for a local agent (token: REVERIE_MCP_TOKEN),
+    or streamable HTTP at /mcp."""
     from reverie.deployments.auth import load_tokens
     from reverie.models.settings import get_settings
 
     _store()  # a store that is not there: said now, not on each agent's call
     tokens = load_tokens(get_settings())
-    if args.transport == "http":
+    if transport is Transport.HTTP:
         from reverie.deployments.http_api import serve
 
-        serve(tokens, args.host, args.port)
+        serve(tokens, host, port)
         return EXIT_OK
     from reverie.deployments.mcp_server import run_stdio
 
@@ -1243,28 +1540,13 @@ def _mcp(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _init(args: argparse.Namespace) -> int:
-    """Create the configured store (nothing else does but ingest and demo); say where,
-    and its id (what its events and automations name)."""
-    from reverie.models.settings import display_url
-
-    store = Store()
-    created = store.create()
-    if args.json:
-        _print_json({"store": display_url(store.url), "id": store.id, "created": created})
-    elif created:
-        _say_created(store)
-    else:
-        print(f"a store is already at {display_url(store.url)} (id {store.id}); "
-              "left as it is", file=sys.stderr)
-    return EXIT_OK
-
-
-def _demo(args: argparse.Namespace) -> int:
+def _demo(database: Annotated[Path | None, typer.Option(
+        "--database", metavar="FILE", help="SQLite file for the demo store")] = None) -> int:
+    """Ingest the bundled sample store and consolidate it."""
     from reverie.demo.run import run_demo
     from reverie.deployments.local_server import local_api
 
-    return run_demo(args.database, local_api)
+    return run_demo(database, local_api)
 
 
 def console() -> NoReturn:

@@ -47,6 +47,36 @@ class Command(StrEnum):
     RUN = "run"
 
 
+class FlowOption(StrEnum):
+    """An option of ``reverie run NAME`` beyond those every flow run takes (profiles,
+    as_of, dry run, preset): a flow is offered only the ones its entry lists."""
+
+    SCOPE = "scope"
+    SESSION = "session"
+    MIN_AGE_DAYS = "min-age-days"
+    ARCHIVE_BELOW = "archive-below"
+    DELETE_BELOW = "delete-below"
+    APPROVE_DELETION = "approve-deletion"
+    MIGRATE_AFTER_DAYS = "migrate-after-days"
+    TTL_DAYS = "ttl-days"
+
+
+@dataclass(frozen=True, slots=True)
+class OptionUse:
+    """One option as one flow takes it: the flow parameter it sets and what it does there
+    (``--approve-deletion`` lets forget delete at once, cold-tier expire)."""
+
+    option: FlowOption
+    parameter: str  # the flow's keyword argument
+    help: str
+
+
+_ARCHIVE = OptionUse(FlowOption.ARCHIVE_BELOW, "archive_threshold",
+                     "archive memories whose relevance is below this")
+_DELETE = OptionUse(FlowOption.DELETE_BELOW, "delete_threshold",
+                    "delete (leaving a tombstone) memories whose relevance is below this")
+
+
 @dataclass(frozen=True, slots=True)
 class FlowEntry:
     """One flow, as every list of flows names it (CLI, backfill, replay, bench, status,
@@ -62,6 +92,9 @@ class FlowEntry:
     changes: str = ""  # what it changes, for the README's table of maintenance flows
     deployment: str | None = None  # its scheduled (or on-demand) deployment in prefect.yaml
     dag: str = ""  # its DAG as the README draws it (default: the steps in a row)
+    options: tuple[OptionUse, ...] = ()  # the CLI options it takes beyond the common ones
+    # Its deletions pause the run for an operator's answer unless approved up front.
+    asks_approval: bool = False
 
     def drawn(self) -> str:
         return self.dag or " → ".join(self.steps)
@@ -120,14 +153,31 @@ FLOW_ENTRIES: tuple[FlowEntry, ...] = (
         "every note whole, by day (linksee's top 3 exemplars, the period, count and "
         "replaced ids in its metadata); then the forget sweep and `in_progress` "
         "untouched for 30 days → `stalled`. `scope` all or one session, `min_age_days` (0 "
-        "after a bulk import)", deployment="consolidate-cold/sleep"),
+        "after a bulk import)", deployment="consolidate-cold/sleep",
+        options=(
+            OptionUse(FlowOption.SCOPE, "scope",
+                      "all memories, or one session's (default: session when --session "
+                      "is given, else all)"),
+            OptionUse(FlowOption.SESSION, "session_id", "the session for --scope session"),
+            OptionUse(FlowOption.MIN_AGE_DAYS, "min_age_days",
+                      "minimum age of a note, in days (default 7; 0 allowed)"),
+            _ARCHIVE, _DELETE,
+            OptionUse(FlowOption.APPROVE_DELETION, "auto_approve_deletion",
+                      "let the sweep delete (unapproved, it archives only)"),
+        )),
     FlowEntry(
         "forget", "reverie.flows.forget:forget", "forget", Command.RUN, ("forget",), "off",
         "Archive or delete what the operator allows (deletion needs approval).",
         "archives below `archive_threshold`, deletes below `delete_threshold` (both 0.0 = "
         "off; set them as the flow's parameters, with `--archive-below`/`--delete-below`, "
         "or the preset `archive-faded`); a block quoting a forgotten memory is compiled "
-        "again without it in the same transaction", deployment="forget/operator"),
+        "again without it in the same transaction", deployment="forget/operator",
+        options=(
+            _ARCHIVE, _DELETE,
+            OptionUse(FlowOption.APPROVE_DELETION, "auto_approve_deletion",
+                      "delete without pausing for approval (required when deletion is "
+                      "configured and no PREFECT_API_URL is set)"),
+        ), asks_approval=True),
     FlowEntry(
         "cold-tier", "reverie.flows.cold_tier:cold_tier", "cold-tier", Command.RUN,
         ("migrate_cold", "expire_cold"), "off",
@@ -137,7 +187,15 @@ FLOW_ENTRIES: tuple[FlowEntry, ...] = (
         "cold tier, then memories cold for `ttl_days` or more become tombstones (both "
         "empty = off; cognitive-memory's numbers are 7 and 180); set them in "
         "`config.cold_tier`, as the flow's parameters, or with "
-        "`--migrate-after-days`/`--ttl-days`", deployment="cold-tier/tiering"),
+        "`--migrate-after-days`/`--ttl-days`", deployment="cold-tier/tiering",
+        options=(
+            OptionUse(FlowOption.MIGRATE_AFTER_DAYS, "migrate_after_days",
+                      "move memories unused this many days to the cold tier"),
+            OptionUse(FlowOption.TTL_DAYS, "ttl_days",
+                      "expire memories cold this many days (with --approve-deletion)"),
+            OptionUse(FlowOption.APPROVE_DELETION, "auto_approve_expiry",
+                      "let TTL expiry delete (unapproved, it lists only)"),
+        )),
 )
 ENTRIES: dict[str, FlowEntry] = {e.name: e for e in FLOW_ENTRIES}
 # Old short names, still accepted for one release (the next one drops them): "cold" named

@@ -3,7 +3,6 @@ lookup imports the flow it names alone."""
 
 from __future__ import annotations
 
-import argparse
 import ast
 import subprocess
 import sys
@@ -11,9 +10,18 @@ from collections import Counter
 
 import pytest
 import yaml
+from typer._click.exceptions import UsageError
+from typer.core import TyperGroup
 
 from reverie.deployments.serve import project_root
-from reverie.flows.catalog import DEPLOYMENTS, ENTRIES, FLOW_ENTRIES, FLOWS, flow_table
+from reverie.flows.catalog import (
+    DEPLOYMENTS,
+    ENTRIES,
+    FLOW_ENTRIES,
+    FLOWS,
+    FlowOption,
+    flow_table,
+)
 
 ROOT = project_root()
 pytestmark = pytest.mark.store_independent("the registry of flows and prefect.yaml")
@@ -59,17 +67,6 @@ def test_looking_up_a_flow_imports_that_flow_alone() -> None:
 # --- one registry of flows: every list of flows is made from it -----------------------------
 
 
-def _subcommand(name: str) -> argparse.ArgumentParser:
-    from reverie.deployments.cli import _parser
-
-    sub = next(a for a in _parser()._actions if isinstance(a, argparse._SubParsersAction))
-    return sub.choices[name]
-
-
-def _positional(parser: argparse.ArgumentParser, dest: str) -> argparse.Action:
-    return next(a for a in parser._actions if a.dest == dest)
-
-
 def test_every_flow_module_is_registered_under_its_prefect_name() -> None:
     defined = {path.stem for path in (ROOT / "flows").glob("*.py")
                if "@reverie_flow(" in path.read_text(encoding="utf-8")}
@@ -82,13 +79,24 @@ def test_every_flow_module_is_registered_under_its_prefect_name() -> None:
 
 
 def test_the_cli_offers_every_flow_and_says_what_each_does() -> None:
-    consolidate = _positional(_subcommand("consolidate"), "mode")
-    run = _positional(_subcommand("run"), "task")
-    assert sorted([*consolidate.choices, *run.choices]) == sorted(ENTRIES)
-    for action in (consolidate, run):
-        for name in action.choices:
-            assert f"{name}: {ENTRIES[name].summary.rstrip('.')}" in action.help
-    backfill = _positional(_subcommand("backfill"), "flow")
+    from reverie.deployments.cli import command
+
+    root = command()
+    consolidate, run = root.commands["consolidate"], root.commands["run"]
+    assert isinstance(consolidate, TyperGroup) and isinstance(run, TyperGroup)
+    assert sorted([*consolidate.commands, *run.commands]) == sorted(ENTRIES)
+    for group in (consolidate, run):
+        for name, flow in group.commands.items():
+            entry = ENTRIES[name]
+            assert flow.help == entry.summary and entry.command == group.name
+            # Each flow has the options every run takes and its own, no other flow's.
+            own = {f"--{use.option}" for use in entry.options}
+            others = {f"--{o}" for o in FlowOption} - own
+            options = {o for p in flow.params for o in p.opts}
+            assert own <= options and not others & options, name
+            assert {"--profile", "--all", "--as-of", "--dry-run", "--json"} <= options
+    backfill = next(p for p in root.commands["backfill"].params if p.name == "flow")
+    assert backfill.help is not None
     assert backfill.help.startswith(", ".join(ENTRIES) + "; or several joined by commas")
 
 
@@ -155,13 +163,20 @@ def test_the_old_name_cold_still_runs_the_cold_notes_everywhere() -> None:
     assert parse_flows("cold") == parse_flows("cold,cold-notes") == ("cold-notes",)
     assert parse_flows("cold,full,decay") == ("decay", "full", "cold-notes")
     assert items_of("cold", ["2025-01-01"]) == items_of("cold-notes", ["2025-01-01"])
-    run = _subcommand("run")
+    from reverie.deployments.cli import command
+
+    run = command().commands["run"]
+    assert isinstance(run, TyperGroup)
     for name in ("cold", "cold-notes"):
-        assert run.parse_args([name, "--all", "--min-age-days", "0"]).task == "cold-notes"
-    with pytest.raises(SystemExit):  # an unknown name is still refused
-        run.parse_args(["colder", "--all"])
-    assert "cold: old name of cold-notes" in _positional(run, "task").help
-    assert "cold: old name of cold-notes" in _positional(_subcommand("backfill"), "flow").help
+        ctx = run.make_context("run", [name, "--all", "--min-age-days", "0"])
+        found, flow, rest = run.resolve_command(ctx, [*ctx._protected_args, *ctx.args])
+        assert found == "cold-notes" and flow is not None
+        assert flow.make_context(found, rest, parent=ctx).params["min_age_days"] == 0
+    with pytest.raises(UsageError, match="invalid choice: 'colder'"):  # still refused
+        run.resolve_command(ctx, ["colder", "--all"])
+    assert run.help is not None and "cold: old name of cold-notes" in run.help
+    backfill = next(p for p in command().commands["backfill"].params if p.name == "flow")
+    assert backfill.help is not None and "cold: old name of cold-notes" in backfill.help
     # The agents' consolidate mode (API and MCP).
     assert MODES["cold"] == MODES["sleep"] == MODES["cold-notes"] == "cold-notes"
     assert {"cold", "cold-notes"} <= {m.value for m in Mode}

@@ -133,7 +133,7 @@ def test_forget_thresholds_from_the_cli(faded: Store, capsys: pytest.CaptureFixt
     assert main(["run", "decay", "--profile", "mia", *as_of, "--archive-below", "0.1"]) == EXIT_ERROR
     err = capsys.readouterr().err
     assert "delete_threshold" in err and "less than or equal to 1" in err
-    assert "apply to `run forget` and `run cold-notes` only" in err
+    assert "apply to `run cold-notes` and `run forget` only" in err  # the registry's order
     assert main(["run", "forget", "--profile", "mia", *as_of, "--dry-run",
                  "--delete-below", "1", "--json"]) == EXIT_OK
     assert '"deleted": 2' in capsys.readouterr().out
@@ -308,7 +308,7 @@ def test_the_cli_refuses_to_delete_without_an_api_or_approval(
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--approve-deletion" in err and "PREFECT_API_URL" in err
     assert main(["run", "decay", "--profile", "mia", "--approve-deletion"]) == EXIT_ERROR
-    assert "--approve-deletion applies to `run forget`" in capsys.readouterr().err
+    assert "--approve-deletion applies to `run cold-notes`, `run forget`" in capsys.readouterr().err
     assert main(["approve", "0d7c1f8e-8a55-4b8e-9a43-2b1e6f1b9d21"]) == EXIT_ERROR
     assert "PREFECT_API_URL" in capsys.readouterr().err
     assert export_jsonl(faded.url, "mia") == before

@@ -23,7 +23,6 @@ How the README's text is read:
 
 from __future__ import annotations
 
-import argparse
 import ast
 import contextlib
 import importlib
@@ -39,9 +38,13 @@ from functools import cache
 from pathlib import Path
 
 import pytest
+import typer
 import yaml
+from typer._click.core import Command
+from typer._click.exceptions import UsageError
+from typer.core import TyperGroup
 
-from reverie.deployments.cli import _parser
+from reverie.deployments.cli import _OneOf, fresh_command
 from reverie.models.config import PRESETS, ConsolidationConfig
 from reverie.models.settings import Settings
 from reverie.models.store import Store
@@ -62,7 +65,8 @@ PLACEHOLDERS = {
     "FILE": "memories.jsonl", "PATH": "locomo.json", "OUT": "out.json",
     "P": "alice", "S": "s1", "ID": "a1", "IDS": "conv-26,conv-30", "RUN_ID": "0b0e6d5e", "QUERY": "tea",
     "ISO": "2025-07-01", "DATE": "2025-07-01", "N": "3", "R": "0.5",
-    "NAME": "default", "TEXT": "why", "FLOW": "decay", "FLOWS": "decay,full", "TYPE/NAME": "slack-webhook/ops",
+    "NAME": "default", "TEXT": "why", "SIZES": "1000,10000", "SECONDS": "30",
+    "URL": "postgresql+psycopg2://reverie:reverie@127.0.0.1:5432/postgres", "HOST": "127.0.0.1", "FLOW": "decay", "FLOWS": "decay,full", "TYPE/NAME": "slack-webhook/ops",
     "<>": "a1",
 }
 
@@ -182,35 +186,48 @@ def _spans_starting(*commands: str) -> list[Span]:
 
 
 @cache
-def _reverie_parser(relaxed: bool) -> argparse.ArgumentParser:
-    """The `reverie` command's parser; relaxed, nothing is required (prose names a
-    command and some of its options)."""
-    parser = _parser()
+def _reverie_command(relaxed: bool) -> TyperGroup:
+    """The `reverie` command's tree (a fresh one: relaxed changes it); relaxed, nothing is
+    required (prose names a command and some of its options)."""
+    root = fresh_command()
     if relaxed:
-        for p in _all_parsers(parser):
-            for action in p._actions:
-                action.required = False
-            for group in p._mutually_exclusive_groups:
-                group.required = False
-    return parser
+        for command in _all_commands(root):
+            for param in command.params:
+                param.required = False
+            if isinstance(command, _OneOf):
+                command.one_required = False
+            command.no_args_is_help = False  # `reverie -v ...` names no command
+    return root
 
 
-def _all_parsers(parser: argparse.ArgumentParser) -> Iterator[argparse.ArgumentParser]:
-    yield parser
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for sub in action.choices.values():
-                yield from _all_parsers(sub)
+def _all_commands(command: Command) -> Iterator[Command]:
+    yield command
+    if isinstance(command, TyperGroup):
+        for sub in command.commands.values():
+            yield from _all_commands(sub)
+
+
+def _parse(root: TyperGroup, argv: list[str]) -> None:
+    """Parse ``argv`` down to the command it names, as `reverie` would, running none."""
+    ctx = root.make_context("reverie", list(argv))
+    while isinstance(ctx.command, TyperGroup):
+        args = [*ctx._protected_args, *ctx.args]
+        if not args:
+            return  # a group run alone (`reverie events`), or --help
+        name, command, rest = ctx.command.resolve_command(ctx, args)
+        assert command is not None and name is not None
+        ctx = command.make_context(name, rest, parent=ctx)
 
 
 def parse_reverie(argv: list[str], relaxed: bool) -> str | None:
-    """None if ``argv`` parses, else argparse's complaint."""
-    err = io.StringIO()
+    """None if ``argv`` parses, else the command's complaint."""
     try:
-        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-            _reverie_parser(relaxed).parse_args(argv)
-    except SystemExit as exc:
-        return err.getvalue().strip() or f"exit {exc.code}"
+        with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
+            _parse(_reverie_command(relaxed), argv)
+    except UsageError as exc:
+        return exc.format_message()
+    except typer.Exit:  # --help, --version
+        return None
     return None
 
 
@@ -229,7 +246,12 @@ def makefile() -> dict[str, list[str]]:
             current = rule.group(1)
             targets.setdefault(current, [])
         elif line.startswith("\t") and current is not None:
-            targets[current].append(line.strip())
+            recipe = targets[current]
+            # A line ending in a backslash goes on: one shell command, as make runs it.
+            if recipe and recipe[-1].endswith("\\"):
+                recipe[-1] = recipe[-1][:-1] + line.strip()
+            else:
+                recipe.append(line.strip())
         elif not line.strip():
             current = None
     return targets
@@ -431,18 +453,24 @@ def test_every_reverie_command_the_text_names_parses() -> None:
     assert not bad, "\n".join(bad)
 
 
+def test_the_commands_table_is_made_from_the_reverie_command() -> None:
+    from reverie.deployments.command_docs import readme_with_table
+
+    assert _readme() == readme_with_table(_readme()), (
+        "README.md's commands table drifted from the reverie command: run "
+        "`python -m reverie.deployments.command_docs --write`")
+
+
 def test_every_subcommand_is_in_the_commands_table() -> None:
     # The other way round: a command added to the parser gets a row.
     rows = [line for line in _readme().splitlines() if line.startswith("| `reverie ")]
     named = {row.split()[2].strip("`") for row in rows}
-    (subcommands,) = [a for a in _reverie_parser(False)._actions
-                      if isinstance(a, argparse._SubParsersAction)]
-    assert sorted(set(subcommands.choices) - named) == []
+    assert sorted(set(_reverie_command(False).commands) - named) == []
 
 
 def test_every_option_named_alone_is_an_option_of_the_command() -> None:
-    options = {o for p in _all_parsers(_reverie_parser(False)) for a in p._actions
-               for o in a.option_strings}
+    options = {o for c in _all_commands(_reverie_command(False)) for p in c.params
+               for o in [*p.opts, *p.secondary_opts] if o.startswith("-")}
     alone = [s for s in spans() if re.match(r"--?[a-z]", s.text)]
     assert alone
     assert [str(s) for s in alone if s.text.split()[0] not in options] == []
@@ -482,14 +510,27 @@ def test_make_demo_runs_reverie_demo_which_the_cli_tests_run_as_is() -> None:
     assert f"main({argv!r})".replace("'", '"') in source
 
 
+def make_variables() -> dict[str, str]:
+    """The Makefile's simply-expanded variables, as make's own database gives them."""
+    done = subprocess.run(["make", "-pRrq", "-f", "Makefile", ":"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=30)
+    return dict(line.split(" := ", 1) for line in done.stdout.splitlines()
+                if re.match(r"^[A-Z_]+ := ", line))
+
+
 def test_make_test_runs_the_suite_on_sqlite_and_on_postgresql() -> None:
-    recipe = makefile()["test"]
-    assert len(recipe) == 2 and all("-m pytest" in line for line in recipe)
-    assert "REVERIE_TEST_POSTGRES" not in recipe[0] and " -n " in recipe[0]
+    targets, variables = makefile(), make_variables()
+    sqlite, postgres = variables["SQLITE_LEG"], variables["POSTGRES_LEG"]
+    assert "-m pytest" in sqlite and " -n " in sqlite and "REVERIE_TEST_POSTGRES" not in sqlite
     # The PostgreSQL leg checks its trace of the store's code (tests/legs.py).
-    assert recipe[1].startswith("REVERIE_TEST_POSTGRES=")
-    assert "REVERIE_TEST_STORE_COVERAGE=1" in recipe[1]
-    assert "postgres" in makefile() and "chromium" in makefile()
+    assert postgres.startswith("REVERIE_TEST_POSTGRES=") and postgres.endswith(sqlite)
+    assert "REVERIE_TEST_STORE_COVERAGE=1" in postgres
+    # `make test` runs both legs (side by side); each can run alone.
+    recipe = "\n".join(targets["test"])
+    assert "$(SQLITE_LEG)" in recipe and "$(POSTGRES_LEG)" in recipe
+    assert targets["test-sqlite"] == ["$(SQLITE_LEG)"]
+    assert targets["test-postgres"] == ["$(POSTGRES_LEG)"]
+    assert "postgres" in targets and "chromium" in targets
 
 
 def test_every_reverie_command_a_make_target_runs_parses() -> None:

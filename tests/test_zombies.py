@@ -29,7 +29,15 @@ from reverie.deployments.crash_detection import (
 from reverie.deployments.serve import READY, WORK_POOL, project_root, stop
 from reverie.models.store import Store
 
-from prefect_stack import EVENT_SECONDS, RUN_SECONDS, Stack, free_port, wait_for, write_prefect_file
+from prefect_stack import (
+    EVENT_SECONDS,
+    RUN_SECONDS,
+    Stack,
+    free_port,
+    gone,
+    wait_for,
+    write_prefect_file,
+)
 from stubborn_flow import CHILD_MARKER
 
 pytestmark = pytest.mark.store_independent(
@@ -148,14 +156,8 @@ def serving(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Serve]:
                     process.kill()
 
 
-def _gone(process: psutil.Process) -> bool:
-    try:
-        return not process.is_running() or process.status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
-
-
-@pytest.mark.slow
+# About 7.5 minutes, most of it waiting out five windows: handed to a process first.
+@pytest.mark.slow(seconds=450)
 def test_each_process_killed_in_turn_leaves_no_run_running_and_the_next_run_goes(
     serving: Serve, tmp_path: Path
 ) -> None:
@@ -204,7 +206,7 @@ def test_each_process_killed_in_turn_leaves_no_run_running_and_the_next_run_goes
                 return time.monotonic() - since
 
             def processes_gone(processes: list[psutil.Process]) -> None:
-                wait_for(lambda: all(_gone(p) for p in processes), 60,
+                wait_for(lambda: all(gone(p) for p in processes), 60,
                          "the dead process's flow runs to be ended",
                          diagnose=lambda: serving.output()[-3000:])
 

@@ -1,6 +1,7 @@
 import os
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -261,3 +262,36 @@ def test_a_grouped_search_finds_the_whole_search_s_pairs_within_groups(
     keep = (label[i] == label[j]) & (label[i] >= 0)
     for got, want in zip(grouped, (i[keep], j[keep], s[keep]), strict=True):
         assert np.array_equal(got, want)
+
+
+def _blas_threads() -> list[int]:
+    return [lib.get_num_threads()
+            for lib in similarity._blas().select(user_api="blas").lib_controllers]
+
+
+def test_products_in_one_thread_find_what_the_libraries_threads_find(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The searches' products run in one BLAS thread and only propose pairs: the pairs,
+    neighbours and similarities are those of the products in the library's threads,
+    and the library's thread count is given back, also to callers in other threads."""
+    vectors = clustered(3000)
+    cells = SearchConfig(exact_limit=1000, rows_per_cell=50)
+    groups = np.arange(len(vectors)) % 7
+    searched = [similarity_pairs(vectors, 0.8), similarity_pairs(vectors, 0.8, cells),
+                similarity_pairs(vectors, 0.6, cells, groups),
+                nearest_within(vectors, range(0, 3000, 3), 0.6, 5, cells).indices]
+    before = _blas_threads()
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(lambda _: similarity.products(vectors[:500], vectors[:300].T), range(16)))
+    assert _blas_threads() == before and len(before) >= 1
+    monkeypatch.setattr(similarity, "products", lambda a, b: a @ b)
+    plain = [similarity_pairs(vectors, 0.8), similarity_pairs(vectors, 0.8, cells),
+             similarity_pairs(vectors, 0.6, cells, groups),
+             nearest_within(vectors, range(0, 3000, 3), 0.6, 5, cells).indices]
+    assert len(searched[1][0]) > 1000
+    for ours, theirs in zip(searched[:3], plain[:3], strict=True):
+        assert all(np.array_equal(a, b) for a, b in zip(ours, theirs, strict=True))
+    assert all(np.array_equal(a, b) for a, b in zip(searched[3], plain[3], strict=True))
+    assert np.allclose(similarity.products(vectors[:50], vectors[:40].T),
+                       vectors[:50] @ vectors[:40].T, atol=float(similarity.MARGIN) / 10)

@@ -153,7 +153,7 @@ class Settings(BaseSettings):
         "started running it) is marked Crashed by the automation reverie-run-not-started.")
 
     prefect_sqlite_profiles: int = Field(
-        16, ge=0, le=1_000_000,
+        12, ge=0, le=1_000_000,
         description="With Prefect's own database on SQLite, `reverie serve` warns at start "
         "when the store holds more profiles than this: runs for that many profiles at "
         "once (automations firing, a backfill beside them) overload SQLite (measured: "

@@ -142,8 +142,12 @@ class Serve:
              str(self.port), str(self.folder / "home"), str(self.prefect_file)],
             cwd=project_root(), stdout=self.out.open("ab"), stderr=subprocess.STDOUT,
         )
+        log = self.folder / "home" / "stack.log"
+        # Stuck only when neither serve nor its stack log moves: on 2 cores at load 20,
+        # a steadily starting stack has taken over 3 minutes.
         wait_for(lambda: self.process.poll() is not None or READY in self.output(), 180,
-                 "serve to be up", diagnose=lambda: self.output()[-3000:])
+                 "serve to be up", diagnose=lambda: self.output()[-3000:],
+                 progress=lambda: (self.output(), log.stat().st_size if log.exists() else 0))
         assert self.process.poll() is None, self.output()[-3000:]
 
     def output(self) -> str:

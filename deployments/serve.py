@@ -114,8 +114,8 @@ def prefect_database_advice(database: PrefectDatabase, profiles: int, limit: int
         return None
     return (f"warning: Prefect's database is on SQLite and the store has {profiles} profiles "
             f"(more than REVERIE_PREFECT_SQLITE_PROFILES={limit}). Runs for that many "
-            "profiles at once (automations, a backfill beside them) overload SQLite: runs "
-            "fail with \"database is locked\" or time out. Set "
+            "profiles at once (automations, a backfill beside them) overload SQLite: "
+            "\"database is locked\", lost heartbeats, failed runs. Set "
             f"{PREFECT_DATABASE_VARIABLE} to a PostgreSQL database of its own "
             "(README: Prefect's own database).")
 

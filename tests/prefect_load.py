@@ -1,13 +1,16 @@
 """Prefect's own database under a backfill's load, measured by hand (not a test).
 
-    .venv/bin/python tests/prefect_load.py --profiles 4 8 16 --dates 5 [--postgres URL]
+    .venv/bin/python tests/prefect_load.py --profiles 4 12 24 --dates 4 [--postgres URL]
+    .venv/bin/python tests/prefect_load.py --mode runs --profiles 4 8 16 [--postgres URL]
 
 For each number of profiles: a store of that many small profiles, the stack `reverie
 serve` starts (server, worker, every deployment of prefect.yaml, the backfill
 deployment's concurrency of 4 included), Prefect's database on SQLite in the stack's
 home (or a fresh PostgreSQL database with --postgres), then `reverie backfill decay`
-over ``--dates`` days for every profile, waited for. One line per load: the replays'
-and their decay runs' final states, the server's "database is locked" and timeouts in
+over ``--dates`` days for every profile, or (``--mode runs``) one decay run per profile
+through its deployment, all at once, as automations firing for many profiles start
+them; waited for. One line per load: the runs' (and a backfill's decay runs') final
+states, the server's "database is locked" and timeouts in
 the stack's log, the wall time and the load average (the machine is shared).
 """
 

@@ -7,7 +7,7 @@ store, and for every question of categories 1 to 4 checks whether the answer is 
 found, before and after consolidation (decay, then full consolidation, at the last
 session's date plus an offset): every word of the normalised answer must appear in the
 best-ranked hot memories that fit a context budget (content plus date; 2,000
-characters, and half of it), ranked by recall (``engines.recall``: a summary by its
+characters, and half of it), ranked by recall (``engines.ranking``: a summary by its
 originals, and shown by the members that matched, each whole and dated, as ``reverie
 recall`` shows it). A budget, not a top-k: what recall shows takes its room. Recall
 is reported per LoCoMo category, and once more by deep recall (cold tier included):
@@ -33,9 +33,7 @@ from typing import Any
 
 from reverie.benchmarks.fidelity import Tally, combined, fidelity
 from reverie.engines.embedding import embedder_for
-from reverie.engines.recall import Candidates, Passage, candidates_for, dated, passages
-from reverie.flows.event_delivery import deliver, wanted
-from reverie.flows.progress import Bar
+from reverie.engines.ranking import Candidates, Passage, dated, passages
 from reverie.models.config import ConsolidationConfig
 from reverie.models.errors import InputError
 from reverie.models.ingest import ingest
@@ -43,6 +41,9 @@ from reverie.models.records import MemoryView
 from reverie.models.settings import using_database
 from reverie.models.store import Store
 from reverie.models.tables import SUMMARY_ORIGINS, Origin, Tier
+from reverie.recall.search import candidates_for
+from reverie.runner.event_delivery import deliver, wanted
+from reverie.runner.progress import Bar
 
 ANSWERED_CATEGORIES = (1, 2, 3, 4)
 DEFAULT_BUDGET = 2000

@@ -48,14 +48,14 @@ from reverie.benchmarks.synthetic import SyntheticSpec, records, sentence
 from reverie.engines.embedding import embedder_for
 from reverie.engines.similarity import chosen_rows
 from reverie.flows.catalog import ENTRIES
-from reverie.flows.event_delivery import deliver, wanted
-from reverie.flows.progress import Bar
 from reverie.models.config import ConsolidationConfig, SearchConfig
 from reverie.models.db import dispose
 from reverie.models.ingest import IngestReport, ingest
 from reverie.models.repositories.memories import snapshot
 from reverie.models.settings import environment, using_database
 from reverie.models.store import Store
+from reverie.runner.event_delivery import deliver, wanted
+from reverie.runner.progress import Bar
 from reverie.tasks.step import StepArgs, StepFunction, run_step
 
 # Above this many rows the exact baseline would take too long (quadratic): sample it.
@@ -278,7 +278,7 @@ def steps() -> list[tuple[str, StepFunction]]:
     """Every step, in the order the flows run them (so each finds its inputs)."""
     from reverie.tasks.blocks import compile_blocks
     from reverie.tasks.cluster import cluster
-    from reverie.tasks.cold import consolidate_cold, mark_stalled
+    from reverie.tasks.cold_notes import consolidate_cold, mark_stalled
     from reverie.tasks.cold_tier import expire_cold_unapproved, migrate_cold
     from reverie.tasks.compress import compress_fading
     from reverie.tasks.creative import creative
@@ -409,7 +409,7 @@ def bench_flows(url: str, twin: str, spec: SyntheticSpec, config: ConsolidationC
     beside the same steps without Prefect on ``twin`` (an identical copy; both copies
     go through the flows in the same order, so each flow finds the same store)."""
     from reverie.flows.catalog import FLOWS
-    from reverie.flows.runtime import without_heartbeats
+    from reverie.runner.runtime import without_heartbeats
 
     for name in (n for n in FLOW_ORDER if n in names):
         work = None
@@ -441,7 +441,7 @@ def task_runs(run_id: str | None, settle_seconds: float = 60.0) -> int | None:
         return None
     from prefect.client.orchestration import get_client
 
-    from reverie.flows.runtime import recorded_task_runs, wait_for_run_history
+    from reverie.runner.runtime import recorded_task_runs, wait_for_run_history
 
     wait_for_run_history(run_id)
     seen, deadline = -1, time.monotonic() + settle_seconds

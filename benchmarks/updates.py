@@ -8,7 +8,7 @@ other facts of the same kinds (a deposit next to the rent, a brother next to the
 manager). It consolidates the store as ``bench locomo`` does (decay, then full
 consolidation, ``offset_days`` after the last memory: most are fading by then, so both
 merging and compression see them), then asks each chain's question of hot recall
-(``engines.recall``) and checks the answer, the best-ranked hot memory that states any
+(``engines.ranking``) and checks the answer, the best-ranked hot memory that states any
 value of the chain: it must state the newest value and none of the older ones (how
 often the very first hit does is reported too: a distractor ranked first is a matter
 of recall, not of staleness). Each distractor's own question must still find its
@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from reverie.engines.embedding import embedder_for
-from reverie.engines.recall import candidates_for, rank
+from reverie.engines.ranking import rank
 from reverie.models.config import ConsolidationConfig
 from reverie.models.errors import InputError
 from reverie.models.ingest import ingest
@@ -38,6 +38,7 @@ from reverie.models.repositories.memories import snapshot
 from reverie.models.settings import using_database
 from reverie.models.store import Store
 from reverie.models.tables import SUMMARY_ORIGINS, Tier
+from reverie.recall.search import candidates_for
 
 _PUNCTUATION = str.maketrans({c: " " for c in string.punctuation})
 

@@ -16,12 +16,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from reverie.engines.embedding import embedder_for
-from reverie.flows.event_delivery import deliver, wanted
 from reverie.models.ingest import ingest_jsonl
 from reverie.models.repositories.blocks import blocks as blocks_of
 from reverie.models.repositories.memories import counts, get
 from reverie.models.settings import using_database
 from reverie.models.store import Store
+from reverie.runner.event_delivery import deliver, wanted
 
 if TYPE_CHECKING:
     from reverie.tasks.step import StepReport
@@ -56,7 +56,7 @@ def run_demo(
 
 def _demo(url: str, path: Path, api: Callable[[], AbstractContextManager[str | None]]) -> int:
     from reverie.flows.full_consolidation import full_consolidation
-    from reverie.flows.runtime import wait_for_run_history
+    from reverie.runner.runtime import wait_for_run_history
 
     store = Store(url)
     print(f"Reverie demo: store {path}")

@@ -40,7 +40,7 @@ class AlertState:
 
 def reverie_flow_names() -> list[str]:
     from reverie.flows.catalog import FLOWS
-    from reverie.flows.replay import FLOW_NAME as REPLAY
+    from reverie.orchestration.replay import FLOW_NAME as REPLAY
 
     return sorted({f.name for f in FLOWS.values()} | {REPLAY})
 

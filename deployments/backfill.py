@@ -2,13 +2,13 @@
 one run per flow and ``as_of``, in (as_of, schedule order).
 
 With a Prefect API configured (``PREFECT_API_URL``), each profile gets one run of the
-replay deployment (``flows/replay.py``), tagged ``backfill``: it runs the flow for its
+replay deployment (``orchestration/replay.py``), tagged ``backfill``: it runs the flow for its
 dates one after another in as_of order, while profiles run side by side up to that
 deployment's concurrency limit. Without an API, the flow runs here, date by date.
 Either way a backfill is resumable: a date whose run is in the store's run history is
 not run again, so re-running the same command after an interruption only fills the
 gaps. Replays of one profile take turns and run each other's dates in schedule order
-(``flows/replay.py``), so two backfills of different flows started one after the other
+(``orchestration/replay.py``), so two backfills of different flows started one after the other
 end as one backfill of both. Bad input (unknown flow or profile, dates out of order, a
 step that is not positive) is refused before any run is made. On a terminal, a bar on
 stderr follows the dates (each date run here is listed as it finishes) or the replay
@@ -23,12 +23,12 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, cast
 
-from reverie.flows.event_delivery import api_configured
-from reverie.flows.progress import Bar
 from reverie.models.errors import ConfigError
 from reverie.models.repositories.runs import run_history
 from reverie.models.store import Store
 from reverie.models.timestamps import to_utc_naive
+from reverie.runner.event_delivery import api_configured
+from reverie.runner.progress import Bar
 
 if TYPE_CHECKING:
     from prefect.client.schemas.objects import FlowRun
@@ -90,7 +90,7 @@ def backfill(
     store = store or Store()
     profiles = store.resolve_profiles(profile)
     whens = list(dates(start, end, every))
-    from reverie.flows.replay import MAX_DATES
+    from reverie.orchestration.replay import MAX_DATES
 
     if len(whens) > MAX_DATES:
         raise ConfigError(f"{len(whens)} dates is more than one backfill takes ({MAX_DATES})")
@@ -108,7 +108,7 @@ def _locally(
     be; ``profiles`` is what it resolved to, for telling which dates are already done."""
     from reverie.deployments.local_server import local_api
     from reverie.flows.catalog import FLOWS, parse_flows
-    from reverie.flows.runtime import wait_for_run_history
+    from reverie.runner.runtime import wait_for_run_history
 
     report = BackfillReport(flow, "local")
     wanted = set(profiles)
@@ -144,13 +144,13 @@ def _locally(
 def _through_replays(
     flow: str, whens: list[datetime], profiles: list[str], store: Store
 ) -> BackfillReport:
-    """One replay run per profile (flows/replay.py) through the replay deployment,
+    """One replay run per profile (orchestration/replay.py) through the replay deployment,
     tagged with the store; a profile whose replay of one of these flows is still queued
     or running gets no second one."""
     from prefect.deployments import run_deployment
 
     from reverie.flows.catalog import parse_flows
-    from reverie.flows.replay import done_items, replay_title, store_tag
+    from reverie.orchestration.replay import done_items, replay_title, store_tag
 
     report = BackfillReport(flow, REPLAY_DEPLOYMENT)
     flows = parse_flows(flow)
@@ -188,7 +188,7 @@ def _through_replays(
 def _live_replays(store_id: str, flows: tuple[str, ...]) -> set[str]:
     """Profiles of this store with a replay of any of ``flows`` not finished yet."""
     from reverie.flows.catalog import parse_flows
-    from reverie.flows.replay import live_replays
+    from reverie.orchestration.replay import live_replays
 
     busy: set[str] = set()
     for run in live_replays(store_id):
@@ -204,7 +204,7 @@ def _live_replays(store_id: str, flows: tuple[str, ...]) -> set[str]:
 def replays_to_wait_for(report: BackfillReport, store: Store) -> list[str]:
     """The replay runs a backfill's outcome depends on: those it made, and those still
     going for the profiles it found busy."""
-    from reverie.flows.replay import live_replays
+    from reverie.orchestration.replay import live_replays
 
     running = set(report.running)
     return report.runs + [str(r.id) for r in live_replays(store.id)

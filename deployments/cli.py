@@ -18,7 +18,14 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from reverie.flows.catalog import CONSOLIDATION_MODES, ENTRIES, RUN_TASKS, names_help
+from reverie.flows.catalog import (
+    CONSOLIDATION_MODES,
+    ENTRIES,
+    RUN_TASKS,
+    aliases_help,
+    canonical,
+    names_help,
+)
 from reverie.models.config import ConsolidationConfig
 from reverie.models.errors import ReverieError
 from reverie.models.ids import given_id
@@ -27,7 +34,7 @@ from reverie.models.tables import Memory, Tombstone
 from reverie.models.timestamps import parse_timestamp
 
 if TYPE_CHECKING:
-    from reverie.flows.report import RunReport
+    from reverie.runner.report import RunReport
 
 EXIT_OK, EXIT_REJECTED, EXIT_ERROR = 0, 1, 2
 # Decisions `reverie consolidations` shows without --limit or --all.
@@ -124,18 +131,22 @@ def _parser() -> argparse.ArgumentParser:
     _add_run_options(p)
 
     p = command("run", _run, "Run a maintenance flow.")
-    p.add_argument("task", choices=RUN_TASKS, help=_flows_help(RUN_TASKS))
+    # An old name is read as its new one before argparse checks the choices.
+    p.add_argument("task", type=canonical, choices=RUN_TASKS,
+                   help=f"{_flows_help(RUN_TASKS)}; {aliases_help()}")
     _add_run_options(p)
-    p.add_argument("--scope", choices=["all", "session"], help="cold: all memories or a session's")
-    p.add_argument("--session", type=_name, help="cold: the session for --scope session")
-    p.add_argument("--min-age-days", type=float, help="cold: minimum age (default 7; 0 allowed)")
+    p.add_argument("--scope", choices=["all", "session"],
+                   help="cold-notes: all memories or a session's")
+    p.add_argument("--session", type=_name, help="cold-notes: the session for --scope session")
+    p.add_argument("--min-age-days", type=float,
+                   help="cold-notes: minimum age (default 7; 0 allowed)")
     p.add_argument("--archive-below", type=float, metavar="RELEVANCE",
-                   help="forget, cold: archive memories whose relevance is below this")
+                   help="forget, cold-notes: archive memories whose relevance is below this")
     p.add_argument("--delete-below", type=float, metavar="RELEVANCE",
-                   help="forget, cold: delete (leaving a tombstone) below this")
+                   help="forget, cold-notes: delete (leaving a tombstone) below this")
     p.add_argument("--approve-deletion", action="store_true",
                    help="forget: delete without pausing for approval (required when "
-                        "deletion is configured and no PREFECT_API_URL is set); cold: "
+                        "deletion is configured and no PREFECT_API_URL is set); cold-notes: "
                         "let the sweep delete (unapproved, it archives only); cold-tier: "
                         "let TTL expiry delete (unapproved, it lists only)")
     p.add_argument("--migrate-after-days", type=float, metavar="DAYS",
@@ -152,7 +163,7 @@ def _parser() -> argparse.ArgumentParser:
 
     p = command("backfill", _backfill, "Run a flow once per date over a range (resumable).")
     p.add_argument("flow", help=f"{names_help()}; or several joined by commas (decay,full), "
-                   "run on each date in the order a day's schedules run them")
+                   f"run on each date in the order a day's schedules run them ({aliases_help()})")
     p.add_argument("--from", dest="start", required=True, type=_timestamp,
                    help="first as_of, ISO-8601")
     p.add_argument("--to", dest="end", required=True, type=_timestamp,
@@ -362,7 +373,7 @@ def _flows_help(names: Sequence[str]) -> str:
 
 
 def _flow_list(text: str) -> list[str]:
-    names = [n.strip() for n in text.split(",") if n.strip()]
+    names = [canonical(n.strip()) for n in text.split(",") if n.strip()]
     if not names:
         raise argparse.ArgumentTypeError("--flow-list names no flow")
     return names
@@ -424,9 +435,9 @@ def _ingest(args: argparse.Namespace) -> int:
     if is_backup(args.file):
         return _restore(args)
     from reverie.engines.embedding import embedder_for
-    from reverie.flows.event_delivery import deliver, wanted
-    from reverie.flows.progress import Bar, on_terminal
     from reverie.models.ingest import ingest_jsonl
+    from reverie.runner.event_delivery import deliver, wanted
+    from reverie.runner.progress import Bar, on_terminal
 
     store = Store()
     embedder = embedder_for(store.settings)
@@ -482,20 +493,20 @@ def _consolidate(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     extra: dict[str, Any] = {}
-    if args.task == "cold":
+    if args.task == "cold-notes":
         extra = {"scope": args.scope or ("session" if args.session else "all"),
                  "session_id": args.session, "min_age_days": args.min_age_days}
     elif args.scope or args.session or args.min_age_days is not None:
-        raise ReverieError("--scope, --session and --min-age-days apply to `run cold` only")
+        raise ReverieError("--scope, --session and --min-age-days apply to `run cold-notes` only")
     thresholds = {"archive_threshold": args.archive_below, "delete_threshold": args.delete_below}
-    if args.task in ("forget", "cold"):
+    if args.task in ("forget", "cold-notes"):
         from reverie.models.config import DEFAULT, with_forget_thresholds
 
         with_forget_thresholds(DEFAULT, args.archive_below, args.delete_below)  # one clear line
         extra.update(thresholds)
     elif any(v is not None for v in thresholds.values()):
         raise ReverieError("--archive-below and --delete-below apply to `run forget` and "
-                           "`run cold` only")
+                           "`run cold-notes` only")
     days = {"migrate_after_days": args.migrate_after_days, "ttl_days": args.ttl_days}
     if args.task == "cold-tier":
         from reverie.flows.cold_tier import with_cold_tier
@@ -507,14 +518,14 @@ def _run(args: argparse.Namespace) -> int:
         raise ReverieError("--migrate-after-days and --ttl-days apply to `run cold-tier` only")
     if args.task == "forget":
         extra["auto_approve_deletion"] = _deletion_approved(args)
-    elif args.task == "cold":
+    elif args.task == "cold-notes":
         # The cold sweep never pauses: unapproved, it archives only (and says so).
         extra["auto_approve_deletion"] = bool(args.approve_deletion)
     elif args.task == "cold-tier":
         # Expiry never pauses either: unapproved, it lists what it would expire.
         extra["auto_approve_expiry"] = bool(args.approve_deletion)
     elif args.approve_deletion:
-        raise ReverieError("--approve-deletion applies to `run forget`, `run cold` and "
+        raise ReverieError("--approve-deletion applies to `run forget`, `run cold-notes` and "
                            "`run cold-tier` only")
     return _run_flow(args.task, args, **extra)
 
@@ -523,9 +534,9 @@ def _deletion_approved(args: argparse.Namespace) -> bool:
     """Whether `run forget` deletes without pausing for approval. A run that would delete
     with no Prefect API configured is refused before it starts: it would pause on a
     temporary server no one can answer, and hang until its approval times out."""
-    from reverie.flows.event_delivery import api_configured
     from reverie.models.config import preset, with_forget_thresholds
     from reverie.models.settings import get_settings
+    from reverie.runner.event_delivery import api_configured
 
     if args.approve_deletion or args.dry_run:
         return bool(args.approve_deletion)
@@ -602,7 +613,7 @@ def run_flow(
     """Run a flow by its short name in this process (against PREFECT_API_URL if set)."""
     from reverie.deployments.local_server import local_api
     from reverie.flows.catalog import FLOWS
-    from reverie.flows.runtime import wait_for_run_history
+    from reverie.runner.runtime import wait_for_run_history
 
     with local_api():
         report = FLOWS[name](
@@ -637,7 +648,7 @@ def _approve(args: argparse.Namespace) -> int:
     from prefect.exceptions import FlowPauseTimeout, NotPausedError, ObjectNotFound
     from prefect.flow_runs import resume_flow_run
 
-    from reverie.flows.event_delivery import api_configured
+    from reverie.runner.event_delivery import api_configured
 
     if not api_configured():
         raise ReverieError("no Prefect API is configured: set PREFECT_API_URL to the server "
@@ -677,7 +688,7 @@ def _backfill(args: argparse.Namespace) -> int:
             f"backfill of {report.flow} via {report.where}: {len(report.created)} run(s) made, "
             f"{len(report.skipped)} date(s) already done"
         )
-        from reverie.flows.progress import on_terminal
+        from reverie.runner.progress import on_terminal
 
         if not (sys.stdout.isatty() and on_terminal()):  # else each was shown as it ran
             for when in report.created:
@@ -730,9 +741,9 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _session_end(args: argparse.Namespace) -> int:
-    from reverie.flows.event_delivery import api_configured, deliver, wanted
     from reverie.models.repositories.runs import end_session
     from reverie.models.timestamps import utcnow
+    from reverie.runner.event_delivery import api_configured, deliver, wanted
 
     store = _store()
     store.resolve_profiles(args.profile)
@@ -753,7 +764,7 @@ def _session_end(args: argparse.Namespace) -> int:
 
 def _alerts(args: argparse.Namespace) -> int:
     from reverie.deployments.alerts import ensure_failure_alerts
-    from reverie.flows.event_delivery import api_configured
+    from reverie.runner.event_delivery import api_configured
 
     if not api_configured():
         raise ReverieError("alerts live in a Prefect server: set PREFECT_API_URL")
@@ -784,9 +795,9 @@ def _events(args: argparse.Namespace) -> int:
 def _events_flush(args: argparse.Namespace) -> int:
     import time
 
-    from reverie.flows.event_delivery import FlushResult, Outcome, flush
     from reverie.models.errors import TransientError
     from reverie.models.transient import retrying
+    from reverie.runner.event_delivery import FlushResult, Outcome, flush
 
     url = _store().url
     give_up = time.monotonic() + args.timeout
@@ -959,7 +970,7 @@ def _blocks(args: argparse.Namespace) -> int:
 
 
 def _recall(args: argparse.Namespace) -> int:
-    from reverie.engines.recall import recall
+    from reverie.recall.search import recall
 
     hits = recall(_store(), args.profile, args.query, args.k, args.deep, args.track)
     if args.json:
@@ -1065,7 +1076,7 @@ def _bench(args: argparse.Namespace) -> int:
 
     base = preset(args.preset) if args.preset else ConsolidationConfig()
     config = base.model_copy(update={"summarizer": args.summarizer})
-    from reverie.flows.temporary_server import keep_with_this_process
+    from reverie.runner.temporary_server import keep_with_this_process
 
     keep_with_this_process()
     result = bench_locomo(args.path, args.as_of_offset_days, args.budget, config,
@@ -1078,8 +1089,8 @@ def _bench(args: argparse.Namespace) -> int:
 
 def _bench_updates(args: argparse.Namespace) -> int:
     from reverie.benchmarks.updates import bench_updates, render_updates
-    from reverie.flows.temporary_server import keep_with_this_process
     from reverie.models.config import preset
+    from reverie.runner.temporary_server import keep_with_this_process
 
     base = preset(args.preset) if args.preset else ConsolidationConfig()
     config = base.model_copy(update={"summarizer": args.summarizer})
@@ -1148,7 +1159,7 @@ def _bench_synthetic(args: argparse.Namespace) -> int:
         render_markdown,
     )
     from reverie.deployments.serve import loopback_server
-    from reverie.flows.temporary_server import keep_with_this_process
+    from reverie.runner.temporary_server import keep_with_this_process
 
     unknown = sorted(set(args.flow_list or ()) - set(FLOW_ORDER))
     if unknown:

@@ -154,7 +154,7 @@ async def _refuse(send: Send, status: int, data: dict[str, Any],
 def build_app(tokens: Tokens, open_store: Callable[[], Store] = Store,
               host: str = DEFAULT_HOST) -> _Guard:
     from reverie.deployments.mcp_server import build_mcp
-    from reverie.engines.recall import RecallCache
+    from reverie.engines.ranking import RecallCache
 
     # One per server: every request's recall shares what earlier ones read.
     cache = RecallCache(get_settings().api_recall_cache_mib * 1024 * 1024)

@@ -68,9 +68,9 @@ def use_local_api() -> str | None:
     """Point this process at a Prefect API before a local flow runs: the shared local
     server (started if none answers) or, with ``REVERIE_LOCAL_SERVER=temporary``,
     Prefect's per-command one. Returns the shared server's UI address, or None."""
-    from reverie.flows.event_delivery import api_configured
-    from reverie.flows.temporary_server import keep_with_this_process
     from reverie.models.settings import get_settings
+    from reverie.runner.event_delivery import api_configured
+    from reverie.runner.temporary_server import keep_with_this_process
 
     if api_configured():
         return None
@@ -97,9 +97,9 @@ def use_local_api() -> str | None:
 def local_api() -> Iterator[str | None]:
     """``use_local_api`` for the flow runs inside the ``with``, without Prefect's flow-run
     heartbeats when the API is a local server (shared or temporary); a configured
-    ``PREFECT_API_URL`` keeps them (see ``flows.runtime.without_heartbeats``)."""
-    from reverie.flows.event_delivery import api_configured
-    from reverie.flows.runtime import without_heartbeats
+    ``PREFECT_API_URL`` keeps them (see ``runner.runtime.without_heartbeats``)."""
+    from reverie.runner.event_delivery import api_configured
+    from reverie.runner.runtime import without_heartbeats
 
     configured = api_configured()
     url = use_local_api()

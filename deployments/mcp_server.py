@@ -28,7 +28,7 @@ from reverie.models.settings import get_settings
 from reverie.models.store import Store
 
 if TYPE_CHECKING:
-    from reverie.engines.recall import RecallCache
+    from reverie.engines.ranking import RecallCache
 
 FULL = Mode("full")  # the default mode, made once
 
@@ -41,7 +41,7 @@ def build_mcp(open_store: Callable[[], Store], tokens: Tokens, stdio: bool = Fal
     """The MCP server: its tools call ``operations`` on ``open_store()`` for the caller the
     request's bearer token (or, with ``stdio``, ``REVERIE_MCP_TOKEN``) names. ``cache``:
     the recall cache it shares with the HTTP API it is mounted in; else its own."""
-    from reverie.engines.recall import RecallCache
+    from reverie.engines.ranking import RecallCache
 
     if cache is None:
         cache = RecallCache(get_settings().api_recall_cache_mib * 1024 * 1024)

@@ -5,7 +5,7 @@ alike; each checks the caller's token covers the profile before it looks at the 
 so a refusal says nothing of whether the profile exists.
 
 They reuse what the CLI does: ``models.ingest.ingest`` (validation, messages, the store
-trigger's events), ``engines.recall.recall``, ``repositories.runs.end_session``,
+trigger's events), ``recall.search.recall``, ``repositories.runs.end_session``,
 ``repositories.summaries.undo``, ``deployments.status.collect`` and the flows of
 ``flows.catalog``. Nothing here logs a memory's content or a query.
 """
@@ -29,7 +29,7 @@ from sqlmodel import col
 
 from reverie.deployments.api_errors import field_error
 from reverie.deployments.auth import Principal
-from reverie.flows.catalog import FLOWS
+from reverie.flows.catalog import ALIASES, FLOWS
 from reverie.models.errors import NotFoundError, RecordError
 from reverie.models.ids import given_id
 from reverie.models.records import MemoryView
@@ -38,15 +38,17 @@ from reverie.models.tables import Memory, Tier, Tombstone
 from reverie.models.timestamps import utcnow
 
 if TYPE_CHECKING:
-    from reverie.engines.recall import RecallCache
+    from reverie.engines.ranking import RecallCache
 
 log = logging.getLogger(__name__)
 
 # consolidate's modes: every flow of the catalog by its short name (SuperLocalMemory's
 # full and lightweight runs, linksee's cold consolidation, also called "sleep", AutoMem's
 # tasks), less those that delete or expire, which wait for an operator's approval.
+# The old names (ALIASES) stay modes for one release.
 NEEDS_APPROVAL = ("forget", "cold-tier")
-MODES = {**{name: name for name in FLOWS if name not in NEEDS_APPROVAL}, "sleep": "cold"}
+MODES = {**{name: name for name in FLOWS if name not in NEEDS_APPROVAL}, "sleep": "cold-notes",
+         **ALIASES}
 # Members from the catalog: mypy cannot list them (the ignore).
 Mode = StrEnum("Mode", {name: name for name in MODES})  # type: ignore[misc]
 MAX_PROFILE_CHARS = 128
@@ -151,8 +153,8 @@ def memory_data(m: Any) -> dict[str, Any]:
 def _recalled(store: Store, profile: str, asked: int, found: int) -> None:
     """A recall is activity for the idle trigger: its event goes out as a store's does
     (through the outbox, when a Prefect API is configured)."""
-    from reverie.flows.event_delivery import deliver, wanted
     from reverie.models import events, outbox
+    from reverie.runner.event_delivery import deliver, wanted
 
     if not wanted():
         return
@@ -171,8 +173,8 @@ def store_memories(
     the same validation and messages, the store trigger's events queued and sent as
     ingest sends them. Good records are stored even when others are refused."""
     from reverie.engines.embedding import embedder_for
-    from reverie.flows.event_delivery import deliver, wanted
     from reverie.models.ingest import ingest
+    from reverie.runner.event_delivery import deliver, wanted
 
     name = _allowed(store, who, profile, must_exist=False)
     most = store.settings.api_max_batch
@@ -236,7 +238,7 @@ def recall(
     """The ``k`` memories most like ``query``; ``deep`` searches the cold tier too,
     ``track`` counts the hits as accessed. Activity for the idle trigger. ``cache``: the
     server's (the same hits, without reading an unchanged profile's vectors again)."""
-    from reverie.engines.recall import recall as recall_memories
+    from reverie.recall.search import recall as recall_memories
 
     name = _allowed(store, who, profile, must_exist=False)
     text = _query(store, query)
@@ -280,8 +282,8 @@ def session_init(
     best memories (recalled for ``query``, else the most important hot ones), while
     they fit ``budget_chars`` (default ``REVERIE_API_CONTEXT_CHARS``). A profile the
     token covers but the store does not hold yet starts empty."""
-    from reverie.engines.recall import recall as recall_memories
     from reverie.models.repositories.blocks import blocks as blocks_of
+    from reverie.recall.search import recall as recall_memories
 
     name = _allowed(store, who, profile, must_exist=False)
     budget = store.settings.api_context_chars if budget_chars is None else _count(
@@ -339,8 +341,8 @@ def session_end(
 ) -> dict[str, Any]:
     """``reverie session-end``: count the session; its events (full consolidation
     follows through the deployment triggers) queued and sent."""
-    from reverie.flows.event_delivery import api_configured, deliver, wanted
     from reverie.models.repositories.runs import end_session
+    from reverie.runner.event_delivery import api_configured, deliver, wanted
 
     name = _allowed(store, who, profile)
     session_id = None if session is None else _an_id(session, "session")
@@ -400,7 +402,7 @@ def consolidate(
         raise field_error("mode", f"must be one of {', '.join(MODES)}")
     flow = MODES[mode]
     extra: dict[str, Any] = {}
-    if flow == "cold":
+    if flow == "cold-notes":
         if scope is not None and scope not in ("all", "session"):
             raise field_error("scope", "must be 'all' or 'session'")
         session_id = None if session is None else _an_id(session, "session")
@@ -420,7 +422,7 @@ def consolidate(
         for field, value in (("scope", scope), ("min_age_days", min_age_days),
                              ("session", session)):
             if value is not None:
-                raise field_error(field, "applies to mode 'cold' only")
+                raise field_error(field, "applies to mode 'cold-notes' only")
     if use_llm is not None and not isinstance(use_llm, bool):
         raise field_error("use_llm", "must be true or false")
     config = None
@@ -451,7 +453,7 @@ _OPERATOR_API: list[bool] = []  # whether PREFECT_API_URL was set before we set 
 
 def _operator_api() -> bool:
     if not _OPERATOR_API:
-        from reverie.flows.event_delivery import api_configured
+        from reverie.runner.event_delivery import api_configured
 
         _OPERATOR_API.append(api_configured())
     return _OPERATOR_API[0]
@@ -508,8 +510,8 @@ def _local_api_if_none() -> None:
     long, a real run outlives the call that made it, and a temporary server started
     from a request's thread would outlive the process."""
     from reverie.deployments.local_server import use_local_api
-    from reverie.flows.event_delivery import api_configured
     from reverie.models.settings import environment
+    from reverie.runner.event_delivery import api_configured
 
     if api_configured():
         return

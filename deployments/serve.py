@@ -435,7 +435,7 @@ class EventFlusher:
         if time.monotonic() < self.due:
             return
         self.due = time.monotonic() + EVENT_FLUSH_SECONDS
-        from reverie.flows.event_delivery import flush
+        from reverie.runner.event_delivery import flush
 
         try:
             flush(self.store_url, api=self.api)
@@ -540,7 +540,7 @@ def loopback_server(folder: Path) -> Iterator[Path]:
 
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    from reverie.flows.temporary_server import bound_to_this_process
+    from reverie.runner.temporary_server import bound_to_this_process
 
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

@@ -9,11 +9,11 @@ from datetime import datetime
 from typing import Any
 
 from reverie.flows.catalog import FLOW_NAMES
-from reverie.flows.event_delivery import api_configured
 from reverie.models.repositories.runs import run_history
 from reverie.models.store import Store
 from reverie.models.tables import RunRecord
 from reverie.models.timestamps import to_utc_naive
+from reverie.runner.event_delivery import api_configured
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +57,7 @@ def backfills(store: Store) -> list[Any] | None:
     is configured or it cannot be reached."""
     if not api_configured():
         return None
-    from reverie.flows.replay import replay_progress
+    from reverie.orchestration.replay import replay_progress
 
     try:
         return replay_progress(store)

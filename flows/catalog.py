@@ -18,7 +18,7 @@ from reverie.models.errors import ConfigError
 if TYPE_CHECKING:
     from prefect import Flow
 
-    from reverie.flows.report import RunReport
+    from reverie.runner.report import RunReport
 
 
 class FlowCatalog(Mapping[str, "Flow[..., RunReport]"]):
@@ -29,7 +29,7 @@ class FlowCatalog(Mapping[str, "Flow[..., RunReport]"]):
         self._where = where
 
     def __getitem__(self, name: str) -> Flow[..., RunReport]:
-        module, _, attribute = self._where[name].partition(":")
+        module, _, attribute = self._where[canonical(name)].partition(":")
         flow: Flow[..., RunReport] = getattr(importlib.import_module(module), attribute)
         return flow
 
@@ -112,7 +112,7 @@ FLOW_ENTRIES: tuple[FlowEntry, ...] = (
         "`member_dates`: max importance, mean stability, max access count, a fresh "
         "embedding, provenance links of weight 0.8"),
     FlowEntry(
-        "cold", "reverie.flows.consolidate_cold:consolidate_cold", "consolidate-cold",
+        "cold-notes", "reverie.flows.cold_notes:consolidate_cold", "consolidate-cold",
         Command.RUN, ("consolidate_cold", "forget", "mark_stalled"), "session end, on demand",
         "Turn old context notes into learnings, sweep, and mark stalled work.",
         "per (entity, layer), >= 2 unprotected context/emotion/implementation notes at "
@@ -140,6 +140,10 @@ FLOW_ENTRIES: tuple[FlowEntry, ...] = (
         "`--migrate-after-days`/`--ttl-days`", deployment="cold-tier/tiering"),
 )
 ENTRIES: dict[str, FlowEntry] = {e.name: e for e in FLOW_ENTRIES}
+# Old short names, still accepted for one release (the next one drops them): "cold" named
+# the cold notes, and read as the cold tier too. The Prefect flow and deployment keep
+# their names (consolidate-cold/sleep), so deployments and run history are untouched.
+ALIASES: dict[str, str] = {"cold": "cold-notes"}
 FLOWS = FlowCatalog({e.name: e.target for e in FLOW_ENTRIES})
 # Short names of the flows each command runs, in the registry's order.
 CONSOLIDATION_MODES = tuple(e.name for e in FLOW_ENTRIES if e.command is Command.CONSOLIDATE)
@@ -156,10 +160,15 @@ FLOW_NAMES = tuple(e.flow_name for e in FLOW_ENTRIES)
 SCHEDULE_ORDER: dict[str, int] = {e.name: i for i, e in enumerate(FLOW_ENTRIES)}
 
 
+def canonical(name: str) -> str:
+    """A short name as the registry spells it: an old name (``ALIASES``) gives its new one."""
+    return ALIASES.get(name, name)
+
+
 def parse_flows(text: str) -> tuple[str, ...]:
-    """``"full,decay"`` as the flows it names, in schedule order, each once; an unknown
-    name is refused with the known ones."""
-    names = [n.strip() for n in text.split(",") if n.strip()]
+    """``"full,decay"`` as the flows it names, in schedule order, each once; an old name
+    counts as its new one; an unknown name is refused with the known ones."""
+    names = [canonical(n.strip()) for n in text.split(",") if n.strip()]
     unknown = [n for n in names if n not in ENTRIES]
     if unknown or not names:
         raise ConfigError(f"unknown flow {(unknown or [text])[0]!r}; choose one of "
@@ -170,6 +179,12 @@ def parse_flows(text: str) -> tuple[str, ...]:
 def names_help() -> str:
     """The short names, for a help text."""
     return ", ".join(ENTRIES)
+
+
+def aliases_help() -> str:
+    """The old names still accepted, for a help text."""
+    return "; ".join(f"{old}: old name of {new}, accepted until the next release"
+                     for old, new in ALIASES.items())
 
 
 def flow_table() -> str:

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from prefect.futures import PrefectFuture
 
-from reverie.flows.parameters import AsOf, Config, DryRun, Profile
-from reverie.flows.report import RunReport
-from reverie.flows.run import run_for_profiles
-from reverie.flows.runtime import reverie_flow
+from reverie.runner.parameters import AsOf, Config, DryRun, Profile
+from reverie.runner.report import RunReport
+from reverie.runner.run import run_for_profiles
+from reverie.runner.runtime import reverie_flow
 from reverie.tasks.cluster import cluster_task
 from reverie.tasks.step import StepBatch, StepReport
 

@@ -23,12 +23,12 @@ from typing import Annotated
 from prefect.futures import PrefectFuture
 from pydantic import Field
 
-from reverie.flows.parameters import AsOf, Config, DryRun, Profile
-from reverie.flows.report import RunReport
-from reverie.flows.run import run_for_profiles
-from reverie.flows.runtime import reverie_flow
 from reverie.models.config import ConsolidationConfig, with_overrides
 from reverie.models.settings import get_settings
+from reverie.runner.parameters import AsOf, Config, DryRun, Profile
+from reverie.runner.report import RunReport
+from reverie.runner.run import run_for_profiles
+from reverie.runner.runtime import reverie_flow
 from reverie.tasks.cold_tier import expire_cold_task, expire_cold_unapproved_task, migrate_cold_task
 from reverie.tasks.step import StepBatch, StepReport
 

@@ -40,16 +40,16 @@ from prefect.futures import PrefectFuture
 from prefect.input import RunInput
 from pydantic import Field
 
-from reverie.flows.event_delivery import api_configured
-from reverie.flows.parameters import ArchiveBelow, AsOf, Config, DeleteBelow, DryRun, Profile
-from reverie.flows.report import RunReport
-from reverie.flows.run import run_for_profiles
-from reverie.flows.runtime import reverie_flow
-from reverie.flows.workspace import ProfileSelector
 from reverie.models.config import ConsolidationConfig, with_forget_thresholds
 from reverie.models.errors import ConfigError, ReverieError
 from reverie.models.settings import get_settings
 from reverie.models.timestamps import DAY_SECONDS, parse_timestamp
+from reverie.runner.event_delivery import api_configured
+from reverie.runner.parameters import ArchiveBelow, AsOf, Config, DeleteBelow, DryRun, Profile
+from reverie.runner.report import RunReport
+from reverie.runner.run import run_for_profiles
+from reverie.runner.runtime import reverie_flow
+from reverie.runner.workspace import ProfileSelector
 from reverie.tasks.forget import forget_task, forget_task_deleting
 from reverie.tasks.step import StepBatch, StepReport, run_logger
 

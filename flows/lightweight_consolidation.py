@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from prefect.futures import PrefectFuture
 
-from reverie.flows.parameters import AsOf, Config, DryRun, Profile, StoreId
-from reverie.flows.report import RunReport
-from reverie.flows.run import run_for_profiles
-from reverie.flows.runtime import reverie_flow
+from reverie.runner.parameters import AsOf, Config, DryRun, Profile, StoreId
+from reverie.runner.report import RunReport
+from reverie.runner.run import run_for_profiles
+from reverie.runner.runtime import reverie_flow
 from reverie.tasks.blocks import compile_blocks_task
 from reverie.tasks.edge_decay import decay_edges_task
 from reverie.tasks.step import StepBatch, StepReport

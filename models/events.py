@@ -16,9 +16,9 @@ Events, each about the resource ``reverie.profile.<name>`` (with the labels
   ``REVERIE_SESSION_TRIGGER_EVERY`` (5): full consolidation.
 
 Events exist only when a Prefect API is configured (``PREFECT_API_URL``) and
-``REVERIE_EMIT_EVENTS`` is on (``flows.event_delivery.wanted``). The store then writes
+``REVERIE_EMIT_EVENTS`` is on (``runner.event_delivery.wanted``). The store then writes
 them to its outbox (``models.outbox``) in the transaction that made them happen; the
-caller sends what is pending once it has committed (``flows.event_delivery``): storing
+caller sends what is pending once it has committed (``runner.event_delivery``): storing
 memories never fails, and never waits long, because the API is down, and an event the
 API did not take is sent later instead of lost. Event ids are derived from what
 happened, so a retried ingest cannot trigger twice.

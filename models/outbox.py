@@ -3,10 +3,10 @@
 The repository functions take the caller's session, so that an event is written in the
 transaction of the change that caused it: an ingest that rolls back leaves no event,
 and a process that dies after its commit loses none. The store queues events only when
-a Prefect API is configured (``flows.event_delivery.wanted``): without one nobody would
+a Prefect API is configured (``runner.event_delivery.wanted``): without one nobody would
 send them, and a local-only store's outbox would only grow.
 
-``flows.event_delivery.flush`` sends what is pending, oldest first, and deletes what
+``runner.event_delivery.flush`` sends what is pending, oldest first, and deletes what
 the API confirmed. It claims the rows it sends in a short transaction first (the writer
 lock serialises claims on SQLite, an advisory lock on PostgreSQL), so two processes
 never send the same event, and while one process holds a claim the others leave every

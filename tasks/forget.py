@@ -11,7 +11,7 @@ memory's forgetting risk, from its heat, importance, idle days and layer::
     risk = (1 - heat / 100) * (1 - importance) * d * (1 + d / 30)
 
 with ``d`` the days since its last access (or creation) at ``as_of`` and ``heat``
-linksee's heat index (tasks/cold.py), and risk 0 for the exempt layers (goal; caveat,
+linksee's heat index (tasks/cold_notes.py), and risk 0 for the exempt layers (goal; caveat,
 which linksee protects when storing it). Risk at or above 50 archives (linksee
 compresses), at or above 200 deletes (linksee drops). The delete level deletes only
 while ``delete_threshold`` is above 0.0, the switch the flows ask approval on;
@@ -62,7 +62,7 @@ from reverie.models.repositories.memories import memories as memories_of
 from reverie.models.store import Store
 from reverie.models.timestamps import days_between
 from reverie.tasks.blocks import compiled
-from reverie.tasks.cold import days_untouched, heat
+from reverie.tasks.cold_notes import days_untouched, heat
 from reverie.tasks.decay import relevance_notes
 from reverie.tasks.step import (
     Change,

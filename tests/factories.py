@@ -82,8 +82,8 @@ def embedder_of(store: Store) -> Any:
 def ingest_records(store: Store, records: Any, *args: Any, **kwargs: Any) -> IngestReport:
     """Ingest as ``reverie ingest`` does: the configured model, events queued when a
     Prefect API is configured and delivered after the ingest."""
-    from reverie.flows.event_delivery import deliver, wanted
     from reverie.models.ingest import ingest
+    from reverie.runner.event_delivery import deliver, wanted
 
     report = ingest(store, records, embedder_of(store), *args, queue_events=wanted(), **kwargs)
     if report.queued_events:
@@ -92,8 +92,8 @@ def ingest_records(store: Store, records: Any, *args: Any, **kwargs: Any) -> Ing
 
 
 def ingest_file(store: Store, path: Any, *args: Any, **kwargs: Any) -> IngestReport:
-    from reverie.flows.event_delivery import deliver, wanted
     from reverie.models.ingest import ingest_jsonl
+    from reverie.runner.event_delivery import deliver, wanted
 
     report = ingest_jsonl(store, path, embedder_of(store), *args, queue_events=wanted(),
                           **kwargs)
@@ -184,9 +184,9 @@ def lease_holders(store: Store) -> dict[str, str]:
 def end_session(store: Store, profile: str, session_id: str | None = None,
                 at: datetime | None = None) -> int:
     """As ``reverie session end`` does: counted, and its events delivered if wanted."""
-    from reverie.flows.event_delivery import deliver, wanted
     from reverie.models.repositories.runs import end_session as end
     from reverie.models.timestamps import utcnow
+    from reverie.runner.event_delivery import deliver, wanted
 
     store.resolve_profiles(profile)
     queue_events = wanted()

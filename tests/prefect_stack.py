@@ -34,10 +34,10 @@ import httpx
 import yaml
 
 from reverie.deployments.serve import WORK_POOL, project_root, start_server, start_stack, stop
-from reverie.flows import event_delivery
 from reverie.models import outbox
 from reverie.models.db import dispose
 from reverie.models.store import Store
+from reverie.runner import event_delivery
 
 from conftest import TEST_POSTGRES, _create_postgres_database, _drop_postgres_database, clone_sample
 

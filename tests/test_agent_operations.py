@@ -17,11 +17,11 @@ from reverie.deployments.auth import (
     load_tokens,
     parse_tokens,
 )
-from reverie.flows import event_delivery
 from reverie.models.errors import ConfigError, NotFoundError, RecordError
 from reverie.models.settings import Settings
 from reverie.models.store import Store
 from reverie.models.tables import OutboxEvent
+from reverie.runner import event_delivery
 
 TOKEN = "token-for-ana-0123456789"
 

@@ -9,9 +9,9 @@ import pytest
 from reverie.deployments.backfill import backfill, dates, parse_every
 from reverie.deployments.cli import EXIT_ERROR, EXIT_OK, main
 from reverie.flows.catalog import parse_flows
-from reverie.flows.replay import in_schedule_order, replay, turn_key
 from reverie.models.errors import ConfigError, NotFoundError
 from reverie.models.store import Store
+from reverie.orchestration.replay import in_schedule_order, replay, turn_key
 
 from factories import lease_holders, run_history
 

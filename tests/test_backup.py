@@ -21,7 +21,6 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from reverie.deployments.cli import EXIT_ERROR, EXIT_OK, main
-from reverie.engines.recall import candidates_for
 from reverie.models.backup import backup_lines, plan_restore, restore, restore_file
 from reverie.models.config import ConsolidationConfig, ForgetConfig
 from reverie.models.db import dispose
@@ -31,6 +30,7 @@ from reverie.models.ingest import ingest
 from reverie.models.store import Store
 from reverie.models.tables import CoreBlock, Memory, RunRecord
 from reverie.models.vectors import DIMENSION
+from reverie.recall.search import candidates_for
 from reverie.tasks.blocks import compile_blocks
 from reverie.tasks.decay import decay
 from reverie.tasks.dedup import dedup

@@ -95,7 +95,7 @@ def test_bench_from_the_cli_writes_json(tmp_path: Path, capsys: pytest.CaptureFi
 
 def test_the_bench_shows_a_summary_by_its_matched_members() -> None:
     from reverie.benchmarks.locomo import shown
-    from reverie.engines.recall import passages, plan_candidates, tiers_for
+    from reverie.engines.ranking import passages, plan_candidates, tiers_for
     from reverie.models.tables import Origin, Tier
 
     from factories import axis

@@ -36,7 +36,7 @@ def test_every_catalogued_deployment_is_in_prefect_yaml_with_its_flow() -> None:
         assert FLOWS[short].name == flow_name
         module, function = entrypoints[deployment].split(":")
         assert FLOWS[short].fn.__name__ == function and module.startswith("flows/")
-    assert entrypoints["backfill"] == "flows/replay.py:replay"
+    assert entrypoints["backfill"] == "orchestration/replay.py:replay"
 
 
 def test_looking_up_a_flow_imports_that_flow_alone() -> None:
@@ -47,7 +47,7 @@ def test_looking_up_a_flow_imports_that_flow_alone() -> None:
         "and m not in ('reverie.flows.catalog',)], 'imported at import'; "
         "flow = c.FLOWS['decay']; "
         "others = {'reverie.flows.' + m for m in ('cluster', 'creative', 'forget', "
-        "'full_consolidation', 'compress', 'cold_tier', 'consolidate_cold')}; "
+        "'full_consolidation', 'compress', 'cold_tier', 'cold_notes')}; "
         "print(flow.name, sorted(others & set(sys.modules)))"
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
@@ -95,7 +95,7 @@ def test_the_cli_offers_every_flow_and_says_what_each_does() -> None:
 def test_replay_status_and_the_bench_name_every_flow() -> None:
     from reverie.benchmarks import speed
     from reverie.deployments.status import FLOW_NAMES
-    from reverie.flows.replay import replay
+    from reverie.orchestration.replay import replay
 
     described = replay.parameters.properties["flow"]["description"]
     assert all(name in described for name in ENTRIES)
@@ -108,8 +108,10 @@ def test_replay_status_and_the_bench_name_every_flow() -> None:
 def test_every_deployment_runs_a_registered_flow() -> None:
     targets = {e.target.split(":")[0].rsplit(".", 1)[1]: e for e in FLOW_ENTRIES}
     for deployment in _deployments():
-        module = deployment["entrypoint"].split(":")[0].removeprefix("flows/").removesuffix(".py")
-        assert module in targets or module == "replay", deployment["name"]
+        entrypoint = deployment["entrypoint"]
+        module = entrypoint.split(":")[0].removeprefix("flows/").removesuffix(".py")
+        assert module in targets or entrypoint == "orchestration/replay.py:replay", (
+            deployment["name"])
 
 
 def test_the_readme_table_is_the_registrys() -> None:
@@ -136,3 +138,40 @@ def test_no_module_keeps_its_own_list_of_flows() -> None:
                     if len(listed & names) >= 3:
                         copies.append(f"{folder}/{path.name}:{node.lineno}")
     assert copies == []
+
+
+# --- old names: accepted for one release --------------------------------------------------
+
+
+def test_the_old_name_cold_still_runs_the_cold_notes_everywhere() -> None:
+    from reverie.deployments.operations import MODES, Mode
+    from reverie.flows.catalog import ALIASES, parse_flows
+    from reverie.orchestration.replay import items_of
+
+    assert ALIASES == {"cold": "cold-notes"}
+    assert FLOWS["cold"] is FLOWS["cold-notes"]
+    # backfill and replay read flow lists through parse_flows: a replay queued with the
+    # old name before the upgrade runs, and skips, as one queued with the new.
+    assert parse_flows("cold") == parse_flows("cold,cold-notes") == ("cold-notes",)
+    assert parse_flows("cold,full,decay") == ("decay", "full", "cold-notes")
+    assert items_of("cold", ["2025-01-01"]) == items_of("cold-notes", ["2025-01-01"])
+    run = _subcommand("run")
+    for name in ("cold", "cold-notes"):
+        assert run.parse_args([name, "--all", "--min-age-days", "0"]).task == "cold-notes"
+    with pytest.raises(SystemExit):  # an unknown name is still refused
+        run.parse_args(["colder", "--all"])
+    assert "cold: old name of cold-notes" in _positional(run, "task").help
+    assert "cold: old name of cold-notes" in _positional(_subcommand("backfill"), "flow").help
+    # The agents' consolidate mode (API and MCP).
+    assert MODES["cold"] == MODES["sleep"] == MODES["cold-notes"] == "cold-notes"
+    assert {"cold", "cold-notes"} <= {m.value for m in Mode}
+
+
+def test_the_cold_notes_keep_the_deployment_and_flow_names_users_have() -> None:
+    # Renaming the short name leaves what Prefect and the run history know untouched:
+    # `prefect deployment run consolidate-cold/sleep` and past runs' flow names still hold.
+    assert DEPLOYMENTS["cold-notes"] == "consolidate-cold/sleep"
+    assert FLOWS["cold"].name == FLOWS["cold-notes"].name == "consolidate-cold"
+    sleep = {d["name"]: d for d in _deployments()}["sleep"]
+    assert sleep["entrypoint"] == "flows/cold_notes.py:consolidate_cold"
+    assert DEPLOYMENTS["cold-tier"] == "cold-tier/tiering"

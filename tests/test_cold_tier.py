@@ -10,7 +10,6 @@ from datetime import timedelta
 import pytest
 
 from reverie.deployments.cli import EXIT_ERROR, EXIT_OK, main
-from reverie.engines.recall import recall
 from reverie.flows.cold_tier import cold_tier
 from reverie.flows.lightweight_consolidation import lightweight_consolidation
 from reverie.models.config import ColdTierConfig
@@ -20,6 +19,7 @@ from reverie.models.repositories import blocks as blocks_repo
 from reverie.models.repositories import memories as memories_repo
 from reverie.models.store import Store
 from reverie.models.tables import Lifecycle, Operation, Tier, Tombstone
+from reverie.recall.search import recall
 from reverie.tasks.cold_tier import Action, plan_expiry, plan_migration
 
 from factories import AS_OF, get_memory, in_read, ingest_records, undo_consolidation, view

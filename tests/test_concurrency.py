@@ -16,15 +16,15 @@ from pathlib import Path
 import pytest
 
 from reverie.deployments.serve import project_root, start_server, stop
-from reverie.flows.artifacts import markdown
 from reverie.flows.lightweight_consolidation import lightweight_consolidation
-from reverie.flows.profile_holds import (
+from reverie.models.errors import StepFailedError
+from reverie.models.store import Store
+from reverie.runner.artifacts import markdown
+from reverie.runner.profile_holds import (
     PREFECT_MIN_LEASE_SECONDS,
     ensure_profile_limits,
     limit_name,
 )
-from reverie.models.errors import StepFailedError
-from reverie.models.store import Store
 from reverie.tasks import blocks
 
 from factories import acquire_leases, lease_holders, release_leases, renew_leases, run_history
@@ -114,7 +114,7 @@ def test_a_busy_profile_is_waited_for_then_refused(
 ) -> None:
     monkeypatch.setenv("REVERIE_BUSY_WAIT_SECONDS", "5")
     # 30 s in production: the run must say it still waits at that pace, not once.
-    monkeypatch.setattr("reverie.flows.waiting.NOTICE_SECONDS", 0.6)
+    monkeypatch.setattr("reverie.runner.waiting.NOTICE_SECONDS", 0.6)
     acquire_leases(sample_store, ["maya"], "someone-else", 600)
     with pytest.raises(StepFailedError, match="'maya' is busy \\(local run someone-else\\)"):
         lightweight_consolidation(profile=["maya", "raj"], as_of=AS_OF)
@@ -127,7 +127,7 @@ def test_a_busy_profile_is_waited_for_then_refused(
 
 
 def test_a_wait_notice_comes_at_most_once_a_period_and_names_the_longest_waits() -> None:
-    from reverie.flows.waiting import WaitNotice, waiting_text
+    from reverie.runner.waiting import WaitNotice, waiting_text
 
     now = [0.0]
     notice = WaitNotice("0" * 32, every=30.0, clock=lambda: now[0])
@@ -315,7 +315,7 @@ def test_a_long_run_renews_its_prefect_slots_against_its_own_api(
 
 HOLD_AND_SLEEP = """
 import sys, time
-from reverie.flows.profile_holds import ProfileHolds
+from reverie.runner.profile_holds import ProfileHolds
 from reverie.models.store import Store
 holds = ProfileHolds(Store(sys.argv[1]), "local-doomed", None, 5.0).__enter__()
 holds.prepare(["maya"])
@@ -388,7 +388,7 @@ def test_two_stores_profiles_of_one_name_never_wait_for_each_other(
     while a second run of the same store still is."""
     from prefect.client.orchestration import get_client
 
-    from reverie.flows.profile_holds import ProfileHolds
+    from reverie.runner.profile_holds import ProfileHolds
 
     one, other = new_store("tenant-one"), new_store("tenant-two")
     assert one.id != other.id
@@ -412,7 +412,7 @@ def test_a_lease_taken_for_several_chunks_is_given_back_with_the_last(store: Sto
     slots come free once both chunks are given back, and none outlives the run."""
     from prefect.client.orchestration import get_client
 
-    from reverie.flows.profile_holds import ProfileHolds
+    from reverie.runner.profile_holds import ProfileHolds
 
     profiles = [f"split-{i}" for i in range(4)]
 
@@ -443,11 +443,11 @@ def test_a_replay_waiting_for_its_turn_says_so_in_its_log_and_in_an_event(
     from prefect.client.orchestration import get_client
     from prefect.events.filters import EventFilter, EventNameFilter, EventOccurredFilter
 
-    from reverie.flows.replay import replay, turn_key
-    from reverie.flows.waiting import WAITING_EVENT
+    from reverie.orchestration.replay import replay, turn_key
+    from reverie.runner.waiting import WAITING_EVENT
 
-    monkeypatch.setattr("reverie.flows.replay.TURN_POLL_SECONDS", 0.2)
-    monkeypatch.setattr("reverie.flows.waiting.NOTICE_SECONDS", 0.5)
+    monkeypatch.setattr("reverie.orchestration.replay.TURN_POLL_SECONDS", 0.2)
+    monkeypatch.setattr("reverie.runner.waiting.NOTICE_SECONDS", 0.5)
     acquire_leases(sample_store, [turn_key("maya")], "someone-else", 600)
     since = datetime.now(tz=None).astimezone()
     done: list[object] = []

@@ -37,20 +37,20 @@ COMMANDS: dict[str, tuple[list[str], dict[str, object]]] = {
     "full": (["consolidate", "full"], {}),
     "compress": (["run", "compress"], {}),
     "cluster": (["run", "cluster"], {}),
-    "cold": (["run", "cold", "--min-age-days", "0"],
+    "cold-notes": (["run", "cold-notes", "--min-age-days", "0"],
              {"scope": "all", "session_id": None, "min_age_days": 0.0}),
 }
 FULL_STEPS = ("dedup", "compress_fading", "dedup_new_summaries", "decay_edges", "promote",
               "compile_blocks", "link_summaries", "graph_importance")
 # (flow, "after" a step returned | "write" inside the step's first transaction, step)
 AFTER = [("full", "after", s) for s in FULL_STEPS] + [
-    ("cold", "after", "consolidate_cold"), ("cold", "after", "forget"),
+    ("cold-notes", "after", "consolidate_cold"), ("cold-notes", "after", "forget"),
 ]
 INSIDE = [
     ("full", "write", "dedup"), ("full", "write", "compress_fading"),
     ("full", "write", "link_summaries"), ("full", "write", "graph_importance"),
     ("compress", "write", "compress_fading"), ("cluster", "write", "cluster"),
-    ("cold", "write", "consolidate_cold"),
+    ("cold-notes", "write", "consolidate_cold"),
 ]
 # Killing inside a transaction is what the back-ends differ in; the points after a
 # committed step are the same on both, so PostgreSQL runs only the former (CI time).

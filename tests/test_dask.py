@@ -108,7 +108,7 @@ def test_a_local_cluster_listens_on_loopback_only(
     import threading
 
     from reverie.flows.decay import decay
-    from reverie.flows.runtime import task_runner
+    from reverie.runner.runtime import task_runner
 
     ingest_records(store, [{**r, "profile": "p00"} for r in profile_records(0)])
     monkeypatch.setenv("REVERIE_TASK_RUNNER", "dask")

@@ -74,7 +74,7 @@ def test_a_merging_run_with_as_of_unset_merges_and_its_dry_run_foretells_it(
     ["consolidate", "full", "--profile", PROFILE, "--dry-run"],
     ["consolidate", "full", "--profile", PROFILE],
     ["consolidate", "lightweight", "--all"],
-    ["run", "cold", "--profile", PROFILE],
+    ["run", "cold-notes", "--profile", PROFILE],
 ])
 def test_the_command_line_runs_with_as_of_unset(
     argv: list[str], sample_store: Store, capsys: pytest.CaptureFixture[str]
@@ -87,7 +87,7 @@ def test_the_command_line_runs_with_as_of_unset(
 def test_the_command_session_end_suggests_runs_as_printed(
     sample_store: Store, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from reverie.flows import event_delivery
+    from reverie.runner import event_delivery
 
     # The hint is for a user without a Prefect API (with one, a trigger runs it).
     with monkeypatch.context() as patch:

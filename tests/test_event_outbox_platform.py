@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 
 from reverie.deployments.serve import project_root
-from reverie.flows import event_delivery
 from reverie.models import outbox
 from reverie.models.events import MEMORY_STORED, STORE_THRESHOLD
+from reverie.runner import event_delivery
 
 from factories import ingest_records
 from prefect_stack import EVENT_SECONDS, Stack, new_store_url, running_stack, wait_for

@@ -12,13 +12,13 @@ import pytest
 import stamina
 from sqlalchemy import select
 
-from reverie.flows import event_delivery
 from reverie.models import events, outbox
 from reverie.models.db import reading, writing
 from reverie.models.events import crossings, session_events, stored_events
 from reverie.models.store import Store
 from reverie.models.tables import OutboxEvent
 from reverie.models.timestamps import utcnow
+from reverie.runner import event_delivery
 
 from factories import embedder_of, end_session, ingest_records, record
 
@@ -145,7 +145,7 @@ def test_events_are_written_in_the_transaction_of_the_ingest(
 def test_events_wait_while_the_api_is_down_and_go_in_order_once_it_answers(
     store: Store, api: FakeApi, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with caplog.at_level(logging.WARNING, logger="reverie.flows.event_delivery"):
+    with caplog.at_level(logging.WARNING, logger="reverie.runner.event_delivery"):
         assert ingest_records(store, [record(f"fact {i}") for i in range(60)], profile="ana").stored == 60
     assert [r.getMessage() for r in caplog.records] == [
         f"could not send 2 event(s) to the Prefect API at {DOWN} (refused); 2 wait in the "
@@ -174,7 +174,7 @@ def test_the_real_send_to_a_dead_api_keeps_the_events_with_one_warning(
     with caplog.at_level(logging.WARNING):
         ingest_records(store, [record(f"fact {i}") for i in range(50)], profile="ana")
     assert time.monotonic() - started < 2 * event_delivery.SEND_DEADLINE_SECONDS
-    assert [r.name for r in caplog.records if r.levelno >= logging.WARNING] == ["reverie.flows.event_delivery"]
+    assert [r.name for r in caplog.records if r.levelno >= logging.WARNING] == ["reverie.runner.event_delivery"]
     result = event_delivery.flush(store.url)
     assert result.outcome is event_delivery.Outcome.UNREACHABLE and result.sent == 0
     assert result.pending == 2 and result.error

@@ -12,16 +12,16 @@ import pytest
 from sqlalchemy import event
 from sqlalchemy.exc import OperationalError
 
-from reverie.flows.chunk_scheduler import chunked
 from reverie.flows.full_consolidation import full_consolidation
 from reverie.flows.lightweight_consolidation import lightweight_consolidation
-from reverie.flows.runtime import wait_for_run_history
 from reverie.models.errors import NotFoundError, StepFailedError
 from reverie.models.export import export_jsonl, export_rows
 from reverie.models.repositories import memories as memories_repo
 from reverie.models.repositories import summaries as summaries_module
 from reverie.models.store import Store
 from reverie.models.tables import EdgeKind, Origin, Tier
+from reverie.runner.chunk_scheduler import chunked
+from reverie.runner.runtime import wait_for_run_history
 from reverie.tasks import linking
 from reverie.tasks import step as step_module
 from reverie.tasks import summaries as summaries_step
@@ -396,7 +396,7 @@ def test_waiting_for_run_history_skips_with_an_api_and_gives_up_at_its_timeout(
     unknown = str(uuid4())
     # With an API configured there is nothing to wait for, even with no time to wait.
     assert wait_for_run_history(unknown, timeout=0)
-    monkeypatch.setattr("reverie.flows.runtime.api_configured", lambda: False)
+    monkeypatch.setattr("reverie.runner.runtime.api_configured", lambda: False)
     assert not wait_for_run_history(unknown, timeout=0)
     assert "had not recorded all task runs" in caplog.text
     # A run with no task runs settles at the second look.

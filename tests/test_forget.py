@@ -133,7 +133,7 @@ def test_forget_thresholds_from_the_cli(faded: Store, capsys: pytest.CaptureFixt
     assert main(["run", "decay", "--profile", "mia", *as_of, "--archive-below", "0.1"]) == EXIT_ERROR
     err = capsys.readouterr().err
     assert "delete_threshold" in err and "less than or equal to 1" in err
-    assert "apply to `run forget` and `run cold` only" in err
+    assert "apply to `run forget` and `run cold-notes` only" in err
     assert main(["run", "forget", "--profile", "mia", *as_of, "--dry-run",
                  "--delete-below", "1", "--json"]) == EXIT_OK
     assert '"deleted": 2' in capsys.readouterr().out
@@ -301,7 +301,7 @@ def test_without_a_prefect_api_a_deleting_run_refuses_instead_of_waiting(
 def test_the_cli_refuses_to_delete_without_an_api_or_approval(
     faded: Store, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("reverie.flows.event_delivery.api_configured", lambda: False)
+    monkeypatch.setattr("reverie.runner.event_delivery.api_configured", lambda: False)
     before = export_jsonl(faded.url, "mia")
     args = ["run", "forget", "--profile", "mia", "--as-of", AS_OF.isoformat()]
     assert main([*args, "--delete-below", "0.5"]) == EXIT_ERROR

@@ -39,7 +39,7 @@ RULES = ConsolidationConfig(summarizer="rules")  # an LLM configured nearby chan
 def run_every_flow(as_of: datetime) -> None:
     """Each flow once, in the order a month of schedules runs them, with deletion on
     (auto-approved) so that tombstones are part of what is held still."""
-    for name in ("decay", "full", "creative", "cluster", "compress", "cold", "cold-tier"):
+    for name in ("decay", "full", "creative", "cluster", "compress", "cold-notes", "cold-tier"):
         FLOWS[name](profile=None, as_of=as_of, config=RULES)
     FLOWS["forget"](profile=None, as_of=as_of, config=RULES, archive_threshold=0.1,
                     delete_threshold=0.02, auto_approve_deletion=True)

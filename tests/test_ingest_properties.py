@@ -33,7 +33,7 @@ from reverie.models.validation import MAX_COUNT, MAX_METADATA_DEPTH, MAX_STABILI
 from reverie.models.vectors import DIMENSION
 from reverie.tasks.blocks import compile_blocks
 from reverie.tasks.cluster import cluster
-from reverie.tasks.cold import consolidate_cold
+from reverie.tasks.cold_notes import consolidate_cold
 from reverie.tasks.compress import compress_fading
 from reverie.tasks.decay import decay
 from reverie.tasks.dedup import dedup, dedup_new_summaries

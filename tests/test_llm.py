@@ -25,16 +25,16 @@ from reverie.engines.llm import (
     kept_names,
 )
 from reverie.engines.wording import RulesSummarizer, fallback_notes, summarizer_for
-from reverie.flows.artifacts import markdown
 from reverie.flows.full_consolidation import full_consolidation
 from reverie.flows.lightweight_consolidation import lightweight_consolidation
-from reverie.flows.report import RunReport
 from reverie.models import transient as transient_module
 from reverie.models.config import ConsolidationConfig
 from reverie.models.export import export_rows
 from reverie.models.settings import get_settings
 from reverie.models.store import Store
 from reverie.models.tables import Origin
+from reverie.runner.artifacts import markdown
+from reverie.runner.report import RunReport
 
 from factories import at_cosine, axis, ingest_records, undo_consolidation, view
 from llm_server import INJECTION, VAGUE

@@ -155,7 +155,7 @@ def _heartbeat_inside_local_api(monkeypatch: pytest.MonkeyPatch, configured: boo
     from prefect.settings import get_current_settings
 
     monkeypatch.setattr(local_server, "use_local_api", lambda: "http://127.0.0.1:1")
-    monkeypatch.setattr("reverie.flows.event_delivery.api_configured", lambda: configured)
+    monkeypatch.setattr("reverie.runner.event_delivery.api_configured", lambda: configured)
     with local_api() as url:
         assert url == "http://127.0.0.1:1"
         return get_current_settings().flows.heartbeat_frequency

@@ -160,8 +160,8 @@ def test_artifacts_name_the_users_ids_and_each_profile_has_its_own_key(
 
 
 def test_profile_keys_are_prefects_spelling_and_never_shared() -> None:
-    from reverie.flows.artifacts import profile_key
-    from reverie.flows.report import RunReport
+    from reverie.runner.artifacts import profile_key
+    from reverie.runner.report import RunReport
 
     report = RunReport("full-consolidation", [], "2025-07-01", False, None)
     assert profile_key(report, "maya") == "full-consolidation-profile-maya"

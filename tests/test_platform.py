@@ -23,11 +23,11 @@ from reverie.deployments.backfill import backfill
 from reverie.deployments.cli import EXIT_OK, main
 from reverie.deployments.serve import project_root
 from reverie.deployments.status import collect
-from reverie.flows import event_delivery
 from reverie.models.db import copy_profiles
 from reverie.models.events import MEMORY_STORED, SESSION_ENDED, SESSION_THRESHOLD, STORE_THRESHOLD
 from reverie.models.repositories import blocks as blocks_repo
 from reverie.models.store import Store
+from reverie.runner import event_delivery
 
 from factories import end_session, in_read, ingest_records, run_history
 from prefect_stack import Stack, sample_stack

@@ -24,8 +24,8 @@ import pytest
 from reverie.benchmarks import speed
 from reverie.deployments.backfill import backfill
 from reverie.deployments.cli import EXIT_OK, EXIT_REJECTED, main
-from reverie.flows.progress import Bar, on_terminal
 from reverie.models.store import Store
+from reverie.runner.progress import Bar, on_terminal
 
 from factories import embedder_of, ingest_records
 
@@ -207,7 +207,7 @@ def test_ingest_on_a_terminal_shows_a_bar_of_its_records_without_their_content(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     stderr_on(terminal, monkeypatch)
-    monkeypatch.setattr("reverie.flows.progress.MIN_INTERVAL_SECONDS", 0)  # draw every step
+    monkeypatch.setattr("reverie.runner.progress.MIN_INTERVAL_SECONDS", 0)  # draw every step
     assert main(["ingest", str(jsonl), "--profile", "ana"]) == EXIT_REJECTED
     text = terminal.settle()
     # Three records (the blank line is not one), counted as the ingest goes.

@@ -22,10 +22,10 @@ import pytest
 from agent_server import ADMIN_TOKEN, agent_store, api_server, bearer
 from sqlalchemy import Engine, event, select
 
-from reverie.engines.recall import RecallCache, recall
+from reverie.engines.ranking import RecallCache
 from reverie.flows.cluster import cluster
+from reverie.flows.cold_notes import consolidate_cold
 from reverie.flows.cold_tier import cold_tier
-from reverie.flows.consolidate_cold import consolidate_cold
 from reverie.flows.creative import creative
 from reverie.flows.decay import decay
 from reverie.flows.forget import forget
@@ -34,6 +34,7 @@ from reverie.models.backup import backup_lines, restore
 from reverie.models.config import ConsolidationConfig, ForgetConfig
 from reverie.models.store import Store
 from reverie.models.tables import Profile
+from reverie.recall.search import recall
 
 from factories import AS_OF, at_cosine, axis, end_session, ingest_records, undo_consolidation
 

@@ -3,7 +3,7 @@ originals themselves and leaves out a summary whose originals are all there."""
 
 import numpy as np
 
-from reverie.engines.recall import plan_candidates, rank, tiers_for
+from reverie.engines.ranking import plan_candidates, rank, tiers_for
 from reverie.models.tables import Origin, Tier
 
 from factories import axis, view
@@ -68,7 +68,7 @@ def by_id(candidates) -> dict:
 def test_a_summary_recalled_for_one_member_shows_that_member_whole_and_dated() -> None:
     from datetime import datetime
 
-    from reverie.engines.recall import dated, hits_from, passages
+    from reverie.engines.ranking import dated, hits_from, passages
 
     memories, vectors = store()
     memories[1] = view("o1", tier=Tier.COLD, superseded_by="s", content="Ann adopted a cat",
@@ -92,7 +92,7 @@ def test_a_summary_recalled_for_one_member_shows_that_member_whole_and_dated() -
 
 
 def test_an_update_found_by_its_older_value_shows_the_newest_only() -> None:
-    from reverie.engines.recall import hits_from, passages
+    from reverie.engines.ranking import hits_from, passages
 
     memories = [view("new", content="Ann lives in Oslo"),
                 view("old", tier=Tier.COLD, superseded_by="new", content="Ann lives in Rome")]
@@ -103,7 +103,7 @@ def test_an_update_found_by_its_older_value_shows_the_newest_only() -> None:
 
 
 def test_passages_and_rank_agree_on_the_rows_and_their_order() -> None:
-    from reverie.engines.recall import hits_from, passages
+    from reverie.engines.ranking import hits_from, passages
 
     candidates = plan_candidates(*store(), tiers_for(deep=False))
     for q in (axis(0), axis(1), axis(2), axis(3), (axis(1) + axis(3)) / np.sqrt(2)):

@@ -8,9 +8,8 @@ import numpy as np
 import pytest
 
 from reverie.deployments.cli import EXIT_ERROR, EXIT_OK, main
-from reverie.engines.recall import recall
+from reverie.flows.cold_notes import consolidate_cold
 from reverie.flows.compress import compress
-from reverie.flows.consolidate_cold import consolidate_cold
 from reverie.flows.decay import decay
 from reverie.flows.full_consolidation import full_consolidation
 from reverie.models.config import ConsolidationConfig, DedupConfig, ForgetConfig
@@ -19,6 +18,7 @@ from reverie.models.export import export_rows
 from reverie.models.repositories import blocks as blocks_repo
 from reverie.models.store import Store
 from reverie.models.tables import SUMMARY_ORIGINS, EdgeKind, Origin, Tier
+from reverie.recall.search import recall
 
 from factories import (
     AS_OF,
@@ -234,7 +234,7 @@ def test_a_summary_is_never_compressed_again_over_three_runs(store: Store) -> No
                if m["origin"] == Origin.INGESTED)
 
 
-@pytest.mark.parametrize("flow_fn", [compress, consolidate_cold], ids=["compress", "cold"])
+@pytest.mark.parametrize("flow_fn", [compress, consolidate_cold], ids=["compress", "cold-notes"])
 def test_dry_run_selects_what_the_real_run_does(fading_store: Store, flow_fn) -> None:
     before = state(fading_store)
     dry = flow_fn(profile="p", as_of=AS_OF, dry_run=True)

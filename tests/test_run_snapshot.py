@@ -35,7 +35,6 @@ from reverie.benchmarks.synthetic import SyntheticSpec, profile_name, records
 from reverie.flows.catalog import FLOWS
 from reverie.flows.full_consolidation import full_consolidation
 from reverie.flows.lightweight_consolidation import lightweight_consolidation
-from reverie.flows.report import RunReport
 from reverie.models.config import ConsolidationConfig
 from reverie.models.db import dispose
 from reverie.models.export import export_jsonl
@@ -43,6 +42,7 @@ from reverie.models.ingest import ingest
 from reverie.models.repositories.memories import snapshot
 from reverie.models.store import Store
 from reverie.models.tables import Consolidation, CoreBlock, Edge, EdgeKind, Memory, Tier
+from reverie.runner.report import RunReport
 from reverie.tasks import step as step_module
 from reverie.tasks.decay import decay
 from reverie.tasks.step import StepArgs, run_step
@@ -63,7 +63,7 @@ FULL_STEPS = ("dedup", "compress_fading", "dedup_new_summaries", "decay_edges", 
 LIGHT_STEPS = ("compile_blocks", "decay_edges")
 # The other flows' writing steps, each flow by its catalog name.
 OTHER_STEPS = {"decay": ("decay",), "creative": ("creative",), "cluster": ("cluster",),
-               "forget": ("forget",), "cold": ("forget", "consolidate_cold", "mark_stalled"),
+               "forget": ("forget",), "cold-notes": ("forget", "consolidate_cold", "mark_stalled"),
                "cold-tier": ("migrate_cold", "expire_cold")}
 Flow = Callable[..., RunReport]
 # (step, "before" it reads | "after" it has read, before it writes)

@@ -28,7 +28,7 @@ def test_without_a_prefect_api_status_says_so() -> None:
 
 def test_a_backfill_in_progress_is_shown_with_its_runs_done() -> None:
     from reverie.deployments.status import as_json
-    from reverie.flows.replay import ReplayProgress
+    from reverie.orchestration.replay import ReplayProgress
 
     replay = ReplayProgress("0b0e6d5e", "replay decay,full | a | ...", "Running",
                             "decay,full", "a", 3, 20)

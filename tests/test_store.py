@@ -6,7 +6,6 @@ import pytest
 from pydantic import ValidationError
 from sqlalchemy import select, update
 
-from reverie.engines.recall import recall
 from reverie.models.db import dispose, engine_for, writing
 from reverie.models.errors import AmbiguousIdError, NotFoundError
 from reverie.models.export import export_jsonl
@@ -20,6 +19,7 @@ from reverie.models.repositories.memories import M
 from reverie.models.settings import Settings
 from reverie.models.store import Store
 from reverie.models.tables import EdgeKind, Memory, Tier, Tombstone
+from reverie.recall.search import recall
 
 from factories import get_memory, in_read, in_write, ingest_records, record, record_access
 

@@ -15,7 +15,7 @@ from reverie.benchmarks.fidelity import (
     members_kept_whole,
 )
 from reverie.models.config import ColdConfig
-from reverie.tasks.cold import plan_cold
+from reverie.tasks.cold_notes import plan_cold
 from reverie.tasks.compress import rules_wording
 from reverie.tasks.dedup import merge_wording
 

@@ -20,7 +20,7 @@ from reverie.models.config import ClusterConfig, CompressConfig, ConsolidationCo
 from reverie.models.repositories import audit
 from reverie.models.store import Store
 from reverie.models.tables import Memory, Operation
-from reverie.tasks import cluster, cold, compress, dedup
+from reverie.tasks import cluster, cold_notes, compress, dedup
 
 from factories import at_cosine, axis, in_read, view
 
@@ -36,7 +36,7 @@ PROFILE = "maya"
 @pytest.fixture
 def consolidated(sample_store: Store) -> Store:
     """The sample store after a night's decay, full consolidation and cold notes."""
-    for name in ("decay", "full", "cold"):
+    for name in ("decay", "full", "cold-notes"):
         FLOWS[name](profile=PROFILE, as_of=DEMO_AS_OF, config=RULES)
     return sample_store
 
@@ -61,7 +61,7 @@ def test_every_merge_compression_and_cold_note_audits_its_rule_and_members(
             threshold, lead = RULES.compress.similarity, why["seed"]
             assert why["rule"] == compress.RULE and why["same"] == ["kind", "entity"]
         elif r.operation == Operation.COLD_LEARNING:
-            assert why["rule"] == cold.RULE and why["same"] == ["entity", "layer"]
+            assert why["rule"] == cold_notes.RULE and why["same"] == ["entity", "layer"]
             assert set(why["heats"]) == set(r.member_ids) | absorbed
             assert all(h < RULES.cold.max_heat for h in why["heats"].values())
             continue

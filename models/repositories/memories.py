@@ -256,7 +256,7 @@ def snapshot(
 
 @dataclass(frozen=True, slots=True)
 class Outline:
-    """What recall plans its candidates from (``engines.recall.plan_candidates``): a
+    """What recall plans its candidates from (``engines.ranking.plan_candidates``): a
     memory's id, tier, replacement and origin, without the rest of its row."""
 
     id: str

@@ -24,7 +24,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from reverie.flows.event_delivery import api_configured
+from reverie.runner.event_delivery import api_configured
 
 T = TypeVar("T")
 _PR_SET_PDEATHSIG = 1

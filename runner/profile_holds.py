@@ -23,7 +23,6 @@ import threading
 from collections.abc import Sequence
 from uuid import UUID
 
-from reverie.flows.event_delivery import api_configured
 from reverie.models.errors import HoldUnavailableError
 from reverie.models.repositories.runs import (
     acquire_leases,
@@ -33,6 +32,7 @@ from reverie.models.repositories.runs import (
 )
 from reverie.models.store import Store
 from reverie.models.timestamps import utcnow
+from reverie.runner.event_delivery import api_configured
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ lease in the store, ``replay:<profile>``), and the one whose turn it is runs, in
 (as_of, schedule order), the dates of every replay of that profile on that store still
 queued or running, its own and theirs: two backfills started one after the other (decay,
 then full) interleave by date as one ``decay,full`` backfill does, whichever replay
-starts first. A replay waiting for its turn says so (``flows/waiting.py``); once its
+starts first. A replay waiting for its turn says so (``runner/waiting.py``); once its
 turn comes, what the others ran is in the run history and it skips it.
 
 A date whose run is already in the store's run history for the profile is skipped, so
@@ -43,15 +43,15 @@ from prefect import flow
 from pydantic import Field
 
 from reverie.flows.catalog import SCHEDULE_ORDER, names_help, parse_flows
-from reverie.flows.event_delivery import api_configured
-from reverie.flows.parameters import documented
-from reverie.flows.profile_holds import ProfileHolds
-from reverie.flows.runtime import flow_run_id
-from reverie.flows.waiting import WaitNotice
 from reverie.models.repositories.runs import run_history
 from reverie.models.settings import get_settings
 from reverie.models.store import Store
 from reverie.models.timestamps import to_utc_naive
+from reverie.runner.event_delivery import api_configured
+from reverie.runner.parameters import documented
+from reverie.runner.profile_holds import ProfileHolds
+from reverie.runner.runtime import flow_run_id
+from reverie.runner.waiting import WaitNotice
 from reverie.tasks.step import run_logger
 
 FLOW_NAME = "replay"

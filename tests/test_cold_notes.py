@@ -4,7 +4,7 @@ import pytest
 
 from reverie.models.config import ColdConfig
 from reverie.models.tables import Origin
-from reverie.tasks.cold import heat, is_candidate, plan_cold, plan_stalled
+from reverie.tasks.cold_notes import heat, is_candidate, plan_cold, plan_stalled
 
 from factories import AS_OF, get_memory, ingest_records, view
 
@@ -129,7 +129,7 @@ def test_the_model_words_the_learning_memory_and_the_rules_stand_in_when_it_cann
     memory's wording, checked like every wording; a refused answer keeps the rules'."""
     from datetime import UTC
 
-    from reverie.flows.consolidate_cold import consolidate_cold
+    from reverie.flows.cold_notes import consolidate_cold
 
     old = (AS_OF - timedelta(days=40)).replace(tzinfo=UTC).isoformat()
     notes = [{"id": f"n{i}", "content": f"billing export failed on node {i} during the night",

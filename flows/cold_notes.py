@@ -19,14 +19,14 @@ from prefect.futures import PrefectFuture
 from pydantic import Field
 
 from reverie.flows.forget import AutoApprove
-from reverie.flows.parameters import ArchiveBelow, AsOf, Config, DeleteBelow, DryRun, Profile
-from reverie.flows.report import RunReport
-from reverie.flows.run import run_for_profiles
-from reverie.flows.runtime import reverie_flow
 from reverie.models.config import ColdConfig, with_forget_thresholds
 from reverie.models.errors import ConfigError
 from reverie.models.settings import get_settings
-from reverie.tasks.cold import consolidate_cold_task, mark_stalled_task
+from reverie.runner.parameters import ArchiveBelow, AsOf, Config, DeleteBelow, DryRun, Profile
+from reverie.runner.report import RunReport
+from reverie.runner.run import run_for_profiles
+from reverie.runner.runtime import reverie_flow
+from reverie.tasks.cold_notes import consolidate_cold_task, mark_stalled_task
 from reverie.tasks.forget import forget_task
 from reverie.tasks.step import StepBatch, StepReport, run_logger
 

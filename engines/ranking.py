@@ -1,4 +1,5 @@
-"""Recall: the memories of one profile most similar to a query.
+"""Recall's ranking, pure: the memories of one profile most similar to a query, among
+candidates already read (``recall.search`` reads them from the store).
 
 Searches the hot tier; ``deep`` adds the cold tier, where superseded originals live,
 and a hit on one of them says which summary replaced it. With ``track`` the hits
@@ -29,22 +30,14 @@ import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from functools import cached_property
 from typing import Generic, Protocol, TypeVar
 
 import numpy as np
 
-from reverie.engines.embedding import embedder_for
 from reverie.engines.similarity import FlatSearch, top_k
-from reverie.models.config import RECALL_DEFAULT
-from reverie.models.errors import NotFoundError
 from reverie.models.records import MemoryView
-from reverie.models.repositories.memories import outline, record_access, snapshot
-from reverie.models.repositories.profiles import write_seq
-from reverie.models.store import Store
 from reverie.models.tables import SUMMARY_ORIGINS, Tier
-from reverie.models.timestamps import utcnow
 
 
 def dated(memory: MemoryView) -> str:
@@ -284,12 +277,6 @@ def rank(candidates: Candidates[R], queries: np.ndarray, k: int) -> list[list[tu
     return out
 
 
-def candidates_for(store: Store, profile: str, deep: bool) -> Candidates[MemoryView]:
-    with store.reading(profile) as tx:
-        memories, vectors = snapshot(tx, (Tier.HOT, Tier.COLD))
-    return plan_candidates(memories, vectors, tiers_for(deep))
-
-
 class RecallCache:
     """The candidates of recently recalled profiles, kept by a long-lived process (the
     agent servers), up to ``budget_bytes``, least recently used first out.
@@ -337,43 +324,3 @@ class RecallCache:
 
     def __len__(self) -> int:
         return len(self._entries)
-
-
-def recall(
-    store: Store,
-    profile: str,
-    query: str,
-    k: int = 5,
-    deep: bool = False,
-    track: bool = False,
-    at: datetime | None = None,
-    cache: RecallCache | None = None,
-) -> list[Hit]:
-    """The ``k`` memories most like ``query``. With ``cache``, the profile's candidates
-    come from it while the profile is unchanged; the hits are the same either way."""
-    vector = embedder_for(store.settings).encode([query]) if k > 0 else None
-    # One snapshot: the profile's write count, its outline (ids and vectors) ranked,
-    # then whole memories read only for what the hits show (building 10k of them took a
-    # third of a recall at 10k memories).
-    with store.reading(profile) as tx:
-        seq = write_seq(tx.session, tx.profile)
-        if seq is None:
-            raise NotFoundError(f"no profile named {tx.profile!r}")
-        if vector is None:
-            return []
-        candidates = None if cache is None else cache.get(store.url, tx.profile, deep, seq)
-        if candidates is None:
-            outlines, vectors = outline(tx, (Tier.HOT, Tier.COLD))
-            candidates = plan_candidates(outlines, vectors, tiers_for(deep))
-            if cache is not None:
-                cache.put(store.url, tx.profile, deep, seq, candidates)
-        if not candidates.memories:
-            return []
-        [found] = passages(candidates, vector, k)
-        views, _ = snapshot(tx, (Tier.HOT, Tier.COLD), shown_ids(candidates, found))
-    hits = hits_from(candidates, found, {v.id: v for v in views})
-    if track and hits:
-        with store.writing(profile) as tx:
-            record_access(tx, [h.memory.id for h in hits], at or utcnow(),
-                          RECALL_DEFAULT.co_access_bonus)
-    return hits

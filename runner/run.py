@@ -8,10 +8,6 @@ from __future__ import annotations
 import logging
 from datetime import datetime
 
-from reverie.flows.artifacts import listed_targets, publish
-from reverie.flows.chunk_scheduler import ChunkScheduler, ProfileDag
-from reverie.flows.report import RunReport, history
-from reverie.flows.workspace import ProfileSelector, prepare_run, working_store
 from reverie.models.config import ConsolidationConfig
 from reverie.models.errors import EmptyStoreError, StepFailedError
 from reverie.models.repositories.memories import external_ids
@@ -21,6 +17,10 @@ from reverie.models.store import Store
 from reverie.models.tables import RunRecord
 from reverie.models.timestamps import iso, utcnow
 from reverie.models.transient import retrying
+from reverie.runner.artifacts import listed_targets, publish
+from reverie.runner.chunk_scheduler import ChunkScheduler, ProfileDag
+from reverie.runner.report import RunReport, history
+from reverie.runner.workspace import ProfileSelector, prepare_run, working_store
 from reverie.tasks.step import (
     STEP_RETRIES,
     STEP_RETRY_CAP_SECONDS,

@@ -15,16 +15,16 @@ from uuid import uuid4
 
 from prefect.futures import PrefectFuture
 
-from reverie.flows.artifacts import RunProgress
-from reverie.flows.profile_holds import ProfileHolds
-from reverie.flows.report import CHUNK_STEP, WAIT_STEP, RunReport
-from reverie.flows.waiting import WaitNotice
-from reverie.flows.workspace import RunPlan
 from reverie.models.repositories.profiles import ingest_horizons
 from reverie.models.settings import get_settings
 from reverie.models.store import Store
 from reverie.models.timestamps import utcnow
 from reverie.models.transient import retrying
+from reverie.runner.artifacts import RunProgress
+from reverie.runner.profile_holds import ProfileHolds
+from reverie.runner.report import CHUNK_STEP, WAIT_STEP, RunReport
+from reverie.runner.waiting import WaitNotice
+from reverie.runner.workspace import RunPlan
 from reverie.tasks.step import (
     STEP_RETRIES,
     STEP_RETRY_CAP_SECONDS,

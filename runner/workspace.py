@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from reverie.flows.runtime import flow_run_id, scheduled_start
 from reverie.models.config import ConsolidationConfig
 from reverie.models.db import copy_profiles, dispose
 from reverie.models.errors import WrongStoreError
@@ -23,6 +22,7 @@ from reverie.models.settings import display_url, get_settings
 from reverie.models.store import Store
 from reverie.models.timestamps import to_utc_naive
 from reverie.models.transient import retrying
+from reverie.runner.runtime import flow_run_id, scheduled_start
 from reverie.tasks.step import run_logger
 
 ProfileSelector = str | list[str] | None

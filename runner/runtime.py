@@ -16,13 +16,13 @@ from typing import TYPE_CHECKING, Any
 from prefect import Flow, flow
 from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
 
-from reverie.flows.event_delivery import api_configured
-from reverie.flows.parameters import documented
 from reverie.models.settings import get_settings
 from reverie.models.timestamps import to_utc_naive, utcnow
+from reverie.runner.event_delivery import api_configured
+from reverie.runner.parameters import documented
 
 if TYPE_CHECKING:
-    from reverie.flows.report import RunReport
+    from reverie.runner.report import RunReport
 
 log = logging.getLogger(__name__)
 

@@ -14,9 +14,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 
-from reverie.flows.event_delivery import api_configured
-from reverie.flows.runtime import flow_run_id
 from reverie.models import events
+from reverie.runner.event_delivery import api_configured
+from reverie.runner.runtime import flow_run_id
 from reverie.tasks.step import run_logger
 
 # The longest a waiting run stays silent about it (#38: "at most every 30 s").

@@ -17,11 +17,11 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, cast
 from uuid import UUID
 
-from reverie.flows.report import RunReport
+from reverie.runner.report import RunReport
 from reverie.tasks.step import Change, StepReport
 
 if TYPE_CHECKING:
-    from reverie.flows.progress import Bar
+    from reverie.runner.progress import Bar
 
 # Prefect's artifact table is for reading, not for bulk data.
 MAX_TABLE_ROWS = 500
@@ -294,7 +294,7 @@ class RunProgress:
         profile a bar of one would only flash at the end)."""
         if len(self.report.profiles) < 2:
             return None
-        from reverie.flows.progress import Bar
+        from reverie.runner.progress import Bar
 
         bar = Bar(len(self.report.profiles), self.report.flow, unit="profile")
         return bar if bar.active else None

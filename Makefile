@@ -9,7 +9,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
 
-.PHONY: setup demo check test server chromium postgres clean
+.PHONY: setup demo check test docs server chromium postgres clean
 
 setup: $(STAMP)
 
@@ -66,6 +66,12 @@ check: $(STAMP)
 test: check chromium postgres
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup
 	REVERIE_TEST_POSTGRES=$(TEST_POSTGRES) REVERIE_TEST_STORE_COVERAGE=1 $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup
+
+# The README's tables of settings and config knobs, and BENCHMARKS.md, are generated from
+# the code and from the benches' committed JSON; tests/test_docs.py fails when they drift.
+docs: $(STAMP)
+	$(BIN)/python -m reverie.deployments.docs
+	$(BIN)/python -m reverie.benchmarks.report
 
 clean:
 	rm -rf $(VENV) .reverie

@@ -11,7 +11,7 @@ operation) and the throughput of all clients together.
 
 Store's sentences per second are compared with ingest's, measured in this process on
 the same kind of sentences the synthetic bench ingests (``speed.bench_ingest_throughput``:
-``Store.ingest`` with the real model, and the raw model alone). Both sides run with
+``models.ingest.ingest`` with the real model, and the raw model alone). Both sides run with
 ``REVERIE_EMIT_EVENTS=false``: no Prefect API is involved.
 """
 
@@ -263,7 +263,7 @@ def bench_size(url: str, per_profile: int, profiles: int, clients: Sequence[int]
 
 
 def ingest_rates(sentences: int, folder: Path) -> dict[str, float]:
-    """Sentences per second: the raw model, and ``Store.ingest`` with it (in process)."""
+    """Sentences per second: the raw model, and ``models.ingest.ingest`` with it (in process)."""
     from reverie.benchmarks.speed import Stores, bench_ingest_throughput
 
     with environment("REVERIE_EMIT_EVENTS", "false"), Stores(folder / "ingest") as stores:

@@ -4,7 +4,7 @@ Each workload is encoded by both backends after both are loaded and warmed, so t
 ratio holds on a busy machine too: short synthetic sentences (what the synthetic bench
 ingests), LoCoMo turns and facts (real conversation), and 5-memory summaries (what
 compression embeds afresh, worded as the rules summarizer words them). Ingest is timed
-through ``Store.ingest`` on each backend. With a LoCoMo file, every one of its sentences
+through ``models.ingest.ingest`` on each backend. With a LoCoMo file, every one of its sentences
 is compared: the smallest cosine between the two backends' vectors is reported.
 """
 
@@ -132,7 +132,7 @@ def bench_embedding(locomo: Path | None, sentences: int = 2048) -> list[Embeddin
         fast_seconds = ingest_seconds(ingest, EmbeddingBackend.OPENVINO, Path(name))
     rate = len(ingest) / fast_seconds
     rows.append(EmbeddingRow(
-        "ingest + embed (Store.ingest)", len(ingest), round(torch_seconds, 3),
+        "ingest + embed (models.ingest)", len(ingest), round(torch_seconds, 3),
         round(fast_seconds, 3), None,
         [f"{len(ingest) / torch_seconds:.0f} vs {rate:.0f} sentences/s",
          f"target >= {INGEST_TARGET:.0f} sentences/s on OpenVINO: "

@@ -156,7 +156,7 @@ def sentence(topic: int, subtopic: int, n: int, rng: np.random.Generator) -> str
 
 
 def records(spec: SyntheticSpec) -> tuple[list[dict[str, Any]], np.ndarray | None]:
-    """Memory and edge records for ``Store.ingest``, and the memories' vectors
+    """Memory and edge records for ``models.ingest.ingest``, and the memories' vectors
     (row-aligned with the memory records; ``None`` when the model is to embed them)."""
     rng = np.random.default_rng(spec.seed)
     n = spec.memories

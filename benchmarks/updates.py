@@ -14,6 +14,12 @@ often the very first hit does is reported too: a distractor ranked first is a ma
 of recall, not of staleness). Each distractor's own question must still find its
 value as the first hit of the hot tier.
 
+Two cases exercise what a plain chain does not (``GAPS``): an older memory stating a
+second fact besides the updated value, and an older value already inside a summary
+(merged by a first consolidation, before the update is written and the store is
+consolidated again). Their second facts are asked too: one of hot recall's first three
+hits must still state them (the update, about the same thing, may rank first).
+
 It also counts the chains a consolidation *joined*: one summary (merge or
 compression) standing for chain members that state different values; and, of those,
 the ones whose summary states an older value without the newest.
@@ -140,6 +146,40 @@ DISTRACTORS: tuple[tuple[str, str, str], ...] = (
 )
 
 
+@dataclass(frozen=True)
+class Gap:
+    """An update chain a plain chain does not exercise (#37 item 3's gaps): ``older``
+    memories stating the first value (each with ``{v}``), consolidated once before the
+    ``update`` (also with ``{v}``) is written; and a second fact an older memory states
+    besides the value, which hot recall must still find (``kept``: its question and
+    value)."""
+
+    name: str
+    question: str
+    older: tuple[str, ...]
+    update: str
+    values: tuple[str, str]
+    kept: tuple[str, str]
+
+
+GAPS: tuple[Gap, ...] = (
+    # One memory, two facts, one of them updated: its other fact stays hot.
+    Gap("two facts", "How much does the user's phone plan cost?",
+        ("The user's phone plan costs {v} euros a month. The user plays the cello in an "
+         "orchestra.",),
+        "User's phone plan now costs {v} euros a month.", ("25", "32"),
+        ("Which instrument does the user play?", "cello")),
+    # The older value is inside a summary (near-duplicates merged by an earlier run,
+    # one of them with a second fact) when the update comes.
+    Gap("in a summary", "What is the user's bike lock code?",
+        ("The user's bike lock code is {v}.", "The user's bike lock code is {v} now.",
+         "User's bike lock code: {v}.",
+         "The user's bike lock code is {v}, and the bike is a blue Trek."),
+        "The user changed the bike lock code to {v}.", ("4812", "7730"),
+        ("What brand is the user's bike?", "Trek")),
+)
+
+
 @dataclass
 class Chain:
     profile: str
@@ -149,13 +189,18 @@ class Chain:
     memory_ids: list[str]
 
 
+Question = tuple[str, str, str]  # profile, question, value
+
+
 def build(profiles: int, start: datetime) -> tuple[dict[str, list[dict[str, Any]]], list[Chain],
-                                                    list[tuple[str, str, str]]]:
-    """The bench's memories per profile, its chains and its distractor questions
-    (profile, question, value). Deterministic."""
+                                                    list[Question], list[Question]]:
+    """The bench's memories per profile, its chains, its distractor questions and the
+    questions of the other facts older memories state besides an updated value.
+    Deterministic."""
     records: dict[str, list[dict[str, Any]]] = {}
     chains: list[Chain] = []
-    distractors: list[tuple[str, str, str]] = []
+    distractors: list[Question] = []
+    kept: list[Question] = []
     for p in range(profiles):
         profile = f"updates-{p + 1}"
         rows: list[dict[str, Any]] = []
@@ -176,8 +221,29 @@ def build(profiles: int, start: datetime) -> tuple[dict[str, list[dict[str, Any]
             rows.append({"id": f"distractor-{d}", "content": text, "kind": "semantic",
                          "created_at": at.isoformat()})
             distractors.append((profile, question, value))
+        for g, gap in enumerate(GAPS):
+            ids = []
+            for i, text in enumerate(gap.older):
+                at = start + timedelta(days=5 * g + i + p)
+                ids.append(f"gap-{g}-{i}")
+                rows.append({"id": ids[-1], "content": text.format(v=gap.values[0]),
+                             "kind": "semantic", "created_at": at.isoformat()})
+            # Written after the first consolidation (``LATER``), so the older value may
+            # be in a summary by then.
+            ids.append(f"gap-{g}-update")
+            rows.append({"id": ids[-1], "content": gap.update.format(v=gap.values[1]),
+                         "kind": "semantic", LATER: True})
+            chains.append(Chain(profile, gap.name, gap.question, list(gap.values), ids))
+            kept.append((profile, *gap.kept))
         records[profile] = rows
-    return records, chains, distractors
+    return records, chains, distractors, kept
+
+
+# How far down hot recall an updated memory's other fact must be: a question about it
+# also finds the update (both name the same thing), which may rank first.
+KEPT_HITS = 3
+# A row written after the first consolidation of its profile, a day after it.
+LATER = "later"
 
 
 @dataclass
@@ -203,6 +269,10 @@ class UpdatesResult:
     distractors: int = 0
     hot_before: int = 0
     hot_after: int = 0
+    # Other facts of updated memories (``GAPS``) stated among hot recall's first
+    # ``KEPT_HITS`` hits.
+    kept_found: int = 0
+    kept: int = 0
 
     def newest_share(self) -> float:
         return round(sum(c.newest for c in self.chains) / len(self.chains), 4)
@@ -220,6 +290,7 @@ class UpdatesResult:
             "stale_summaries": sum(c.stale_summary for c in self.chains),
             "distractors": self.distractors, "distractors_found": self.distractors_found,
             "hot_before": self.hot_before, "hot_after": self.hot_after,
+            "other_facts": self.kept, "other_facts_found": self.kept_found,
             "kinds": {k: {"chains": len(v), "newest": sum(c.newest for c in v),
                           "joined": sum(c.joined for c in v)} for k, v in by_kind.items()},
         }
@@ -238,7 +309,7 @@ def bench_updates(
     if profiles < 1:
         raise InputError("bench updates needs at least one profile")
     config = config or ConsolidationConfig()
-    records, chains, distractors = build(profiles, start)
+    records, chains, distractors, kept = build(profiles, start)
     result = UpdatesResult(profiles, offset_days, summarizer_for(config.summarizer).mode)
     with tempfile.TemporaryDirectory(prefix="reverie-updates-") as folder:
         url = f"sqlite:///{Path(folder) / 'updates.db'}"
@@ -248,12 +319,18 @@ def bench_updates(
             with using_database(url):
                 embedder = embedder_for(store.settings)
                 for profile, rows in records.items():
-                    report = ingest(store, rows, embedder, profile=profile)
-                    if report.errors:
-                        raise InputError(f"{profile}: {report.errors[0]}")
-                    result.hot_before += len(candidates_for(store, profile, False).memories)
-                    last = max(datetime.fromisoformat(r["created_at"]) for r in rows)
+                    first = [r for r in rows if not r.get(LATER)]
+                    last = max(datetime.fromisoformat(r["created_at"]) for r in first)
                     as_of = last + timedelta(days=offset_days)
+                    _ingest(store, embedder, profile, first)
+                    decay(profile=profile, as_of=as_of, config=config)
+                    full_consolidation(profile=profile, as_of=as_of, config=config)
+                    later = as_of + timedelta(days=1)
+                    _ingest(store, embedder, profile, [
+                        {k: v for k, v in r.items() if k != LATER}
+                        | {"created_at": later.isoformat()} for r in rows if r.get(LATER)])
+                    result.hot_before += len(rows)
+                    as_of = later + timedelta(days=offset_days)
                     decay(profile=profile, as_of=as_of, config=config)
                     full_consolidation(profile=profile, as_of=as_of, config=config)
                     result.hot_after += len(candidates_for(store, profile, False).memories)
@@ -265,9 +342,19 @@ def bench_updates(
                             result.distractors_found += 1
                         else:
                             result.distractors_missed.append(f"{profile}: {question}")
+                    for _, question, value in (k for k in kept if k[0] == profile):
+                        result.kept += 1
+                        ranked = _ranked_hot(store, embedder, profile, question)[:KEPT_HITS]
+                        result.kept_found += any(states(m.content, value) for m in ranked)
         finally:
             dispose(url)
     return result
+
+
+def _ingest(store: Store, embedder: Any, profile: str, rows: list[dict[str, Any]]) -> None:
+    report = ingest(store, rows, embedder, profile=profile)
+    if report.errors:
+        raise InputError(f"{profile}: {report.errors[0]}")
 
 
 def _ranked_hot(store: Store, embedder: Any, profile: str, question: str) -> list[MemoryView]:
@@ -330,18 +417,20 @@ def render_updates(result: UpdatesResult) -> str:
         f"Update chains: hot recall's best memory states the newest value (summarizer "
         f"{result.summarizer}, {result.offset_days:g} days after the last memory; "
         f"{result.profiles} profiles)",
-        f"{'kind':<10} {'chains':>6} {'newest':>6} {'joined':>6}",
+        f"{'kind':<12} {'chains':>6} {'newest':>6} {'joined':>6}",
     ]
     for kind, v in data["kinds"].items():
-        lines.append(f"{kind:<10} {v['chains']:>6} {v['newest']:>6} {v['joined']:>6}")
-    lines.append(f"{'total':<10} {data['chains']:>6} {data['newest']:>6} {data['joined']:>6}")
+        lines.append(f"{kind:<12} {v['chains']:>6} {v['newest']:>6} {v['joined']:>6}")
+    lines.append(f"{'total':<12} {data['chains']:>6} {data['newest']:>6} {data['joined']:>6}")
     lines.append(
         f"newest value answered: {data['newest']}/{data['chains']} "
         f"({100 * data['newest_share']:.1f}%; by the very first hit: {data['top_newest']}); "
         f"chains joined into one summary: "
         f"{data['joined']}, of which stating an older value without the newest: "
         f"{data['stale_summaries']}; distractors still answered from the hot tier: "
-        f"{data['distractors_found']}/{data['distractors']}; hot memories "
+        f"{data['distractors_found']}/{data['distractors']}; other facts of updated "
+        f"memories in hot recall's first {KEPT_HITS} hits: "
+        f"{data['other_facts_found']}/{data['other_facts']}; hot memories "
         f"{data['hot_before']} -> {data['hot_after']}"
     )
     return "\n".join(lines)

@@ -117,7 +117,7 @@ def prefect_database_advice(database: PrefectDatabase, profiles: int, limit: int
             "profiles at once (automations, a backfill beside them) overload SQLite: "
             "\"database is locked\", lost heartbeats, failed runs. Set "
             f"{PREFECT_DATABASE_VARIABLE} to a PostgreSQL database of its own "
-            "(README: Prefect's own database).")
+            "(docs/platform.md: Prefect's own database).")
 
 
 def stack_environment(port: int, home: Path, prefect_database: str | None = None) -> dict[str, str]:

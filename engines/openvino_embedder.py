@@ -22,7 +22,6 @@ import hashlib
 import json
 import logging
 import os
-import queue
 import shutil
 import sys
 import tempfile
@@ -222,6 +221,7 @@ class _Job:
 
     tokens: list[list[int]]
     out: np.ndarray
+    taken: bool = False  # in a batch being embedded (``_encode_one``)
     done: bool = False
     error: BaseException | None = None
 
@@ -281,12 +281,15 @@ class OpenVinoEmbedder:
         count = int(compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS"))
         self._requests = [compiled.create_infer_request() for _ in range(max(1, count))]
         self.dimension = int(compiled.output(0).get_partial_shape()[1].get_length())
-        # The requests not in use. A call of one batch (a recall's query) takes one, so
-        # that a server's concurrent recalls run in as many streams at once; a call of
-        # several takes them all, one call at a time (``_lock``).
-        self._free: queue.SimpleQueue[int] = queue.SimpleQueue()
-        for k in range(len(self._requests)):
-            self._free.put(k)
+        # The requests not in use, under ``_idle_changed``. A call of one batch (a
+        # recall's query) takes one, so that a server's concurrent recalls run in as
+        # many streams at once; a call of several takes them all, one call at a time
+        # (``_lock``).
+        self._idle = list(range(len(self._requests)))
+        self._idle_changed = threading.Condition()
+        # One-batch calls waiting for a request, by token count (``_encode_one``).
+        self._queued: dict[int, list[_Job]] = {}
+        self.shared_rows = 0  # rows embedded in another call's batch (for the tests)
         self._lock = threading.Lock()
         self._pending_lock = threading.Lock()
         self._pending: list[_Job] = []
@@ -302,18 +305,73 @@ class OpenVinoEmbedder:
                 self._fallback = load_torch(self._path, self.batch_size)
         return self._fallback.encode(texts, progress)
 
+    def _take(self) -> int:
+        with self._idle_changed:
+            while not self._idle:
+                self._idle_changed.wait()
+            return self._idle.pop()
+
+    def _give(self, k: int) -> None:
+        with self._idle_changed:
+            self._idle.append(k)
+            self._idle_changed.notify_all()
+
     def _encode_one(self, tokens: list[list[int]], bucket: list[int], out: np.ndarray,
                     progress: Progress) -> np.ndarray:
-        """One batch in one free request: concurrent callers run side by side."""
-        k = self._free.get()
-        try:
-            request = self._requests[k]
-            ids = np.array([tokens[i] for i in bucket], dtype=np.int64)
-            request.start_async({"input_ids": ids, "attention_mask": np.ones_like(ids)})
-            request.wait()
-            out[bucket] = request.get_output_tensor(0).data[: len(bucket)]
-        finally:
-            self._free.put(k)
+        """One batch in one free request: concurrent callers run side by side. Calls of
+        one token count that wait meanwhile for a request go in one batch, run by the
+        first of them to get one: one text alone cost 2.8 ms of CPU, in a batch of 4
+        1.7 ms. A row does not depend on its batch (``same_length_batches``), so the
+        bits are those of the call alone."""
+        job = _Job([tokens[i] for i in bucket], np.empty((len(bucket), self.dimension),
+                                                        dtype=np.float32))
+        length = len(job.tokens[0])
+        with self._idle_changed:
+            self._queued.setdefault(length, []).append(job)
+            while not job.taken and not self._idle:
+                self._idle_changed.wait()
+            if job.taken:
+                while not job.done:
+                    self._idle_changed.wait()
+                group: list[_Job] = []
+            else:
+                k = self._idle.pop()
+                waiting = self._queued.pop(length)
+                # This call's own job first; then the others while they fit one batch.
+                group, rows = [job], len(job.tokens)
+                for other in waiting:
+                    if other is not job and rows + len(other.tokens) <= self.batch_size:
+                        group.append(other)
+                        rows += len(other.tokens)
+                left = [j for j in waiting if not any(j is g for g in group)]
+                if left:
+                    self._queued[length] = left
+                for j in group:
+                    j.taken = True
+        if group:
+            try:
+                request = self._requests[k]
+                ids = np.array([t for j in group for t in j.tokens], dtype=np.int64)
+                request.start_async({"input_ids": ids, "attention_mask": np.ones_like(ids)})
+                request.wait()
+                rows_out = request.get_output_tensor(0).data[: len(ids)]
+                at = 0
+                for j in group:
+                    j.out[:] = rows_out[at:at + len(j.tokens)]
+                    at += len(j.tokens)
+            except BaseException as exc:
+                for j in group:
+                    j.error = exc
+            finally:
+                with self._idle_changed:
+                    self.shared_rows += sum(len(j.tokens) for j in group[1:])
+                    for j in group:
+                        j.done = True
+                    self._idle.append(k)
+                    self._idle_changed.notify_all()
+        if job.error is not None:
+            raise EmbeddingError(f"embedding failed ({type(job.error).__name__})") from job.error
+        out[bucket] = job.out
         if callable(progress):
             progress(len(bucket))
         return out
@@ -382,7 +440,7 @@ class OpenVinoEmbedder:
                 if done is not None:
                     done(len(bucket))
 
-        held = [self._free.get() for _ in self._requests]
+        held = [self._take() for _ in self._requests]
         requests = [self._requests[k] for k in held]
         try:
             n = len(requests)
@@ -401,4 +459,4 @@ class OpenVinoEmbedder:
                 if pending is not None:
                     requests[k].wait()
             for k in held:
-                self._free.put(k)
+                self._give(k)

@@ -36,8 +36,9 @@ from typing import Generic, Protocol, TypeVar
 import numpy as np
 
 from reverie.engines.similarity import FlatSearch, top_k
+from reverie.models.ids import restatement_id
 from reverie.models.records import MemoryView
-from reverie.models.tables import SUMMARY_ORIGINS, Tier
+from reverie.models.tables import SUMMARY_ORIGINS, Origin, Tier
 
 
 def dated(memory: MemoryView) -> str:
@@ -162,12 +163,17 @@ def plan_candidates(
 
     kept = [r for r, m in enumerate(memories) if m.id in in_tiers and not standing_in(m)]
     position = {memories[r].id: n for n, r in enumerate(kept)}
+    # An older memory whose other statements were restated (``tasks.supersede``) is no
+    # key of the update: a question about its other fact would find the newest, which
+    # does not state it, instead of the restatement, which does and is ranked itself.
+    restated = {m.id for m in memories if m.origin == Origin.RESTATED and m.id in in_tiers}
     keys = [
         # Standing in for its summary (above): superseded_by is set.
         (r, position[memories[r].superseded_by])  # type: ignore[index]
         for r, m in enumerate(memories)
         if m.id not in in_tiers and m.origin not in SUMMARY_ORIGINS
         and m.superseded_by in position
+        and not (restated and restatement_id(m.id) in restated)
     ]
     dim = vectors.shape[1] if vectors.ndim == 2 else 0
     return Candidates(

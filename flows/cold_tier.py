@@ -12,7 +12,7 @@ Expiry deletes (a tombstone stays), so it is approved: a run expires only with
 ``auto_approve_expiry`` (CLI: ``--approve-deletion``), set once a dry run has shown
 what would go; without it, the run lists what it would expire, expires nothing and
 says so. It never pauses: it is meant for a schedule, and an opt-in kept with the
-deployment is the approval (DESIGN: "unless its deployment says otherwise"). A dry run
+deployment is the approval (the design: "unless its deployment says otherwise"). A dry run
 lists exactly what the same run would do.
 """
 

@@ -57,6 +57,13 @@ def summary_id(profile: str, operation: str, member_ids: Iterable[str]) -> str:
     return "m-" + _digest(profile, operation, *sorted(member_ids))
 
 
+def restatement_id(memory_id: str) -> str:
+    """The restatement of one memory (what it said besides an updated value): keyed by
+    that memory's id alone (which names its profile already), so that recall can tell
+    a restated original from its id without reading the restatement."""
+    return "m-" + _digest("restate", memory_id)
+
+
 def consolidation_id(profile: str, operation: str, summary: str) -> str:
     return "c-" + _digest(profile, operation, summary)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -20,6 +20,7 @@ from typing import Any, Protocol
 import numpy as np
 from sqlalchemy import insert, or_, select
 from sqlalchemy.exc import DataError, DBAPIError, StatementError
+from sqlmodel import Session
 
 from reverie.models import events, ids, outbox
 from reverie.models.errors import ConflictError, InvalidValueError, RecordError
@@ -37,6 +38,7 @@ from reverie.models.repositories.memories import (
 from reverie.models.repositories.profiles import (
     count_stored,
     ensure_profiles,
+    lock_profiles,
     next_ingest_seqs,
 )
 from reverie.models.store import Store
@@ -140,13 +142,13 @@ class _Ingest:
         # spelled more than one way only (see _another_spelling).
         self.spellings: dict[tuple[str, str], tuple[str, str]] = {}
 
-    def run(self, items: Iterable[tuple[str, object]], profile: str | None) -> IngestReport:
+    def parsed(self, items: Iterable[tuple[str, object]], profile: str | None
+               ) -> Iterator[MemoryIn | EdgeIn]:
+        """The valid records of ``items``; the refused go to the report."""
         report = self.report
         # Lines refused or holding edges count as dealt with when read (edges are written
         # at the end, quickly); memories as their chunk is embedded and written.
         dealt_with = self.progress if callable(self.progress) else _no_progress
-        chunk: list[MemoryIn] = []
-        edges: list[EdgeIn] = []
         for where, obj in items:
             if isinstance(obj, RecordError):
                 report.errors.append(obj)
@@ -161,13 +163,23 @@ class _Ingest:
                 dealt_with(1)
                 continue
             if isinstance(record, EdgeIn):
-                edges.append(record)
                 dealt_with(1)
+                yield record
                 continue
             clash = self._another_spelling(record, obj)
             if clash is not None:
                 report.errors.append(clash)
                 dealt_with(1)
+                continue
+            yield record
+
+    def run(self, items: Iterable[tuple[str, object]], profile: str | None) -> IngestReport:
+        report = self.report
+        chunk: list[MemoryIn] = []
+        edges: list[EdgeIn] = []
+        for record in self.parsed(items, profile):
+            if isinstance(record, EdgeIn):
+                edges.append(record)
                 continue
             chunk.append(record)
             if len(chunk) >= INGEST_CHUNK:
@@ -202,7 +214,7 @@ class _Ingest:
         )
 
     def _write_memories(self, records: list[MemoryIn]) -> None:
-        progress, at, report = self.progress, self.at, self.report
+        progress, report = self.progress, self.report
         embedded = 0
 
         def embedding(n: int) -> None:
@@ -210,67 +222,13 @@ class _Ingest:
             embedded += n
             progress(n)  # type: ignore[operator]  # given only when callable (below)
 
-        rows: dict[str, dict[str, Any]] = {}
-        for rec in records:
-            values = dict(rec.values)
-            created = values.setdefault("created_at", at)
-            sha = ids.content_hash(rec.content)
-            if rec.external_id is not None:
-                mid = ids.memory_id_for_external(rec.profile, rec.external_id)
-            else:
-                mid = ids.memory_id_for_content(rec.profile, sha, created.isoformat())
-            previous = rows.get(mid)
-            given = set(rec.given) | {"content", "content_hash"}
-            if previous is not None:  # the same memory twice in one batch: the later wins
-                values = {**previous["values"], **values}
-                given |= previous["given"]
-            rows[mid] = {
-                "id": mid,
-                "profile": rec.profile,
-                "values": {**values, "content": rec.content, "content_hash": sha},
-                "given": given,
-                "embedding": rec.embedding,
-                "where": rec.where,
-            }
-
+        rows = self._rows(records)
         with self.store.reading_all() as s:
-            existing = {
-                r.id: r
-                for r in s.execute(
-                    select(M.c.id, M.c.profile_id, M.c.content_hash,
-                           V.c.memory_id.label("vector_id"))
-                    .select_from(M.outerjoin(V, V.c.memory_id == M.c.id))
-                    .where(M.c.id.in_(list(rows)))
-                )
-            }
+            existing = _existing(s, rows)
         # A caller's bar moves batch by batch while the model embeds (most of the time).
         vectors = self._embeddings_for(rows, existing, embedding if callable(progress)
                                        else progress)
-
-        new_rows: list[dict[str, Any]] = []
-        changed: list[tuple[str, dict[str, Any]]] = []
-        # Once per chunk: building the defaults constructs a model object, and per row
-        # that was over 40% of ingesting 100k memories with their vectors.
-        defaults = memory_defaults()
-        for mid, row in rows.items():
-            values = row["values"]
-            old = existing.get(mid)
-            if old is None:
-                new_rows.append(
-                    {
-                        **defaults,
-                        **{("metadata" if k == "meta" else k): v for k, v in values.items()},
-                        "id": mid,
-                        "profile_id": row["profile"],
-                        "embedding_model": vectors[mid][1],
-                    }
-                )
-            else:
-                patch = {k: values[k] for k in row["given"]}
-                if mid in vectors:
-                    patch["embedding_model"] = vectors[mid][1]
-                changed.append((mid, patch))
-
+        new_rows, changed = _planned(rows, existing, vectors)
         try:
             self._commit_memories(rows, new_rows, changed, vectors)
         except InvalidValueError as exc:
@@ -297,6 +255,35 @@ class _Ingest:
             # Each text embedded stood for at least one record: the rest are done now.
             progress(len(records) - embedded)
 
+    def _rows(self, records: list[MemoryIn]) -> dict[str, dict[str, Any]]:
+        """The rows ``records`` make, by memory id (the same memory twice: the later
+        wins, on top of the earlier)."""
+        at = self.at
+        rows: dict[str, dict[str, Any]] = {}
+        for rec in records:
+            values = dict(rec.values)
+            created = values.setdefault("created_at", at)
+            sha = ids.content_hash(rec.content)
+            if rec.external_id is not None:
+                mid = ids.memory_id_for_external(rec.profile, rec.external_id)
+            else:
+                mid = ids.memory_id_for_content(rec.profile, sha, created.isoformat())
+            previous = rows.get(mid)
+            given = set(rec.given) | {"content", "content_hash"}
+            if previous is not None:  # the same memory twice in one batch: the later wins
+                values = {**previous["values"], **values}
+                given |= previous["given"]
+            rows[mid] = {
+                "id": mid,
+                "profile": rec.profile,
+                "values": {**values, "content": rec.content, "content_hash": sha},
+                "given": given,
+                "embedding": rec.embedding,
+                "where": rec.where,
+            }
+
+        return rows
+
     def _commit_memories(
         self,
         rows: dict[str, dict[str, Any]],
@@ -306,50 +293,12 @@ class _Ingest:
     ) -> None:
         """Insert ``new_rows`` and apply ``changed`` in one transaction; the report and
         the store's events are queued in that transaction."""
-        at = self.at
-        updated = unchanged = queued = 0
         with self.store.writing_all() as s:
-            profiles = {r["profile_id"] for r in new_rows} | {
-                rows[mid]["profile"] for mid, _ in changed
-            }
-            ensure_profiles(s, profiles, at)
-            # What this ingest writes is stamped, so that a run that took the profile
-            # before it leaves these rows alone (models.store.ProfileTx.horizon).
-            seqs = next_ingest_seqs(s, profiles)
-            for r in new_rows:
-                r["ingest_seq"] = seqs[r["profile_id"]]
-            if new_rows:
-                s.execute(insert(M), new_rows)
-                put_vectors(s, {r["id"]: vectors[r["id"]][0] for r in new_rows}, replace=False)
-            stored = stored_vectors(s, [mid for mid, _ in changed if mid in vectors])
-            revectored: dict[str, bytes | None] = {}
-            for mid, patch in changed:
-                current = s.get(Memory, mid)
-                if current is None:  # deleted between read and write: store it afresh
-                    raise ConflictError(f"memory {mid} vanished during ingest; retry")
-                before = stored.get(mid)
-                blob = vectors[mid][0] if mid in vectors else before
-                if blob == before and all(getattr(current, k) == v for k, v in patch.items()):
-                    unchanged += 1
-                    continue
-                for key, value in patch.items():
-                    setattr(current, key, value)
-                current.ingest_seq = seqs[current.profile_id]
-                if blob != before:
-                    revectored[mid] = blob
-                updated += 1
-            put_vectors(s, revectored)
-            counts: dict[str, int] = defaultdict(int)
-            for r in new_rows:
-                counts[r["profile_id"]] += 1
-            before_counts = count_stored(s, counts)
-            if self.queue_events:
-                every = self.store.settings.store_trigger_every
-                queued = outbox.add(s, [
-                    e for name, n in sorted(counts.items())
-                    for e in events.stored_events(
-                        name, before_counts[name], before_counts[name] + n, at, every)
-                ])
+            done = self._commit_in(s, rows, new_rows, changed, vectors)
+        self._count(new_rows, *done)
+
+    def _count(self, new_rows: list[dict[str, Any]], updated: int, unchanged: int,
+               queued: int) -> None:
         report = self.report
         report.updated += updated
         report.unchanged += unchanged
@@ -357,41 +306,76 @@ class _Ingest:
         report.stored_ids.extend(r["id"] for r in new_rows)
         report.queued_events += queued
 
+    def _commit_in(
+        self,
+        s: Session,
+        rows: dict[str, dict[str, Any]],
+        new_rows: list[dict[str, Any]],
+        changed: list[tuple[str, dict[str, Any]]],
+        vectors: dict[str, tuple[bytes, str]],
+    ) -> tuple[int, int, int]:
+        """``_commit_memories`` inside the caller's transaction ``s``: (updated,
+        unchanged, events queued)."""
+        at = self.at
+        updated = unchanged = queued = 0
+        profiles = {r["profile_id"] for r in new_rows} | {
+            rows[mid]["profile"] for mid, _ in changed
+        }
+        ensure_profiles(s, profiles, at)
+        # What this ingest writes is stamped, so that a run that took the profile
+        # before it leaves these rows alone (models.store.ProfileTx.horizon).
+        seqs = next_ingest_seqs(s, profiles)
+        for r in new_rows:
+            r["ingest_seq"] = seqs[r["profile_id"]]
+        if new_rows:
+            s.execute(insert(M), new_rows)
+            put_vectors(s, {r["id"]: vectors[r["id"]][0] for r in new_rows}, replace=False)
+        stored = stored_vectors(s, [mid for mid, _ in changed if mid in vectors])
+        revectored: dict[str, bytes | None] = {}
+        for mid, patch in changed:
+            current = s.get(Memory, mid)
+            if current is None:  # deleted between read and write: store it afresh
+                raise ConflictError(f"memory {mid} vanished during ingest; retry")
+            before = stored.get(mid)
+            blob = vectors[mid][0] if mid in vectors else before
+            if blob == before and all(getattr(current, k) == v for k, v in patch.items()):
+                unchanged += 1
+                continue
+            for key, value in patch.items():
+                setattr(current, key, value)
+            current.ingest_seq = seqs[current.profile_id]
+            if blob != before:
+                revectored[mid] = blob
+            updated += 1
+        put_vectors(s, revectored)
+        counts: dict[str, int] = defaultdict(int)
+        for r in new_rows:
+            counts[r["profile_id"]] += 1
+        before_counts = count_stored(s, counts)
+        if self.queue_events:
+            every = self.store.settings.store_trigger_every
+            queued = outbox.add(s, [
+                e for name, n in sorted(counts.items())
+                for e in events.stored_events(
+                    name, before_counts[name], before_counts[name] + n, at, every)
+            ])
+        return updated, unchanged, queued
+
     def _embeddings_for(
         self, rows: dict[str, dict[str, Any]], existing: dict[str, Any], progress: IngestProgress
     ) -> dict[str, tuple[bytes, str]]:
         """Vectors for new or changed content; cached by content hash in the store."""
-        out: dict[str, tuple[bytes, str]] = {}
-        todo: dict[str, list[str]] = defaultdict(list)  # content hash -> memory ids
-        texts: dict[str, str] = {}
-        for mid, row in rows.items():
-            sha = row["values"]["content_hash"]
-            old = existing.get(mid)
-            if row["embedding"] is not None:
-                out[mid] = (to_blob(row["embedding"]), SUPPLIED_EMBEDDING)
-            elif old is None or old.content_hash != sha or old.vector_id is None:
-                todo[sha].append(mid)
-                texts[sha] = row["values"]["content"]
+        out, todo, texts = _vector_todo(rows, existing)
         if not todo:
             return out
-        model_name = self.embedder.name
         with self.store.reading_all() as s:
-            cached = dict(
-                s.execute(
-                    select(M.c.content_hash, V.c.embedding).select_from(WITH_VECTOR)
-                    .where(M.c.content_hash.in_(list(todo)))
-                    .where(M.c.embedding_model == model_name)
-                ).tuples().all()
-            )
+            cached = _cached_vectors(s, self.embedder.name, todo)
         missing = [sha for sha in todo if sha not in cached]
         if missing:
             matrix = self.embedder.encode([texts[sha] for sha in missing], progress=progress)
             for sha, vector in zip(missing, matrix, strict=True):
                 cached[sha] = to_blob(vector)
-        for sha, mids in todo.items():
-            for mid in mids:
-                out[mid] = (cached[sha], model_name)
-        return out
+        return _with_vectors(out, todo, cached, self.embedder.name)
 
     def _write_edges(self, edges: list[EdgeIn]) -> None:
         by_profile: dict[str, list[EdgeIn]] = defaultdict(list)
@@ -437,6 +421,153 @@ class _Ingest:
             if ext is not None:
                 out[ext] = mid
         return out
+
+
+def _existing(s: Session, rows: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The stored memories among ``rows``' ids: id, profile, content hash, vector id."""
+    return {
+        r.id: r
+        for r in s.execute(
+            select(M.c.id, M.c.profile_id, M.c.content_hash,
+                   V.c.memory_id.label("vector_id"))
+            .select_from(M.outerjoin(V, V.c.memory_id == M.c.id))
+            .where(M.c.id.in_(list(rows)))
+        )
+    }
+
+
+def _planned(
+    rows: dict[str, dict[str, Any]], existing: dict[str, Any],
+    vectors: dict[str, tuple[bytes, str]],
+) -> tuple[list[dict[str, Any]], list[tuple[str, dict[str, Any]]]]:
+    """The rows to insert, and the patches of the memories stored already."""
+    new_rows: list[dict[str, Any]] = []
+    changed: list[tuple[str, dict[str, Any]]] = []
+    # Once per chunk: building the defaults constructs a model object, and per row
+    # that was over 40% of ingesting 100k memories with their vectors.
+    defaults = memory_defaults()
+    for mid, row in rows.items():
+        values = row["values"]
+        old = existing.get(mid)
+        if old is None:
+            new_rows.append(
+                {
+                    **defaults,
+                    **{("metadata" if k == "meta" else k): v for k, v in values.items()},
+                    "id": mid,
+                    "profile_id": row["profile"],
+                    "embedding_model": vectors[mid][1],
+                }
+            )
+        else:
+            patch = {k: values[k] for k in row["given"]}
+            if mid in vectors:
+                patch["embedding_model"] = vectors[mid][1]
+            changed.append((mid, patch))
+    return new_rows, changed
+
+
+def _vector_todo(
+    rows: dict[str, dict[str, Any]], existing: dict[str, Any]
+) -> tuple[dict[str, tuple[bytes, str]], dict[str, list[str]], dict[str, str]]:
+    """The vectors given with the records; the memories needing one, by content hash;
+    and the text of each hash."""
+    out: dict[str, tuple[bytes, str]] = {}
+    todo: dict[str, list[str]] = defaultdict(list)  # content hash -> memory ids
+    texts: dict[str, str] = {}
+    for mid, row in rows.items():
+        sha = row["values"]["content_hash"]
+        old = existing.get(mid)
+        if row["embedding"] is not None:
+            out[mid] = (to_blob(row["embedding"]), SUPPLIED_EMBEDDING)
+        elif old is None or old.content_hash != sha or old.vector_id is None:
+            todo[sha].append(mid)
+            texts[sha] = row["values"]["content"]
+    return out, todo, texts
+
+
+def _cached_vectors(s: Session, model_name: str, shas: Iterable[str]) -> dict[str, bytes]:
+    """The stored vectors of ``model_name`` for these content hashes."""
+    return dict(
+        s.execute(
+            select(M.c.content_hash, V.c.embedding).select_from(WITH_VECTOR)
+            .where(M.c.content_hash.in_(list(shas)))
+            .where(M.c.embedding_model == model_name)
+        ).tuples().all()
+    )
+
+
+def _with_vectors(
+    out: dict[str, tuple[bytes, str]], todo: dict[str, list[str]], cached: dict[str, bytes],
+    model_name: str,
+) -> dict[str, tuple[bytes, str]]:
+    for sha, mids in todo.items():
+        for mid in mids:
+            out[mid] = (cached[sha], model_name)
+    return out
+
+
+def ingest_together(
+    store: Store, calls: Sequence[tuple[list[dict[str, Any]], str, datetime]],
+    embedder: Embedder, queue_events: bool = False,
+) -> list[IngestReport] | None:
+    """Several store calls (records, profile, time of the call), in their order, with
+    one read, one embedding and one transaction, each reported as if it had been
+    ingested alone after those before it: the same rows, counts and events (each
+    call's store-trigger events from the counts the calls before it left).
+
+    None, with nothing written, where that cannot be promised, and the caller ingests
+    the calls one by one: a call with edges or more than ``INGEST_CHUNK`` memories, a
+    memory named by two calls (the later would update what the earlier stores), or a
+    value the database refuses (the chunk is then stored record by record)."""
+    runs = [_Ingest(store, embedder, at, False, queue_events) for _, _, at in calls]
+    rows_of: list[dict[str, dict[str, Any]]] = []
+    for run, (records, profile, _) in zip(runs, calls, strict=True):
+        memories: list[MemoryIn] = []
+        for record in run.parsed(((f"record {n}", r) for n, r in enumerate(records, start=1)),
+                                 profile):
+            if isinstance(record, EdgeIn):
+                return None
+            memories.append(record)
+        if len(memories) > INGEST_CHUNK:
+            return None
+        rows_of.append(run._rows(memories) if memories else {})
+    named = [mid for rows in rows_of for mid in rows]
+    if len(named) != len(set(named)):
+        return None
+    everything = {mid: row for rows in rows_of for mid, row in rows.items()}
+    with store.reading_all() as s:
+        existing = _existing(s, everything) if everything else {}
+        out, todo, texts = _vector_todo(everything, existing)
+        cached = _cached_vectors(s, embedder.name, todo) if todo else {}
+    missing = [sha for sha in todo if sha not in cached]
+    if missing:
+        matrix = embedder.encode([texts[sha] for sha in missing])
+        for sha, vector in zip(missing, matrix, strict=True):
+            cached[sha] = to_blob(vector)
+    vectors = _with_vectors(out, todo, cached, embedder.name)
+    plans = [(rows, *_planned(rows, existing, vectors)) for rows in rows_of]
+    profiles = sorted({row["profile"] for row in everything.values()})
+    done: list[tuple[int, int, int]] = []
+    try:
+        with store.writing_all() as s:
+            # Every profile's row locked first, in one order, as one ingest locks its
+            # own: the calls' order of profiles could otherwise lock crosswise with
+            # another writer.
+            for run, (rows, _, _) in zip(runs, plans, strict=True):
+                # Each new profile made at the time of its first call, as alone.
+                ensure_profiles(s, {row["profile"] for row in rows.values()}, run.at)
+            lock_profiles(s, profiles)
+            for run, (rows, new_rows, changed) in zip(runs, plans, strict=True):
+                done.append(run._commit_in(s, rows, new_rows, changed, vectors)
+                            if rows else (0, 0, 0))
+    except InvalidValueError as exc:
+        if _refused_value(exc.__cause__) is None:
+            raise
+        return None
+    for run, (_, new_rows, _), counts in zip(runs, plans, done, strict=True):
+        run._count(new_rows, *counts)
+    return [run.report for run in runs]
 
 
 def _refused_value(exc: BaseException | None) -> str | None:

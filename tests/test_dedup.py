@@ -35,13 +35,15 @@ def star(cosines):
 
 
 def test_cosine_exactly_at_threshold_joins_the_group() -> None:
-    plans = plan(*star([0.80, 0.80]))
+    t = CONFIG.similarity
+    plans = plan(*star([t, t]))
     assert len(plans) == 1
     assert plans[0].member_ids == ("m1", "m2", "r")
 
 
 def test_cosine_just_below_threshold_does_not_join() -> None:
-    assert plan(*star([0.80, below(0.80)])) == []
+    t = CONFIG.similarity
+    assert plan(*star([t, below(t)])) == []
 
 
 def test_a_pair_is_not_merged_but_three_are() -> None:

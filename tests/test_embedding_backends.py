@@ -216,6 +216,24 @@ def test_concurrent_calls_share_batches_and_get_the_same_bits(fast: OpenVinoEmbe
             assert all(np.array_equal(a, g) for a, g in zip(alone, got, strict=True))
 
 
+def test_concurrent_queries_of_one_token_count_share_a_batch_with_the_same_bits(
+    fast: OpenVinoEmbedder,
+) -> None:
+    """A server's one-text calls (recall queries) waiting for a request at once are
+    embedded in one batch when they have one token count; each row is its text's own."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    queries = [f"where did the team meet on day {k}" for k in range(10, 90)]
+    lengths = {len(e.ids) for e in fast._tokenizer.encode_batch(queries)}
+    assert len(lengths) == 1
+    alone = [fast.encode([q]) for q in queries]
+    before = fast.shared_rows
+    with ThreadPoolExecutor(8) as pool:
+        got = list(pool.map(lambda q: fast.encode([q]), queries))
+    assert all(np.array_equal(a, g) for a, g in zip(alone, got, strict=True))
+    assert fast.shared_rows > before
+
+
 def test_empty_input_gives_no_rows(fast: OpenVinoEmbedder, reference: TorchEmbedder) -> None:
     for model in (fast, reference):
         assert model.encode([]).shape == (0, DIMENSION)
@@ -415,9 +433,9 @@ def test_bench_embedding_compares_both_backends_from_the_cli(
     assert main(["bench", "embedding", "--sentences", "32", "--json", str(out)]) == 0
     rows = {r["workload"]: r for r in json.loads(out.read_text())}
     assert set(rows) == {"short synthetic sentences", "5-memory summaries of synthetic sentences",
-                         "ingest + embed (Store.ingest)"}
+                         "ingest + embed (models.ingest)"}
     assert rows["short synthetic sentences"]["min_cosine"] >= MIN_COSINE
-    assert rows["ingest + embed (Store.ingest)"]["n"] == 32
+    assert rows["ingest + embed (models.ingest)"]["n"] == 32
     assert "| short synthetic sentences | 32 |" in capsys.readouterr().out
     assert main(["bench", "embedding", "--locomo", str(tmp_path / "absent.json")]) != 0
 

@@ -1,4 +1,4 @@
-"""The flows end to end under Prefect, and the invariants of DESIGN.md."""
+"""The flows end to end under Prefect, and the invariants the README states."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-"""The README is executed: its Python snippets run as written, its quick start is the
-Makefile's, and every command, option, make target, deployment, setting, config knob,
-file and Python name it quotes exists. A claim that drifts from the code fails here.
+"""The README (and the guides in docs/ it links) is executed: its Python snippets run as
+written, its quick start is the Makefile's, and every command, option, make target,
+deployment, setting, config knob, file and Python name it quotes exists. A claim that
+drifts from the code fails here.
 
 How the README's text is read:
 
@@ -50,6 +51,10 @@ pytestmark = pytest.mark.store_independent(
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
+# The guides the README links for what is too long for it are held to the same checks,
+# read as if they followed it. The benchmarks' history is a record of past rounds, its
+# commands as they were then, so it is not.
+GUIDES = tuple(sorted(p for p in (ROOT / "docs").glob("*.md") if p.name != "benchmarks-history.md"))
 
 # A value for each placeholder, valid for the argument it stands for (dates must parse
 # as ISO-8601, numbers as numbers, names as profile names).
@@ -96,15 +101,32 @@ class Span:
     text: str
 
     def __str__(self) -> str:
-        return f"README.md:{self.line}: `{self.text}`"
+        return f"{_where(self.line)}: `{self.text}`"
 
 
 # --- reading the README -------------------------------------------------------------------
 
 
 @cache
+def _texts() -> tuple[tuple[str, str], ...]:
+    return tuple((p.relative_to(ROOT).as_posix(), p.read_text(encoding="utf-8"))
+                 for p in (README, *GUIDES))
+
+
+@cache
 def _readme() -> str:
-    return README.read_text(encoding="utf-8")
+    """The README, then each guide, one text: line numbers run on through them."""
+    return "".join(text if text.endswith("\n") else text + "\n" for _, text in _texts())
+
+
+def _where(line: int) -> str:
+    """A line of ``_readme()`` as the file and line it is in."""
+    for name, text in _texts():
+        count = text.count("\n") + (0 if text.endswith("\n") else 1)
+        if line <= count:
+            return f"{name}:{line}"
+        line -= count
+    return f"README.md:{line}"
 
 
 @cache
@@ -131,7 +153,7 @@ def spans() -> tuple[Span, ...]:
                   flags=re.S | re.M)
     found = []
     for m in re.finditer(r"`([^`]+)`", text):
-        assert "\n\n" not in m.group(1), f"README.md:{_line(m.start())}: unclosed `"
+        assert "\n\n" not in m.group(1), f"{_where(_line(m.start()))}: unclosed `"
         # Inside a table, \| is a | of the span.
         body = " ".join(m.group(1).replace("\\|", "|").split())
         found.append(Span(_line(m.start()), body))
@@ -394,7 +416,7 @@ def test_every_reverie_command_line_of_a_shell_block_parses_as_written() -> None
         if _program(words[0]) == "reverie":
             seen += 1
             if (error := parse_reverie([_value(w) for w in words[1:]], relaxed=False)):
-                bad.append(f"README.md:{line}: {shlex.join(words)}\n    {error}")
+                bad.append(f"{_where(line)}: {shlex.join(words)}\n    {error}")
     assert seen, "the README's shell blocks name no reverie command: is the extractor broken?"
     assert not bad, "\n".join(bad)
 
@@ -428,13 +450,13 @@ def test_every_option_named_alone_is_an_option_of_the_command() -> None:
 
 def test_every_command_of_a_shell_block_is_known() -> None:
     known = {"reverie", "prefect", "make", "export", *OUTSIDE_COMMANDS}
-    assert [f"README.md:{n}: {shlex.join(w)}" for n, w in shell_lines()
+    assert [f"{_where(n)}: {shlex.join(w)}" for n, w in shell_lines()
             if _program(w[0]) not in known] == []
 
 
 def test_every_make_target_named_exists() -> None:
     named = [(str(s), s.text.split()[1:]) for s in _spans_starting("make")]
-    named += [(f"README.md:{n}: {shlex.join(w)}", w[1:]) for n, w in shell_lines()
+    named += [(f"{_where(n)}: {shlex.join(w)}", w[1:]) for n, w in shell_lines()
               if w[0] == "make"]
     assert named
     targets = makefile()
@@ -484,7 +506,7 @@ def test_prefect_commands_parse_and_name_this_projects_deployments_and_pool() ->
     from prefect.cli._app import _app
 
     lines = [(str(s), shlex.split(s.text)) for s in _spans_starting("prefect", ".venv/bin/prefect")]
-    lines += [(f"README.md:{n}", w) for n, w in shell_lines() if _program(w[0]) == "prefect"]
+    lines += [(_where(n), w) for n, w in shell_lines() if _program(w[0]) == "prefect"]
     assert len(lines) >= 5
     bad = []
     for where, words in lines:
@@ -712,7 +734,7 @@ def test_every_identifier_named_is_in_the_code() -> None:
                                span.text):
             seen += 1
             if not in_code(name):
-                bad.append(f"README.md:{span.line}: {name!r} is not in the code")
+                bad.append(f"{_where(span.line)}: {name!r} is not in the code")
     assert seen > 30
     assert not bad, "\n".join(bad)
 
@@ -731,7 +753,7 @@ def test_the_architecture_drawing_names_modules_of_their_folders() -> None:
                 for name in (w.strip().removesuffix("/*") for w in chunk.split("·")):
                     seen += 1
                     if not ((ROOT / folder / f"{name}.py").is_file() or (ROOT / folder / name).is_dir()):
-                        bad.append(f"README.md:{drawing.line + n}: no {folder}{name}")
+                        bad.append(f"{_where(drawing.line + n)}: no {folder}{name}")
     assert seen > 25
     assert not bad, "\n".join(bad)
 
@@ -743,7 +765,7 @@ def _python_blocks() -> list[Block]:
     """Python blocks, less those another test runs against what they need (marked
     ``<!-- readme-test: NAME -->``: the agent loop needs `reverie api`, see
     tests/test_readme_agents.py)."""
-    lines = README.read_text().splitlines()
+    lines = _readme().splitlines()
     return [b for b in blocks() if b.info in ("python", "py")
             and not any(line.startswith("<!-- readme-test:")
                         for line in lines[max(0, b.line - 3):b.line])]

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reverie.benchmarks.updates import KINDS, bench_updates
+from reverie.benchmarks.updates import GAPS, KINDS, bench_updates
 from reverie.engines.similarity import DEFAULT_SEARCH, radius_neighbours
 from reverie.flows.full_consolidation import full_consolidation
 from reverie.models.config import CompressConfig, ConsolidationConfig, DedupConfig, SearchConfig
@@ -22,7 +22,15 @@ from reverie.models.store import Store
 from reverie.models.tables import Origin, Tier
 from reverie.tasks.compress import fading_groups
 from reverie.tasks.dedup import find_duplicates, find_updates, plan_merges
-from reverie.tasks.supersede import RULE, conflict, newest_first, plan_supersessions
+from reverie.tasks.supersede import (
+    RESTATE_RULE,
+    RULE,
+    conflict,
+    newest_first,
+    plan_stale_summaries,
+    plan_supersessions,
+    without_outdated,
+)
 
 from factories import AS_OF, at_cosine, axis, below, ingest_records, undo_consolidation, view
 
@@ -254,11 +262,192 @@ def test_full_consolidation_supersedes_undo_restores_and_runs_agree(store: Store
 @pytest.mark.usefixtures("prefect_api")
 def test_the_bench_chains_answer_the_newest_value() -> None:
     result = bench_updates(profiles=2, config=ConsolidationConfig(summarizer="rules"))
-    assert len(result.chains) == 2 * len(KINDS)
+    assert len(result.chains) == 2 * (len(KINDS) + len(GAPS))
     assert {c.length for c in result.chains} == {2, 3, 4, 5}
     assert [c for c in result.chains if not c.newest] == []
     assert not any(c.joined for c in result.chains)
     assert result.distractors_found == result.distractors
+    # An updated memory's other fact, and a summary's, are still in hot recall.
+    assert result.kept == 2 * len(GAPS) and result.kept_found == result.kept
+
+
+# --- what an update leaves true stays hot (#37 item 3's gaps) ------------------------
+
+RENT_900 = "The user's rent is 900 euros a month. The user plays the cello in an orchestra."
+RENT_1000 = "User now pays 1000 euros of rent every month."
+
+
+def test_an_older_memory_with_a_second_fact_is_restated_without_the_older_value() -> None:
+    older = view("old", content=RENT_900, created_at=AS_OF - timedelta(days=90))
+    newest = view("new", content=RENT_1000, created_at=AS_OF - timedelta(days=10))
+    (plan,) = plan_supersessions("p", [older, newest], np.stack([axis(0), at_cosine(0.6)]),
+                                 CONFIG)
+    assert (plan.newest_id, plan.member_ids) == ("new", ("old",))  # the older value: cold
+    (kept,) = plan.restated
+    assert kept.content == "The user plays the cello in an orchestra."
+    assert kept.created_at == older.created_at and kept.member_ids == ()
+    assert kept.parameters["rule"] == RESTATE_RULE and kept.parameters["restates"] == "old"
+    assert plan.parameters["restated"] == [kept.summary_id]  # undone with it
+
+
+def test_an_older_memory_of_one_fact_is_not_restated() -> None:
+    older = view("old", content="The user's rent is 900 euros a month.",
+                 created_at=AS_OF - timedelta(days=90))
+    newest = view("new", content=RENT_1000, created_at=AS_OF - timedelta(days=10))
+    (plan,) = plan_supersessions("p", [older, newest], np.stack([axis(0), at_cosine(0.6)]),
+                                 CONFIG)
+    assert plan.restated == () and "restated" not in plan.parameters
+
+
+def test_a_compression_loses_only_the_outdated_statement_and_keeps_its_day() -> None:
+    text = ("Ann - 8 May 2023: the rent is 900 euros a month; adopted a cat named Tom. "
+            "12 May: ran 5 km in Oslo.")
+    assert without_outdated(text, [RENT_1000]) == (
+        "Ann - 8 May 2023: adopted a cat named Tom. 12 May: ran 5 km in Oslo.")
+    assert without_outdated(text, ["The user has 3 dogs."]) == text
+
+
+def _summary(members: list[MemoryView]) -> MemoryView:
+    text = "Ann - " + "; ".join(m.content.rstrip(".") for m in members) + "."
+    return view("s", content=text, origin=Origin.COMPRESSED, created_at=AS_OF - timedelta(days=5))
+
+
+def test_an_older_summarys_stale_member_points_at_the_update_and_the_rest_is_restated() -> None:
+    rent = view("o1", content="The user's rent is 900 euros a month.",
+                created_at=AS_OF - timedelta(days=100), tier=Tier.COLD, superseded_by="s")
+    cat = view("o2", content="The user adopted a cat named Tom.",
+               created_at=AS_OF - timedelta(days=99), tier=Tier.COLD, superseded_by="s")
+    summary = _summary([rent, cat])
+    newest = view("new", content=RENT_1000, created_at=AS_OF - timedelta(days=2))
+    (plan,) = plan_stale_summaries("p", [(summary, [rent, cat])], [[(newest, 0.61)]])
+    assert (plan.newest_id, plan.member_ids) == ("new", ("o1",))
+    assert plan.priors == {"o1": (Tier.COLD, "active", "s")}  # undo puts it back under s
+    assert plan.similarities == {"o1": 0.61} and plan.parameters["summary"] == "s"
+    (restated,) = plan.restated
+    assert restated.absorbed_ids == ("s",) and restated.member_ids == ("o2",)
+    assert "900" not in restated.content and "adopted a cat named Tom" in restated.content
+    assert restated.operation == Origin.COMPRESSED
+    # A summary older than nothing, or whose members agree with the newer one: no plan.
+    assert plan_stale_summaries("p", [(summary, [rent, cat])], [[]]) == []
+    same = view("same", content="User pays 900 euros of rent every month.",
+                created_at=AS_OF - timedelta(days=2))
+    assert plan_stale_summaries("p", [(summary, [rent, cat])], [[(same, 0.7)]]) == []
+    # An update older than the member is not one.
+    early = view("early", content=RENT_1000, created_at=AS_OF - timedelta(days=300))
+    assert plan_stale_summaries("p", [(summary, [rent, cat])], [[(early, 0.6)]]) == []
+
+
+def test_a_summary_all_of_whose_members_are_stale_goes_cold_itself() -> None:
+    members = [view(f"o{k}", content=text, created_at=AS_OF - timedelta(days=100 - k),
+                    tier=Tier.COLD, superseded_by="s")
+               for k, text in enumerate(["The user's rent is 900 euros a month.",
+                                         "The user's rent is 900 euros a month now.",
+                                         RENT_900])]
+    summary = view("s", content=members[0].content, origin=Origin.DEDUP_SUMMARY,
+                   created_at=AS_OF - timedelta(days=50))
+    newest = view("new", content=RENT_1000, created_at=AS_OF - timedelta(days=2))
+    (plan,) = plan_stale_summaries("p", [(summary, members)], [[(newest, 0.7)]])
+    assert plan.member_ids == ("o0", "o1", "o2", "s")
+    assert plan.priors["s"] == (Tier.HOT, "active", None)
+    # The member with a second fact keeps it hot, restated.
+    (kept,) = plan.restated
+    assert kept.content == "The user plays the cello in an orchestra."
+    assert kept.parameters["restates"] == "o2"
+
+
+FACTS = ("The user's rent is {v} euros a month", "The user works at {n}",
+         "The user adopted a cat named Tom", "The user has {v} cats",
+         "The user plays the cello in an orchestra")
+NAMES = ("Google", "Stripe", "Siemens")
+
+
+@settings(max_examples=60, deadline=None, database=None)
+@given(st.lists(st.tuples(st.sampled_from(FACTS), st.sampled_from(["2", "900", "1000"]),
+                          st.sampled_from(NAMES)), min_size=1, max_size=5, unique_by=lambda t: t[0]),
+       st.sampled_from(FACTS), st.sampled_from(["3", "1100"]), st.sampled_from(NAMES))
+def test_a_stale_summary_loses_nothing_but_its_outdated_statements(
+    said: list[tuple[str, str, str]], update: str, value: str, name: str,
+) -> None:
+    """Any older summary and any update: every member is either restated (still said,
+    by the restated summary) or points at the update, nothing else; the restated words
+    are the summary's statements that the update leaves true, in their order."""
+    members = [view(f"o{k}", content=t.format(v=v, n=n) + ".", tier=Tier.COLD,
+                    superseded_by="s", created_at=AS_OF - timedelta(days=100 - k))
+               for k, (t, v, n) in enumerate(said)]
+    summary = _summary(members)
+    newest = view("new", content=update.format(v=value, n=name) + " now.",
+                  created_at=AS_OF - timedelta(days=1))
+    plans = plan_stale_summaries("p", [(summary, members)], [[(newest, 0.5)]])
+    moved = {mid for p in plans for mid in p.member_ids}
+    restated = [r for p in plans for r in p.restated if r.absorbed_ids]
+    kept = {mid for r in restated for mid in r.member_ids}
+    assert moved.isdisjoint(kept)
+    if plans:
+        assert moved | kept == {m.id for m in members} | (set() if kept else {"s"})
+    for r in restated:
+        assert r.content == without_outdated(summary.content, [newest.content])
+        for m in members:
+            if m.id in kept:
+                assert m.content.rstrip(".") in r.content  # still said, whole
+    if not plans:  # nothing outdated: the summary stands as it was
+        assert without_outdated(summary.content, [newest.content]) == summary.content
+
+
+def _bike(profile: str = "p") -> tuple[list[dict], dict]:
+    gap = next(g for g in GAPS if g.name == "in a summary")
+    older = [{"profile": profile, "id": f"b{k}", "content": text.format(v=gap.values[0]),
+              "created_at": iso(300 - k)} for k, text in enumerate(gap.older)]
+    older.append({"profile": profile, "id": "r1", "content": RENT_900, "created_at": iso(290)})
+    update = [{"profile": profile, "id": "bu", "content": gap.update.format(v=gap.values[1]),
+               "created_at": iso(100)},
+              {"profile": profile, "id": "ru", "content": RENT_1000, "created_at": iso(99)}]
+    return older, {"older": older, "update": update}
+
+
+@pytest.mark.usefixtures("prefect_api")
+def test_updates_of_older_summaries_and_two_fact_memories_undo_and_rerun(store: Store) -> None:
+    """Both gaps through the flows, on the real model: a merge made by an earlier run
+    states the older value when the update comes, and a memory states a second fact.
+    The older values go cold pointing at the newest, what else they said stays hot, a
+    dry run selects what the real run does, a second run changes nothing, and undo
+    restores every memory as it was."""
+    older, rows = _bike()
+    rules = ConsolidationConfig(summarizer="rules")
+    assert not ingest_records(store, older).errors
+    full_consolidation(profile="p", as_of=AS_OF - timedelta(days=200), config=rules)
+    assert not ingest_records(store, rows["update"]).errors
+    before = state(store)
+    dry = full_consolidation(profile="p", as_of=AS_OF, dry_run=True, config=rules)
+    assert state(store) == before
+    real = full_consolidation(profile="p", as_of=AS_OF, config=rules)
+    assert dry.comparable() == real.comparable()
+
+    mine = by_external(store)
+    for k in ("b0", "b1", "b2", "b3"):
+        assert mine[k]["tier"] == Tier.COLD and mine[k]["superseded_by"] == mine["bu"]["id"]
+    assert mine["r1"]["superseded_by"] == mine["ru"]["id"]
+    hot = [r for r in state(store) if r["type"] == "memory" and r["tier"] == Tier.HOT]
+    said = " ".join(r["content"] for r in hot)
+    assert "4812" not in said and "900" not in said  # no stale value stays hot
+    assert "blue Trek" in said and "cello" in said  # what else they said does
+    restated = [r for r in hot if r["origin"] == Origin.RESTATED]
+    assert {r["created_at"] for r in restated} == {mine["b3"]["created_at"],
+                                                   mine["r1"]["created_at"]}
+
+    after = state(store)
+    full_consolidation(profile="p", as_of=AS_OF, config=rules)
+    assert state(store) == after  # a second run changes nothing
+
+    for audit in audits(store):
+        undo_consolidation(store, audit["id"], "p")
+    assert not [r for r in state(store) if r["type"] == "memory"
+                and r["origin"] == Origin.RESTATED]
+    undone = {r["id"]: (r["tier"], r["superseded_by"]) for r in state(store)
+              if r["type"] == "memory"}
+    was = {r["id"]: (r["tier"], r["superseded_by"]) for r in before if r["type"] == "memory"}
+    assert {k: v for k, v in undone.items() if k in was} == {
+        k: v for k, v in was.items() if k in undone}
+    assert set(was) <= set(undone)  # nothing lost
 
 
 # --- the fast plan is the straightforward one ---------------------------------------

@@ -17,7 +17,8 @@ C = tables.table_of(tables.Consolidation)
 
 # Operations whose effects undo can reverse (a forget deletes rows; it cannot).
 UNDOABLE = frozenset({Operation.DEDUP, Operation.COMPRESS, Operation.COLD_LEARNING,
-                      Operation.CLUSTER, Operation.MIGRATE_COLD, Operation.SUPERSEDE})
+                      Operation.CLUSTER, Operation.MIGRATE_COLD, Operation.SUPERSEDE,
+                      Operation.RESTATE})
 
 
 def consolidations(tx: ProfileTx, limit: int | None = 50) -> list[tables.Consolidation]:

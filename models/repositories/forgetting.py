@@ -25,7 +25,7 @@ from reverie.models.tables import Operation, Tier, Tombstone
 _TO_COLD = {
     Operation.DEDUP: "prior", Operation.COMPRESS: "prior", Operation.COLD_LEARNING: "prior",
     Operation.FORGET: "archived", Operation.MIGRATE_COLD: "prior",
-    Operation.SUPERSEDE: "prior",
+    Operation.SUPERSEDE: "prior", Operation.RESTATE: "prior",
 }
 
 

@@ -76,6 +76,15 @@ def bump_write_seqs(s: Session, names: Iterable[str]) -> None:
                   .values(write_seq=Profile.write_seq + 1))
 
 
+def lock_profiles(s: Session, names: Iterable[str]) -> None:
+    """Take each profile's row lock, in the one order every writer takes them, changing
+    nothing: for a transaction that then writes them in another order
+    (``models.ingest.ingest_together``)."""
+    for name in sorted(set(names)):
+        s.execute(update(Profile).where(col(Profile.id) == name)
+                  .values(ingest_seq=Profile.ingest_seq))
+
+
 def write_seq(s: Session, name: str) -> int | None:
     """The profile's write count in the caller's snapshot; None if there is no such
     profile. One row by primary key: what a cache checks on every call."""

@@ -279,6 +279,10 @@ def undo(tx: ProfileTx, ident: str, at: datetime) -> UndoResult:
     summary = s.get(Memory, found.summary_id) if found.summary_id else None
     if found.operation == tables.Operation.SUPERSEDE:
         summary = None  # the newest memory was never written by it: it stays
+        # What it restated of its members goes first: their prior state is the one
+        # before the supersession.
+        for restated in found.parameters.get("restated", []):
+            undo(tx, restated, at)
     if summary is not None and summary.superseded_by is not None:
         later = ids.consolidation_id(
             found.profile_id, _origin_of(s, summary.superseded_by), summary.superseded_by

@@ -1,0 +1,138 @@
+"""Store calls written together (``models.ingest.ingest_together``, used by the agent
+servers' ``store``): the same store, reports and events as the calls ingested one by
+one in the same order, on SQLite and PostgreSQL; and concurrent store calls through
+``deployments.operations`` each answered with their own memories."""
+
+import threading
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any
+
+import pytest
+from sqlalchemy import select
+
+from reverie.deployments import operations as ops
+from reverie.deployments.auth import Principal
+from reverie.models import ingest as ingest_module
+from reverie.models.export import export_jsonl
+from reverie.models.ingest import IngestReport, ingest, ingest_together
+from reverie.models.store import Store
+from reverie.models.tables import OutboxEvent, Profile
+
+from factories import embedder_of
+
+T0 = datetime(2026, 3, 1, 9, 0)
+
+Call = tuple[list[dict[str, Any]], str, datetime]
+
+
+def calls() -> list[Call]:
+    """Store calls of three profiles (one new), with a refused record, an update of a
+    stored memory, a record stored already, the same memory twice in one call, and
+    store-trigger thresholds crossed (every 2 stores)."""
+    at = [T0 + timedelta(minutes=n) for n in range(6)]
+    return [
+        ([{"content": "Alice plants tomatoes in April"},
+          {"content": "Alice's sister lives in Lyon", "kind": "semantic"},
+          {"importance": 0.5},  # no content: refused, the others stored
+          {"content": "Alice runs on Tuesdays", "id": "run"}], "alice", at[0]),
+        ([{"content": "Bob collects vinyl records"},
+          {"content": "Bob moved to Porto in 2024", "entity": "bob"}], "bob", at[1]),
+        ([{"content": "Alice runs on Thursdays now", "id": "stored-earlier"},
+          {"content": "Alice likes green tea", "id": "tea", "importance": 0.2},
+          {"content": "Alice likes green tea", "id": "tea", "importance": 0.9}], "alice", at[2]),
+        ([{"content": "Carol keeps bees", "id": "bees"}], "carol", at[3]),
+        ([{"content": "Alice was here before", "id": "same"}], "alice", at[4]),
+        ([{"content": "Bob's cat is called Miso"}], "bob", at[5]),
+    ]
+
+
+def base(store: Store) -> None:
+    report = ingest(store, [
+        {"content": "Alice runs on Mondays", "id": "stored-earlier"},
+        {"content": "Alice was here before", "id": "same"},
+    ], embedder_of(store), "alice", at=T0 - timedelta(days=1))
+    assert report.stored == 2
+
+
+def summary(report: IngestReport) -> dict[str, Any]:
+    return {"stored": report.stored, "updated": report.updated, "unchanged": report.unchanged,
+            "edges": report.edges, "ids": report.stored_ids,
+            "queued_events": report.queued_events,
+            "errors": [(e.where, e.field, e.message) for e in report.errors]}
+
+
+def state(store: Store) -> dict[str, Any]:
+    with store.reading_all() as s:
+        profiles = [(p.id, p.created_at, p.store_count, p.ingest_seq, p.write_seq)
+                    for p in s.execute(select(Profile).order_by(Profile.id)).scalars()]
+        events = [(e.profile_id, e.name, e.occurred_at, e.key)
+                  for e in s.execute(select(OutboxEvent).order_by(OutboxEvent.seq)).scalars()]
+    return {"profiles": profiles, "events": events,
+            "exports": {p: export_jsonl(store.url, p) for p, *_ in profiles}}
+
+
+def test_calls_written_together_equal_the_calls_one_by_one(
+        new_store: Callable[..., Store], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("REVERIE_STORE_TRIGGER_EVERY", "2")
+    alone, together = new_store("alone"), new_store("together")
+    base(alone)
+    base(together)
+    embedder = embedder_of(alone)
+    expected = [summary(ingest(alone, records, embedder, profile, at=at, queue_events=True,
+                               create=False)) for records, profile, at in calls()]
+    reports = ingest_together(together, calls(), embedder, queue_events=True)
+    assert reports is not None
+    assert [summary(r) for r in reports] == expected
+    assert expected[0]["errors"] and expected[2]["updated"] and expected[4]["unchanged"]
+    assert sum(r["queued_events"] for r in expected) > 0
+    assert state(together) == state(alone)
+
+
+@pytest.mark.parametrize("second", [
+    # The same memory in two calls: the later would update what the earlier stores.
+    [{"content": "Alice runs on Fridays", "id": "run"}],
+    # An edge: it names memories by id, resolved after they are written.
+    [{"type": "edge", "source": "run", "target": "tea", "kind": "association",
+      "weight": 0.5}],
+])
+def test_what_cannot_be_written_together_is_left_untouched(
+        new_store: Callable[..., Store], second: list[dict[str, Any]]) -> None:
+    store = new_store("store")
+    first, *_ = calls()
+    before = state(store)
+    assert ingest_together(store, [first, (second, "alice", T0)], embedder_of(store)) is None
+    assert state(store) == before
+
+
+def test_concurrent_store_calls_are_grouped_and_each_answered_with_its_own(
+        store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    groups: list[int] = []
+
+    def counted(*args: Any, **kwargs: Any) -> list[IngestReport] | None:
+        groups.append(len(args[1]))
+        return ingest_together(*args, **kwargs)
+
+    monkeypatch.setattr(ingest_module, "ingest_together", counted)
+    who = Principal(frozenset({"ann", "ben"}))
+    answers: dict[tuple[int, int], dict[str, Any]] = {}
+    clients, each = 6, 5
+
+    def client(c: int) -> None:
+        for n in range(each):
+            contents = [f"note {c}.{n}.{k} about the garden, row {k}" for k in range(4)]
+            answers[(c, n)] = ops.store_memories(
+                store, who, ("ann", "ben")[c % 2], [{"content": t} for t in contents])
+
+    threads = [threading.Thread(target=client, args=(c,)) for c in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(answers) == clients * each
+    assert groups and max(groups) > 1  # some calls were written together
+    for (c, n), answer in answers.items():
+        assert answer["stored"] == 4 and answer["rejected"] == []
+        assert answer["profile"] == ("ann", "ben")[c % 2]
+        got = [ops.get(store, who, answer["profile"], i)["content"] for i in answer["ids"]]
+        assert sorted(got) == [f"note {c}.{n}.{k} about the garden, row {k}" for k in range(4)]

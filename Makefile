@@ -9,7 +9,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
 
-.PHONY: setup demo check test docs server chromium postgres clean
+.PHONY: setup demo check test test-sqlite test-postgres docs server chromium postgres clean
 
 setup: $(STAMP)
 
@@ -42,12 +42,21 @@ ifeq ($(CHROMIUM),)
 	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium
 endif
 
-# The whole suite runs on SQLite (the default), in two processes, tests that share a
-# module's server kept on one (tests/legs.py); then on a real
-# PostgreSQL, also in two processes, the tests that reach the store (tests/legs.py),
-# tracing the store's code: the leg fails naming any repository function no test ran.
+# The whole suite runs on SQLite, in two processes, tests that share a module's server
+# kept on one (tests/legs.py), the longest work handed out first; on a real PostgreSQL,
+# also in two processes, the tests that reach the store (tests/legs.py), tracing the
+# store's code: that leg fails naming any repository function no test ran.
+# `make test` runs the two legs side by side: much of the suite waits on Prefect
+# servers, workers and automations rather than computing, so four processes on two
+# cores finish sooner than two legs in turn. The SQLite leg prints as it goes; the
+# PostgreSQL leg's output waits in $(TEST_LOGS)/postgres.log and is printed after it,
+# whole. Either leg failing fails `make test`. `make test-sqlite` or
+# `make test-postgres` runs one leg.
 TEST_POSTGRES ?= postgresql+psycopg2://reverie:reverie@127.0.0.1:5432/postgres
 TEST_WORKERS ?= 2
+TEST_LOGS := .reverie/test-logs
+SQLITE_LEG := $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup
+POSTGRES_LEG := REVERIE_TEST_POSTGRES=$(TEST_POSTGRES) REVERIE_TEST_STORE_COVERAGE=1 $(SQLITE_LEG)
 
 postgres:
 	./.ci/postgres
@@ -64,8 +73,23 @@ check: $(STAMP)
 	cd $(TYPECHECK) && $(CURDIR)/$(BIN)/mypy --config-file $(CURDIR)/pyproject.toml -p reverie
 
 test: check chromium postgres
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup
-	REVERIE_TEST_POSTGRES=$(TEST_POSTGRES) REVERIE_TEST_STORE_COVERAGE=1 $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup
+	mkdir -p $(TEST_LOGS)
+	@start=$$(date +%s); \
+	$(POSTGRES_LEG) > $(TEST_LOGS)/postgres.log 2>&1 & postgres_leg=$$!; \
+	trap 'kill $$postgres_leg 2>/dev/null' INT TERM; \
+	$(SQLITE_LEG); sqlite=$$?; sqlite_end=$$(date +%s); \
+	wait $$postgres_leg; postgres=$$?; \
+	echo "=== PostgreSQL leg, run beside the SQLite leg ($(TEST_LOGS)/postgres.log) ==="; \
+	cat $(TEST_LOGS)/postgres.log; \
+	echo "SQLite leg: exit $$sqlite, $$((sqlite_end - start)) s; PostgreSQL leg: exit $$postgres;" \
+	     "both: $$(($$(date +%s) - start)) s"; \
+	[ $$sqlite -eq 0 ] && [ $$postgres -eq 0 ]
+
+test-sqlite: check chromium
+	$(SQLITE_LEG)
+
+test-postgres: check postgres
+	$(POSTGRES_LEG)
 
 # The README's tables of settings and config knobs, and BENCHMARKS.md, are generated from
 # the code and from the benches' committed JSON; tests/test_docs.py fails when they drift.

@@ -13,9 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from reverie.benchmarks.api import wait_until_healthy
-from reverie.models.store import Store
 
-from conftest import TEST_POSTGRES, _create_postgres_database, _drop_postgres_database
+from prefect_stack import new_store_url
 
 ALICE_TOKEN = "alice-token-0123456789abcdef"
 BOB_TOKEN = "bob-token-0123456789abcdef"
@@ -92,10 +91,5 @@ def bearer(token: str | None) -> dict[str, str]:
 def agent_store(folder: Path) -> Iterator[str]:
     """A store for the agent servers, made beforehand as `reverie init` would (they
     never create one): a SQLite file in ``folder``, or a PostgreSQL database in that leg."""
-    url = _create_postgres_database() if TEST_POSTGRES else f"sqlite:///{folder / 'store.db'}"
-    Store(url).create()
-    try:
+    with new_store_url(folder) as url:
         yield url
-    finally:
-        if TEST_POSTGRES:
-            _drop_postgres_database(url)

@@ -61,6 +61,12 @@ def pytest_configure(config: pytest.Config) -> None:
     if hasattr(config, "workerinput"):
         os.environ.pop("COLUMNS", None)
         os.environ.pop("LINES", None)
+    # xdist hands out work in the order the workers collected it, which
+    # pytest_collection_modifyitems makes longest first; its own reordering (by the
+    # number of tests in a group) would send a lone long test last, the whole run
+    # waiting on it with the other process idle.
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
     # The PostgreSQL leg's trace of the store's code (tests/legs.py), in each test
     # process, from before the first test runs. Only where asked (make test): a run of
     # some modules would rightly find functions it did not run.
@@ -136,8 +142,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Mark ``store`` the tests that reach the store under test (tests/legs.py): the
     PostgreSQL leg runs only those. Keep on one xdist process, in order, the tests
     that share what a module's fixture holds (a server, a stack, a store they change
-    in turn); the rest spread over the processes one test at a time."""
-    from legs import BackendReach, holds_shared
+    in turn); the rest spread over the processes one test at a time, the longest work
+    handed out first (tests/legs.py's ``longest_first``)."""
+    from legs import BackendReach, holds_shared, longest_first
 
     reaches = BackendReach()
     for item in items:
@@ -145,6 +152,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.store)
         if item.get_closest_marker("xdist_group") is None and holds_shared(_fixture_defs(item)):
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+    if hasattr(config, "workerinput"):
+        items[:] = longest_first(items)
+        if config.getvalue("loadgroup"):  # set on a worker by xdist for --dist loadgroup
+            for item in items:
+                _name_group(item)
     if not TEST_POSTGRES:
         return
     kept, dropped = [], []
@@ -155,6 +167,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if dropped:
         config.hook.pytest_deselected(items=dropped)
     items[:] = kept
+
+
+def _name_group(item: pytest.Item) -> None:
+    """Append a grouped test's xdist group to its node id, which is how the scheduler
+    learns it. xdist 3.8 appends it to ``item._nodeid``, which pytest 9 no longer reads
+    (a node id is ``item._id``): without this no group held, and each process set up
+    its own copy of a module's stack or server. Once xdist's own suffix takes, the id
+    ends in the group twice, which its scheduler reads the same."""
+    marker = item.get_closest_marker("xdist_group")
+    if marker is None or not hasattr(item, "_id"):
+        return
+    from _pytest.nodeid import coerce_node_id
+
+    name = marker.args[0] if marker.args else marker.kwargs.get("name", "default")
+    item._id = coerce_node_id(f"{item.nodeid}@{name}")
 
 
 def _fixture_defs(item: pytest.Item) -> list[pytest.FixtureDef[object]]:

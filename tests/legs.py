@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import ast
 import types
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 TESTS = Path(__file__).resolve().parent
 PACKAGE = TESTS.parent
@@ -110,6 +111,37 @@ def holds_shared(fixtures: Iterable[object]) -> bool:
     their order, which sets it up once. Session fixtures are each process's own."""
     return any(getattr(f, "scope", "function") in ("module", "class", "package")
                for f in fixtures)
+
+
+# What an unmarked test and a test marked ``slow`` without ``seconds`` are taken to
+# cost, for the order work is handed out in; a rough guess is enough, since only the
+# few longest units must start early.
+QUICK_SECONDS = 1.0
+SLOW_SECONDS = 60.0
+
+
+def expected_seconds(item: Any) -> float:
+    """What a test is expected to take: ``@pytest.mark.slow(seconds=...)``'s estimate,
+    SLOW_SECONDS for another slow test, QUICK_SECONDS for the rest."""
+    marker = item.get_closest_marker("slow")
+    if marker is None:
+        return QUICK_SECONDS
+    return float(marker.kwargs.get("seconds", SLOW_SECONDS))
+
+
+def longest_first(items: Sequence[Any]) -> list[Any]:
+    """The tests in units of work (an xdist group, or one test), the unit expected to take
+    longest first, each unit's tests in their order. Handed out in this order, the
+    longest unit starts at once and the many short tests fill the processes' ends (a
+    long test handed out last would leave the other process idle while it runs)."""
+    units: dict[str, list[Any]] = {}
+    for item in items:
+        group = item.get_closest_marker("xdist_group")
+        key = f"group {group.args[0] if group.args else group.kwargs.get('name')}" \
+            if group is not None else f"test {item.nodeid}"
+        units.setdefault(key, []).append(item)
+    ranked = sorted(units.values(), key=lambda unit: -sum(map(expected_seconds, unit)))
+    return [item for unit in ranked for item in unit]
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 import yaml
 
 from reverie.deployments.serve import WORK_POOL, project_root, start_server, start_stack, stop
@@ -136,6 +137,15 @@ def new_store_url(folder: Path) -> Iterator[str]:
             _drop_postgres_database(url)
         else:
             dispose(url)
+
+
+def gone(process: psutil.Process) -> bool:
+    """Whether ``process`` has ended. A zombie has: only its parent (or init) has yet to
+    collect its status."""
+    try:
+        return not process.is_running() or process.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
 
 
 @contextmanager

@@ -6,11 +6,22 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import agent_server
 import pytest
 
 import conftest
 import prefect_stack
-from legs import STORE_SOURCES, BackendReach, holds_shared, public_functions, unexercised
+from legs import (
+    QUICK_SECONDS,
+    SLOW_SECONDS,
+    STORE_SOURCES,
+    BackendReach,
+    expected_seconds,
+    holds_shared,
+    longest_first,
+    public_functions,
+    unexercised,
+)
 
 SOURCE = '''
 def read(x):
@@ -70,6 +81,7 @@ def test_reach_follows_names_through_the_suites_helpers() -> None:
     assert reaches(conftest._create_postgres_database)
     assert reaches(conftest.new_store)  # the fixture, through its factory
     assert reaches(prefect_stack.new_store_url)
+    assert reaches(agent_server.agent_store)  # the agent servers' store, through new_store_url
     assert reaches(_via_helper)  # an attribute of a helper module
     assert not reaches(_not_via_anything)
     assert not reaches(conftest.clone_sample)  # takes a store, makes none
@@ -102,3 +114,29 @@ def test_a_module_fixture_keeps_its_tests_together() -> None:
     assert holds_shared([_Fixture("function", _server), _Fixture("module", _server)])
     assert holds_shared([_Fixture("module", _cache)])
     assert not holds_shared([_Fixture("session", _server), _Fixture("function", _cache)])
+
+
+class _Test:
+    """A collected test as longest_first reads it: its id and its markers."""
+
+    def __init__(self, nodeid: str, *marks: pytest.MarkDecorator) -> None:
+        self.nodeid, self._marks = nodeid, [m.mark for m in marks]
+
+    def get_closest_marker(self, name: str) -> pytest.Mark | None:
+        return next((m for m in self._marks if m.name == name), None)
+
+
+def test_work_is_handed_out_longest_first_each_group_whole_and_in_order() -> None:
+    group = pytest.mark.xdist_group("m.py")
+    quick = [_Test(f"a.py::t{i}") for i in range(3)]
+    grouped = [_Test("m.py::first", group), _Test("m.py::second", group, pytest.mark.slow)]
+    slow = _Test("s.py::slow", pytest.mark.slow)
+    longest = _Test("z.py::longest", pytest.mark.slow(seconds=450))
+    assert [expected_seconds(t) for t in (quick[0], slow, longest)] == [
+        QUICK_SECONDS, SLOW_SECONDS, 450]
+    # The lone long test collected last goes first; the group (61 s) before the slow
+    # test (60 s), its tests kept together in their order; quick tests last, in order.
+    ordered = longest_first([*quick, grouped[0], slow, grouped[1], longest])
+    assert [t.nodeid for t in ordered] == [
+        "z.py::longest", "m.py::first", "m.py::second", "s.py::slow",
+        "a.py::t0", "a.py::t1", "a.py::t2"]

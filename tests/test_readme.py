@@ -229,7 +229,12 @@ def makefile() -> dict[str, list[str]]:
             current = rule.group(1)
             targets.setdefault(current, [])
         elif line.startswith("\t") and current is not None:
-            targets[current].append(line.strip())
+            recipe = targets[current]
+            # A line ending in a backslash goes on: one shell command, as make runs it.
+            if recipe and recipe[-1].endswith("\\"):
+                recipe[-1] = recipe[-1][:-1] + line.strip()
+            else:
+                recipe.append(line.strip())
         elif not line.strip():
             current = None
     return targets
@@ -482,14 +487,27 @@ def test_make_demo_runs_reverie_demo_which_the_cli_tests_run_as_is() -> None:
     assert f"main({argv!r})".replace("'", '"') in source
 
 
+def make_variables() -> dict[str, str]:
+    """The Makefile's simply-expanded variables, as make's own database gives them."""
+    done = subprocess.run(["make", "-pRrq", "-f", "Makefile", ":"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=30)
+    return dict(line.split(" := ", 1) for line in done.stdout.splitlines()
+                if re.match(r"^[A-Z_]+ := ", line))
+
+
 def test_make_test_runs_the_suite_on_sqlite_and_on_postgresql() -> None:
-    recipe = makefile()["test"]
-    assert len(recipe) == 2 and all("-m pytest" in line for line in recipe)
-    assert "REVERIE_TEST_POSTGRES" not in recipe[0] and " -n " in recipe[0]
+    targets, variables = makefile(), make_variables()
+    sqlite, postgres = variables["SQLITE_LEG"], variables["POSTGRES_LEG"]
+    assert "-m pytest" in sqlite and " -n " in sqlite and "REVERIE_TEST_POSTGRES" not in sqlite
     # The PostgreSQL leg checks its trace of the store's code (tests/legs.py).
-    assert recipe[1].startswith("REVERIE_TEST_POSTGRES=")
-    assert "REVERIE_TEST_STORE_COVERAGE=1" in recipe[1]
-    assert "postgres" in makefile() and "chromium" in makefile()
+    assert postgres.startswith("REVERIE_TEST_POSTGRES=") and postgres.endswith(sqlite)
+    assert "REVERIE_TEST_STORE_COVERAGE=1" in postgres
+    # `make test` runs both legs (side by side); each can run alone.
+    recipe = "\n".join(targets["test"])
+    assert "$(SQLITE_LEG)" in recipe and "$(POSTGRES_LEG)" in recipe
+    assert targets["test-sqlite"] == ["$(SQLITE_LEG)"]
+    assert targets["test-postgres"] == ["$(POSTGRES_LEG)"]
+    assert "postgres" in targets and "chromium" in targets
 
 
 def test_every_reverie_command_a_make_target_runs_parses() -> None:

@@ -38,7 +38,7 @@ from reverie.models.errors import ConfigError
 from reverie.models.store import Store
 
 from conftest import TEST_POSTGRES, _create_postgres_database, _drop_postgres_database
-from prefect_stack import RUN_SECONDS, free_port, wait_for, write_prefect_file
+from prefect_stack import RUN_SECONDS, free_port, gone, wait_for, write_prefect_file
 from stubborn_flow import CHILD_MARKER
 
 pytestmark = pytest.mark.store_independent(
@@ -168,14 +168,6 @@ def _ignores_sigterm(process: psutil.Process) -> bool:
     return bool(ignored & (1 << (signal.SIGTERM - 1)))
 
 
-def _gone(process: psutil.Process) -> bool:
-    try:
-        # A zombie has ended; only its parent (or init) has yet to collect its status.
-        return not process.is_running() or process.status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("signum", "stubborn"),
@@ -229,7 +221,7 @@ def test_a_signal_to_serve_ends_everything_it_started_within_the_bound(
         signalled = time.monotonic()
         serve.send_signal(signum)
         assert serve.wait(timeout=STOP_SECONDS + STOP_SLACK_SECONDS) == 0
-        wait_for(lambda: all(_gone(p) for p in tree), 2, "the killed processes to end")
+        wait_for(lambda: all(gone(p) for p in tree), 2, "the killed processes to end")
         assert time.monotonic() - signalled < STOP_SECONDS + STOP_SLACK_SECONDS
     finally:
         stop([serve])

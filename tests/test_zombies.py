@@ -41,7 +41,15 @@ from reverie.models.db import copy_profiles
 from reverie.models.store import Store
 
 from conftest import clone_sample
-from prefect_stack import EVENT_SECONDS, RUN_SECONDS, Stack, free_port, wait_for, write_prefect_file
+from prefect_stack import (
+    EVENT_SECONDS,
+    RUN_SECONDS,
+    Stack,
+    free_port,
+    gone,
+    wait_for,
+    write_prefect_file,
+)
 from stubborn_flow import CHILD_MARKER
 
 pytestmark = pytest.mark.store_independent(
@@ -207,13 +215,6 @@ def serving(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
                         process.kill()
 
 
-def _gone(process: psutil.Process) -> bool:
-    try:
-        return not process.is_running() or process.status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
-
-
 class Drill:
     """A served stack with the failure alert on the stubborn deployment, and what the
     tests do to it: start a run, kill, wait for the Crashed state and the alerts."""
@@ -261,7 +262,7 @@ class Drill:
         print(f"{what}: {state} {seconds:.0f} s after", flush=True)
 
     def processes_gone(self, processes: list[psutil.Process]) -> None:
-        wait_for(lambda: all(_gone(p) for p in processes), 60,
+        wait_for(lambda: all(gone(p) for p in processes), 60,
                  "the dead process's flow runs to be ended",
                  diagnose=lambda: self.serving.output()[-3000:])
 
@@ -317,7 +318,8 @@ def drill(serving: Serve, tmp_path: Path) -> Iterator[Drill]:
 
 
 # Two tests, each with a stack of its own: pytest-xdist runs them side by side.
-@pytest.mark.slow
+# About 7 minutes, most of it waiting out five windows: handed to a process first.
+@pytest.mark.slow(seconds=430)
 def test_a_dead_worker_or_server_leaves_no_run_running_and_the_next_run_goes(
     serving: Callable[[Callable[[dict[str, Any]], None]], Serve], tmp_path: Path
 ) -> None:
@@ -403,7 +405,7 @@ def _replay_children(stack: Stack, replay_id: Any) -> list[Any]:
             parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[replay_id])))
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=290)
 def test_a_stack_killed_whole_mid_backfill_resumes_it_and_its_schedule_after_a_restart(
     serving: Callable[[Callable[[dict[str, Any]], None]], Serve], tmp_path: Path,
     sample_template: Path,

@@ -10,7 +10,10 @@ own remedy ("detect zombie flows") is used:
   every ``REVERIE_HEARTBEAT_SECONDS`` while its process lives (paused for an approval
   included). Once a run is Running, a proactive trigger expects its next heartbeat (or
   its end) within ``REVERIE_UNRESPONSIVE_SECONDS``; none comes: the run is set Crashed.
-  A run left Cancelling by a dead worker is crashed the same way.
+  A run left Cancelling by a dead worker is not: Prefect lets Cancelling end only
+  Cancelled, and its own cancellation cleanup does that after
+  PREFECT_SERVER_SERVICES_CANCELLATION_CLEANUP_CANCELLING_TIMEOUT_SECONDS (300);
+  tests/test_zombies.py shows it.
 - ``reverie-run-not-started``: a Pending run (a worker took it and was to start its
   process) that is neither Running nor ended nor put back to wait within
   ``REVERIE_NOT_STARTED_SECONDS`` is set Crashed.

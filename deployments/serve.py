@@ -30,6 +30,7 @@ import urllib.request
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 
 import psutil
@@ -89,6 +90,34 @@ def prefect_database_url(url: str) -> str:
         return f"sqlite+aiosqlite://{rest}"
     raise ConfigError(f"{PREFECT_DATABASE_VARIABLE}: Prefect's server runs on PostgreSQL "
                       f"or SQLite, not {scheme!r}")
+
+
+class PrefectDatabase(StrEnum):
+    """Where Prefect's server keeps its own database."""
+
+    SQLITE = "SQLite"
+    POSTGRESQL = "PostgreSQL"
+
+
+def prefect_database_kind(url: str | None) -> PrefectDatabase:
+    """Prefect's database for a connection URL (None: its default, SQLite in its home)."""
+    if url and prefect_database_url(url).startswith("postgresql"):
+        return PrefectDatabase.POSTGRESQL
+    return PrefectDatabase.SQLITE
+
+
+def prefect_database_advice(database: PrefectDatabase, profiles: int, limit: int) -> str | None:
+    """The warning `reverie serve` gives at start when Prefect's database is SQLite and
+    the store has more profiles than ``limit`` (REVERIE_PREFECT_SQLITE_PROFILES, 0: never):
+    runs for that many profiles at once are more than SQLite holds."""
+    if database is PrefectDatabase.POSTGRESQL or limit == 0 or profiles <= limit:
+        return None
+    return (f"warning: Prefect's database is on SQLite and the store has {profiles} profiles "
+            f"(more than REVERIE_PREFECT_SQLITE_PROFILES={limit}). Runs for that many "
+            "profiles at once (automations, a backfill beside them) overload SQLite: "
+            "\"database is locked\", lost heartbeats, failed runs. Set "
+            f"{PREFECT_DATABASE_VARIABLE} to a PostgreSQL database of its own "
+            "(docs/platform.md: Prefect's own database).")
 
 
 def stack_environment(port: int, home: Path, prefect_database: str | None = None) -> dict[str, str]:
@@ -454,9 +483,7 @@ def serve(
     home = (home or Path(".reverie") / "prefect").resolve()
     log = home / "stack.log"
     home.mkdir(parents=True, exist_ok=True)
-    database = prefect_database or os.environ.get(PREFECT_DATABASE_VARIABLE)
-    where = "PostgreSQL" if database and prefect_database_url(database).startswith("postgresql") \
-        else "SQLite"
+    where = prefect_database_kind(prefect_database or os.environ.get(PREFECT_DATABASE_VARIABLE))
     print(f"starting Prefect on http://127.0.0.1:{port}, its database on {where} "
           f"(log: {log}) ...", flush=True)
     _stop_on_signals()
@@ -467,6 +494,12 @@ def serve(
         processes = start_stack(port, home, log, prefect_file, prefect_database)
         alerts = failure_alerts(port)
         crashes = crash_detection(port)
+        settings = get_settings()
+        advice = prefect_database_advice(
+            where, len(Store(resolve_database_url(settings.database_url)).profiles()),
+            settings.prefect_sqlite_profiles)
+        if advice:
+            print(advice, file=sys.stderr, flush=True)
         print(
             f"{READY}: http://127.0.0.1:{port}\n"
             f"  Alerts: {alerts}\n"

@@ -201,6 +201,14 @@ class Settings(BaseSettings):
         description="A Reverie run Pending this long (its worker died before its process "
         "started running it) is marked Crashed by the automation reverie-run-not-started.")
 
+    prefect_sqlite_profiles: int = Field(
+        12, ge=0, le=1_000_000,
+        description="With Prefect's own database on SQLite, `reverie serve` warns at start "
+        "when the store holds more profiles than this: runs for that many profiles at "
+        "once (automations firing, a backfill beside them) overload SQLite (measured: "
+        "docs/platform.md, Prefect's own database), and PREFECT_API_DATABASE_CONNECTION_URL should "
+        "name a PostgreSQL database. 0: never warn.")
+
     busy_profile: Literal["wait", "skip"] = Field(
         "wait", description="What a run that finds its profile busy (another run holds "
         "it) does: wait for it, or skip it.")

@@ -24,6 +24,9 @@ from reverie.deployments.serve import (
     READY,
     STOP_SECONDS,
     WORK_POOL,
+    PrefectDatabase,
+    prefect_database_advice,
+    prefect_database_kind,
     prefect_database_url,
     project_root,
     stack_environment,
@@ -64,6 +67,27 @@ def test_a_database_prefect_cannot_use_is_refused_without_echoing_the_url(bad: s
     with pytest.raises(ConfigError, match=PREFECT_DATABASE_VARIABLE) as refused:
         prefect_database_url(bad)
     assert "secret" not in str(refused.value)
+
+
+def test_serve_warns_of_sqlite_for_prefect_only_past_the_measured_number_of_profiles(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from reverie.models.settings import get_settings
+
+    sqlite, postgres = prefect_database_kind(None), prefect_database_kind("postgres://u:p@db/p")
+    assert (sqlite, postgres) == (PrefectDatabase.SQLITE, PrefectDatabase.POSTGRESQL)
+    assert prefect_database_kind("sqlite:////var/prefect.db") is PrefectDatabase.SQLITE
+    limit = get_settings().prefect_sqlite_profiles
+    assert prefect_database_advice(sqlite, limit, limit) is None
+    assert prefect_database_advice(postgres, 10 * limit, limit) is None
+    assert prefect_database_advice(sqlite, 10 * limit, 0) is None  # 0: never warn
+    advice = prefect_database_advice(sqlite, limit + 1, limit)
+    assert advice is not None and advice.startswith("warning:")
+    # It names what to set, and the setting that silences it.
+    assert PREFECT_DATABASE_VARIABLE in advice and "REVERIE_PREFECT_SQLITE_PROFILES" in advice
+    monkeypatch.setenv("REVERIE_PREFECT_SQLITE_PROFILES", "-1")
+    with pytest.raises(ValueError, match="prefect_sqlite_profiles"):
+        get_settings()
 
 
 @pytest.mark.skipif(not TEST_POSTGRES, reason="needs REVERIE_TEST_POSTGRES")

@@ -14,6 +14,7 @@ from sqlalchemy.exc import OperationalError
 
 from reverie.flows.full_consolidation import full_consolidation
 from reverie.flows.lightweight_consolidation import lightweight_consolidation
+from reverie.models.config import DedupConfig
 from reverie.models.errors import NotFoundError, StepFailedError
 from reverie.models.export import export_jsonl, export_rows
 from reverie.models.repositories import memories as memories_repo
@@ -358,17 +359,20 @@ def test_artifacts_can_hide_memory_content(sample_store: Store, monkeypatch: pyt
 def test_the_dedup_boundary_holds_through_ingest_and_the_flow(store: Store) -> None:
     from factories import at_cosine, axis, below
 
+    # The boundary is the default's, whatever it is: a scheduled run uses no other.
+    threshold = DedupConfig().similarity
+
     def three(profile: str, cos: float) -> list[dict]:
         return [
             {"profile": profile, "id": f"{profile}-rep", "content": "the one with most words here",
              "embedding": axis(0).tolist()},
             {"profile": profile, "id": f"{profile}-a", "content": "member a",
-             "embedding": at_cosine(0.80, other=1).tolist()},
+             "embedding": at_cosine(threshold, other=1).tolist()},
             {"profile": profile, "id": f"{profile}-b", "content": "member b",
              "embedding": at_cosine(cos, other=2).tolist()},
         ]
 
-    assert not ingest_records(store, three("at", 0.80) + three("below", below(0.80))).errors
+    assert not ingest_records(store, three("at", threshold) + three("below", below(threshold))).errors
     report = full_consolidation(profile=None, as_of=AS_OF)
     assert step(report, "at", "dedup").facts["groups"] == 1
     assert step(report, "below", "dedup").facts["groups"] == 0

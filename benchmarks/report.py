@@ -25,7 +25,6 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
-PAGE = ROOT / "BENCHMARKS.md"
 HISTORY = "docs/benchmarks-history.md"
 
 
@@ -211,11 +210,11 @@ def locomo_targets(data: dict[str, Any], run: Run) -> list[Target]:
     conversations = data["conversations"]
     names = ", ".join(c["profile"] for c in conversations)
     on = f"{len(conversations)} LoCoMo conversations ({names}), {data['summarizer']} summaries"
-    key = f"locomo|{data['summarizer']}|{names}"
+    prefix = f"locomo|{data['summarizer']}|{names}"
     out: list[Target] = []
 
     def add(name: str, target: str, figure: str, verdict: str) -> None:
-        out.append(Target(Bench.LOCOMO, f"{key}|{name}", f"{target}, on {on}", figure, verdict,
+        out.append(Target(Bench.LOCOMO, f"{prefix}|{name}", f"{target}, on {on}", figure, verdict,
                           run.date, run.commit, run.machine, run.command, run.file))
 
     budgets = _budgets(data)
@@ -563,8 +562,8 @@ METHOD = """\
 
 2 cores of an AMD EPYC (virtual machine), 23.5 GiB memory, no GPU; Linux 6.18, Python
 3.11.7, numpy 2.4.6, faiss-cpu 1.15.1, SQLAlchemy 2.0.58, SQLite 3.40.1, the store on
-local disk. The synthetic and api JSON record their machine. Other sessions share these cores: a
-figure measured on a busy machine says so, and only ratios within one run compare.
+local disk. The synthetic and api JSON record their machine. Other sessions share these
+cores: a figure measured on a busy machine says so, and only ratios within one run compare.
 """
 
 
@@ -592,4 +591,3 @@ def load(results: Path = RESULTS) -> list[Source]:
 
 def page(results: Path = RESULTS) -> str:
     return render(*plan(load(results)))
-

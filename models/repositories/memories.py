@@ -245,7 +245,8 @@ def snapshot(
             )
             rows = plain_rows(tx.session, query)
         else:
-            by_id, params = _BY_ID, {"profile": tx.profile, "tiers": list(tiers)}
+            by_id = _BY_ID
+            params: dict[str, Any] = {"profile": tx.profile, "tiers": list(tiers)}
             if tx.horizon is not None:
                 by_id, params["horizon"] = _BY_ID_WITHIN, tx.horizon
             # In the order given, which came from the store's own ORDER BY (its collation

@@ -111,11 +111,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m reverie.benchmarks.local_command",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=9)
+    parser.add_argument("--source", type=Path, default=None,
+                        help="a Reverie source tree to time instead of this checkout")
     parser.add_argument("--baseline", type=Path, default=None,
                         help="a Reverie source tree to compare with, run in turn")
     parser.add_argument("--json", type=Path, default=None, help="write the results here")
     args = parser.parse_args(argv)
-    variants = [Variant("this", None)]
+    variants = [Variant("this", args.source)]
     if args.baseline is not None:
         variants.append(Variant("baseline", args.baseline))
     with tempfile.TemporaryDirectory(prefix="reverie-local-command-") as tmp:

@@ -99,7 +99,7 @@ def timed(env: dict[str, str]) -> tuple[float, float, float]:
                           text=True, check=False)
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if done.returncode != 0:
+    if done.returncode != 0:  # its stderr holds no memory content: Prefect's console is quiet
         raise SystemExit(f"the command failed ({done.returncode}): {done.stderr[-2000:]}")
     report = json.loads(done.stdout)
     work = sum(float(s["seconds"]) for s in report["steps"])
@@ -115,13 +115,15 @@ def main(argv: list[str] | None = None) -> int:
                         help="a Reverie source tree to time instead of this checkout")
     parser.add_argument("--baseline", type=Path, default=None,
                         help="a Reverie source tree to compare with, run in turn")
+    parser.add_argument("--name", default="this", help="what the measured variant is called")
+    parser.add_argument("--baseline-name", default="baseline")
     parser.add_argument("--json", type=Path, default=None, help="write the results here")
     args = parser.parse_args(argv)
-    variants = [Variant("this", args.source)]
+    variants = [Variant(args.name, args.source)]
     if args.baseline is not None:
-        variants.append(Variant("baseline", args.baseline))
+        variants.append(Variant(args.baseline_name, args.baseline))
     with tempfile.TemporaryDirectory(prefix="reverie-local-command-") as tmp:
-        homes = {v.name: Path(tmp) / v.name for v in variants}
+        homes = {v.name: Path(tmp) / f"variant-{i}" for i, v in enumerate(variants)}
         envs = {}
         for v in variants:
             homes[v.name].mkdir()
@@ -167,11 +169,14 @@ def result_of(variants: list[Variant]) -> dict[str, Any]:
         "variants": [v.summary() for v in variants],
     }
     if len(variants) == 2:
+        # Pair by pair (run i of each, taken back to back): the load they shared cancels.
         a, b = variants
-        ratios = sorted(x / y for x, y in zip(a.wall, b.wall, strict=True))
-        out["wall_ratio_median"] = round(statistics.median(ratios), 3)
-        out["wall_ratio_min"] = round(ratios[0], 3)
-        out["wall_ratio_max"] = round(ratios[-1], 3)
+        for what in ("wall", "cpu"):
+            ratios = sorted(x / y for x, y in zip(getattr(a, what), getattr(b, what),
+                                                  strict=True))
+            out[f"{what}_ratio_median"] = round(statistics.median(ratios), 3)
+            out[f"{what}_ratio_min"] = round(ratios[0], 3)
+            out[f"{what}_ratio_max"] = round(ratios[-1], 3)
     return out
 
 

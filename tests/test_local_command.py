@@ -91,3 +91,30 @@ def test_the_first_load_runs_without_the_collector_and_freezes_what_it_loaded() 
     done = subprocess.run([sys.executable, "-c", LOAD], capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]
+
+
+def test_the_bench_judges_the_median_beyond_the_work_and_the_report_reads_it() -> None:
+    from reverie.benchmarks.local_command import Variant, result_of
+    from reverie.benchmarks.report import Bench, Run, local_command_targets, plan
+
+    new = Variant("local-command", None, wall=[2.0, 2.4, 2.2], cpu=[1.8, 2.0, 1.9],
+                  work=[0.4, 0.5, 0.3], load=[0.5, 0.7, 0.6])
+    old = Variant("main", None, wall=[2.5, 3.0, 2.75], cpu=[2.4, 2.5, 2.5],
+                  work=[0.4, 0.5, 0.3], load=[0.6, 0.8, 0.7])
+    data = result_of([new, old])
+    assert data["variants"][0]["beyond_median"] == 1.9  # the median of 1.6, 1.9 and 1.9
+    assert data["verdict"] == "met"
+    assert (data["wall_ratio_median"], data["cpu_ratio_median"]) == (0.8, 0.76)
+    late = result_of([Variant("x", None, wall=[3.0], cpu=[2.0], work=[0.5], load=[1.0])])
+    assert late["verdict"] == "missed by 0.50 s"
+
+    run = Run("2026-11-27", "abc1234", "quiet", data["command"], "local-command.json")
+    (target,) = local_command_targets(data, run)
+    assert (target.bench, target.key, target.verdict) == (
+        Bench.PLATFORM, "platform|local command", "met")
+    assert target.figure.startswith("2.20 s wall (2.00-2.40) for 0.40 s of work: 1.90 s")
+    assert "against main, pair by pair: wall x0.80, CPU x0.76" in target.figure
+    entry = {"file": "local-command.json", "date": "2026-11-27", "commit": "abc1234",
+             "machine": "quiet"}
+    targets, runs = plan([(entry, data)])
+    assert [t.key for t in targets] == ["platform|local command"] and len(runs) == 1

@@ -24,6 +24,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from reverie.benchmarks.local_command import BENCH as LOCAL_COMMAND
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 PAGE = ROOT / "BENCHMARKS.md"
@@ -162,9 +164,6 @@ def api_targets(data: dict[str, Any], run: Run) -> list[Target]:
     return out
 
 
-LOCAL_COMMAND = "local-command"  # what benchmarks/local_command.py's JSON says it is
-
-
 def local_command_targets(data: dict[str, Any], run: Run) -> list[Target]:
     """``benchmarks/local_command.py``: the command's wall clock beyond the steps' own
     clocks, medians over the runs, and the A/B ratios when it had a baseline."""
@@ -175,7 +174,8 @@ def local_command_targets(data: dict[str, Any], run: Run) -> list[Target]:
     if len(data["variants"]) > 1:
         figure += (f"; against {data['variants'][1]['name']}, pair by pair: wall "
                    f"x{data['wall_ratio_median']:.2f}, CPU x{data['cpu_ratio_median']:.2f}")
-    return [Target(Bench.PLATFORM, "platform|local command", data["target"], figure,
+    target = f"{data['target']} (`{data['timed']}` on the sample store)"
+    return [Target(Bench.PLATFORM, "platform|local command", target, figure,
                    data["verdict"], run.date, run.commit, run.machine, run.command, run.file)]
 
 

@@ -24,6 +24,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from reverie.benchmarks.local_command import BENCH as LOCAL_COMMAND
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 PAGE = ROOT / "BENCHMARKS.md"
@@ -162,6 +164,33 @@ def api_targets(data: dict[str, Any], run: Run) -> list[Target]:
     return out
 
 
+def local_command_targets(data: dict[str, Any], run: Run) -> list[Target]:
+    """``benchmarks/local_command.py``: the command's wall clock beyond the steps' own
+    clocks, medians over the runs, and the A/B ratios when it had a baseline."""
+    this = data["variants"][0]
+    figure = (f"{this['wall_median']:.2f} s wall ({this['wall_min']:.2f}-{this['wall_max']:.2f})"
+              f" for {this['work_median']:.2f} s of work: {this['beyond_median']:.2f} s beyond"
+              f" it; CPU {this['cpu_median']:.2f} s")
+    if len(data["variants"]) > 1:
+        figure += (f"; against {data['variants'][1]['name']}, pair by pair: wall "
+                   f"x{data['wall_ratio_median']:.2f}, CPU x{data['cpu_ratio_median']:.2f}")
+    target = f"{data['target']} (`{data['timed']}` on the sample store)"
+    return [Target(Bench.PLATFORM, "platform|local command", target, figure,
+                   data["verdict"], run.date, run.commit, run.machine, run.command, run.file)]
+
+
+def local_command_table(data: dict[str, Any]) -> list[str]:
+    lines = ["| variant | runs | wall median s | wall min-max s | CPU median s | work median s "
+             "| beyond median s | load |",
+             "|---|---:|---:|---:|---:|---:|---:|---|"]
+    for v in data["variants"]:
+        lines.append(f"| {_cell(v['name'])} | {v['runs']} | {v['wall_median']:.3f} | "
+                     f"{v['wall_min']:.3f}-{v['wall_max']:.3f} | {v['cpu_median']:.3f} | "
+                     f"{v['work_median']:.3f} | {v['beyond_median']:.3f} | "
+                     f"{min(v['load']):.1f}-{max(v['load']):.1f} |")
+    return lines
+
+
 def carried_targets(data: dict[str, Any]) -> list[Target]:
     return [Target(Bench(c["bench"]), c["key"], c["target"], c["figure"], c["verdict"],
                    c["date"], c["commit"], c["machine"], c["command"], c["source"],
@@ -179,6 +208,8 @@ def targets_of(data: dict[str, Any], run: Run | None) -> list[Target]:
         return synthetic_targets(data, run)
     if "rows" in data:
         return api_targets(data, run)
+    if data.get("bench") == LOCAL_COMMAND:
+        return local_command_targets(data, run)
     raise ValueError(f"{run.file}: not a results file this report knows")
 
 
@@ -334,7 +365,10 @@ def render(targets: Sequence[Target], runs: Sequence[RunTable]) -> str:
         lines += [f"### `{run.command}`", "",
                   f"{run.date} at {run.commit}, {run.machine}; "
                   f"[{run.file}](benchmarks/results/{run.file}).", ""]
-        lines += synthetic_table(data) if "results" in data else api_table(data)
+        if data.get("bench") == LOCAL_COMMAND:
+            lines += local_command_table(data)
+        else:
+            lines += synthetic_table(data) if "results" in data else api_table(data)
         lines.append("")
     lines.append(METHOD)
     return "\n".join(lines)

@@ -23,6 +23,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from reverie.benchmarks.local_command import BENCH as LOCAL_COMMAND
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 HISTORY = "docs/benchmarks-history.md"
@@ -313,6 +315,33 @@ def suite_targets(data: dict[str, Any], run: Run) -> list[Target]:
                    verdict, run.date, run.commit, run.machine, run.command, run.file)]
 
 
+def local_command_targets(data: dict[str, Any], run: Run) -> list[Target]:
+    """``benchmarks/local_command.py``: the command's wall clock beyond the steps' own
+    clocks, medians over the runs, and the A/B ratios when it had a baseline."""
+    this = data["variants"][0]
+    figure = (f"{this['wall_median']:.2f} s wall ({this['wall_min']:.2f}-{this['wall_max']:.2f})"
+              f" for {this['work_median']:.2f} s of work: {this['beyond_median']:.2f} s beyond"
+              f" it; CPU {this['cpu_median']:.2f} s")
+    if len(data["variants"]) > 1:
+        figure += (f"; against {data['variants'][1]['name']}, pair by pair: wall "
+                   f"x{data['wall_ratio_median']:.2f}, CPU x{data['cpu_ratio_median']:.2f}")
+    target = f"{data['target']} (`{data['timed']}` on the sample store)"
+    return [Target(Bench.PLATFORM, "platform|local command", target, figure,
+                   data["verdict"], run.date, run.commit, run.machine, run.command, run.file)]
+
+
+def local_command_table(data: dict[str, Any]) -> list[str]:
+    lines = ["| variant | runs | wall median s | wall min-max s | CPU median s | work median s "
+             "| beyond median s | load |",
+             "|---|---:|---:|---:|---:|---:|---:|---|"]
+    for v in data["variants"]:
+        lines.append(f"| {_cell(v['name'])} | {v['runs']} | {v['wall_median']:.3f} | "
+                     f"{v['wall_min']:.3f}-{v['wall_max']:.3f} | {v['cpu_median']:.3f} | "
+                     f"{v['work_median']:.3f} | {v['beyond_median']:.3f} | "
+                     f"{min(v['load']):.1f}-{max(v['load']):.1f} |")
+    return lines
+
+
 def carried_targets(data: dict[str, Any]) -> list[Target]:
     return [Target(Bench(c["bench"]), c["key"], c["target"], c["figure"], c["verdict"],
                    c["date"], c["commit"], c["machine"], c["command"], c["source"],
@@ -321,7 +350,10 @@ def carried_targets(data: dict[str, Any]) -> list[Target]:
 
 
 def bench_of(data: dict[str, Any]) -> Bench:
-    """Which bench wrote a results file, from the shape of its JSON."""
+    """Which bench wrote a results file, from the shape of its JSON (the local command's
+    names itself)."""
+    if data.get("bench") == LOCAL_COMMAND:
+        return Bench.PLATFORM
     for field, bench in (("results", Bench.SYNTHETIC), ("rows", Bench.API),
                          ("conversations", Bench.LOCOMO), ("chains", Bench.UPDATES),
                          ("legs", Bench.SUITE)):
@@ -336,6 +368,7 @@ READERS = {
     Bench.LOCOMO: locomo_targets,
     Bench.UPDATES: updates_targets,
     Bench.SUITE: suite_targets,
+    Bench.PLATFORM: local_command_targets,
 }
 
 
@@ -505,6 +538,7 @@ TABLES = {
     Bench.LOCOMO: locomo_table,
     Bench.UPDATES: updates_table,
     Bench.SUITE: suite_table,
+    Bench.PLATFORM: local_command_table,
 }
 
 

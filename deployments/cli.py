@@ -553,14 +553,16 @@ def run_flow(
     **extra: Any,
 ) -> RunReport:
     """Run a flow by its short name in this process (against PREFECT_API_URL if set)."""
-    from reverie.deployments.local_server import local_api
-    from reverie.flows.catalog import FLOWS
-    from reverie.runner.runtime import wait_for_run_history
+    from reverie.runner.loading import first_load
 
+    with first_load():
+        from reverie.deployments.local_server import local_api
+        from reverie.flows.catalog import FLOWS
+        from reverie.runner.runtime import wait_for_run_history
+
+        flow = FLOWS[name]
     with local_api():
-        report = FLOWS[name](
-            profile=profile, as_of=as_of, dry_run=dry_run, config=config, **extra
-        )
+        report = flow(profile=profile, as_of=as_of, dry_run=dry_run, config=config, **extra)
     wait_for_run_history(report.run_id)
     return report
 

@@ -317,6 +317,22 @@ class Embeddings(StrEnum):
     REAL = "real"
 
 
+class SummarizerChoice(StrEnum):
+    """``config.summarizer``'s values (``models.config.SummarizerName``, which a test
+    holds this to): the config itself is not imported to start the command."""
+
+    RULES = "rules"
+    LLM = "llm"
+    AUTO = "auto"
+
+
+# Bounds of whole-number options, the agent API's where it has the same knob
+# (``http_api``): what a line outside them asks for is a typo, not a request.
+HISTORY_SHOWN = (1, 1000)  # status --limit: the API's consolidation status limit
+RECALL_K = (1, 10_000)  # recall -k: the API's k
+CONTEXT_CHARS = (0, 200_000)  # bench locomo --budget: the API's budget_chars
+
+
 # --- options several commands share ---------------------------------------------------------
 
 
@@ -333,7 +349,7 @@ Profile = Annotated[str, typer.Option("--profile", parser=_name, metavar="P",
                                       help="the profile")]
 Preset = Annotated[str | None, typer.Option(
     "--preset", metavar="NAME", help="configuration preset (default: 'default')")]
-Summarizer = Annotated[str, typer.Option(
+Summarizer = Annotated[SummarizerChoice, typer.Option(
     "--summarizer", metavar="rules|llm|auto", help="rules, llm or auto")]
 JsonOut = Annotated[Path | None, typer.Option(
     "--json", metavar="OUT", help="also write the result as JSON")]
@@ -894,7 +910,8 @@ def _status(
     profile: Annotated[str | None, typer.Option(
         "--profile", parser=_name, metavar="P", help="one profile (default: all)")] = None,
     limit: Annotated[int, typer.Option(
-        "--limit", metavar="N", help="runs of history to show")] = 20,
+        "--limit", metavar="N", min=HISTORY_SHOWN[0], max=HISTORY_SHOWN[1],
+        help="runs of history to show")] = 20,
     json_: Json = False,
 ) -> int:
     """Per profile and flow: the last run, what it changed, the next scheduled run (with
@@ -1200,7 +1217,7 @@ def _blocks(profile: Profile, json_: Json = False) -> int:
 def _recall(
     query: Annotated[str, typer.Argument(metavar="QUERY", help="what to look for")],
     profile: Profile,
-    k: Annotated[int, typer.Option("-k", metavar="N", min=1,
+    k: Annotated[int, typer.Option("-k", metavar="N", min=RECALL_K[0], max=RECALL_K[1],
                                    help="how many memories")] = 5,
     deep: Annotated[bool, _flag("--deep", help="search the cold tier too")] = False,
     track: Annotated[bool, _flag("--track", help="count the hits as accessed")] = False,
@@ -1315,13 +1332,14 @@ OffsetDays = Annotated[float, typer.Option(
 def _bench_locomo(
     path: Annotated[Path, typer.Argument(metavar="PATH", help="a LoCoMo-format file")],
     as_of_offset_days: OffsetDays = 90.0,
-    budget: Annotated[int, typer.Option("--budget", metavar="N",
-                                        help="context characters")] = 2000,
+    budget: Annotated[int, typer.Option("--budget", metavar="N", min=CONTEXT_CHARS[0],
+                                        max=CONTEXT_CHARS[1], help="context characters")]
+    = 2000,
     conversations: Annotated[Names | None, typer.Option(
         "--conversations", parser=_names, metavar="IDS",
         help="only these conversations, by sample id, comma-separated (e.g. one fold's two "
         "tuning conversations, or its third to validate on; default all)")] = None,
-    summarizer: Summarizer = "auto",
+    summarizer: Summarizer = SummarizerChoice.AUTO,
     preset_name: Preset = None,
     json_out: JsonOut = None,
 ) -> int:
@@ -1341,7 +1359,7 @@ def _bench_locomo(
     from reverie.models.config import ConsolidationConfig, preset
 
     base = preset(preset_name) if preset_name else ConsolidationConfig()
-    config = base.model_copy(update={"summarizer": summarizer})
+    config = base.model_copy(update={"summarizer": summarizer.value})
     from reverie.runner.temporary_server import keep_with_this_process
 
     keep_with_this_process()
@@ -1357,7 +1375,7 @@ def _bench_updates(
         "--profiles", metavar="N", min=1,
         help="profiles, each with one chain per fact kind")] = 8,
     as_of_offset_days: OffsetDays = 90.0,
-    summarizer: Summarizer = "auto",
+    summarizer: Summarizer = SummarizerChoice.AUTO,
     preset_name: Preset = None,
     json_out: JsonOut = None,
 ) -> int:
@@ -1367,7 +1385,7 @@ def _bench_updates(
     from reverie.runner.temporary_server import keep_with_this_process
 
     base = preset(preset_name) if preset_name else ConsolidationConfig()
-    config = base.model_copy(update={"summarizer": summarizer})
+    config = base.model_copy(update={"summarizer": summarizer.value})
     keep_with_this_process()
     result = bench_updates(profiles, as_of_offset_days, config)
     print(render_updates(result))

@@ -1,0 +1,152 @@
+"""The `reverie` command's start-up (issue #39 item 3): only the command named on the line
+is made, the tree help shows is the one an eager build makes, the option bounds and
+choices, and the start-up bench's arithmetic."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from typing import Any, get_args
+
+import pytest
+import typer
+from typer._click.core import Command, Context
+from typer.core import TyperGroup
+
+from reverie.benchmarks.cli_start import MOVED, Sample, old_module, summarize
+from reverie.deployments.cli import (
+    _COMMANDS,
+    CONTEXT_CHARS,
+    EXIT_ERROR,
+    HISTORY_SHOWN,
+    RECALL_K,
+    SummarizerChoice,
+    _Commands,
+    _typer,
+    fresh_command,
+    main,
+)
+from reverie.models.config import SummarizerName
+
+
+def _eager() -> TyperGroup:
+    """Every command registered on one app and made at once, as typer makes an app."""
+    app = _typer()
+    app.callback(help="Memory consolidation for AI agents.")(lambda: None)
+    for register in _COMMANDS.values():
+        register(app)
+    return typer.main.get_group(app)
+
+
+def _shape(command: Command) -> Any:
+    sub = (command.commands if isinstance(command, TyperGroup) else {})
+    return (type(command).__name__, command.help, command.hidden,
+            [(p.name, p.opts, p.required, p.default, p.metavar, str(getattr(p, "type", "")),
+              getattr(p, "help", None))
+             for p in command.params if p.name != "help"],
+            getattr(command, "one_of", None), getattr(command, "one_required", None),
+            {name: _shape(c) for name, c in sub.items()}, list(sub))
+
+
+def test_the_lazy_tree_is_the_eager_tree_command_for_command() -> None:
+    lazy, eager = fresh_command(), _eager()
+    # typer lists the commands, then the groups, each in the order they were added.
+    assert list(lazy.commands) == list(eager.commands)
+    for name in eager.commands:
+        assert _shape(lazy.commands[name]) == _shape(eager.commands[name]), name
+
+
+def test_a_line_makes_only_the_command_it_names() -> None:
+    root = fresh_command()
+    commands = root.commands
+    assert isinstance(commands, _Commands)
+    ctx = root.make_context("reverie", ["status", "--limit", "3"])
+    name, command, rest = root.resolve_command(ctx, ["status", "--limit", "3"])
+    assert name == "status" and command is not None and rest == ["--limit", "3"]
+    assert list(commands._made) == ["status"]
+
+
+def test_the_command_module_leaves_the_store_and_prefect_unimported() -> None:
+    # `reverie --help` and the tree cost neither SQLAlchemy, pydantic nor Prefect.
+    code = ("import sys; from reverie.deployments.cli import command; command(); "
+            "print(sorted(m for m in ('sqlalchemy', 'sqlmodel', 'pydantic', 'prefect', "
+            "'reverie.models.store') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, check=True)
+    assert done.stdout.strip() == "[]"
+
+
+def _parsed(argv: list[str]) -> dict[str, Any]:
+    """The values a line gives its command, parsed as `reverie` would, run never."""
+    root = fresh_command()
+    ctx: Context = root.make_context("reverie", list(argv))
+    name, command, rest = root.resolve_command(ctx, [*ctx._protected_args, *ctx.args])
+    assert command is not None and name is not None
+    while isinstance(command, TyperGroup):
+        ctx = command.make_context(name, rest, parent=ctx)
+        name, command, rest = command.resolve_command(ctx, [*ctx._protected_args, *ctx.args])
+        assert command is not None and name is not None
+    return command.make_context(name, rest, parent=ctx).params
+
+
+def _refused(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == EXIT_ERROR
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    return err
+
+
+@pytest.mark.parametrize(("words", "bounds"), [
+    (["status", "--limit"], HISTORY_SHOWN),
+    (["recall", "q", "--profile", "p", "-k"], RECALL_K),
+    (["bench", "locomo", "f.json", "--budget"], CONTEXT_CHARS),
+])
+def test_whole_number_options_take_their_bounds_and_refuse_one_past(
+    words: list[str], bounds: tuple[int, int], capsys: pytest.CaptureFixture[str]
+) -> None:
+    low, high = bounds
+    name = words[-1].lstrip("-").replace("-", "_")
+    assert _parsed([*words, str(low)])[name] == low
+    assert _parsed([*words, str(high)])[name] == high
+    option = words[-1]
+    for outside, says in ((low - 1, f"greater than or equal to {low}"),
+                          (high + 1, f"less than or equal to {high}")):
+        err = _refused([*words, str(outside)], capsys)
+        assert f"Invalid value for '{option}'" in err and says in err, err
+        assert err.endswith("(--help for usage)")
+
+
+def test_the_summarizer_is_a_closed_choice_of_the_configs_values(
+    capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert sorted(SummarizerChoice) == sorted(get_args(SummarizerName))
+    for choice in SummarizerChoice:
+        given = _parsed(["bench", "updates", "--summarizer", choice.value])["summarizer"]
+        assert given is choice
+    assert _parsed(["bench", "updates"])["summarizer"] is SummarizerChoice.AUTO
+    err = _refused(["bench", "updates", "--summarizer", "gpt"], capsys)
+    assert "'gpt' is not one of 'rules', 'llm', 'auto'" in err, err
+
+
+# --- the start-up bench's arithmetic -------------------------------------------------------
+
+
+def test_the_bench_judges_the_median_of_pairwise_ratios() -> None:
+    pairs = [(Sample(0.9, 1.0), Sample(1.0, 1.0)), (Sample(1.2, 1.1), Sample(1.0, 1.0)),
+             (Sample(0.95, 0.9), Sample(1.0, 1.0))]
+    row = summarize("status", pairs, True)
+    assert (row.cpu_ratio, row.cpu_ratio_min, row.cpu_ratio_max) == (0.95, 0.9, 1.2)
+    assert (row.wall_ratio, row.wall_ratio_min, row.wall_ratio_max) == (1.0, 0.9, 1.1)
+    assert row.verdict == "met" and row.pairs == 3
+    slower = summarize("get", [(Sample(1.01, 1.0), Sample(1.0, 1.0))], True)
+    assert slower.verdict == "missed: 1.010x"
+
+
+def test_the_baseline_module_points_at_moved_modules_only_in_imports() -> None:
+    text = "from reverie.engines.recall import recall\n# reverie.engines.recall stays\n"
+    assert old_module(text) == ("from reverie.recall.search import recall\n"
+                                "# reverie.engines.recall stays\n")
+    for new in MOVED.values():
+        __import__(new)

@@ -4,8 +4,10 @@ choices, and the start-up bench's arithmetic."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any, get_args
 
 import pytest
@@ -150,3 +152,58 @@ def test_the_baseline_module_points_at_moved_modules_only_in_imports() -> None:
                                 "# reverie.engines.recall stays\n")
     for new in MOVED.values():
         __import__(new)
+
+
+# --- whether a Prefect API is configured, without importing Prefect when none can be ------
+
+_ASK = ("import sys; from reverie.runner.event_delivery import api_url; "
+        "mine = api_url(); imported = 'prefect' in sys.modules; "
+        "from prefect.settings import get_current_settings; "
+        "print(repr(mine), imported, repr(get_current_settings().api.url))")
+URL = "http://127.0.0.1:9/api"
+
+
+# One process each (Prefect reads its settings once): the sources that can name a URL,
+# and the two ways none does.
+@pytest.mark.slow(seconds=20)
+@pytest.mark.parametrize(("where", "text", "env"), [
+    (None, "", {}),
+    ("pyproject.toml", '[project]\nname = "x"\n', {}),
+    (None, "", {"PREFECT_API_URL": URL}),
+    (".env", f"PREFECT_API_URL={URL}\n", {}),
+    ("prefect.toml", f'[api]\nurl = "{URL}"\n', {}),
+    ("mine.toml", f'active = "p"\n[profiles.p]\nPREFECT_API_URL = "{URL}"\n',
+     {"PREFECT_PROFILES_PATH": "mine.toml"}),
+])
+def test_the_api_url_is_prefects_own_and_prefect_is_imported_only_when_a_source_can_set_it(
+    tmp_path: Path, where: str | None, text: str, env: dict[str, str]
+) -> None:
+    (tmp_path / "home").mkdir()
+    if where:
+        (tmp_path / where).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / where).write_text(text, encoding="utf-8")
+    clean = {k: v for k, v in os.environ.items() if not k.upper().startswith("PREFECT_")}
+    paths = {k: str(tmp_path / v) if k != "PREFECT_API_URL" else v for k, v in env.items()}
+    done = subprocess.run([sys.executable, "-c", _ASK], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120, check=True,
+                          env={**clean, "HOME": str(tmp_path / "home"), **paths})
+    mine, imported, prefects = done.stdout.split()
+    assert mine == prefects  # the same answer as Prefect's settings give
+    expected = "None" if text in ("", '[project]\nname = "x"\n') and not env else repr(URL)
+    assert mine == expected
+    assert imported == str(mine != "None")
+
+
+def test_a_url_set_in_prefects_settings_context_is_seen(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    # No file nor variable names one; a test harness or serve's temporary_settings does.
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from reverie.runner.event_delivery import api_url
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    for name in [n for n in os.environ if n.upper().startswith("PREFECT_")]:
+        monkeypatch.delenv(name)
+    with temporary_settings({PREFECT_API_URL: URL}):
+        assert api_url() == URL

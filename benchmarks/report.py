@@ -39,6 +39,7 @@ class Bench(StrEnum):
     UPDATES = "updates"
     LOCOMO = "locomo"
     PLATFORM = "platform"
+    START = "start"
     SUITE = "suite"
 
 
@@ -49,6 +50,7 @@ BENCH_TITLES = {
     Bench.UPDATES: "updated facts (`reverie bench updates`)",
     Bench.LOCOMO: "no fact lost (`reverie bench locomo`)",
     Bench.PLATFORM: "the platform",
+    Bench.START: "command start-up (`python -m reverie.benchmarks.cli_start`)",
     Bench.SUITE: "the test suite",
 }
 
@@ -162,6 +164,22 @@ def api_targets(data: dict[str, Any], run: Run) -> list[Target]:
     return out
 
 
+def start_targets(data: dict[str, Any], run: Run) -> list[Target]:
+    """One target per command: it starts no slower than the argparse CLI it replaced."""
+    out = []
+    for row in data["starts"]:
+        figure = (f"CPU {row['cpu_ratio']:.2f}x ({row['cpu_ratio_min']:.2f}-"
+                  f"{row['cpu_ratio_max']:.2f}), wall {row['wall_ratio']:.2f}x "
+                  f"({row['wall_ratio_min']:.2f}-{row['wall_ratio_max']:.2f}); "
+                  f"{row['new_cpu_s']:.3f} s CPU against {row['old_cpu_s']:.3f} s, "
+                  f"{row['pairs']} pairs")
+        out.append(Target(Bench.START, f"start|{row['command']}",
+                          f"`reverie {row['command']}` starts no slower than the argparse CLI: "
+                          f"{data['target']}", figure, row["verdict"], run.date, run.commit,
+                          run.machine, run.command, run.file))
+    return out
+
+
 def carried_targets(data: dict[str, Any]) -> list[Target]:
     return [Target(Bench(c["bench"]), c["key"], c["target"], c["figure"], c["verdict"],
                    c["date"], c["commit"], c["machine"], c["command"], c["source"],
@@ -179,6 +197,8 @@ def targets_of(data: dict[str, Any], run: Run | None) -> list[Target]:
         return synthetic_targets(data, run)
     if "rows" in data:
         return api_targets(data, run)
+    if "starts" in data:
+        return start_targets(data, run)
     raise ValueError(f"{run.file}: not a results file this report knows")
 
 
@@ -242,6 +262,22 @@ def targets_table(targets: Sequence[Target]) -> list[str]:
 def _number(row: dict[str, Any], key: str, digits: int) -> str:
     value = row.get(key)
     return "" if value is None else f"{value:.{digits}f}"
+
+
+def start_table(data: dict[str, Any]) -> list[str]:
+    lines = [f"Against {data['baseline']}; load average {data['load_before']} before, "
+             f"{data['load_after']} after.", "",
+             "| command | pairs | CPU s | argparse CPU s | CPU ratio (min-max) | wall s "
+             "| argparse wall s | wall ratio (min-max) | same output | verdict |",
+             "|---|---:|---:|---:|---|---:|---:|---|---|---|"]
+    for r in data["starts"]:
+        cpu = f"{r['cpu_ratio']:.3f} ({r['cpu_ratio_min']:.2f}-{r['cpu_ratio_max']:.2f})"
+        wall = f"{r['wall_ratio']:.3f} ({r['wall_ratio_min']:.2f}-{r['wall_ratio_max']:.2f})"
+        lines.append(f"| `reverie {r['command']}` | {r['pairs']} | {r['new_cpu_s']:.3f} | "
+                     f"{r['old_cpu_s']:.3f} | {cpu} | {r['new_wall_s']:.3f} | "
+                     f"{r['old_wall_s']:.3f} | {wall} | "
+                     f"{'yes' if r['same_output'] else 'no'} | {r['verdict']} |")
+    return lines
 
 
 def synthetic_table(data: dict[str, Any]) -> list[str]:
@@ -309,6 +345,11 @@ METHOD = """\
   store of synthetic profiles, driven by 1, 8 and 32 httpx clients; recall and store
   latency as the client sees it. Store's sentences per second are compared with ingest's
   in the bench's own process.
+- **Command start-up** (`benchmarks/cli_start.py`): each command as whole processes,
+  the typer CLI against e4a754d's argparse CLI taken from git into a scratch folder (its
+  moved imports pointed at their new place), same virtualenv and library, in interleaved
+  pairs on a scratch copy of the sample store with no Prefect API; the median of the
+  pairwise ratios of CPU (user + system) and of wall time, with their range.
 - **`reverie bench embedding`**, **`reverie bench updates`** and **`reverie bench
   locomo`**: OpenVINO against PyTorch; update chains answered with their newest value;
   answers still found after consolidation on LoCoMo conversations (README, Quality).
@@ -332,7 +373,8 @@ def render(targets: Sequence[Target], runs: Sequence[RunTable]) -> str:
         lines += [f"### `{run.command}`", "",
                   f"{run.date} at {run.commit}, {run.machine}; "
                   f"[{run.file}](benchmarks/results/{run.file}).", ""]
-        lines += synthetic_table(data) if "results" in data else api_table(data)
+        lines += (synthetic_table(data) if "results" in data
+                  else start_table(data) if "starts" in data else api_table(data))
         lines.append("")
     lines.append(METHOD)
     return "\n".join(lines)

@@ -59,7 +59,8 @@ COMMANDS: dict[str, tuple[str, ...]] = {
     "export": ("export", "--profile", PROFILE),
     "consolidations": ("consolidations", "--profile", PROFILE),
 }
-NEW = "from reverie.deployments.cli import console; console()"
+# What the `reverie` executable runs ([project.scripts]).
+NEW = "from reverie.deployments.executable import console; console()"
 OLD = "import sys; sys.path.insert(0, {folder!r}); from cli_argparse import console; console()"
 
 

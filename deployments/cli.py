@@ -1662,21 +1662,15 @@ _COMMANDS: dict[str, Callable[[typer.Typer], None]] = {
 }
 
 
-# CPython collects its youngest generation every 700 new objects. A command's start
-# makes hundreds of thousands that live as long as the process (modules, classes,
-# SQLAlchemy's and pydantic's tables of them): hundreds of collections that free
-# nothing, about a tenth of `reverie status`'s CPU. Every this many instead: a few MB of
-# cyclic garbage at most wait a little longer in a server.
-YOUNG_COLLECTION_EVERY = 50_000
-
-
 def console() -> NoReturn:
     """The ``reverie`` executable: ``main``, with the youngest generation collected less
-    often (``YOUNG_COLLECTION_EVERY``), then exit without the interpreter's last
+    often (``executable.YOUNG_COLLECTION_EVERY``), then exit without the interpreter's last
     garbage collection over Prefect's ~200,000 objects (half a second of a local
     command). ``gc.freeze`` moves them out of the collector's reach; everything else at
     exit (flushing Prefect's logs and events, closing files) happens as before."""
-    gc.set_threshold(YOUNG_COLLECTION_EVERY, *gc.get_threshold()[1:])
+    from reverie.deployments.executable import collect_less_often
+
+    collect_less_often()  # already, when run as `reverie`; `python -m` comes here first
     try:
         code = main()
         sys.stdout.flush()

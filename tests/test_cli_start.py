@@ -207,3 +207,14 @@ def test_a_url_set_in_prefects_settings_context_is_seen(tmp_path: Path,
         monkeypatch.delenv(name)
     with temporary_settings({PREFECT_API_URL: URL}):
         assert api_url() == URL
+
+
+def test_the_executable_sets_the_collectors_pace_before_importing_the_cli() -> None:
+    code = ("import gc, sys; from reverie.deployments import executable as e; "
+            "print('typer' in sys.modules, 'reverie.deployments.cli' in sys.modules); "
+            "sys.argv[1:] = ['--version']; e.console()")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    first, version = done.stdout.splitlines()
+    assert first == "False False" and version.startswith("reverie ")

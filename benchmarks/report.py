@@ -39,6 +39,7 @@ class Bench(StrEnum):
     UPDATES = "updates"
     LOCOMO = "locomo"
     PLATFORM = "platform"
+    START = "start"
     SUITE = "suite"
 
 
@@ -49,6 +50,7 @@ BENCH_TITLES = {
     Bench.UPDATES: "updated facts (`reverie bench updates`)",
     Bench.LOCOMO: "no fact lost (`reverie bench locomo`)",
     Bench.PLATFORM: "the platform",
+    Bench.START: "command start-up (`python -m reverie.benchmarks.cli_start`)",
     Bench.SUITE: "the test suite",
 }
 
@@ -342,6 +344,22 @@ def local_command_table(data: dict[str, Any]) -> list[str]:
     return lines
 
 
+def start_targets(data: dict[str, Any], run: Run) -> list[Target]:
+    """One target per command: it starts no slower than the argparse CLI it replaced."""
+    out = []
+    for row in data["starts"]:
+        figure = (f"CPU {row['cpu_ratio']:.2f}x ({row['cpu_ratio_min']:.2f}-"
+                  f"{row['cpu_ratio_max']:.2f}), wall {row['wall_ratio']:.2f}x "
+                  f"({row['wall_ratio_min']:.2f}-{row['wall_ratio_max']:.2f}); "
+                  f"{row['new_cpu_s']:.3f} s CPU against {row['old_cpu_s']:.3f} s, "
+                  f"{row['pairs']} pairs")
+        out.append(Target(Bench.START, f"start|{row['command']}",
+                          f"`reverie {row['command']}` starts no slower than the argparse CLI: "
+                          f"{data['target']}", figure, row["verdict"], run.date, run.commit,
+                          run.machine, run.command, run.file))
+    return out
+
+
 def carried_targets(data: dict[str, Any]) -> list[Target]:
     return [Target(Bench(c["bench"]), c["key"], c["target"], c["figure"], c["verdict"],
                    c["date"], c["commit"], c["machine"], c["command"], c["source"],
@@ -356,7 +374,7 @@ def bench_of(data: dict[str, Any]) -> Bench:
         return Bench.PLATFORM
     for field, bench in (("results", Bench.SYNTHETIC), ("rows", Bench.API),
                          ("conversations", Bench.LOCOMO), ("chains", Bench.UPDATES),
-                         ("legs", Bench.SUITE)):
+                         ("legs", Bench.SUITE), ("starts", Bench.START)):
         if field in data:
             return bench
     raise ValueError("not a results file this report knows")
@@ -369,6 +387,7 @@ READERS = {
     Bench.UPDATES: updates_targets,
     Bench.SUITE: suite_targets,
     Bench.PLATFORM: local_command_targets,
+    Bench.START: start_targets,
 }
 
 
@@ -442,6 +461,22 @@ def targets_table(targets: Sequence[Target]) -> list[str]:
 def _number(row: dict[str, Any], key: str, digits: int) -> str:
     value = row.get(key)
     return "" if value is None else f"{value:.{digits}f}"
+
+
+def start_table(data: dict[str, Any]) -> list[str]:
+    lines = [f"Against {data['baseline']}; load average {data['load_before']} before, "
+             f"{data['load_after']} after.", "",
+             "| command | pairs | CPU s | argparse CPU s | CPU ratio (min-max) | wall s "
+             "| argparse wall s | wall ratio (min-max) | same output | verdict |",
+             "|---|---:|---:|---:|---|---:|---:|---|---|---|"]
+    for r in data["starts"]:
+        cpu = f"{r['cpu_ratio']:.3f} ({r['cpu_ratio_min']:.2f}-{r['cpu_ratio_max']:.2f})"
+        wall = f"{r['wall_ratio']:.3f} ({r['wall_ratio_min']:.2f}-{r['wall_ratio_max']:.2f})"
+        lines.append(f"| `reverie {r['command']}` | {r['pairs']} | {r['new_cpu_s']:.3f} | "
+                     f"{r['old_cpu_s']:.3f} | {cpu} | {r['new_wall_s']:.3f} | "
+                     f"{r['old_wall_s']:.3f} | {wall} | "
+                     f"{'yes' if r['same_output'] else 'no'} | {r['verdict']} |")
+    return lines
 
 
 def synthetic_table(data: dict[str, Any]) -> list[str]:
@@ -539,6 +574,7 @@ TABLES = {
     Bench.UPDATES: updates_table,
     Bench.SUITE: suite_table,
     Bench.PLATFORM: local_command_table,
+    Bench.START: start_table,
 }
 
 
@@ -593,6 +629,11 @@ METHOD = """\
 - **`reverie bench embedding`**: OpenVINO against PyTorch on LoCoMo's sentences.
 - **The test suite**: `make test` from a fresh clone (`.ci/run`), its two legs side by
   side; the figures are copied from that run's log into a JSON of the same shape each time.
+- **Command start-up** (`benchmarks/cli_start.py`): each command as whole processes,
+  the typer CLI against e4a754d's argparse CLI taken from git into a scratch folder (its
+  moved imports pointed at their new place), same virtualenv and library, in interleaved
+  pairs on a scratch copy of the sample store with no Prefect API; the median of the
+  pairwise ratios of CPU (user + system) and of wall time, with their range.
 
 ## The machine
 

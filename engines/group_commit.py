@@ -96,7 +96,14 @@ class GroupCommit(Generic[T, R]):
                 raise
             slot = self._idle.pop()
             if self._gather and self._last > 1:
-                self._wait_for_more(key)
+                try:
+                    self._wait_for_more(key)
+                except BaseException:
+                    # Interrupted while gathering: the slot back, the job withdrawn.
+                    self._withdraw(key, job)
+                    self._idle.append(slot)
+                    self._changed.notify_all()
+                    raise
             group = self._group(key, job)
             self._last = len(group)
             self.groups += 1

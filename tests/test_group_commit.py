@@ -257,3 +257,24 @@ def test_bad_arguments_are_refused() -> None:
     commit: GroupCommit[int, int] = GroupCommit(lambda _slot, items: [])
     with pytest.raises(RuntimeError, match="0 answers for 1 jobs"):
         commit.submit(1)
+
+
+def test_a_runner_interrupted_while_gathering_gives_its_slot_back() -> None:
+    run = Recorder()
+    commit: GroupCommit[int, int] = GroupCommit(run, gather=0.2)
+    queued_behind_a_held_group(commit, run, 100, [1, 2])  # the last group had 2 jobs
+
+    class Interrupt(BaseException):
+        pass
+
+    original = commit._changed.wait
+
+    def interrupted(timeout: float | None = None) -> bool:
+        raise Interrupt
+
+    commit._changed.wait = interrupted  # type: ignore[method-assign]
+    with pytest.raises(Interrupt):
+        commit.submit(3)  # takes the slot, then waits for a second job
+    commit._changed.wait = original  # type: ignore[method-assign]
+    assert not commit._queued and commit._idle == [0]
+    assert commit.submit(4) == 8

@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence, Set
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import lru_cache
@@ -59,7 +60,7 @@ from functools import lru_cache
 import numpy as np
 
 from reverie.engines.llm import _COMMON, _OPENING_WORDS, facts, kept_names
-from reverie.engines.similarity import DEFAULT_SEARCH, radius_neighbours
+from reverie.engines.similarity import DEFAULT_SEARCH, radius_neighbours, search_cells
 from reverie.models import ids
 from reverie.models.config import DedupConfig, SearchConfig
 from reverie.models.records import MemoryView, SummaryPlan
@@ -262,9 +263,17 @@ def plan_supersessions(
     finding and skipping them was most of dedup's time (#37)."""
     if len(candidates) < 2:
         return []
-    texts = [values(m.content) for m in candidates]
-    neighbours = radius_neighbours(vectors, config.supersede_similarity, search=search,
-                                   groups=fact_groups(candidates, texts))
+    with ThreadPoolExecutor(1, thread_name_prefix="cells") as pool:
+        # FAISS works out the cells (k-means, a second of CPU at 100k) with the GIL let
+        # go, while this thread works out the values, which hold it: on two cores the
+        # one hides the other. The cells are the same wherever they are worked out.
+        cells = pool.submit(search_cells, vectors, search) \
+            if len(candidates) > search.exact_limit else None
+        texts = [values(m.content) for m in candidates]
+        groups = fact_groups(candidates, texts)
+        neighbours = radius_neighbours(
+            vectors, config.supersede_similarity, search=search, groups=groups,
+            cells=cells.result() if cells is not None else None)
     order = sorted(range(len(candidates)), key=lambda i: newest_first(candidates[i]),
                    reverse=True)
     # Position newest first: j is older than i when rank[j] > rank[i].

@@ -71,6 +71,8 @@ _one_thread_users = 0
 _threads_before: list[int] = []
 
 Row = TypeVar("Row")
+# A search's cells (``search_cells``): their number, and per row the cells it probes.
+Cells = tuple[int, np.ndarray]
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,16 +217,18 @@ def _range_hits(
 def radius_neighbours(
     vectors: np.ndarray, threshold: float, queries: np.ndarray | None = None,
     search: SearchConfig = DEFAULT_SEARCH, groups: np.ndarray | None = None,
+    cells: Cells | None = None,
 ) -> Neighbours:
     """All rows of ``vectors`` with similarity >= ``threshold`` to each query row.
 
     Without ``queries`` every row is a query and a row is not its own neighbour (an
     all-pairs search, as ``search`` says, only within ``groups`` if given: see
-    ``similarity_pairs``); with them, always exact.
+    ``similarity_pairs``, and ``cells`` for cells worked out already); with them,
+    always exact.
     """
     vectors = _check(vectors)
     if queries is None:
-        i, j, sims = similarity_pairs(vectors, threshold, search, groups)
+        i, j, sims = similarity_pairs(vectors, threshold, search, groups, cells)
         rows = np.concatenate([i, j])
         idx = np.concatenate([j, i])
         sims = np.concatenate([sims, sims])
@@ -317,7 +321,7 @@ def _per_row(rows: np.ndarray, idx: np.ndarray, sims: np.ndarray, count: int) ->
 
 def similarity_pairs(
     vectors: np.ndarray, threshold: float, search: SearchConfig = DEFAULT_SEARCH,
-    groups: np.ndarray | None = None,
+    groups: np.ndarray | None = None, cells: Cells | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Every unordered pair of rows (i < j) with similarity >= ``threshold``, as arrays
     (i, j, similarity) sorted by (i, j). Vectorised: no Python loop over pairs.
@@ -327,17 +331,20 @@ def similarity_pairs(
     in a negative one. Exactly the pairs the search of every row finds that are in
     one group: the cells are still those of all the rows (a search of each group
     apart would make other cells, and so find other pairs above the limit), but
-    only the rows of a group are compared with each other."""
+    only the rows of a group are compared with each other.
+
+    ``cells``: ``search_cells(vectors, search)``, if the caller worked it out already
+    (in another thread, while it did something else: ``tasks.supersede``)."""
     vectors = _check(vectors)
     n, bound = len(vectors), np.float32(threshold)
     if groups is not None:
         groups = np.asarray(groups, dtype=np.int64)
         if groups.shape != (n,):
             raise ValueError(f"expected one group per row ({n}), got shape {groups.shape}")
-        keys = list(_grouped_candidates(vectors, bound, search, groups))
+        keys = list(_grouped_candidates(vectors, bound, search, groups, cells))
     elif n > search.exact_limit:
         keys = [_pair_keys(asked, found, n) for asked, found, _ in _cell_candidates(
-            vectors, bound, search)]
+            vectors, bound, cells or _cells(vectors, search))]
     else:
         keys = list(_product_candidates(vectors, bound))
     if not keys:
@@ -351,7 +358,8 @@ def similarity_pairs(
 
 
 def _grouped_candidates(
-    vectors: np.ndarray, bound: np.float32, search: SearchConfig, groups: np.ndarray
+    vectors: np.ndarray, bound: np.float32, search: SearchConfig, groups: np.ndarray,
+    given: Cells | None,
 ) -> Iterator[np.ndarray]:
     """Keys (i * rows + j, i < j) of candidate pairs in one group: every pair of a
     group that the search of all the rows would propose, and maybe more that ``exact``
@@ -368,7 +376,7 @@ def _grouped_candidates(
     order = rows[np.argsort(groups[rows], kind="stable")]  # each group's rows ascending
     starts = np.flatnonzero(np.diff(groups[order], prepend=-1)).tolist()
     spans = list(zip(starts, [*starts[1:], len(order)], strict=True))
-    cells_of = _cells(vectors, search) if n > search.exact_limit else None
+    cells_of = given if given is not None else search_cells(vectors, search)
     limit = comparisons_per_row(n, search) if cells_of else n
 
     def probed(i: np.ndarray, j: np.ndarray) -> np.ndarray:
@@ -432,7 +440,13 @@ def comparisons_per_row(rows: int, search: SearchConfig = DEFAULT_SEARCH) -> int
     return min(rows, search.cell_probes * -(-rows // _cell_count(rows, search)))
 
 
-def _cells(vectors: np.ndarray, search: SearchConfig) -> tuple[int, np.ndarray]:
+def search_cells(vectors: np.ndarray, search: SearchConfig = DEFAULT_SEARCH) -> Cells | None:
+    """The cells an all-pairs search of ``vectors`` goes by, or None when it compares
+    every pair (up to ``exact_limit`` rows)."""
+    return _cells(_check(vectors), search) if len(vectors) > search.exact_limit else None
+
+
+def _cells(vectors: np.ndarray, search: SearchConfig) -> Cells:
     """The cells of ``vectors``: their number, and per row the ``cell_probes`` cells
     nearest to it, nearest first (a row lies in the first)."""
     n, dim = vectors.shape
@@ -452,11 +466,11 @@ def _cells(vectors: np.ndarray, search: SearchConfig) -> tuple[int, np.ndarray]:
 
 
 def _cell_candidates(
-    vectors: np.ndarray, bound: np.float32, search: SearchConfig
+    vectors: np.ndarray, bound: np.float32, cells_of: Cells
 ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """Candidate pairs (row, other row, product) found by cells; see the module
+    """Candidate pairs (row, other row, product) found by ``cells_of``; see the module
     docstring."""
-    cells, nearest = _cells(vectors, search)
+    cells, nearest = cells_of
     yield from _probed_candidates(vectors, nearest[:, 0], np.arange(len(vectors)), nearest,
                                   cells, bound)
 

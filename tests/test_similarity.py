@@ -14,6 +14,7 @@ from reverie.engines.similarity import (
     chosen_rows,
     nearest_within,
     radius_neighbours,
+    search_cells,
     similarity_pairs,
     top_k,
 )
@@ -295,3 +296,25 @@ def test_products_in_one_thread_find_what_the_libraries_threads_find(
     assert all(np.array_equal(a, b) for a, b in zip(searched[3], plain[3], strict=True))
     assert np.allclose(similarity.products(vectors[:50], vectors[:40].T),
                        vectors[:50] @ vectors[:40].T, atol=float(similarity.MARGIN) / 10)
+
+
+def test_cells_worked_out_ahead_find_what_the_search_finds_itself() -> None:
+    """``search_cells`` worked out in another thread (as the update search does, beside
+    its values) is what the search works out itself: the same pairs, grouped or not;
+    and None where the search compares every pair."""
+    vectors = clustered(3000)
+    search = SearchConfig(exact_limit=500, rows_per_cell=30, cell_probes=2)
+    groups = np.arange(3000) % 7 - 1  # one row in seven in no group
+    with ThreadPoolExecutor(1) as pool:
+        cells = pool.submit(search_cells, vectors, search).result()
+    assert cells is not None and search_cells(vectors[:500], search) is None
+    for grouped in (None, groups):
+        own = similarity_pairs(vectors, 0.6, search, grouped)
+        ahead = similarity_pairs(vectors, 0.6, search, grouped, cells)
+        assert len(own[0]) > 1000
+        for a, b in zip(own, ahead, strict=True):
+            assert np.array_equal(a, b)
+    # The cells given are the ones used: other cells, other pairs.
+    other = search_cells(vectors, search.model_copy(update={"rows_per_cell": 300}))
+    assert len(similarity_pairs(vectors, 0.6, search, None, other)[0]) != \
+        len(similarity_pairs(vectors, 0.6, search)[0])

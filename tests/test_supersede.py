@@ -13,6 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from reverie.benchmarks.updates import GAPS, KINDS, bench_updates
+from reverie.engines import llm
+from reverie.engines.llm import facts, kept_names
 from reverie.engines.similarity import DEFAULT_SEARCH, radius_neighbours
 from reverie.flows.full_consolidation import full_consolidation
 from reverie.models.config import CompressConfig, ConsolidationConfig, DedupConfig, SearchConfig
@@ -20,6 +22,7 @@ from reverie.models.export import export_rows
 from reverie.models.records import MemoryView
 from reverie.models.store import Store
 from reverie.models.tables import Origin, Tier
+from reverie.tasks import supersede
 from reverie.tasks.compress import fading_groups
 from reverie.tasks.dedup import find_duplicates, find_updates, plan_merges
 from reverie.tasks.supersede import (
@@ -29,6 +32,8 @@ from reverie.tasks.supersede import (
     newest_first,
     plan_stale_summaries,
     plan_supersessions,
+    stem,
+    values,
     without_outdated,
 )
 
@@ -535,3 +540,89 @@ def test_the_plan_is_the_straightforward_plan(n: int, seed: int, search: SearchC
     fast = plan_supersessions("p", memories, vectors, CONFIG, search)
     assert [(p.newest_id, p.member_ids, p.similarities, p.conflicts) for p in fast] == \
         straightforward_plan(memories, vectors, CONFIG, search)
+
+
+# --- the values are the word-by-word values ------------------------------------------
+
+
+def facts_word_by_word(text: str) -> tuple[frozenset[str], ...]:
+    """``engines.llm.facts`` as first written, one word at a time: what the faster one
+    must equal, field for field."""
+    text = llm._THOUSANDS.sub("", text)
+    numbers = {g.lstrip("0") or "0" for g in llm._DIGITS.findall(text)}
+    names: set[str] = set()
+    words: set[str] = set()
+    openers: set[str] = set()
+    lower: set[str] = set()
+    for match in llm._WORD.finditer(text):
+        raw = match.group(0)
+        word = llm._POSSESSIVE.sub("", raw)
+        words.add(word.lower())
+        if word.islower():
+            lower.add(word)
+        if not word[:1].isupper() or any(c.isdigit() for c in word) or word == "I":
+            continue
+        before = text[max(match.start() - 32, 0) : match.start()]
+        before = before.rstrip().rstrip(llm._OPENERS).rstrip()
+        opens_sentence = not before or before[-1] in llm._SENTENCE_BREAKS
+        inner_capital = len(word) > 1 and any(c.isupper() for c in word[1:])
+        if not opens_sentence or inner_capital or raw != word:
+            names.add(word.lower())
+        else:
+            openers.add(word.lower())
+    return (frozenset(numbers), frozenset(names), frozenset(words),
+            frozenset(openers - names), frozenset(lower))
+
+
+def values_word_by_word(text: str) -> tuple[frozenset[str], ...]:
+    """``tasks.supersede.values`` as first written, one word at a time."""
+    found = llm.Facts(*facts_word_by_word(text))
+    words = frozenset(found.words)
+    numbers = set(found.numbers)
+    tokens = supersede._WORDS.findall(supersede._DIGIT_RUN.sub(" 0 ", text.lower()))
+    numbers |= {supersede._NUMBER_WORDS[w] for w in tokens if w in supersede._NUMBER_WORDS}
+    names = kept_names([found]) - supersede.NOT_NAMES
+    units = frozenset(
+        stem(tokens[i + 1]) for i, w in enumerate(tokens[:-1])
+        if (w == "0" or w in supersede._NUMBER_WORDS)
+        and tokens[i + 1] not in supersede.COMMON_WORDS and tokens[i + 1] in found.lower)
+    stems = frozenset(
+        supersede.SYNONYMS.get(w) or stem(w) for w in words
+        if len(w) >= 3 and w.isalpha() and w not in supersede.COMMON_WORDS
+        and w not in found.names and w not in supersede._NUMBER_WORDS
+        and w not in supersede.NOISE
+    ) - units
+    relations = frozenset(stem(w) for w in words if stem(w) in supersede._STEMMED_RELATIONS)
+    return (frozenset(numbers), frozenset(names), words, stems, relations, units,
+            frozenset(found.lower))
+
+
+# Pieces of what the word-by-word code tells apart: capitals opening a sentence or not,
+# possessives (the long s folds to s), digits and thousands, number words and units,
+# relations, synonyms, noise words and non-ASCII capitals.
+PIECES = ("The ", "the ", "User's ", "user’S ", "Anna", "McDonald ", "I ", "x''Abc ",
+          "Rock'N'roll ", "ſ", "ǅ", "Élise ", "1,200 ", "09:00 ", "two ", "Dozen ",
+          "cats", "euros ", "3 March", "sister ", "moved ", "works ", "said ", "now ",
+          ". ", "; ", ", and ", "(", "“", "\n", "-", " ", "a", "Z", "'", "’", "s", "S", "7")
+
+
+@settings(max_examples=400, deadline=None, database=None)
+@given(st.lists(st.sampled_from(PIECES), max_size=24).map("".join))
+def test_the_values_are_the_word_by_word_values(text: str) -> None:
+    found = facts(text)
+    assert (found.numbers, found.names, found.words, found.openers, found.lower) == \
+        facts_word_by_word(text)
+    v = values.__wrapped__(text)
+    assert (v.numbers, v.names, v.words, v.stems, v.relations, v.units, v.lower) == \
+        values_word_by_word(text)
+
+
+@pytest.mark.parametrize("text", [
+    "The user's rent is 900 euros; Anna's sister moved to Oslo, and has two cats.",
+    "the customer reviewed the router timeline (topic 472.4724, note 0)",
+    "Caroline said: 'I went to the LGBTQ support group on 8 May 2023.' ſ ǅungla",
+])
+def test_the_values_of_sentences_are_the_word_by_word_values(text: str) -> None:
+    v = values.__wrapped__(text)
+    assert (v.numbers, v.names, v.words, v.stems, v.relations, v.units, v.lower) == \
+        values_word_by_word(text)

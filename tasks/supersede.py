@@ -199,6 +199,11 @@ def conflicting(va: Values, vb: Values) -> str | None:
     # capitalised opener the other text writes in lower case ("Rent for ...") is one.
     named = {stem(n) for n in (va.names - vb.lower) | (vb.names - va.lower)}
     sa, sb = va.stems - named, vb.stems - named
+    # Whose fact it is (equal on both sides by now) is no sign of one fact when both
+    # say more: "the user's sister works at Deloitte" and "... lives in Turin" share
+    # only "sister". Said alone ("the user's sister is Anna"), it is the fact.
+    if sa - _STEMMED_RELATIONS and sb - _STEMMED_RELATIONS:
+        sa, sb = sa - _STEMMED_RELATIONS, sb - _STEMMED_RELATIONS
     shorter = min(sa, sb, key=len)
     shared = len(sa & sb)
     if kind == "number" and va.units & vb.units and not shorter:

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reverie.benchmarks.updates import GAPS, KINDS, bench_updates
+from reverie.benchmarks.updates import GAPS, KINDS, REVERSE_KINDS, bench_updates
 from reverie.engines.similarity import DEFAULT_SEARCH, radius_neighbours
 from reverie.flows.full_consolidation import full_consolidation
 from reverie.models.config import CompressConfig, ConsolidationConfig, DedupConfig, SearchConfig
@@ -74,7 +74,7 @@ def test_no_conflict(a: str, b: str) -> None:
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.sampled_from(KINDS), st.data())
+@given(st.sampled_from(KINDS + REVERSE_KINDS), st.data())
 def test_the_bench_paraphrases_conflict_exactly_when_the_value_differs(kind, data) -> None:
     t1 = data.draw(st.sampled_from(kind.templates))
     t2 = data.draw(st.sampled_from(kind.templates))
@@ -262,8 +262,10 @@ def test_full_consolidation_supersedes_undo_restores_and_runs_agree(store: Store
 @pytest.mark.usefixtures("prefect_api")
 def test_the_bench_chains_answer_the_newest_value() -> None:
     result = bench_updates(profiles=2, config=ConsolidationConfig(summarizer="rules"))
-    assert len(result.chains) == 2 * (len(KINDS) + len(GAPS))
+    assert len(result.chains) == 2 * (len(KINDS) + len(REVERSE_KINDS) + len(GAPS))
     assert {c.length for c in result.chains} == {2, 3, 4, 5}
+    # The reverse chains' newest value was in a summary when their older ones came.
+    assert result.reverse_in_summary == result.reverse > 0
     assert [c for c in result.chains if not c.newest] == []
     assert not any(c.joined for c in result.chains)
     assert result.distractors_found == result.distractors

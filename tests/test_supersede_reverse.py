@@ -10,6 +10,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from test_supersede import audits, by_external, iso, state
 
 from reverie.flows.full_consolidation import full_consolidation
 from reverie.models.config import ConsolidationConfig
@@ -27,7 +28,6 @@ from reverie.tasks.supersede import (
 )
 
 from factories import AS_OF, ingest_records, undo_consolidation, view
-from test_supersede import audits, by_external, iso, state
 
 # --- statement splitting ------------------------------------------------------------
 

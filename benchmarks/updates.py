@@ -357,6 +357,9 @@ class ChainResult:
     joined: bool
     stale_summary: bool
     top: bool = False  # the very best-ranked hot memory states the newest value
+    # A hot memory of the chain still states an older value, not the newest (whatever
+    # recall ranks first, a stale text an agent may read).
+    stale_hot: bool = False
 
 
 @dataclass
@@ -393,6 +396,7 @@ class UpdatesResult:
             "top_newest": sum(c.top for c in self.chains),
             "joined": sum(c.joined for c in self.chains),
             "stale_summaries": sum(c.stale_summary for c in self.chains),
+            "stale_hot": sum(c.stale_hot for c in self.chains),
             "distractors": self.distractors, "distractors_found": self.distractors_found,
             "hot_before": self.hot_before, "hot_after": self.hot_after,
             "other_facts": self.kept, "other_facts_found": self.kept_found,
@@ -535,8 +539,12 @@ def _judge(store: Store, embedder: Any, chain: Chain) -> ChainResult:
             content = by_id[sid].content
             if not states(content, newest) and any(states(content, v) for v in older):
                 stale = True
+    stale_hot = any(
+        m.tier == Tier.HOT and m.external_id in chain.memory_ids
+        and not states(m.content, newest) and any(states(m.content, v) for v in older)
+        for m in memories)
     return ChainResult(chain.profile, chain.kind, len(chain.values), text, answered, joined,
-                       stale, first)
+                       stale, first, stale_hot)
 
 
 def render_updates(result: UpdatesResult) -> str:
@@ -555,7 +563,8 @@ def render_updates(result: UpdatesResult) -> str:
         f"({100 * data['newest_share']:.1f}%; by the very first hit: {data['top_newest']}); "
         f"chains joined into one summary: "
         f"{data['joined']}, of which stating an older value without the newest: "
-        f"{data['stale_summaries']}; distractors still answered from the hot tier: "
+        f"{data['stale_summaries']}; chains with a hot memory stating an older value "
+        f"without the newest: {data['stale_hot']}; distractors still answered from the hot tier: "
         f"{data['distractors_found']}/{data['distractors']}; other facts of updated "
         f"memories in hot recall's first {KEPT_HITS} hits: "
         f"{data['other_facts_found']}/{data['other_facts']}; reverse chains (the newest "

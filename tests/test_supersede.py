@@ -267,7 +267,7 @@ def test_the_bench_chains_answer_the_newest_value() -> None:
     # The reverse chains' newest value was in a summary when their older ones came.
     assert result.reverse_in_summary == result.reverse > 0
     assert [c for c in result.chains if not c.newest] == []
-    assert not any(c.joined for c in result.chains)
+    assert not any(c.joined or c.stale_hot for c in result.chains)
     assert result.distractors_found == result.distractors
     # An updated memory's other fact, and a summary's, are still in hot recall.
     assert result.kept == 2 * len(GAPS) and result.kept_found == result.kept

@@ -20,9 +20,15 @@ second fact besides the updated value, and an older value already inside a summa
 consolidated again). Their second facts are asked too: one of hot recall's first three
 hits must still state them (the update, about the same thing, may rank first).
 
+Reverse chains (``REVERSE_KINDS``, and the reversed gap) write the newest value first,
+three times, so that the first consolidation merges it; their older values come after
+it, each at its own older date (an import of history): a summary is dated by its
+oldest member, so only its members' dates tell that it holds the newer value.
+
 It also counts the chains a consolidation *joined*: one summary (merge or
 compression) standing for chain members that state different values; and, of those,
-the ones whose summary states an older value without the newest.
+the ones whose summary states an older value without the newest; and the chains with
+any hot memory of their own still stating an older value without the newest.
 """
 
 from __future__ import annotations

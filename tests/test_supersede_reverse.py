@@ -22,6 +22,7 @@ from reverie.tasks.supersede import (
     REVERSE_RULE,
     clause_conflict,
     clauses,
+    conflict,
     plan_outdated_by_summaries,
     plan_summary_updates,
     without_outdated,
@@ -84,6 +85,18 @@ def test_an_update_of_a_clause_joined_without_a_comma_is_one() -> None:
     older = "The user's phone plan costs 25 euros a month and the user plays the cello."
     assert clause_conflict(older, "User's phone plan now costs 32 euros a month.") == "number"
     assert clause_conflict(older, "The user's gym costs 45 euros a month.") is None
+
+
+@pytest.mark.parametrize("a, b, kind", [
+    # whose fact it is is no shared context when both say more
+    ("User's sister works at Deloitte.", "User's sister is now living in Turin.", None),
+    ("User's sister works at Deloitte.", "The user's sister now works at KPMG.", "name"),
+    # said alone, it is the fact
+    ("The user's sister is Anna.", "The user's sister is Maria now.", "name"),
+    ("The user's manager is Anna.", "User's new manager at work is Tomas.", "name"),
+])
+def test_relations_shared_are_no_context_unless_alone(a: str, b: str, kind: str | None) -> None:
+    assert conflict(a, b) == kind and conflict(b, a) == kind
 
 
 # --- the reverse case: the plan -------------------------------------------------------

@@ -261,8 +261,10 @@ def test_full_consolidation_supersedes_undo_restores_and_runs_agree(store: Store
 
 @pytest.mark.usefixtures("prefect_api")
 def test_the_bench_chains_answer_the_newest_value() -> None:
-    result = bench_updates(profiles=2, config=ConsolidationConfig(summarizer="rules"))
-    assert len(result.chains) == 2 * (len(KINDS) + len(REVERSE_KINDS) + len(GAPS))
+    # One profile's chains have every length from 2 to 5 and every case; `reverie bench
+    # updates` runs eight (docs/quality.md), and the paraphrases' pairs are tested above.
+    result = bench_updates(profiles=1, config=ConsolidationConfig(summarizer="rules"))
+    assert len(result.chains) == len(KINDS) + len(REVERSE_KINDS) + len(GAPS)
     assert {c.length for c in result.chains} == {2, 3, 4, 5}
     # The reverse chains' newest value was in a summary when their older ones came.
     assert result.reverse_in_summary == result.reverse > 0
@@ -270,7 +272,7 @@ def test_the_bench_chains_answer_the_newest_value() -> None:
     assert not any(c.joined or c.stale_hot for c in result.chains)
     assert result.distractors_found == result.distractors
     # An updated memory's other fact, and a summary's, are still in hot recall.
-    assert result.kept == 2 * len(GAPS) and result.kept_found == result.kept
+    assert result.kept == len(GAPS) and result.kept_found == result.kept
 
 
 # --- what an update leaves true stays hot (#37 item 3's gaps) ------------------------

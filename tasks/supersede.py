@@ -54,6 +54,7 @@ import re
 from collections.abc import Sequence, Set
 from dataclasses import dataclass, field
 from datetime import datetime
+from enum import Enum
 from functools import lru_cache
 
 import numpy as np
@@ -449,20 +450,25 @@ def _subject(clause: str) -> str | None:
     return body[:at].strip() or None if at is not None else None
 
 
-def _opens_clause(right: str) -> str | None:
-    """How the words after an "and" go on: "subject" when they open a clause of their
-    own ("and the bike is a blue Trek", "and Anna is her manager"), "verb" when they go
-    on with the same subject ("and works remotely"), None when they go on with the same
-    clause ("Tom and Anna", "900 and 1000 euros", "apples and oranges from the market")."""
+class Continuation(Enum):
+    """How the words after an "and" go on (``_opens_clause``)."""
+
+    SUBJECT = "a clause of its own"  # "and the bike is a blue Trek", "and Anna is ..."
+    VERB = "the same subject"  # "and works remotely"
+
+
+def _opens_clause(right: str) -> Continuation | None:
+    """How the words after an "and" go on; None when they go on with the same clause
+    ("Tom and Anna", "900 and 1000 euros", "apples and oranges from the market")."""
     tokens = _TOKEN.findall(right)[: _SUBJECT_WORDS + 1]
     if len(tokens) < 2:
         return None
     first = tokens[0]
     if _finite(first):
-        return "verb"
+        return Continuation.VERB
     opener = first.lower() in _SUBJECTS or (first[0].isupper() and first != "I")
     if opener and any(_finite(t) for t in tokens[1:]):
-        return "subject"
+        return Continuation.SUBJECT
     return None
 
 
@@ -476,10 +482,10 @@ def _split_and(sentence: str) -> list[str]:
     for m in _AND.finditer(sentence):
         left = given + sentence[start:m.start()].strip()
         how = _opens_clause(sentence[m.end():])
-        subject = _subject(left) if how == "verb" else None
-        if how == "verb" and subject is None and not m.group(1):
+        subject = _subject(left) if how is Continuation.VERB else None
+        if how is Continuation.VERB and subject is None and not m.group(1):
             continue  # no subject to give it: one clause
-        if how == "subject" and _verb_at(left) is None and not m.group(1):
+        if how is Continuation.SUBJECT and _verb_at(left) is None and not m.group(1):
             continue  # "Tom and Anna went hiking": the left has no verb of its own
         if how is None and not m.group(1):
             continue

@@ -12,6 +12,7 @@ from datetime import timedelta
 import pytest
 from test_supersede import audits, by_external, iso, state
 
+from reverie.flows.cold_notes import consolidate_cold
 from reverie.flows.full_consolidation import full_consolidation
 from reverie.models.config import ConsolidationConfig
 from reverie.models.records import MemoryView
@@ -241,3 +242,31 @@ def test_an_older_memory_written_after_the_newer_were_merged_is_superseded(store
                 and r["origin"] == Origin.RESTATED]
     full_consolidation(profile="p", as_of=AS_OF, config=rules)
     assert by_external(store)["old"]["superseded_by"] is None  # undone: not redone
+
+
+@pytest.mark.usefixtures("prefect_api")
+def test_a_cold_notes_newer_member_supersedes_an_older_memory(store: Store) -> None:
+    """The newer value is folded into a cold note (protected, linksee's learning memory)
+    before the older statement arrives: the older goes cold pointing at the note's
+    newest member, and the note stands as it was."""
+    newer = [{"profile": "p", "id": f"n{k}", "content": text, "created_at": iso(100 - k),
+              "entity": "bike", "layer": "implementation"}
+             for k, text in enumerate(["The user's bike lock code is 7730.",
+                                       "User's bike lock code: 7730 now."])]
+    assert not ingest_records(store, newer).errors
+    consolidate_cold(profile="p", as_of=AS_OF - timedelta(days=50))
+    mine = by_external(store)
+    note = mine["n0"]["superseded_by"]
+    assert note is not None and mine["n1"]["superseded_by"] == note
+    notes = [r for r in state(store) if r["type"] == "memory" and r["id"] == note]
+    assert notes[0]["origin"] == Origin.COLD_LEARNING and notes[0]["tier"] == Tier.HOT
+
+    assert not ingest_records(store, [{"profile": "p", "id": "old", "content": OLD,
+                                       "created_at": iso(300), "entity": "bike"}]).errors
+    full_consolidation(profile="p", as_of=AS_OF, config=ConsolidationConfig(summarizer="rules"))
+    mine = by_external(store)
+    assert mine["old"]["tier"] == Tier.COLD and mine["old"]["superseded_by"] == mine["n1"]["id"]
+    (audit,) = audits(store)
+    assert audit["parameters"]["summary"] == note
+    after = {r["id"]: r for r in state(store) if r["type"] == "memory"}
+    assert after[note]["content"] == notes[0]["content"] and after[note]["tier"] == Tier.HOT

@@ -415,12 +415,15 @@ _VERBS = frozenset(
 _SUBJECTS = frozenset("he she they we i you it the my his her their our its this that "
                       "these those".split())
 _SUBJECT_WORDS = 4
+_PRONOUNS = frozenset("he she they we i you it".split())
 
 
 def _finite(token: str) -> bool:
     """Whether ``token`` reads as a finite verb (see ``_AUXILIARIES``, ``_VERBS``)."""
     t = token.lower()
-    if t in _AUXILIARIES or (t.endswith("ed") and len(t) > 4 and t.isalpha()):
+    # "-eed" is rather a noun or a base form ("the need for", "speed", "proceed").
+    if t in _AUXILIARIES or (t.endswith("ed") and not t.endswith("eed") and len(t) > 3
+                             and t.isalpha()):
         return True
     if not t.endswith("s") or t.endswith("ss") or not t.isalpha():
         return False
@@ -430,24 +433,59 @@ def _finite(token: str) -> bool:
 def _verb_at(text: str) -> int | None:
     """Where the first finite verb after the first word of ``text`` begins (within its
     first ``_SUBJECT_WORDS`` + 2 words), or None."""
-    for i, m in enumerate(_TOKEN.finditer(text)):
-        if i > _SUBJECT_WORDS + 1:
-            return None
-        if i >= 1 and _finite(m.group(0)):
+    tokens = list(_TOKEN.finditer(text))[: _SUBJECT_WORDS + 2]
+    for i, m in enumerate(tokens[1:], start=1):
+        word = m.group(0)
+        passive = word.lower().endswith("ed") and i + 1 < len(tokens) \
+            and tokens[i + 1].group(0).lower() == "by"  # "the donations raised by John"
+        if _finite(word) and not passive:
             return m.start()
     return None
 
 
-def _subject(clause: str) -> str | None:
+# Words that open a clause inside a clause: a verb after "and" may be that clause's
+# ("believes that nature refreshes her soul and helps her reset": nature helps).
+_SUBORDINATORS = frozenset(
+    "that which who whom whose because when while where if since although though "
+    "whether".split())
+# Verbs that take an adjective or a participle ("were awestruck and humbled", "felt
+# accepted and supported"): an "-ed" word after their "and" is no verb of its own.
+_COPULAS = frozenset(
+    "is are was were be been feel feels felt seem seems seemed look looks looked "
+    "become becomes became get gets got remain remains remained".split())
+# Adverbs between a subject and its verb ("Maria recently joined"): not the subject's.
+# A list, not any "-ly" word: "Melanie's family", "Italy", "July".
+_ADVERBS = frozenset(
+    "also now still just often always never already then recently usually finally really "
+    "actually currently previously originally eventually gradually quickly frequently "
+    "regularly rarely mostly generally happily proudly officially newly lately nearly "
+    "mainly only truly definitely certainly probably clearly simply".split())
+
+
+def _subject(clause: str, goes_on: str) -> str | None:
     """The words before ``clause``'s verb ("Maya" of "Maya lives in Lisbon"; a day
-    header left out), or None when it has no verb near its start."""
+    header and adverbs left out), for the words after an "and" that begin with
+    ``goes_on``; None when it has no verb near its start, or the verb after the "and"
+    may be another's (a clause inside it; "were awestruck and humbled": a participle
+    after a copula)."""
     header = _HEADER.match(clause)
     body = clause[header.end():] if header else clause
     first = _TOKEN.match(body)
-    if first is None or _finite(first.group(0)):
-        return None  # it opens with its verb: its subject is not in it
+    if first is None or _finite(first.group(0)) or first.group(0).lower() in _SUBORDINATORS:
+        return None  # it opens with its verb, or inside another clause ("When ...")
     at = _verb_at(body)
-    return body[:at].strip() or None if at is not None else None
+    if at is None:
+        return None
+    if _SUBORDINATORS.intersection(t.lower() for t in _TOKEN.findall(body)):
+        return None
+    verb = _TOKEN.match(body, at)
+    if verb is not None and verb.group(0).lower() in _COPULAS \
+            and goes_on.lower().endswith("ed") and goes_on.lower() not in _AUXILIARIES:
+        return None
+    words = body[:at].split()
+    while words and words[-1].lower() in _ADVERBS:
+        words.pop()
+    return " ".join(words) or None
 
 
 class Continuation(Enum):
@@ -465,10 +503,16 @@ def _opens_clause(right: str) -> Continuation | None:
         return None
     first = tokens[0]
     if _finite(first):
-        return Continuation.VERB
-    opener = first.lower() in _SUBJECTS or (first[0].isupper() and first != "I")
-    if opener and any(_finite(t) for t in tokens[1:]):
-        return Continuation.SUBJECT
+        # "staying resilient and focused is key": an "-ed" word before a verb is no verb
+        return None if first.lower().endswith("ed") and _finite(tokens[1]) \
+            else Continuation.VERB
+    if not (first.lower() in _SUBJECTS or (first[0].isupper() and first != "I")):
+        return None
+    for t in tokens[1:]:
+        if t.lower() in _PRONOUNS or t.lower() in _SUBORDINATORS:
+            return None  # "the help she received", "her family that gave": a noun's clause
+        if _finite(t):
+            return Continuation.SUBJECT
     return None
 
 
@@ -481,8 +525,14 @@ def _split_and(sentence: str) -> list[str]:
     start, given = 0, ""
     for m in _AND.finditer(sentence):
         left = given + sentence[start:m.start()].strip()
-        how = _opens_clause(sentence[m.end():])
-        subject = _subject(left) if how is Continuation.VERB else None
+        right = sentence[m.end():]
+        how = _opens_clause(right)
+        if how is Continuation.SUBJECT and _TOKEN.findall(left)[-1:] and \
+                _TOKEN.findall(left)[-1].lower() in _PRONOUNS:
+            how = None  # "he and his family are": two subjects of one verb
+        goes_on = _TOKEN.match(right)
+        subject = _subject(left, goes_on.group(0) if goes_on else "") \
+            if how is Continuation.VERB else None
         if how is Continuation.VERB and subject is None and not m.group(1):
             continue  # no subject to give it: one clause
         if how is Continuation.SUBJECT and _verb_at(left) is None and not m.group(1):

@@ -409,7 +409,7 @@ _VERBS = frozenset(
     "feel think hope know believe get move start stop try call meet see send lead manage "
     "build sell buy bring leave rent share join wear eat drink sleep grow raise look seem "
     "remain stay become hate miss host organize organise coach train learn mention say tell "
-    "report note commute volunteer earn owe".split())
+    "report note commute earn owe".split())
 # Words that open a clause of its own after "and": a pronoun or a determiner (then a
 # verb must follow within ``_SUBJECT_WORDS`` words), or a name.
 _SUBJECTS = frozenset("he she they we i you it the my his her their our its this that "

@@ -306,9 +306,11 @@ METHOD = """\
   about 0.7 GB). Ingest: 2,048 sentences through `models.ingest.ingest` (validation,
   hashing, embedding, bulk insert) against the raw model on the same sentences.
 - **`reverie bench api`** (`benchmarks/api.py`): a real `reverie api` process on a
-  store of synthetic profiles, driven by 1, 8 and 32 httpx clients; recall and store
-  latency as the client sees it. Store's sentences per second are compared with ingest's
-  in the bench's own process.
+  store of synthetic profiles, driven by 1, 8 and 32 clients (threads on `http.client`
+  keep-alive connections, one each, since 2026-11-27's recall-p95 round; httpx before);
+  recall and store latency as the client sees it, and the CPU per call of the server and
+  of the clients. Store's sentences per second are compared with ingest's in the bench's
+  own process.
 - **`reverie bench embedding`**, **`reverie bench updates`** and **`reverie bench
   locomo`**: OpenVINO against PyTorch; update chains answered with their newest value;
   answers still found after consolidation on LoCoMo conversations (README, Quality).

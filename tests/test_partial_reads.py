@@ -16,12 +16,14 @@ from typing import Any
 
 from hypothesis import given
 from hypothesis import strategies as st
+from sqlalchemy import select
 from test_invariant_properties import AS_OF, SETTINGS, _ingested, stores
 
 from reverie.models.config import CreativeConfig, ForgetConfig
 from reverie.models.records import RelevanceSpread
 from reverie.models.repositories.forgetting import below_relevance
 from reverie.models.repositories.memories import (
+    M,
     hot_count,
     live_ids,
     memories,
@@ -31,7 +33,7 @@ from reverie.models.repositories.memories import (
     snapshot,
 )
 from reverie.models.store import Store
-from reverie.models.tables import Lifecycle
+from reverie.models.tables import Lifecycle, Tier
 from reverie.tasks import creative
 from reverie.tasks.forget import protection, spared_counts
 
@@ -80,6 +82,22 @@ def test_partial_reads_match_the_rules_over_the_whole_profile(
             some, some_vectors = snapshot(tx, ids_=[everything[i].id for i in rows])
         assert some == [everything[i] for i in rows]
         assert (some_vectors == vectors[rows]).all()
+        # Both tiers, and a run's horizon (the read by id is a statement built once, the
+        # whole read is built per call: they must agree row for row).
+        with store.reading(profile) as tx:
+            seqs = sorted(tx.session.execute(select(M.c.ingest_seq).distinct().where(
+                M.c.profile_id == profile)).scalars())
+        for horizon in (None, seqs[0] - 1, seqs[0], seqs[len(seqs) // 2]):
+            with store.reading(profile, horizon) as tx:
+                whole, whole_vectors = snapshot(tx, (Tier.HOT, Tier.COLD))
+                with store.reading(profile) as unbounded:
+                    every = snapshot(unbounded, (Tier.HOT, Tier.COLD))[0]
+                asked = [m.id for m in draw.sample(every, len(every) // 2)] + ["no-such-id"]
+                read, read_vectors = snapshot(tx, (Tier.HOT, Tier.COLD), asked)
+            at = {m.id: k for k, m in enumerate(whole)}
+            kept = [at[i] for i in asked if i in at]
+            assert read == [whole[k] for k in kept]
+            assert (read_vectors == whole_vectors[kept]).all()
 
 
 def first_rule(reason: str | None, rules: ForgetConfig) -> str:

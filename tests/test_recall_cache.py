@@ -10,18 +10,23 @@ function that sent it, and its transaction must count the write before it commit
 from __future__ import annotations
 
 import ast
+import json
 import re
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 from agent_server import ADMIN_TOKEN, agent_store, api_server, bearer
+from fastapi.encoders import jsonable_encoder
 from sqlalchemy import Engine, event, select
 
+from reverie.deployments import operations as ops
+from reverie.deployments.auth import Principal
 from reverie.engines.ranking import RecallCache
 from reverie.flows.cluster import cluster
 from reverie.flows.cold_notes import consolidate_cold
@@ -328,3 +333,18 @@ def test_the_server_sees_a_write_made_by_another_process(tmp_path: Path) -> None
                                                "content": "the pond is frozen over"}]).errors
             [hit] = http.post("/v1/profiles/p/recall", json=ask).json()["hits"]
             assert hit["external_id"] == "pond"
+            # The server writes its answers with orjson: the same values, scores to the
+            # bit, as FastAPI's own encoding of what ``ops`` answers in this process.
+            who = Principal(frozenset(), admin=True)
+            for q in ("the pond is frozen over", "garden note 3", "winter"):
+                for deep in (False, True):
+                    served = http.post("/v1/profiles/p/recall",
+                                       json={"query": q, "k": 5, "deep": deep}).json()
+                    assert served == fastapi_json(ops.recall(store, who, "p", q, 5, deep))
+                served = http.post("/v1/profiles/p/session-init", json={"query": q}).json()
+                assert served == fastapi_json(ops.session_init(store, who, "p", q))
+
+
+def fastapi_json(data: dict[str, Any]) -> Any:
+    """``data`` as FastAPI's default response encoding writes it, read back."""
+    return json.loads(json.dumps(jsonable_encoder(data)))

@@ -4,7 +4,7 @@ the collector held off while rows are built."""
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar, cast
 
@@ -21,6 +21,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import CursorResult, Result
 from sqlalchemy.sql import Executable
+from sqlalchemy.sql.elements import BindParameter
 from sqlmodel import Session
 
 
@@ -69,7 +70,7 @@ def chunks(values: Iterable[T]) -> Iterator[list[T]]:
         yield batch
 
 
-def owned_by(table: Table, profile: str) -> ColumnElement[bool]:
+def owned_by(table: Table, profile: str | BindParameter[str]) -> ColumnElement[bool]:
     """``table.profile_id == profile``, for a statement that also names its rows by key
     (``id IN (...)``), written so that no index serves it: SQLite, which keeps no
     statistics, otherwise reads every row of the profile through the profile's index,
@@ -77,12 +78,14 @@ def owned_by(table: Table, profile: str) -> ColumnElement[bool]:
     return table.c.profile_id.concat("") == profile
 
 
-def plain_rows(s: Session, query: Executable) -> list[tuple[Any, ...]]:
+def plain_rows(
+    s: Session, query: Executable, params: Mapping[str, Any] | None = None
+) -> list[tuple[Any, ...]]:
     """The rows of ``query`` as the driver gives them: SQLAlchemy's Row objects and
     per-value result processing took as long as SQLite's reading itself (a profile of
     100k rows with vectors, read per step). Values keep the driver's types: on SQLite a
     timestamp is text and a boolean an integer."""
-    result = s.execute(query)
+    result = s.execute(query, params)
     try:
         # The DB-API's fetchall gives a list of tuples (sqlite3, psycopg2).
         return cast(list[tuple[Any, ...]], cursor_result(result).cursor.fetchall())

@@ -14,6 +14,7 @@ from pydantic_core import from_json
 from sqlalchemy import (
     ColumnElement,
     Text,
+    bindparam,
     case,
     delete,
     exists,
@@ -233,25 +234,42 @@ def snapshot(
 ) -> tuple[list[MemoryView], np.ndarray]:
     """The profile's memories in ``tiers`` and their vectors, row-aligned: ordered by id,
     or only ``ids_`` in their order."""
-    owner = M.c.profile_id == tx.profile if ids_ is None else owned_by(M, tx.profile)
-    query = (
-        select(*VIEW_COLUMNS, V.c.embedding).select_from(WITH_VECTOR)
-        .where(owner)
-        .where(M.c.tier.in_(list(tiers)))
-        .where(within_horizon(tx))
-        .order_by(M.c.id)
-    )
     with collector_paused():
         if ids_ is None:
+            query = (
+                select(*VIEW_COLUMNS, V.c.embedding).select_from(WITH_VECTOR)
+                .where(M.c.profile_id == tx.profile)
+                .where(M.c.tier.in_(list(tiers)))
+                .where(within_horizon(tx))
+                .order_by(M.c.id)
+            )
             rows = plain_rows(tx.session, query)
         else:
+            by_id = _BY_ID
+            params: dict[str, Any] = {"profile": tx.profile, "tiers": list(tiers)}
+            if tx.horizon is not None:
+                by_id, params["horizon"] = _BY_ID_WITHIN, tx.horizon
             # In the order given, which came from the store's own ORDER BY (its collation
             # may not be Python's).
             found = {r[0]: r for batch in chunks(ids_)
-                     for r in plain_rows(tx.session, query.where(M.c.id.in_(batch)))}
+                     for r in plain_rows(tx.session, by_id, {**params, "ids": batch})}
             rows = [found[i] for i in ids_ if i in found]
         views = [view(r) for r in rows]
     return views, from_blobs([r[-1] for r in rows])
+
+
+# Named memories of one profile, the statement built once: a server's recall reads its
+# few hits this way on every call, and building the statement each time cost more CPU
+# (0.4 ms, holding the GIL) than SQLite's reading of the rows. ``owned_by``: no index
+# on the profile (see there).
+_BY_ID = (
+    select(*VIEW_COLUMNS, V.c.embedding).select_from(WITH_VECTOR)
+    .where(owned_by(M, bindparam("profile")))
+    .where(M.c.tier.in_(bindparam("tiers", expanding=True)))
+    .where(M.c.id.in_(bindparam("ids", expanding=True)))
+    .order_by(M.c.id)
+)
+_BY_ID_WITHIN = _BY_ID.where(M.c.ingest_seq <= bindparam("horizon"))  # within_horizon
 
 
 @dataclass(frozen=True, slots=True)

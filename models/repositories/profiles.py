@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 
-from sqlalchemy import select, update
+from sqlalchemy import bindparam, select, update
 from sqlmodel import Session, col
 
 from reverie.models.tables import Profile
@@ -88,5 +88,8 @@ def lock_profiles(s: Session, names: Iterable[str]) -> None:
 def write_seq(s: Session, name: str) -> int | None:
     """The profile's write count in the caller's snapshot; None if there is no such
     profile. One row by primary key: what a cache checks on every call."""
-    return s.execute(
-        select(col(Profile.write_seq)).where(col(Profile.id) == name)).scalar()
+    return s.execute(_WRITE_SEQ, {"name": name}).scalar()
+
+
+# Built once: every recall of a server reads it (see ``memories._BY_ID``).
+_WRITE_SEQ = select(col(Profile.write_seq)).where(col(Profile.id) == bindparam("name"))

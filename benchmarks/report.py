@@ -24,6 +24,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from reverie.benchmarks.local_command import BENCH as LOCAL_COMMAND
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 PAGE = ROOT / "BENCHMARKS.md"
@@ -39,6 +41,7 @@ class Bench(StrEnum):
     UPDATES = "updates"
     LOCOMO = "locomo"
     PLATFORM = "platform"
+    START = "start"
     SUITE = "suite"
 
 
@@ -49,6 +52,7 @@ BENCH_TITLES = {
     Bench.UPDATES: "updated facts (`reverie bench updates`)",
     Bench.LOCOMO: "no fact lost (`reverie bench locomo`)",
     Bench.PLATFORM: "the platform",
+    Bench.START: "command start-up (`python -m reverie.benchmarks.cli_start`)",
     Bench.SUITE: "the test suite",
 }
 
@@ -162,6 +166,49 @@ def api_targets(data: dict[str, Any], run: Run) -> list[Target]:
     return out
 
 
+def local_command_targets(data: dict[str, Any], run: Run) -> list[Target]:
+    """``benchmarks/local_command.py``: the command's wall clock beyond the steps' own
+    clocks, medians over the runs, and the A/B ratios when it had a baseline."""
+    this = data["variants"][0]
+    figure = (f"{this['wall_median']:.2f} s wall ({this['wall_min']:.2f}-{this['wall_max']:.2f})"
+              f" for {this['work_median']:.2f} s of work: {this['beyond_median']:.2f} s beyond"
+              f" it; CPU {this['cpu_median']:.2f} s")
+    if len(data["variants"]) > 1:
+        figure += (f"; against {data['variants'][1]['name']}, pair by pair: wall "
+                   f"x{data['wall_ratio_median']:.2f}, CPU x{data['cpu_ratio_median']:.2f}")
+    target = f"{data['target']} (`{data['timed']}` on the sample store)"
+    return [Target(Bench.PLATFORM, "platform|local command", target, figure,
+                   data["verdict"], run.date, run.commit, run.machine, run.command, run.file)]
+
+
+def local_command_table(data: dict[str, Any]) -> list[str]:
+    lines = ["| variant | runs | wall median s | wall min-max s | CPU median s | work median s "
+             "| beyond median s | load |",
+             "|---|---:|---:|---:|---:|---:|---:|---|"]
+    for v in data["variants"]:
+        lines.append(f"| {_cell(v['name'])} | {v['runs']} | {v['wall_median']:.3f} | "
+                     f"{v['wall_min']:.3f}-{v['wall_max']:.3f} | {v['cpu_median']:.3f} | "
+                     f"{v['work_median']:.3f} | {v['beyond_median']:.3f} | "
+                     f"{min(v['load']):.1f}-{max(v['load']):.1f} |")
+    return lines
+
+
+def start_targets(data: dict[str, Any], run: Run) -> list[Target]:
+    """One target per command: it starts no slower than the argparse CLI it replaced."""
+    out = []
+    for row in data["starts"]:
+        figure = (f"CPU {row['cpu_ratio']:.2f}x ({row['cpu_ratio_min']:.2f}-"
+                  f"{row['cpu_ratio_max']:.2f}), wall {row['wall_ratio']:.2f}x "
+                  f"({row['wall_ratio_min']:.2f}-{row['wall_ratio_max']:.2f}); "
+                  f"{row['new_cpu_s']:.3f} s CPU against {row['old_cpu_s']:.3f} s, "
+                  f"{row['pairs']} pairs")
+        out.append(Target(Bench.START, f"start|{row['command']}",
+                          f"`reverie {row['command']}` starts no slower than the argparse CLI: "
+                          f"{data['target']}", figure, row["verdict"], run.date, run.commit,
+                          run.machine, run.command, run.file))
+    return out
+
+
 def carried_targets(data: dict[str, Any]) -> list[Target]:
     return [Target(Bench(c["bench"]), c["key"], c["target"], c["figure"], c["verdict"],
                    c["date"], c["commit"], c["machine"], c["command"], c["source"],
@@ -179,6 +226,10 @@ def targets_of(data: dict[str, Any], run: Run | None) -> list[Target]:
         return synthetic_targets(data, run)
     if "rows" in data:
         return api_targets(data, run)
+    if data.get("bench") == LOCAL_COMMAND:
+        return local_command_targets(data, run)
+    if "starts" in data:
+        return start_targets(data, run)
     raise ValueError(f"{run.file}: not a results file this report knows")
 
 
@@ -242,6 +293,22 @@ def targets_table(targets: Sequence[Target]) -> list[str]:
 def _number(row: dict[str, Any], key: str, digits: int) -> str:
     value = row.get(key)
     return "" if value is None else f"{value:.{digits}f}"
+
+
+def start_table(data: dict[str, Any]) -> list[str]:
+    lines = [f"Against {data['baseline']}; load average {data['load_before']} before, "
+             f"{data['load_after']} after.", "",
+             "| command | pairs | CPU s | argparse CPU s | CPU ratio (min-max) | wall s "
+             "| argparse wall s | wall ratio (min-max) | same output | verdict |",
+             "|---|---:|---:|---:|---|---:|---:|---|---|---|"]
+    for r in data["starts"]:
+        cpu = f"{r['cpu_ratio']:.3f} ({r['cpu_ratio_min']:.2f}-{r['cpu_ratio_max']:.2f})"
+        wall = f"{r['wall_ratio']:.3f} ({r['wall_ratio_min']:.2f}-{r['wall_ratio_max']:.2f})"
+        lines.append(f"| `reverie {r['command']}` | {r['pairs']} | {r['new_cpu_s']:.3f} | "
+                     f"{r['old_cpu_s']:.3f} | {cpu} | {r['new_wall_s']:.3f} | "
+                     f"{r['old_wall_s']:.3f} | {wall} | "
+                     f"{'yes' if r['same_output'] else 'no'} | {r['verdict']} |")
+    return lines
 
 
 def synthetic_table(data: dict[str, Any]) -> list[str]:
@@ -311,6 +378,11 @@ METHOD = """\
   recall and store latency as the client sees it, and the CPU per call of the server and
   of the clients. Store's sentences per second are compared with ingest's in the bench's
   own process.
+- **Command start-up** (`benchmarks/cli_start.py`): each command as whole processes,
+  the typer CLI against e4a754d's argparse CLI taken from git into a scratch folder (its
+  moved imports pointed at their new place), same virtualenv and library, in interleaved
+  pairs on a scratch copy of the sample store with no Prefect API; the median of the
+  pairwise ratios of CPU (user + system) and of wall time, with their range.
 - **`reverie bench embedding`**, **`reverie bench updates`** and **`reverie bench
   locomo`**: OpenVINO against PyTorch; update chains answered with their newest value;
   answers still found after consolidation on LoCoMo conversations (README, Quality).
@@ -334,7 +406,11 @@ def render(targets: Sequence[Target], runs: Sequence[RunTable]) -> str:
         lines += [f"### `{run.command}`", "",
                   f"{run.date} at {run.commit}, {run.machine}; "
                   f"[{run.file}](benchmarks/results/{run.file}).", ""]
-        lines += synthetic_table(data) if "results" in data else api_table(data)
+        if data.get("bench") == LOCAL_COMMAND:
+            lines += local_command_table(data)
+        else:
+            lines += (synthetic_table(data) if "results" in data
+                      else start_table(data) if "starts" in data else api_table(data))
         lines.append("")
     lines.append(METHOD)
     return "\n".join(lines)

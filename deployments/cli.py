@@ -1,8 +1,10 @@
 """The ``reverie`` command, on typer: each command declares its own options.
 
-Heavy libraries (Prefect, sentence-transformers) are imported inside the commands
-that need them, so ``reverie get`` or ``reverie export`` answer at once. Help is plain
-text (no rich): rich would cost every ``--help`` its import.
+Start-up is held to the argparse CLI's (issue #39; ``benchmarks/cli_start.py``): the
+store, its tables and the config (SQLAlchemy, pydantic) and heavy libraries (Prefect,
+sentence-transformers) are imported inside the commands that need them, and only the
+command named on the line is made into a click command (``_Commands``); help lists all.
+Help is plain text (no rich): rich would cost every ``--help`` its import.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import os
 import re
 import shutil
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, MutableMapping, Sequence
 from dataclasses import asdict
 from datetime import datetime
 from enum import StrEnum
@@ -40,16 +42,16 @@ from reverie.flows.catalog import (
     canonical,
     names_help,
 )
-from reverie.models.config import ConsolidationConfig
 from reverie.models.errors import ReverieError
 from reverie.models.ids import given_id
-from reverie.models.store import Store
-from reverie.models.tables import Memory, Tombstone
 from reverie.models.timestamps import parse_timestamp
 
 if TYPE_CHECKING:
     from typer._click.core import Command, Context
 
+    from reverie.models.config import ConsolidationConfig
+    from reverie.models.store import Store
+    from reverie.models.tables import Memory
     from reverie.runner.report import RunReport
 
 EXIT_OK, EXIT_REJECTED, EXIT_ERROR = 0, 1, 2
@@ -119,15 +121,64 @@ def _and(words: list[str]) -> str:
 
 @cache
 def command() -> TyperGroup:
-    """The click command tree typer makes of the app (made once per process: every
-    command, every flow's options, about 20 ms)."""
-    group = typer.main.get_group(_app())
-    return group
+    """The click command tree typer makes of the app, once per process; each command in
+    it is made when first looked up (``_Commands``)."""
+    return fresh_command()
 
 
 def fresh_command() -> TyperGroup:
     """A tree of its own, for a caller that changes it (the README's relaxed parser)."""
-    return typer.main.get_group(_app())
+    root = _typer()
+    root.callback(help="Memory consolidation for AI agents.")(_root)
+    group = typer.main.get_group(root)
+    group.commands = _Commands(_COMMANDS)
+    return group
+
+
+class _Commands(MutableMapping[str, "Command"]):
+    """The root's commands by name, in the order help lists them, each made into a click
+    command only when looked up. A line runs one command: making the other 25 (every
+    flow's options, every bench's) cost about 20 ms of each start. Help and the README's
+    table look up every one, and get the same commands the eager tree had."""
+
+    def __init__(self, makers: dict[str, Callable[[typer.Typer], None]]) -> None:
+        self._makers = dict(makers)
+        self._made: dict[str, Command] = {}
+
+    def __getitem__(self, name: str) -> Command:
+        if name not in self._made:
+            self._made[name] = _made(self._makers[name])
+        return self._made[name]
+
+    def __setitem__(self, name: str, command: Command) -> None:
+        self._makers.setdefault(name, lambda _app: None)
+        self._made[name] = command
+
+    def __delitem__(self, name: str) -> None:
+        del self._makers[name]
+        self._made.pop(name, None)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._makers)
+
+    def __len__(self) -> int:
+        return len(self._makers)
+
+
+def _made(register: Callable[[typer.Typer], None]) -> Command:
+    """One command, registered on an app made like the root and made into a click
+    command by the very typer calls that make a whole app's group of it."""
+    app = _typer()
+    register(app)
+    if app.registered_commands:
+        (info,) = app.registered_commands
+        return typer.main.get_command_from_info(
+            info, pretty_exceptions_short=app.pretty_exceptions_short,
+            rich_markup_mode=app.rich_markup_mode)
+    (group,) = app.registered_groups
+    return typer.main.get_group_from_info(
+        group, pretty_exceptions_short=app.pretty_exceptions_short,
+        rich_markup_mode=app.rich_markup_mode, suggest_commands=app.suggest_commands)
 
 
 # --- parameter types: each refuses bad input naming the field (click adds the name) ------
@@ -266,6 +317,22 @@ class Embeddings(StrEnum):
     REAL = "real"
 
 
+class SummarizerChoice(StrEnum):
+    """``config.summarizer``'s values (``models.config.SummarizerName``, which a test
+    holds this to): the config itself is not imported to start the command."""
+
+    RULES = "rules"
+    LLM = "llm"
+    AUTO = "auto"
+
+
+# Bounds of whole-number options, the agent API's where it has the same knob
+# (``http_api``): what a line outside them asks for is a typo, not a request.
+HISTORY_SHOWN = (1, 1000)  # status --limit: the API's consolidation status limit
+RECALL_K = (1, 10_000)  # recall -k: the API's k
+CONTEXT_CHARS = (0, 200_000)  # bench locomo --budget: the API's budget_chars
+
+
 # --- options several commands share ---------------------------------------------------------
 
 
@@ -282,7 +349,7 @@ Profile = Annotated[str, typer.Option("--profile", parser=_name, metavar="P",
                                       help="the profile")]
 Preset = Annotated[str | None, typer.Option(
     "--preset", metavar="NAME", help="configuration preset (default: 'default')")]
-Summarizer = Annotated[str, typer.Option(
+Summarizer = Annotated[SummarizerChoice, typer.Option(
     "--summarizer", metavar="rules|llm|auto", help="rules, llm or auto")]
 JsonOut = Annotated[Path | None, typer.Option(
     "--json", metavar="OUT", help="also write the result as JSON")]
@@ -326,46 +393,45 @@ def _typer(help_: str | None = None, cls: type[TyperGroup] = TyperGroup,
         context_settings={"help_option_names": ["-h", "--help"]})
 
 
-@cache
-def _app() -> typer.Typer:
-    app = _typer()
-    app.callback(help="Memory consolidation for AI agents.")(_root)
-    plain = app.command
-    plain("ingest")(_ingest)
-    plain("init")(_init)
-    app.add_typer(_flows_app("consolidate", CONSOLIDATION_MODES,
-                             "Run full or lightweight consolidation in this process "
-                             "(against PREFECT_API_URL if set); --not-done takes only the "
-                             "profiles not yet finished for that --as-of."), name="consolidate")
-    app.add_typer(_flows_app("run", RUN_TASKS, "Run a maintenance flow in this process (against "
-                             "PREFECT_API_URL if set)."), name="run")
-    plain("approve")(_approve)
-    app.command("backfill", cls=_one_of("profile", "all_", required=True))(_backfill)
-    plain("server")(_server)
-    plain("status")(_status)
-    plain("session-end")(_session_end)
+def _one(name: str, fn: Callable[..., int],
+         cls: type[TyperCommand] | None = None) -> Callable[[typer.Typer], None]:
+    def register(app: typer.Typer) -> None:
+        app.command(name, cls=cls)(fn)
+    return register
+
+
+def _many(name: str, sub: Callable[[], typer.Typer]) -> Callable[[typer.Typer], None]:
+    def register(app: typer.Typer) -> None:
+        app.add_typer(sub(), name=name)
+    return register
+
+
+def _consolidate_app() -> typer.Typer:
+    return _flows_app("consolidate", CONSOLIDATION_MODES,
+                      "Run full or lightweight consolidation in this process (against "
+                      "PREFECT_API_URL if set); --not-done takes only the profiles not yet "
+                      "finished for that --as-of.")
+
+
+def _run_app() -> typer.Typer:
+    return _flows_app("run", RUN_TASKS, "Run a maintenance flow in this process (against "
+                      "PREFECT_API_URL if set).")
+
+
+def _events_app() -> typer.Typer:
     events = _typer(invoke_without_command=True)
     events.callback(help=inspect.getdoc(_events))(_events)
     events.command("flush")(_events_flush)
-    app.add_typer(events, name="events")
-    plain("undo")(_undo)
-    app.command("consolidations", cls=_one_of("limit", "all_", required=False))(_consolidations)
-    plain("blocks")(_blocks)
-    plain("recall")(_recall)
-    plain("get")(_get)
-    plain("export")(_export)
+    return events
+
+
+def _bench_app() -> typer.Typer:
     bench = _typer("Measure what consolidation does to a store.")
     for name, fn in (("locomo", _bench_locomo), ("updates", _bench_updates),
                      ("synthetic", _bench_synthetic), ("api", _bench_api),
                      ("embedding", _bench_embedding)):
         bench.command(name)(fn)
-    app.add_typer(bench, name="bench")
-    plain("alerts")(_alerts)
-    plain("serve")(_serve)
-    plain("api")(_api)
-    plain("mcp")(_mcp)
-    plain("demo")(_demo)
-    return app
+    return bench
 
 
 # --- flows: one command per flow of the registry, with the options it takes ---------------
@@ -553,14 +619,16 @@ def run_flow(
     **extra: Any,
 ) -> RunReport:
     """Run a flow by its short name in this process (against PREFECT_API_URL if set)."""
-    from reverie.deployments.local_server import local_api
-    from reverie.flows.catalog import FLOWS
-    from reverie.runner.runtime import wait_for_run_history
+    from reverie.runner.loading import first_load
 
+    with first_load():
+        from reverie.deployments.local_server import local_api
+        from reverie.flows.catalog import FLOWS
+        from reverie.runner.runtime import wait_for_run_history
+
+        flow = FLOWS[name]
     with local_api():
-        report = FLOWS[name](
-            profile=profile, as_of=as_of, dry_run=dry_run, config=config, **extra
-        )
+        report = flow(profile=profile, as_of=as_of, dry_run=dry_run, config=config, **extra)
     wait_for_run_history(report.run_id)
     return report
 
@@ -573,6 +641,7 @@ def _store() -> Store:
     would silently create an empty one (say, run from another folder). Opening it
     raises StoreMissingError anyway (``models.db``); this says so before any work."""
     from reverie.models.db import _missing
+    from reverie.models.store import Store
 
     store = Store()
     if not store.exists():
@@ -640,6 +709,7 @@ def _ingest(
         return _restore(file, profile, json_)
     from reverie.engines.embedding import embedder_for
     from reverie.models.ingest import ingest_jsonl
+    from reverie.models.store import Store
     from reverie.runner.event_delivery import deliver, wanted
     from reverie.runner.progress import Bar, on_terminal
 
@@ -678,6 +748,7 @@ def _ingest(
 def _restore(file: Path, profile: str | None, json_: bool) -> int:
     """A backup (``reverie export``) restores its profile as it was, all or nothing."""
     from reverie.models.backup import restore_file
+    from reverie.models.store import Store
 
     store = Store()
     if store.create():  # restoring is ingesting: it may make the store
@@ -695,6 +766,7 @@ def _init(json_: Json = False) -> int:
     """Create the configured store (REVERIE_DATABASE_URL) if it is not there, and print
     its id. Only init, ingest and demo create stores."""
     from reverie.models.settings import display_url
+    from reverie.models.store import Store
 
     store = Store()
     created = store.create()
@@ -840,7 +912,8 @@ def _status(
     profile: Annotated[str | None, typer.Option(
         "--profile", parser=_name, metavar="P", help="one profile (default: all)")] = None,
     limit: Annotated[int, typer.Option(
-        "--limit", metavar="N", help="runs of history to show")] = 20,
+        "--limit", metavar="N", min=HISTORY_SHOWN[0], max=HISTORY_SHOWN[1],
+        help="runs of history to show")] = 20,
     json_: Json = False,
 ) -> int:
     """Per profile and flow: the last run, what it changed, the next scheduled run (with
@@ -1146,7 +1219,7 @@ def _blocks(profile: Profile, json_: Json = False) -> int:
 def _recall(
     query: Annotated[str, typer.Argument(metavar="QUERY", help="what to look for")],
     profile: Profile,
-    k: Annotated[int, typer.Option("-k", metavar="N", min=1,
+    k: Annotated[int, typer.Option("-k", metavar="N", min=RECALL_K[0], max=RECALL_K[1],
                                    help="how many memories")] = 5,
     deep: Annotated[bool, _flag("--deep", help="search the cold tier too")] = False,
     track: Annotated[bool, _flag("--track", help="count the hits as accessed")] = False,
@@ -1187,11 +1260,12 @@ def _get(
 ) -> int:
     """Show one memory (any tier) or its tombstone, by Reverie id or your own id."""
     from reverie.models.repositories.memories import get
+    from reverie.models.tables import Tombstone
 
     with _store().reading_all() as s:
         found = get(s, id_, profile)
     data = (
-        {"tombstone": True, **found.model_dump()}
+        {"tombstone": True, **_in_field_order(found)}
         if isinstance(found, Tombstone)
         else _memory_json(found)
     )
@@ -1207,8 +1281,18 @@ def _get(
 
 
 def _memory_json(m: Memory | Any) -> dict[str, Any]:
-    data = m.model_dump() if isinstance(m, Memory) else asdict(m)
+    from reverie.models.tables import Memory
+
+    data = _in_field_order(m) if isinstance(m, Memory) else asdict(m)
     return {k: (v.isoformat() if hasattr(v, "isoformat") else v) for k, v in data.items()}
+
+
+def _in_field_order(row: Any) -> dict[str, Any]:
+    """A row's fields in its table's declared order. ``model_dump`` gives them in the
+    order SQLAlchemy filled the row in, which follows where objects happen to lie in
+    memory: it changed with what the process had imported before."""
+    data = row.model_dump()
+    return {**{k: data[k] for k in type(row).model_fields if k in data}, **data}
 
 
 def _export(
@@ -1250,13 +1334,14 @@ OffsetDays = Annotated[float, typer.Option(
 def _bench_locomo(
     path: Annotated[Path, typer.Argument(metavar="PATH", help="a LoCoMo-format file")],
     as_of_offset_days: OffsetDays = 90.0,
-    budget: Annotated[int, typer.Option("--budget", metavar="N",
-                                        help="context characters")] = 2000,
+    budget: Annotated[int, typer.Option("--budget", metavar="N", min=CONTEXT_CHARS[0],
+                                        max=CONTEXT_CHARS[1], help="context characters")]
+    = 2000,
     conversations: Annotated[Names | None, typer.Option(
         "--conversations", parser=_names, metavar="IDS",
         help="only these conversations, by sample id, comma-separated (e.g. one fold's two "
         "tuning conversations, or its third to validate on; default all)")] = None,
-    summarizer: Summarizer = "auto",
+    summarizer: Summarizer = SummarizerChoice.AUTO,
     preset_name: Preset = None,
     json_out: JsonOut = None,
 ) -> int:
@@ -1273,10 +1358,10 @@ def _bench_locomo(
     if not path.is_file():
         raise ReverieError(f"no such file: {path}")
     select_conversations(load_locomo(path), chosen)  # bad input: at once
-    from reverie.models.config import preset
+    from reverie.models.config import ConsolidationConfig, preset
 
     base = preset(preset_name) if preset_name else ConsolidationConfig()
-    config = base.model_copy(update={"summarizer": summarizer})
+    config = base.model_copy(update={"summarizer": summarizer.value})
     from reverie.runner.temporary_server import keep_with_this_process
 
     keep_with_this_process()
@@ -1292,17 +1377,17 @@ def _bench_updates(
         "--profiles", metavar="N", min=1,
         help="profiles, each with one chain per fact kind")] = 8,
     as_of_offset_days: OffsetDays = 90.0,
-    summarizer: Summarizer = "auto",
+    summarizer: Summarizer = SummarizerChoice.AUTO,
     preset_name: Preset = None,
     json_out: JsonOut = None,
 ) -> int:
     """Update chains: does hot recall answer an updated fact with its newest value?"""
     from reverie.benchmarks.updates import bench_updates, render_updates
-    from reverie.models.config import preset
+    from reverie.models.config import ConsolidationConfig, preset
     from reverie.runner.temporary_server import keep_with_this_process
 
     base = preset(preset_name) if preset_name else ConsolidationConfig()
-    config = base.model_copy(update={"summarizer": summarizer})
+    config = base.model_copy(update={"summarizer": summarizer.value})
     keep_with_this_process()
     result = bench_updates(profiles, as_of_offset_days, config)
     print(render_updates(result))
@@ -1549,11 +1634,45 @@ def _demo(database: Annotated[Path | None, typer.Option(
     return run_demo(database, local_api)
 
 
+# Every top-level command, in the order `reverie --help` lists them (typer's: the
+# commands, then the groups): how to register it on an app (made into its click command
+# only when looked up, ``_Commands``).
+_COMMANDS: dict[str, Callable[[typer.Typer], None]] = {
+    "ingest": _one("ingest", _ingest),
+    "init": _one("init", _init),
+    "approve": _one("approve", _approve),
+    "backfill": _one("backfill", _backfill, _one_of("profile", "all_", required=True)),
+    "server": _one("server", _server),
+    "status": _one("status", _status),
+    "session-end": _one("session-end", _session_end),
+    "undo": _one("undo", _undo),
+    "consolidations": _one("consolidations", _consolidations,
+                           _one_of("limit", "all_", required=False)),
+    "blocks": _one("blocks", _blocks),
+    "recall": _one("recall", _recall),
+    "get": _one("get", _get),
+    "export": _one("export", _export),
+    "alerts": _one("alerts", _alerts),
+    "serve": _one("serve", _serve),
+    "api": _one("api", _api),
+    "mcp": _one("mcp", _mcp),
+    "demo": _one("demo", _demo),
+    "consolidate": _many("consolidate", _consolidate_app),
+    "run": _many("run", _run_app),
+    "events": _many("events", _events_app),
+    "bench": _many("bench", _bench_app),
+}
+
+
 def console() -> NoReturn:
-    """The ``reverie`` executable: ``main``, then exit without the interpreter's last
+    """The ``reverie`` executable: ``main``, with the youngest generation collected less
+    often (``executable.YOUNG_COLLECTION_EVERY``), then exit without the interpreter's last
     garbage collection over Prefect's ~200,000 objects (half a second of a local
     command). ``gc.freeze`` moves them out of the collector's reach; everything else at
     exit (flushing Prefect's logs and events, closing files) happens as before."""
+    from reverie.deployments.executable import collect_less_often
+
+    collect_less_often()  # already, when run as `reverie`; `python -m` comes here first
     try:
         code = main()
         sys.stdout.flush()

@@ -28,7 +28,6 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from sqlalchemy import delete, func, select, update
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlmodel import Session
 
 from reverie.models.db import read_store_id
@@ -68,8 +67,15 @@ def add(s: Session, queued: Sequence[ProfileEvent]) -> int:
          "occurred_at": e.at, "created_at": now}
         for e in queued
     ]
-    dialect = postgresql if s.get_bind().dialect.name == "postgresql" else sqlite
-    s.execute(dialect.insert(_O).on_conflict_do_nothing(index_elements=["key"]), rows)
+    # Imported here: PostgreSQL's dialect is 20 ms of every command's start on SQLite.
+    if s.get_bind().dialect.name == "postgresql":
+        from sqlalchemy.dialects import postgresql
+
+        s.execute(postgresql.insert(_O).on_conflict_do_nothing(index_elements=["key"]), rows)
+    else:
+        from sqlalchemy.dialects import sqlite
+
+        s.execute(sqlite.insert(_O).on_conflict_do_nothing(index_elements=["key"]), rows)
     return len(queued)
 
 

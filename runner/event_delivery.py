@@ -14,13 +14,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import sys
 import threading
 import time
+import tomllib
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC
 from enum import StrEnum
+from pathlib import Path
 
 from reverie.models import outbox
 from reverie.models.events import ProfileEvent, related, resource
@@ -53,9 +57,43 @@ class FlushResult:
 def api_url() -> str | None:
     """The Prefect server to send events to; None for an ephemeral API (which would start
     a server for a second and lose the events with it)."""
+    # Once Prefect is imported, a settings context (temporary_settings, a test harness)
+    # may hold a URL no file or variable names: then only Prefect knows.
+    if "prefect" not in sys.modules and not _api_url_may_be_set():
+        return None
     from prefect.settings import get_current_settings
 
     return get_current_settings().api.url
+
+
+def _api_url_may_be_set() -> bool:
+    """Whether any source Prefect 3 reads its settings from could name an API URL: a
+    ``PREFECT_API...`` environment variable, ``.env``, ``prefect.toml`` or
+    ``pyproject.toml``'s ``[tool.prefect]`` in the working folder, or a profiles file
+    (``PREFECT_PROFILES_PATH``, else ``$PREFECT_HOME/profiles.toml``, else
+    ``~/.prefect/profiles.toml``; without one Prefect's bundled default profile is
+    ephemeral). When none can, the URL is None without importing Prefect: half a second
+    of ``reverie status`` or ``reverie ingest`` on a machine with no Prefect server.
+    When one can, Prefect itself decides."""
+    if any(name.upper().startswith("PREFECT_API") for name in os.environ):
+        return True
+    here = Path.cwd()
+    if (here / ".env").exists() or (here / "prefect.toml").exists():
+        return True
+    pyproject = here / "pyproject.toml"
+    if pyproject.exists():
+        try:
+            tables = tomllib.loads(pyproject.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+            return True  # Prefect reads it its own way: let it
+        if "prefect" in tables.get("tool", {}):
+            return True
+    # Read as Prefect reads them (os.getenv: exact names, empty is unset).
+    if profiles := os.environ.get("PREFECT_PROFILES_PATH"):
+        return Path(profiles).exists()
+    if home := os.environ.get("PREFECT_HOME"):
+        return (Path(home) / "profiles.toml").exists()
+    return (Path.home() / ".prefect" / "profiles.toml").exists()
 
 
 def api_configured() -> bool:

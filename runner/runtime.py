@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
-from prefect import Flow, flow
+from prefect import Flow
 from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
 
 from reverie.models.settings import get_settings
@@ -25,6 +25,8 @@ if TYPE_CHECKING:
     from reverie.runner.report import RunReport
 
 log = logging.getLogger(__name__)
+P = ParamSpec("P")
+R = TypeVar("R")
 
 # How long a run without a configured API waits for Prefect's temporary server to record
 # its task runs before the process exits (see wait_for_run_history).
@@ -40,9 +42,16 @@ def without_heartbeats() -> Iterator[None]:
     automation mark a run whose process died as crashed, which nobody sets up on a
     server a command started for itself; and ending them holds up every flow run by up
     to a second (Prefect's heartbeat thread looks for the run's end once a second)."""
-    from prefect.settings import temporary_settings
+    import prefect.context
 
-    with temporary_settings(updates={"flows.heartbeat_frequency": None}):
+    # A copy of the current settings with the one value changed, entered as Prefect's
+    # temporary_settings does; that function reads and validates every setting again
+    # (35 ms, over 150 ms on a busy machine), for a value nothing else derives from.
+    current = prefect.context.get_settings_context()
+    settings = current.settings
+    quiet = settings.model_copy(update={
+        "flows": settings.flows.model_copy(update={"heartbeat_frequency": None})})
+    with prefect.context.SettingsContext(profile=current.profile, settings=quiet):
         yield
 
 
@@ -79,15 +88,50 @@ def local_cluster_options(workers: int, dashboard_port: int | None) -> dict[str,
     }
 
 
+class ReverieFlow(Flow[P, R]):
+    """Prefect's flow, its run's parameters sent to the API without FastAPI when they
+    are plain values (``plain_parameters``): Prefect encodes them with FastAPI's
+    ``jsonable_encoder``, and importing FastAPI for that is about 0.1 s of a local
+    command. Any other value goes Prefect's way, so the API receives the same JSON."""
+
+    def serialize_parameters(self, parameters: dict[str, Any]) -> dict[str, Any]:
+        plain = plain_parameters(parameters)
+        return plain if plain is not None else super().serialize_parameters(parameters)
+
+
+def plain_parameters(parameters: Mapping[str, Any]) -> dict[str, Any] | None:
+    """``parameters`` as FastAPI's ``jsonable_encoder`` gives them, if every value is
+    None, a bool, an int, a float, a str, a datetime or a list or tuple of those (exact
+    types: an enum or a str subclass encodes differently); else None."""
+    out: dict[str, Any] = {}
+    for key, value in parameters.items():
+        if type(value) in (list, tuple):
+            if not all(type(v) in _PLAIN for v in value):
+                return None
+            out[key] = [_encoded(v) for v in value]
+        elif type(value) in _PLAIN:
+            out[key] = _encoded(value)
+        else:
+            return None
+    return out
+
+
+_PLAIN = (type(None), bool, int, float, str, datetime)
+
+
+def _encoded(value: Any) -> Any:
+    return value.isoformat() if type(value) is datetime else value
+
+
 def reverie_flow(name: str) -> Callable[[Callable[..., RunReport]], Flow[..., RunReport]]:
     """Declare a Reverie flow: runs named by ``run_name``, prints not captured (they
     could carry memory content), tasks on the configured ``task_runner``, parameters
     described in Prefect's form (``documented``)."""
     def declare(fn: Callable[..., RunReport]) -> Flow[..., RunReport]:
-        return flow(
-            name=name, flow_run_name=run_name(name), log_prints=False,
+        return ReverieFlow(
+            documented(fn), name=name, flow_run_name=run_name(name), log_prints=False,
             task_runner=task_runner(),
-        )(documented(fn))
+        )
 
     return declare
 

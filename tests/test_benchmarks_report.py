@@ -20,6 +20,7 @@ from reverie.benchmarks.report import (
     main,
     page,
     plan,
+    start_targets,
     synthetic_targets,
 )
 
@@ -121,3 +122,16 @@ def test_a_carried_synthetic_target_has_the_key_a_fresh_run_of_it_would_have() -
     keys = [c["key"] for c in data["carried"]
             if any(f"|{n}|" in c["key"] for n in (10_000, 100_000))]
     assert keys and set(keys) <= scheme
+
+
+def test_each_command_of_the_start_up_bench_is_a_target_with_its_ratios() -> None:
+    from reverie.benchmarks.cli_start import TARGET, Sample, summarize
+
+    row = summarize("status", [(Sample(0.9, 1.0), Sample(1.0, 1.0))] * 9, True)
+    data = {"command": "python -m reverie.benchmarks.cli_start --pairs 9", "target": TARGET,
+            "baseline": "b", "load_before": [1.0, 1.0, 1.0], "load_after": [1.0, 1.0, 1.0],
+            "starts": [row.__dict__]}
+    (found,) = start_targets(data, RUN)
+    assert found.bench is Bench.START and found.key == "start|status" and found.met
+    assert found.figure.startswith("CPU 0.90x (0.90-0.90), wall 1.00x (1.00-1.00)")
+    assert "9 pairs" in found.figure and "`reverie status`" in found.target

@@ -103,6 +103,16 @@ def test_commands_share_one_server_that_records_their_runs_and_stops_on_request(
     runs = {json.loads(done.stdout)["run_id"] for done in (first, second)}
     _wait(lambda: runs <= set(_flow_runs(server)), 60, "both runs on the server")
     assert {_flow_runs(server)[r] for r in runs} == {"COMPLETED"}
+    # What the UI shows of a run: its parameters as Prefect encodes them (a command sends
+    # plain ones without FastAPI: tests/test_local_command.py), and its artifacts.
+    first_id = json.loads(first.stdout)["run_id"]
+    shown = httpx.get(f"{server.api_url}/flow_runs/{first_id}", timeout=10).json()
+    assert shown["parameters"] == {"profile": None, "as_of": "2025-07-01T00:00:00",
+                                   "dry_run": False, "config": None, "store_id": None}
+    artifacts = httpx.post(f"{server.api_url}/artifacts/filter", timeout=10, json={
+        "artifacts": {"flow_run_id": {"any_": [first_id]}}}).json()
+    flow = json.loads(first.stdout)["flow"]
+    assert {a["key"] for a in artifacts} >= {flow, f"{flow}-changes", f"{flow}-progress"}
     status = local("status", "--json")
     assert {r["run_id"] for r in json.loads(status.stdout)["history"]} >= runs
 

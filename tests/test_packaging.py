@@ -43,7 +43,7 @@ def test_the_wheel_holds_one_top_level_package_and_the_command(tmp_path: Path) -
     assert not missing, f"packages missing from the wheel: {sorted(missing)}"
     assert not any(n.startswith("reverie/tests/") for n in names)
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
-    assert "reverie = reverie.deployments.cli:console" in (
+    assert "reverie = reverie.deployments.executable:console" in (
         zipfile.ZipFile(wheel).read(entry_points).decode())
 
 

@@ -1,0 +1,220 @@
+"""The `reverie` command's start-up (issue #39 item 3): only the command named on the line
+is made, the tree help shows is the one an eager build makes, the option bounds and
+choices, and the start-up bench's arithmetic."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, get_args
+
+import pytest
+import typer
+from typer._click.core import Command, Context
+from typer.core import TyperGroup
+
+from reverie.benchmarks.cli_start import MOVED, Sample, old_module, summarize
+from reverie.deployments.cli import (
+    _COMMANDS,
+    CONTEXT_CHARS,
+    EXIT_ERROR,
+    HISTORY_SHOWN,
+    RECALL_K,
+    SummarizerChoice,
+    _Commands,
+    _typer,
+    fresh_command,
+    main,
+)
+from reverie.models.config import SummarizerName
+
+
+def _eager() -> TyperGroup:
+    """Every command registered on one app and made at once, as typer makes an app."""
+    app = _typer()
+    app.callback(help="Memory consolidation for AI agents.")(lambda: None)
+    for register in _COMMANDS.values():
+        register(app)
+    return typer.main.get_group(app)
+
+
+def _shape(command: Command) -> Any:
+    sub = (command.commands if isinstance(command, TyperGroup) else {})
+    return (type(command).__name__, command.help, command.hidden,
+            [(p.name, p.opts, p.required, p.default, p.metavar, str(getattr(p, "type", "")),
+              getattr(p, "help", None))
+             for p in command.params if p.name != "help"],
+            getattr(command, "one_of", None), getattr(command, "one_required", None),
+            {name: _shape(c) for name, c in sub.items()}, list(sub))
+
+
+def test_the_lazy_tree_is_the_eager_tree_command_for_command() -> None:
+    lazy, eager = fresh_command(), _eager()
+    # typer lists the commands, then the groups, each in the order they were added.
+    assert list(lazy.commands) == list(eager.commands)
+    for name in eager.commands:
+        assert _shape(lazy.commands[name]) == _shape(eager.commands[name]), name
+
+
+def test_a_line_makes_only_the_command_it_names() -> None:
+    root = fresh_command()
+    commands = root.commands
+    assert isinstance(commands, _Commands)
+    ctx = root.make_context("reverie", ["status", "--limit", "3"])
+    name, command, rest = root.resolve_command(ctx, ["status", "--limit", "3"])
+    assert name == "status" and command is not None and rest == ["--limit", "3"]
+    assert list(commands._made) == ["status"]
+
+
+def test_the_command_module_leaves_the_store_and_prefect_unimported() -> None:
+    # `reverie --help` and the tree cost neither SQLAlchemy, pydantic nor Prefect.
+    code = ("import sys; from reverie.deployments.cli import command; command(); "
+            "print(sorted(m for m in ('sqlalchemy', 'sqlmodel', 'pydantic', 'prefect', "
+            "'reverie.models.store') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, check=True)
+    assert done.stdout.strip() == "[]"
+
+
+def _parsed(argv: list[str]) -> dict[str, Any]:
+    """The values a line gives its command, parsed as `reverie` would, run never."""
+    root = fresh_command()
+    ctx: Context = root.make_context("reverie", list(argv))
+    name, command, rest = root.resolve_command(ctx, [*ctx._protected_args, *ctx.args])
+    assert command is not None and name is not None
+    while isinstance(command, TyperGroup):
+        ctx = command.make_context(name, rest, parent=ctx)
+        name, command, rest = command.resolve_command(ctx, [*ctx._protected_args, *ctx.args])
+        assert command is not None and name is not None
+    return command.make_context(name, rest, parent=ctx).params
+
+
+def _refused(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == EXIT_ERROR
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    return err
+
+
+@pytest.mark.parametrize(("words", "bounds"), [
+    (["status", "--limit"], HISTORY_SHOWN),
+    (["recall", "q", "--profile", "p", "-k"], RECALL_K),
+    (["bench", "locomo", "f.json", "--budget"], CONTEXT_CHARS),
+])
+def test_whole_number_options_take_their_bounds_and_refuse_one_past(
+    words: list[str], bounds: tuple[int, int], capsys: pytest.CaptureFixture[str]
+) -> None:
+    low, high = bounds
+    name = words[-1].lstrip("-").replace("-", "_")
+    assert _parsed([*words, str(low)])[name] == low
+    assert _parsed([*words, str(high)])[name] == high
+    option = words[-1]
+    for outside, says in ((low - 1, f"greater than or equal to {low}"),
+                          (high + 1, f"less than or equal to {high}")):
+        err = _refused([*words, str(outside)], capsys)
+        assert f"Invalid value for '{option}'" in err and says in err, err
+        assert err.endswith("(--help for usage)")
+
+
+def test_the_summarizer_is_a_closed_choice_of_the_configs_values(
+    capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert sorted(SummarizerChoice) == sorted(get_args(SummarizerName))
+    for choice in SummarizerChoice:
+        given = _parsed(["bench", "updates", "--summarizer", choice.value])["summarizer"]
+        assert given is choice
+    assert _parsed(["bench", "updates"])["summarizer"] is SummarizerChoice.AUTO
+    err = _refused(["bench", "updates", "--summarizer", "gpt"], capsys)
+    assert "'gpt' is not one of 'rules', 'llm', 'auto'" in err, err
+
+
+# --- the start-up bench's arithmetic -------------------------------------------------------
+
+
+def test_the_bench_judges_the_median_of_pairwise_ratios() -> None:
+    pairs = [(Sample(0.9, 1.0), Sample(1.0, 1.0)), (Sample(1.2, 1.1), Sample(1.0, 1.0)),
+             (Sample(0.95, 0.9), Sample(1.0, 1.0))]
+    row = summarize("status", pairs, True)
+    assert (row.cpu_ratio, row.cpu_ratio_min, row.cpu_ratio_max) == (0.95, 0.9, 1.2)
+    assert (row.wall_ratio, row.wall_ratio_min, row.wall_ratio_max) == (1.0, 0.9, 1.1)
+    assert row.verdict == "met" and row.pairs == 3
+    slower = summarize("get", [(Sample(1.01, 1.0), Sample(1.0, 1.0))], True)
+    assert slower.verdict == "missed: 1.010x"
+
+
+def test_the_baseline_module_points_at_moved_modules_only_in_imports() -> None:
+    text = "from reverie.engines.recall import recall\n# reverie.engines.recall stays\n"
+    assert old_module(text) == ("from reverie.recall.search import recall\n"
+                                "# reverie.engines.recall stays\n")
+    for new in MOVED.values():
+        __import__(new)
+
+
+# --- whether a Prefect API is configured, without importing Prefect when none can be ------
+
+_ASK = ("import sys; from reverie.runner.event_delivery import api_url; "
+        "mine = api_url(); imported = 'prefect' in sys.modules; "
+        "from prefect.settings import get_current_settings; "
+        "print(repr(mine), imported, repr(get_current_settings().api.url))")
+URL = "http://127.0.0.1:9/api"
+
+
+# One process each (Prefect reads its settings once): the sources that can name a URL,
+# and the two ways none does.
+@pytest.mark.slow(seconds=20)
+@pytest.mark.parametrize(("where", "text", "env"), [
+    (None, "", {}),
+    ("pyproject.toml", '[project]\nname = "x"\n', {}),
+    (None, "", {"PREFECT_API_URL": URL}),
+    (".env", f"PREFECT_API_URL={URL}\n", {}),
+    ("prefect.toml", f'[api]\nurl = "{URL}"\n', {}),
+    ("mine.toml", f'active = "p"\n[profiles.p]\nPREFECT_API_URL = "{URL}"\n',
+     {"PREFECT_PROFILES_PATH": "mine.toml"}),
+])
+def test_the_api_url_is_prefects_own_and_prefect_is_imported_only_when_a_source_can_set_it(
+    tmp_path: Path, where: str | None, text: str, env: dict[str, str]
+) -> None:
+    (tmp_path / "home").mkdir()
+    if where:
+        (tmp_path / where).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / where).write_text(text, encoding="utf-8")
+    clean = {k: v for k, v in os.environ.items() if not k.upper().startswith("PREFECT_")}
+    paths = {k: str(tmp_path / v) if k != "PREFECT_API_URL" else v for k, v in env.items()}
+    done = subprocess.run([sys.executable, "-c", _ASK], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120, check=True,
+                          env={**clean, "HOME": str(tmp_path / "home"), **paths})
+    mine, imported, prefects = done.stdout.split()
+    assert mine == prefects  # the same answer as Prefect's settings give
+    expected = "None" if text in ("", '[project]\nname = "x"\n') and not env else repr(URL)
+    assert mine == expected
+    assert imported == str(mine != "None")
+
+
+def test_a_url_set_in_prefects_settings_context_is_seen(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    # No file nor variable names one; a test harness or serve's temporary_settings does.
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from reverie.runner.event_delivery import api_url
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    for name in [n for n in os.environ if n.upper().startswith("PREFECT_")]:
+        monkeypatch.delenv(name)
+    with temporary_settings({PREFECT_API_URL: URL}):
+        assert api_url() == URL
+
+
+def test_the_executable_sets_the_collectors_pace_before_importing_the_cli() -> None:
+    code = ("import gc, sys; from reverie.deployments import executable as e; "
+            "print('typer' in sys.modules, 'reverie.deployments.cli' in sys.modules); "
+            "sys.argv[1:] = ['--version']; e.console()")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    first, version = done.stdout.splitlines()
+    assert first == "False False" and version.startswith("reverie ")

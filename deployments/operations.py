@@ -12,12 +12,14 @@ trigger's events), ``recall.search.recall``, ``repositories.runs.end_session``,
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import os
 import subprocess
 import sys
 import threading
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from datetime import datetime
@@ -29,6 +31,7 @@ from sqlmodel import col
 
 from reverie.deployments.api_errors import field_error
 from reverie.deployments.auth import Principal
+from reverie.engines.group_commit import Failure, GroupCommit
 from reverie.flows.catalog import ALIASES, FLOWS
 from reverie.models.errors import NotFoundError, RecordError
 from reverie.models.ids import given_id
@@ -169,26 +172,47 @@ def _recalled(store: Store, profile: str, asked: int, found: int) -> None:
     deliver(store.url)
 
 
-@dataclass(eq=False)
+@dataclass(frozen=True)
 class _StoreCall:
     records: list[dict[str, Any]]
     profile: str
     at: datetime
-    report: IngestReport | None = None
-    error: BaseException | None = None
-    done: bool = False
 
 
-class _StoreCalls:
-    """The store calls to one store waiting for their turn (``_stored_together``)."""
+def _write_calls(store: Store, queue_events: bool, _slot: int,
+                 group: list[_StoreCall]) -> list[IngestReport | Failure]:
+    """The store calls of one group, together if ``ingest_together`` can, else one by
+    one in their order, each with its own report or error."""
+    from reverie.engines.embedding import embedder_for
+    from reverie.models.ingest import ingest, ingest_together
 
-    def __init__(self) -> None:
-        self.pending_lock = threading.Lock()
-        self.pending: list[_StoreCall] = []
-        self.turn = threading.Lock()
+    embedder = embedder_for(store.settings)
+    if len(group) > 1:
+        try:
+            reports = ingest_together(store, [(c.records, c.profile, c.at) for c in group],
+                                      embedder, queue_events)
+        except Exception:  # noqa: BLE001 - nothing was written: each call alone says why
+            reports = None
+        if reports is not None:
+            return list(reports)
+        log.info("a group of %d store calls is stored call by call", len(group))
+    answers: list[IngestReport | Failure] = []
+    for c in group:
+        try:
+            # An agent's call never creates a store: a mistyped URL is an error naming it.
+            answers.append(ingest(store, c.records, embedder, c.profile, at=c.at,
+                                  queue_events=queue_events, create=False))
+        except Exception as exc:  # noqa: BLE001 - the call's own error, raised by it
+            answers.append(Failure(exc))
+    return answers
 
 
-_store_calls: dict[str, _StoreCalls] = {}
+# By store URL and whether events are queued, the most recently used few: a server
+# sees one store, a test process many, and one entry per URL ever seen was a leak. An
+# entry dropped while calls use it only stops later calls from joining them.
+STORE_CALL_URLS = 16
+_store_calls: OrderedDict[tuple[str, bool], GroupCommit[_StoreCall, IngestReport]] = (
+    OrderedDict())
 _store_calls_lock = threading.Lock()
 
 
@@ -201,44 +225,18 @@ def _stored_together(store: Store, records: list[dict[str, Any]], name: str,
     together it ingests one by one, in that order. At 16 memories a call, a call's
     own transaction, reads and small embedding batches held 8 clients to under half
     of ingest's sentences per second."""
-    from reverie.engines.embedding import embedder_for
-    from reverie.models.ingest import ingest, ingest_together
-
+    key = (store.url, queue_events)
     with _store_calls_lock:
-        calls = _store_calls.setdefault(store.url, _StoreCalls())
-    call = _StoreCall(records, name, utcnow())
-    with calls.pending_lock:
-        calls.pending.append(call)
-    with calls.turn:
-        if not call.done:
-            with calls.pending_lock:
-                group, calls.pending = calls.pending, []
-            embedder = embedder_for(store.settings)
-            reports = None
-            if len(group) > 1:
-                try:
-                    reports = ingest_together(
-                        store, [(c.records, c.profile, c.at) for c in group], embedder,
-                        queue_events)
-                except Exception:  # noqa: BLE001 - nothing was written: each call alone says why
-                    log.info("a group of %d store calls is stored call by call", len(group))
-            for n, c in enumerate(group):
-                try:
-                    if reports is not None:
-                        c.report = reports[n]
-                    else:
-                        # An agent's call never creates a store: a mistyped URL is an
-                        # error naming it.
-                        c.report = ingest(store, c.records, embedder, c.profile, at=c.at,
-                                          queue_events=queue_events, create=False)
-                except Exception as exc:  # noqa: BLE001 - the call's own error, raised by it
-                    c.error = exc
-                finally:
-                    c.done = True
-    if call.error is not None:
-        raise call.error
-    assert call.report is not None  # done without an error
-    return call.report
+        calls = _store_calls.get(key)
+        if calls is None:
+            calls = GroupCommit(functools.partial(_write_calls, store, queue_events),
+                                gather=store.settings.api_store_gather_ms / 1000)
+            _store_calls[key] = calls
+            while len(_store_calls) > STORE_CALL_URLS:
+                _store_calls.popitem(last=False)
+        else:
+            _store_calls.move_to_end(key)
+    return calls.submit(_StoreCall(records, name, utcnow()))
 
 
 # --- operations ---------------------------------------------------------------------------

@@ -28,12 +28,12 @@ import tempfile
 import threading
 import warnings
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 from tokenizers import Tokenizer
 
+from reverie.engines.group_commit import GroupAborted, GroupCommit
 from reverie.engines.torch_embedder import (
     Progress,
     TorchEmbedder,
@@ -215,17 +215,6 @@ def cached_model(
     return final
 
 
-@dataclass(eq=False)
-class _Job:
-    """One call's texts waiting to be embedded with others' (``_encode_together``)."""
-
-    tokens: list[list[int]]
-    out: np.ndarray
-    taken: bool = False  # in a batch being embedded (``_encode_one``)
-    done: bool = False
-    error: BaseException | None = None
-
-
 class OpenVinoEmbedder:
     """The exported model compiled for this CPU; same rows as the PyTorch model."""
 
@@ -281,23 +270,24 @@ class OpenVinoEmbedder:
         count = int(compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS"))
         self._requests = [compiled.create_infer_request() for _ in range(max(1, count))]
         self.dimension = int(compiled.output(0).get_partial_shape()[1].get_length())
-        # The requests not in use, under ``_idle_changed``. A call of one batch (a
-        # recall's query) takes one, so that a server's concurrent recalls run in as
-        # many streams at once; a call of several takes them all, one call at a time
-        # (``_lock``).
-        self._idle = list(range(len(self._requests)))
-        self._idle_changed = threading.Condition()
-        # One-batch calls waiting for a request, by token count (``_encode_one``).
-        self._queued: dict[int, list[_Job]] = {}
+        # A call of one batch (a recall's query) takes one request, so that a server's
+        # concurrent recalls run in as many streams at once; calls of one token count
+        # waiting meanwhile for a request go in its batch (``_encode_one``). A call of
+        # several batches takes every request, one call at a time (``_lock``).
+        self._batches: GroupCommit[list[list[int]], np.ndarray] = GroupCommit(
+            self._one_batch, slots=len(self._requests), limit=self.batch_size)
+        # The texts of calls of several batches waiting meanwhile (``_encode_together``).
+        self._together: GroupCommit[list[list[int]], np.ndarray] = GroupCommit(
+            self._all_batches)
         self.shared_rows = 0  # rows embedded in another call's batch (for the tests)
         self._lock = threading.Lock()
-        self._pending_lock = threading.Lock()
-        self._pending: list[_Job] = []
 
     def encode(self, texts: list[str], progress: Progress = False) -> np.ndarray:
         if self._fallback is None:
             try:
                 return self._encode(texts, progress)
+            except GroupAborted:
+                raise  # another thread's interrupt, not a fault of OpenVINO
             except Exception as exc:  # noqa: BLE001 - the slow path still works
                 # The type only: a message could quote what was being embedded.
                 log.warning("OpenVINO failed to embed (%s): PyTorch embeds from now on",
@@ -306,15 +296,10 @@ class OpenVinoEmbedder:
         return self._fallback.encode(texts, progress)
 
     def _take(self) -> int:
-        with self._idle_changed:
-            while not self._idle:
-                self._idle_changed.wait()
-            return self._idle.pop()
+        return self._batches.take_slot()
 
     def _give(self, k: int) -> None:
-        with self._idle_changed:
-            self._idle.append(k)
-            self._idle_changed.notify_all()
+        self._batches.give_slot(k)
 
     def _encode_one(self, tokens: list[list[int]], bucket: list[int], out: np.ndarray,
                     progress: Progress) -> np.ndarray:
@@ -323,58 +308,32 @@ class OpenVinoEmbedder:
         first of them to get one: one text alone cost 2.8 ms of CPU, in a batch of 4
         1.7 ms. A row does not depend on its batch (``same_length_batches``), so the
         bits are those of the call alone."""
-        job = _Job([tokens[i] for i in bucket], np.empty((len(bucket), self.dimension),
-                                                        dtype=np.float32))
-        length = len(job.tokens[0])
-        with self._idle_changed:
-            self._queued.setdefault(length, []).append(job)
-            while not job.taken and not self._idle:
-                self._idle_changed.wait()
-            if job.taken:
-                while not job.done:
-                    self._idle_changed.wait()
-                group: list[_Job] = []
-            else:
-                k = self._idle.pop()
-                waiting = self._queued.pop(length)
-                # This call's own job first; then the others while they fit one batch.
-                group, rows = [job], len(job.tokens)
-                for other in waiting:
-                    if other is not job and rows + len(other.tokens) <= self.batch_size:
-                        group.append(other)
-                        rows += len(other.tokens)
-                left = [j for j in waiting if not any(j is g for g in group)]
-                if left:
-                    self._queued[length] = left
-                for j in group:
-                    j.taken = True
-        if group:
-            try:
-                request = self._requests[k]
-                ids = np.array([t for j in group for t in j.tokens], dtype=np.int64)
-                request.start_async({"input_ids": ids, "attention_mask": np.ones_like(ids)})
-                request.wait()
-                rows_out = request.get_output_tensor(0).data[: len(ids)]
-                at = 0
-                for j in group:
-                    j.out[:] = rows_out[at:at + len(j.tokens)]
-                    at += len(j.tokens)
-            except BaseException as exc:
-                for j in group:
-                    j.error = exc
-            finally:
-                with self._idle_changed:
-                    self.shared_rows += sum(len(j.tokens) for j in group[1:])
-                    for j in group:
-                        j.done = True
-                    self._idle.append(k)
-                    self._idle_changed.notify_all()
-        if job.error is not None:
-            raise EmbeddingError(f"embedding failed ({type(job.error).__name__})") from job.error
-        out[bucket] = job.out
+        mine = [tokens[i] for i in bucket]
+        try:
+            rows = self._batches.submit(mine, key=len(mine[0]), size=len(mine))
+        except GroupAborted:
+            raise
+        except Exception as exc:
+            raise EmbeddingError(f"embedding failed ({type(exc).__name__})") from exc
+        out[bucket] = rows
         if callable(progress):
             progress(len(bucket))
         return out
+
+    def _one_batch(self, k: int, jobs: list[list[list[int]]]) -> list[np.ndarray]:
+        """``jobs``' rows (each a list of token lists of one length) in one batch of
+        request ``k``."""
+        request = self._requests[k]
+        ids = np.array([t for j in jobs for t in j], dtype=np.int64)
+        request.start_async({"input_ids": ids, "attention_mask": np.ones_like(ids)})
+        request.wait()
+        rows = request.get_output_tensor(0).data[: len(ids)]
+        answers, at = [], 0
+        for j in jobs:
+            answers.append(rows[at:at + len(j)].copy())
+            at += len(j)
+        self.shared_rows += len(ids) - len(jobs[0])
+        return answers
 
     def _encode(self, texts: list[str], progress: Progress) -> np.ndarray:
         if not texts:
@@ -395,33 +354,26 @@ class OpenVinoEmbedder:
         """The texts of every call waiting meanwhile, embedded as one: a server's
         calls of 16 texts each made 5 batches of about 3, a third as fast per text as
         ingest's batches of 64. A text's row does not depend on its batch (see
-        ``same_length_batches``), so sharing batches with other calls changes no bit.
-        The first caller to get the lock embeds for all that queued (group commit)."""
-        job = _Job(tokens, out)
-        with self._pending_lock:
-            self._pending.append(job)
+        ``same_length_batches``), so sharing batches with other calls changes no bit."""
+        try:
+            out[:] = self._together.submit(tokens)
+        except GroupAborted:
+            raise
+        except Exception as exc:
+            raise EmbeddingError(f"embedding failed ({type(exc).__name__})") from exc
+        return out
+
+    def _all_batches(self, _slot: int, jobs: list[list[list[int]]]) -> list[np.ndarray]:
+        every = [t for j in jobs for t in j]
+        rows = np.empty((len(every), self.dimension), dtype=np.float32)
+        buckets = same_length_batches([len(t) for t in every], self.batch_size)
         with self._lock:
-            if not job.done:
-                with self._pending_lock:
-                    jobs, self._pending = self._pending, []
-                try:
-                    every = [t for j in jobs for t in j.tokens]
-                    rows = np.empty((len(every), self.dimension), dtype=np.float32)
-                    buckets = same_length_batches([len(t) for t in every], self.batch_size)
-                    self._pipelined(every, rows, buckets, buckets, None)
-                    at = 0
-                    for j in jobs:
-                        j.out[:] = rows[at:at + len(j.tokens)]
-                        at += len(j.tokens)
-                except BaseException as exc:
-                    for j in jobs:
-                        j.error = exc
-                finally:
-                    for j in jobs:
-                        j.done = True
-        if job.error is not None:
-            raise EmbeddingError(f"embedding failed ({type(job.error).__name__})") from job.error
-        return job.out
+            self._pipelined(every, rows, buckets, buckets, None)
+        answers, at = [], 0
+        for j in jobs:
+            answers.append(rows[at:at + len(j)])
+            at += len(j)
+        return answers
 
     def _pipelined(self, tokens: list[list[int]], out: np.ndarray, buckets: list[list[int]],
                    chosen: Iterable[list[int]], done: Callable[[int], None] | None) -> None:

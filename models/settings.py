@@ -273,6 +273,11 @@ class Settings(BaseSettings):
         500, ge=1, le=10_000,
         description="Most memories one store call takes (more: 422 naming 'memories').",
     )
+    api_store_gather_ms: float = Field(
+        5.0, ge=0.0, le=100.0,
+        description="How long a store call waits for the calls of other clients to be "
+                    "written with it, once calls have come together (0: never waits).",
+    )
     api_max_k: int = Field(
         100, ge=1, le=10_000, description="Most memories one recall returns.")
     api_recall_cache_mib: int = Field(

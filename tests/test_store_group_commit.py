@@ -136,3 +136,115 @@ def test_concurrent_store_calls_are_grouped_and_each_answered_with_its_own(
         assert answer["profile"] == ("ann", "ben")[c % 2]
         got = [ops.get(store, who, answer["profile"], i)["content"] for i in answer["ids"]]
         assert sorted(got) == [f"note {c}.{n}.{k} about the garden, row {k}" for k in range(4)]
+
+
+def test_concurrent_store_calls_store_the_rows_and_vectors_ingest_stores(
+        new_store: Callable[..., Store], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Calls through ``operations`` from 8 threads at once (written together, their
+    texts embedded in shared batches) store, text for text, the rows and vector bits
+    ``reverie ingest`` stores for the same texts."""
+    via_api, via_ingest = new_store("api"), new_store("ingest")
+    monkeypatch.setenv("REVERIE_DATABASE_URL", via_api.url)
+    who = Principal(frozenset({"ann"}))
+    words = ["garden", "tomatoes", "the quarterly report", "Lyon", "vinyl", "a long walk "
+             "by the river after work", "bees", "green tea"]
+    calls_of = [[f"Ann noted {words[(c + k) % 8]} on day {c * 16 + k}"
+                 + " again" * (k % 5) for k in range(16)] for c in range(8)]
+    barrier = threading.Barrier(8)
+
+    def client(texts: list[str]) -> None:
+        barrier.wait()
+        ops.store_memories(via_api, who, "ann", [{"content": t} for t in texts])
+
+    threads = [threading.Thread(target=client, args=(texts,)) for texts in calls_of]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    everything = [t for texts in calls_of for t in texts]
+    assert ingest(via_ingest, [{"content": t} for t in everything], embedder_of(via_ingest),
+                  "ann").stored == len(everything)
+
+    def rows(store: Store) -> dict[str, dict[str, Any]]:
+        import json
+
+        out = {}
+        for line in export_jsonl(store.url, "ann").splitlines():
+            row = json.loads(line)
+            if "content" in row:
+                out[row["content"]] = {k: v for k, v in row.items()
+                                       if k != "id" and not k.endswith(("_at", "seq"))}
+        return out
+
+    got, expected = rows(via_api), rows(via_ingest)
+    assert len(got) == len(everything)
+    assert got == expected
+    assert all(r.get("embedding_sha256") for r in got.values())
+
+
+def test_a_base_exception_while_calls_are_written_reaches_every_caller(
+        store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A KeyboardInterrupt-like BaseException in the thread writing a group: that thread
+    gets it, every other call of the group an error (they used to get an assertion),
+    nothing of the group is written, and the next calls are written."""
+    from reverie.engines.group_commit import GroupAborted
+
+    class Interrupt(BaseException):
+        pass
+
+    held, go = threading.Event(), threading.Event()
+    real_ingest = ingest_module.ingest
+
+    def slow_ingest(*args: Any, **kwargs: Any) -> IngestReport:
+        held.set()
+        go.wait(10)
+        return real_ingest(*args, **kwargs)
+
+    def interrupted(*args: Any, **kwargs: Any) -> list[IngestReport] | None:
+        raise Interrupt
+
+    monkeypatch.setattr(ingest_module, "ingest", slow_ingest)
+    monkeypatch.setattr(ingest_module, "ingest_together", interrupted)
+    who = Principal(frozenset({"ann"}))
+    seen: dict[int, object] = {}
+
+    def client(n: int) -> None:
+        try:
+            seen[n] = ops.store_memories(store, who, "ann", [{"content": f"note {n}"}])
+        except BaseException as exc:  # noqa: BLE001 - what the caller saw
+            seen[n] = exc
+
+    first = threading.Thread(target=client, args=(0,))
+    first.start()
+    assert held.wait(10)
+    others = [threading.Thread(target=client, args=(n,)) for n in (1, 2, 3)]
+    for t in others:
+        t.start()
+    calls = ops._store_calls[(store.url, False)]
+    while sum(len(q) for q in calls._queued.values()) < 3:
+        threading.Event().wait(0.005)
+    go.set()
+    for t in [first, *others]:
+        t.join(20)
+    assert isinstance(seen[0], dict) and seen[0]["stored"] == 1
+    kinds = sorted(type(seen[n]).__name__ for n in (1, 2, 3))
+    assert kinds == ["GroupAborted", "GroupAborted", "Interrupt"]
+    assert all(isinstance(seen[n], GroupAborted | Interrupt) for n in (1, 2, 3))
+    monkeypatch.setattr(ingest_module, "ingest", real_ingest)
+    answer = ops.store_memories(store, who, "ann", [{"content": "note 4"}])
+    assert answer["stored"] == 1
+    with store.reading_all() as s:
+        assert s.execute(select(Profile.store_count).where(Profile.id == "ann")).scalar() == 2
+
+
+def test_the_store_calls_kept_are_bounded_by_store_url(
+        new_store: Callable[..., Store], monkeypatch: pytest.MonkeyPatch) -> None:
+    """One entry per store URL ever called was kept for good; now the most recent few."""
+    monkeypatch.setattr(ops, "STORE_CALL_URLS", 2)
+    monkeypatch.setattr(ops, "_store_calls", type(ops._store_calls)())
+    stores = [new_store(f"s{n}") for n in range(4)]
+    who = Principal(frozenset({"ann"}))
+    for n, store in enumerate(stores * 2):
+        assert ops.store_memories(store, who, "ann", [{"content": f"note {n}"}])["stored"] == 1
+        assert len(ops._store_calls) <= 2
+    assert list(ops._store_calls) == [(s.url, False) for s in stores[2:]]

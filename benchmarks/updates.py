@@ -20,9 +20,15 @@ second fact besides the updated value, and an older value already inside a summa
 consolidated again). Their second facts are asked too: one of hot recall's first three
 hits must still state them (the update, about the same thing, may rank first).
 
+Reverse chains (``REVERSE_KINDS``, and the reversed gap) write the newest value first,
+three times, so that the first consolidation merges it; their older values come after
+it, each at its own older date (an import of history): a summary is dated by its
+oldest member, so only its members' dates tell that it holds the newer value.
+
 It also counts the chains a consolidation *joined*: one summary (merge or
 compression) standing for chain members that state different values; and, of those,
-the ones whose summary states an older value without the newest.
+the ones whose summary states an older value without the newest; and the chains with
+any hot memory of their own still stating an older value without the newest.
 """
 
 from __future__ import annotations
@@ -160,6 +166,10 @@ class Gap:
     update: str
     values: tuple[str, str]
     kept: tuple[str, str]
+    # The reverse case: ``older`` state the newest value (``values[1]``), are written
+    # first and consolidated; ``update`` states the older value (``values[0]``) at an
+    # older date, written after the consolidation (an import of history).
+    reverse: bool = False
 
 
 GAPS: tuple[Gap, ...] = (
@@ -177,6 +187,23 @@ GAPS: tuple[Gap, ...] = (
          "The user's bike lock code is {v}, and the bike is a blue Trek."),
         "The user changed the bike lock code to {v}.", ("4812", "7730"),
         ("What brand is the user's bike?", "Trek")),
+    # Two facts in one sentence, joined by "and" without a comma.
+    Gap("two facts, one sentence", "How much does the user's car insurance cost?",
+        ("The user's car insurance costs {v} euros a year and the user sings in a choir.",),
+        "User's car insurance now costs {v} euros a year.", ("310", "342"),
+        ("Where does the user sing?", "choir")),
+    # The second clause goes on with the first's subject: restated, it must keep it.
+    Gap("a clause without its subject", "How much does the user's parking space cost?",
+        ("The user's parking space costs {v} euros a month and includes a charger for "
+         "the car.",),
+        "User's parking space now costs {v} euros a month.", ("60", "75"),
+        ("What does the user's parking space include?", "parking space includes a charger")),
+    # The reverse case: the newest value is merged before the older one is written.
+    Gap("newer in a summary", "What is the user's locker number?",
+        ("The user's locker number is {v}.", "The user's locker number is {v} now.",
+         "User's locker number: {v}."),
+        "The user's locker number is {v}, and the locker is next to the pool.",
+        ("118", "245"), ("Where is the user's locker?", "next to the pool"), reverse=True),
 )
 
 
@@ -187,6 +214,8 @@ class Chain:
     question: str
     values: list[str]
     memory_ids: list[str]
+    # The newest value is written first, the older ones after a consolidation.
+    reverse: bool = False
 
 
 Question = tuple[str, str, str]  # profile, question, value
@@ -216,6 +245,8 @@ def build(profiles: int, start: datetime) -> tuple[dict[str, list[dict[str, Any]
                 rows.append({"id": mid, "content": template.format(v=value),
                              "kind": "semantic", "created_at": at.isoformat()})
             chains.append(Chain(profile, kind.name, kind.question, values, ids))
+        for k, kind in enumerate(REVERSE_KINDS):
+            rows += _reverse_chain(p, k, kind, start, chains, profile)
         for d, (text, question, value) in enumerate(DISTRACTORS):
             at = start + timedelta(days=11 * d + p)
             rows.append({"id": f"distractor-{d}", "content": text, "kind": "semantic",
@@ -223,20 +254,96 @@ def build(profiles: int, start: datetime) -> tuple[dict[str, list[dict[str, Any]
             distractors.append((profile, question, value))
         for g, gap in enumerate(GAPS):
             ids = []
+            first, then = gap.values[::-1] if gap.reverse else gap.values
             for i, text in enumerate(gap.older):
-                at = start + timedelta(days=5 * g + i + p)
+                at = start + timedelta(days=5 * g + i + p + (60 if gap.reverse else 0))
                 ids.append(f"gap-{g}-{i}")
-                rows.append({"id": ids[-1], "content": text.format(v=gap.values[0]),
+                rows.append({"id": ids[-1], "content": text.format(v=first),
                              "kind": "semantic", "created_at": at.isoformat()})
             # Written after the first consolidation (``LATER``), so the older value may
-            # be in a summary by then.
+            # be in a summary by then (or, reversed, the newer one is).
             ids.append(f"gap-{g}-update")
-            rows.append({"id": ids[-1], "content": gap.update.format(v=gap.values[1]),
-                         "kind": "semantic", LATER: True})
-            chains.append(Chain(profile, gap.name, gap.question, list(gap.values), ids))
+            rows.append({"id": ids[-1], "content": gap.update.format(v=then),
+                         "kind": "semantic", LATER: True}
+                        | ({"created_at": (start + timedelta(days=5 * g + p)).isoformat()}
+                           if gap.reverse else {}))
+            chains.append(Chain(profile, gap.name, gap.question, list(gap.values), ids,
+                                gap.reverse))
             kept.append((profile, *gap.kept))
         records[profile] = rows
     return records, chains, distractors, kept
+
+
+# Fact kinds of the reverse chains: another thing than the plain chains' (one fact of a
+# kind per profile), worded as they are.
+REVERSE_KINDS: tuple[FactKind, ...] = (
+    FactKind(
+        "amount", "How much is the user's electricity bill each month?",
+        ("The user's electricity bill is {v} euros a month.",
+         "User's electricity bill now comes to {v} euros every month.",
+         "The monthly electricity bill of the user went up to {v} euros.",
+         "User said the electricity bill is {v} euros per month now.",
+         "The electricity bill for the user: {v} euros a month."),
+        ("410", "445", "480", "520", "565", "600", "640"),
+    ),
+    FactKind(
+        "person", "Who is the user's landlord?",
+        ("The user's landlord is {v}.",
+         "User's new landlord is {v}.",
+         "{v} is now the user's landlord.",
+         "The user said their landlord is {v} now.",
+         "User has a new landlord, {v}."),
+        ("Okafor", "Lindqvist", "Moreau", "Haddad", "Novak", "Castillo", "Brennan"),
+    ),
+    FactKind(
+        "place", "Which town does the user's sister live in?",
+        ("The user's sister lives in {v}.",
+         "User's sister is now living in {v}.",
+         "The user's sister lives in {v} these days, in a small flat.",
+         "User said their sister lives in {v} now.",
+         "The user's sister has been living in {v} since the spring."),
+        ("Ghent", "Utrecht", "Bergen", "Graz", "Aarhus", "Turin", "Krakow"),
+    ),
+    FactKind(
+        "count", "How many bikes does the user own?",
+        ("The user owns {v} bikes.",
+         "User now owns {v} bikes.",
+         "The user said they own {v} bikes.",
+         "User owns {v} bikes now.",
+         "The user now owns {v} bikes."),
+        ("2", "three", "4", "five", "6", "seven", "8"),
+    ),
+)
+# How often the newest value of a reverse chain is said (near-duplicates a first
+# consolidation merges before the older values are written).
+REVERSE_NEWEST = 3
+
+
+def _reverse_chain(p: int, k: int, kind: FactKind, start: datetime, chains: list[Chain],
+                   profile: str) -> list[dict[str, Any]]:
+    """A reverse chain: its newest value said ``REVERSE_NEWEST`` times, written first;
+    its older values, each in other words and at its own older date, written after the
+    first consolidation (``LATER``), when the newest is in a summary."""
+    length = 2 + (p + k + 1) % 4  # 2 to 5
+    values = [kind.values[(p + i + 1) % len(kind.values)] for i in range(length)]
+    rows: list[dict[str, Any]] = []
+    ids = []
+    for i, value in enumerate(values[:-1]):
+        template = kind.templates[(p + k + i) % len(kind.templates)]
+        ids.append(f"reverse-{kind.name}-{i}")
+        rows.append({"id": ids[-1], "content": template.format(v=value), "kind": "semantic",
+                     "created_at": (start + timedelta(days=35 * i + 3 * k + p)).isoformat(),
+                     LATER: True})
+    template = kind.templates[(p + k + length - 1) % len(kind.templates)]
+    said = template.format(v=values[-1])
+    for r, text in enumerate((said, said.rstrip(".") + " now.",
+                              said.rstrip(".") + " these days.")[:REVERSE_NEWEST]):
+        at = start + timedelta(days=35 * (length - 1) + 3 * k + p + r)
+        ids.append(f"reverse-{kind.name}-newest-{r}")
+        rows.append({"id": ids[-1], "content": text, "kind": "semantic",
+                     "created_at": at.isoformat()})
+    chains.append(Chain(profile, f"reverse {kind.name}", kind.question, values, ids, True))
+    return rows
 
 
 # How far down hot recall an updated memory's other fact must be: a question about it
@@ -256,6 +363,9 @@ class ChainResult:
     joined: bool
     stale_summary: bool
     top: bool = False  # the very best-ranked hot memory states the newest value
+    # A hot memory of the chain still states an older value, not the newest (whatever
+    # recall ranks first, a stale text an agent may read).
+    stale_hot: bool = False
 
 
 @dataclass
@@ -273,6 +383,10 @@ class UpdatesResult:
     # ``KEPT_HITS`` hits.
     kept_found: int = 0
     kept: int = 0
+    # Reverse chains, and those whose newest value was inside a summary when the older
+    # values were written (the case they exercise).
+    reverse: int = 0
+    reverse_in_summary: int = 0
 
     def newest_share(self) -> float:
         return round(sum(c.newest for c in self.chains) / len(self.chains), 4)
@@ -288,9 +402,11 @@ class UpdatesResult:
             "top_newest": sum(c.top for c in self.chains),
             "joined": sum(c.joined for c in self.chains),
             "stale_summaries": sum(c.stale_summary for c in self.chains),
+            "stale_hot": sum(c.stale_hot for c in self.chains),
             "distractors": self.distractors, "distractors_found": self.distractors_found,
             "hot_before": self.hot_before, "hot_after": self.hot_after,
             "other_facts": self.kept, "other_facts_found": self.kept_found,
+            "reverse_chains": self.reverse, "reverse_in_summary": self.reverse_in_summary,
             "kinds": {k: {"chains": len(v), "newest": sum(c.newest for c in v),
                           "joined": sum(c.joined for c in v)} for k, v in by_kind.items()},
         }
@@ -325,16 +441,22 @@ def bench_updates(
                     _ingest(store, embedder, profile, first)
                     decay(profile=profile, as_of=as_of, config=config)
                     full_consolidation(profile=profile, as_of=as_of, config=config)
+                    mine = [c for c in chains if c.profile == profile]
+                    result.reverse += sum(c.reverse for c in mine)
+                    result.reverse_in_summary += _newest_in_summary(
+                        store, profile, [c for c in mine if c.reverse])
                     later = as_of + timedelta(days=1)
+                    # A later row keeps a date of its own (an import of history), or is
+                    # written the day after.
                     _ingest(store, embedder, profile, [
-                        {k: v for k, v in r.items() if k != LATER}
-                        | {"created_at": later.isoformat()} for r in rows if r.get(LATER)])
+                        {"created_at": later.isoformat()}
+                        | {k: v for k, v in r.items() if k != LATER}
+                        for r in rows if r.get(LATER)])
                     result.hot_before += len(rows)
                     as_of = later + timedelta(days=offset_days)
                     decay(profile=profile, as_of=as_of, config=config)
                     full_consolidation(profile=profile, as_of=as_of, config=config)
                     result.hot_after += len(candidates_for(store, profile, False).memories)
-                    mine = [c for c in chains if c.profile == profile]
                     result.chains += [_judge(store, embedder, c) for c in mine]
                     for _, question, value in (d for d in distractors if d[0] == profile):
                         result.distractors += 1
@@ -349,6 +471,22 @@ def bench_updates(
         finally:
             dispose(url)
     return result
+
+
+def _newest_in_summary(store: Store, profile: str, chains: list[Chain]) -> int:
+    """How many of ``chains`` have every memory written so far that states the newest
+    value cold under a summary."""
+    with store.reading(profile) as tx:
+        memories, _ = snapshot(tx, (Tier.HOT, Tier.COLD))
+    by_id = {m.id: m for m in memories}
+    count = 0
+    for chain in chains:
+        newest = [m for m in memories if m.external_id in chain.memory_ids
+                  and states(m.content, chain.values[-1])]
+        count += bool(newest) and all(
+            m.superseded_by in by_id and by_id[m.superseded_by].origin in SUMMARY_ORIGINS
+            for m in newest)
+    return count
 
 
 def _ingest(store: Store, embedder: Any, profile: str, rows: list[dict[str, Any]]) -> None:
@@ -407,8 +545,12 @@ def _judge(store: Store, embedder: Any, chain: Chain) -> ChainResult:
             content = by_id[sid].content
             if not states(content, newest) and any(states(content, v) for v in older):
                 stale = True
+    stale_hot = any(
+        m.tier == Tier.HOT and m.external_id in chain.memory_ids
+        and not states(m.content, newest) and any(states(m.content, v) for v in older)
+        for m in memories)
     return ChainResult(chain.profile, chain.kind, len(chain.values), text, answered, joined,
-                       stale, first)
+                       stale, first, stale_hot)
 
 
 def render_updates(result: UpdatesResult) -> str:
@@ -427,10 +569,13 @@ def render_updates(result: UpdatesResult) -> str:
         f"({100 * data['newest_share']:.1f}%; by the very first hit: {data['top_newest']}); "
         f"chains joined into one summary: "
         f"{data['joined']}, of which stating an older value without the newest: "
-        f"{data['stale_summaries']}; distractors still answered from the hot tier: "
+        f"{data['stale_summaries']}; chains with a hot memory stating an older value "
+        f"without the newest: {data['stale_hot']}; distractors still answered from the hot tier: "
         f"{data['distractors_found']}/{data['distractors']}; other facts of updated "
         f"memories in hot recall's first {KEPT_HITS} hits: "
-        f"{data['other_facts_found']}/{data['other_facts']}; hot memories "
+        f"{data['other_facts_found']}/{data['other_facts']}; reverse chains (the newest "
+        f"value in a summary when the older came): {data['reverse_in_summary']}/"
+        f"{data['reverse_chains']}; hot memories "
         f"{data['hot_before']} -> {data['hot_after']}"
     )
     return "\n".join(lines)

@@ -62,7 +62,7 @@ from reverie.tasks.supersede import (
     SupersedePlan,
     compatible,
     is_event,
-    plan_stale_summaries,
+    plan_summary_updates,
     plan_supersessions,
     summary_groups,
     superseded_ids,
@@ -278,6 +278,16 @@ def is_update_candidate(memory: MemoryView, as_of: datetime) -> bool:
             and not is_event(memory))
 
 
+def is_update_source(memory: MemoryView, as_of: datetime) -> bool:
+    """A summary whose members may be updated by a newer memory, or may update an older
+    one: a merge or a compression, or a cold note (protected, it is never rewritten, but
+    its members' values are the newest of their facts as much as any memory's)."""
+    if memory.origin == Origin.COLD_LEARNING:
+        return memory.is_live and memory.valid_at(as_of)
+    return is_candidate(memory, as_of) and memory.origin in (
+        Origin.DEDUP_SUMMARY, Origin.COMPRESSED)
+
+
 def find_updates(
     profile: str, memories: Sequence[MemoryView], vectors: np.ndarray, as_of: datetime,
     config: DedupConfig, search: SearchConfig = DEFAULT_SEARCH,
@@ -300,8 +310,7 @@ def stale_summary_pairs(
     within groups of one entity, among texts that state a number or a name, so only the
     summaries found need their originals read."""
     summaries, s_vectors = chosen_rows(
-        memories, vectors, lambda m: is_candidate(m, as_of) and m.id not in leaving
-        and m.origin in (Origin.DEDUP_SUMMARY, Origin.COMPRESSED))
+        memories, vectors, lambda m: m.id not in leaving and is_update_source(m, as_of))
     if not summaries:
         return [], []
     plain, p_vectors = chosen_rows(
@@ -327,13 +336,14 @@ def find_stale_summaries(
     as_of: datetime, config: DedupConfig, search: SearchConfig, vetoed: Set[str],
     leaving: Set[str],
 ) -> list[SupersedePlan]:
-    """Supersessions of older summaries' stale members (``tasks.supersede``'s
-    ``plan_stale_summaries``), reading the originals of the summaries that may hold one."""
+    """Supersessions between summaries and the hot memories near them, both ways
+    (``tasks.supersede``'s ``plan_summary_updates``), reading the originals of the
+    summaries that may hold one."""
     summaries, near = stale_summary_pairs(memories, vectors, as_of, config, search, leaving)
     if not summaries:
         return []
     originals = originals_of(tx, [s.id for s in summaries])
-    return plan_stale_summaries(
+    return plan_summary_updates(
         profile, [(s, [o for o in originals[s.id] if o.origin not in SUMMARY_ORIGINS])
                   for s in summaries], near, vetoed)
 

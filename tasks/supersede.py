@@ -55,6 +55,7 @@ from collections.abc import Sequence, Set
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
+from enum import Enum
 from functools import lru_cache
 
 import numpy as np
@@ -64,7 +65,7 @@ from reverie.engines.similarity import DEFAULT_SEARCH, radius_neighbours, search
 from reverie.models import ids
 from reverie.models.config import DedupConfig, SearchConfig
 from reverie.models.records import MemoryView, SummaryPlan
-from reverie.models.tables import Operation
+from reverie.models.tables import Operation, Origin
 
 OPERATION = Operation.SUPERSEDE
 # Kinds that record events, not states (the design: episodic).
@@ -204,6 +205,11 @@ def conflicting(va: Values, vb: Values) -> str | None:
     # capitalised opener the other text writes in lower case ("Rent for ...") is one.
     named = {stem(n) for n in (va.names - vb.lower) | (vb.names - va.lower)}
     sa, sb = va.stems - named, vb.stems - named
+    # Whose fact it is (equal on both sides by now) is no sign of one fact when both
+    # say more: "the user's sister works at Deloitte" and "... lives in Turin" share
+    # only "sister". Said alone ("the user's sister is Anna"), it is the fact.
+    if sa - _STEMMED_RELATIONS and sb - _STEMMED_RELATIONS:
+        sa, sb = sa - _STEMMED_RELATIONS, sb - _STEMMED_RELATIONS
     shorter = min(sa, sb, key=len)
     shared = len(sa & sb)
     if kind == "number" and va.units & vb.units and not shorter:
@@ -393,19 +399,170 @@ _STEMMED_RELATIONS = frozenset(stem(w) for w in RELATIONS)
 
 
 # Where one statement of a memory ends and the next begins: a sentence, a semicolon (a
-# compression's members of one day), ", and". A memory may state two facts; an update
-# of one leaves the other true.
-_CLAUSES = re.compile(r"((?<=[.!?;])\s+|,\s+and\s+)")
+# compression's members of one day); within one, an "and" that opens another clause
+# (``_opens_clause``). A memory may state two facts; an update of one leaves the other true.
+_SENTENCES = re.compile(r"(?<=[.!?;])\s+")
+_AND = re.compile(r"(,?)\s+and\s+")
+_TOKEN = re.compile(r"[A-Za-z][A-Za-z'’]*|\d[\d,.:]*")
 # A compression's day header ("Ann - 8 May 2023: ", "12 May: "), which dates every
 # statement after it until the next.
 _HEADER = re.compile(r"^(?:[^:;.]{1,80} - )?\d{1,2} [A-Z][a-z]+(?: \d{4})?: ")
 RESTATE_RULE = "an older memory's statements an update leaves true, restated"
+# Finite verbs, known without a tagger: auxiliaries and common irregular pasts, any
+# "-ed" word, and the "-s" forms of the verbs memories state most. An "-s" word alone
+# is as often a plural ("buys apples and oranges from the market"), so only these.
+_AUXILIARIES = frozenset(
+    "is are was were has have had does did will would can could should may might must "
+    "went got said made took bought began left met ran became gave came found kept lost "
+    "paid sold won wrote drove taught flew saw told felt thought knew spent built led".split())
+_VERBS = frozenset(
+    "work live play like love own enjoy prefer use want need plan run go visit study teach "
+    "write read cook drive speak take make keep spend pay cost include attend volunteer "
+    "practice practise collect paint sing walk hike swim ride watch listen help support care "
+    "feel think hope know believe get move start stop try call meet see send lead manage "
+    "build sell buy bring leave rent share join wear eat drink sleep grow raise look seem "
+    "remain stay become hate miss host organize organise coach train learn mention say tell "
+    "report note commute earn owe".split())
+# Words that open a clause of its own after "and": a pronoun or a determiner (then a
+# verb must follow within ``_SUBJECT_WORDS`` words), or a name.
+_SUBJECTS = frozenset("he she they we i you it the my his her their our its this that "
+                      "these those".split())
+_SUBJECT_WORDS = 4
+_PRONOUNS = frozenset("he she they we i you it".split())
+
+
+def _finite(token: str) -> bool:
+    """Whether ``token`` reads as a finite verb (see ``_AUXILIARIES``, ``_VERBS``)."""
+    t = token.lower()
+    # "-eed" is rather a noun or a base form ("the need for", "speed", "proceed").
+    if t in _AUXILIARIES or (t.endswith("ed") and not t.endswith("eed") and len(t) > 3
+                             and t.isalpha()):
+        return True
+    if not t.endswith("s") or t.endswith("ss") or not t.isalpha():
+        return False
+    return t[:-1] in _VERBS or (t.endswith("es") and t[:-2] in _VERBS)
+
+
+def _verb_at(text: str) -> int | None:
+    """Where the first finite verb after the first word of ``text`` begins (within its
+    first ``_SUBJECT_WORDS`` + 2 words), or None."""
+    tokens = list(_TOKEN.finditer(text))[: _SUBJECT_WORDS + 2]
+    for i, m in enumerate(tokens[1:], start=1):
+        word = m.group(0)
+        passive = word.lower().endswith("ed") and i + 1 < len(tokens) \
+            and tokens[i + 1].group(0).lower() == "by"  # "the donations raised by John"
+        if _finite(word) and not passive:
+            return m.start()
+    return None
+
+
+# Words that open a clause inside a clause: a verb after "and" may be that clause's
+# ("believes that nature refreshes her soul and helps her reset": nature helps).
+_SUBORDINATORS = frozenset(
+    "that which who whom whose because when while where if since although though "
+    "whether".split())
+# Verbs that take an adjective or a participle ("were awestruck and humbled", "felt
+# accepted and supported"): an "-ed" word after their "and" is no verb of its own.
+_COPULAS = frozenset(
+    "is are was were be been feel feels felt seem seems seemed look looks looked "
+    "become becomes became get gets got remain remains remained".split())
+# Adverbs between a subject and its verb ("Maria recently joined"): not the subject's.
+# A list, not any "-ly" word: "Melanie's family", "Italy", "July".
+_ADVERBS = frozenset(
+    "also now still just often always never already then recently usually finally really "
+    "actually currently previously originally eventually gradually quickly frequently "
+    "regularly rarely mostly generally happily proudly officially newly lately nearly "
+    "mainly only truly definitely certainly probably clearly simply".split())
+
+
+def _subject(clause: str, goes_on: str) -> str | None:
+    """The words before ``clause``'s verb ("Maya" of "Maya lives in Lisbon"; a day
+    header and adverbs left out), for the words after an "and" that begin with
+    ``goes_on``; None when it has no verb near its start, or the verb after the "and"
+    may be another's (a clause inside it; "were awestruck and humbled": a participle
+    after a copula)."""
+    header = _HEADER.match(clause)
+    body = clause[header.end():] if header else clause
+    first = _TOKEN.match(body)
+    if first is None or _finite(first.group(0)) or first.group(0).lower() in _SUBORDINATORS:
+        return None  # it opens with its verb, or inside another clause ("When ...")
+    at = _verb_at(body)
+    if at is None:
+        return None
+    if _SUBORDINATORS.intersection(t.lower() for t in _TOKEN.findall(body)):
+        return None
+    verb = _TOKEN.match(body, at)
+    if verb is not None and verb.group(0).lower() in _COPULAS \
+            and goes_on.lower().endswith("ed") and goes_on.lower() not in _AUXILIARIES:
+        return None
+    words = body[:at].split()
+    while words and words[-1].lower() in _ADVERBS:
+        words.pop()
+    return " ".join(words) or None
+
+
+class Continuation(Enum):
+    """How the words after an "and" go on (``_opens_clause``)."""
+
+    SUBJECT = "a clause of its own"  # "and the bike is a blue Trek", "and Anna is ..."
+    VERB = "the same subject"  # "and works remotely"
+
+
+def _opens_clause(right: str) -> Continuation | None:
+    """How the words after an "and" go on; None when they go on with the same clause
+    ("Tom and Anna", "900 and 1000 euros", "apples and oranges from the market")."""
+    tokens = _TOKEN.findall(right)[: _SUBJECT_WORDS + 1]
+    if len(tokens) < 2:
+        return None
+    first = tokens[0]
+    if _finite(first):
+        # "staying resilient and focused is key": an "-ed" word before a verb is no verb
+        return None if first.lower().endswith("ed") and _finite(tokens[1]) \
+            else Continuation.VERB
+    if not (first.lower() in _SUBJECTS or (first[0].isupper() and first != "I")):
+        return None
+    for t in tokens[1:]:
+        if t.lower() in _PRONOUNS or t.lower() in _SUBORDINATORS:
+            return None  # "the help she received", "her family that gave": a noun's clause
+        if _finite(t):
+            return Continuation.SUBJECT
+    return None
+
+
+def _split_and(sentence: str) -> list[str]:
+    """One sentence's clauses: split at an "and" that opens another clause; one that
+    goes on with the same subject is given it ("Maya lives in Lisbon and works
+    remotely": "Maya works remotely"), so a clause restated alone still says whose fact
+    it is. A ", and" always splits, as a list's last item does."""
+    out: list[str] = []
+    start, given = 0, ""
+    for m in _AND.finditer(sentence):
+        left = given + sentence[start:m.start()].strip()
+        right = sentence[m.end():]
+        how = _opens_clause(right)
+        if how is Continuation.SUBJECT and _TOKEN.findall(left)[-1:] and \
+                _TOKEN.findall(left)[-1].lower() in _PRONOUNS:
+            how = None  # "he and his family are": two subjects of one verb
+        goes_on = _TOKEN.match(right)
+        subject = _subject(left, goes_on.group(0) if goes_on else "") \
+            if how is Continuation.VERB else None
+        if how is Continuation.VERB and subject is None and not m.group(1):
+            continue  # no subject to give it: one clause
+        if how is Continuation.SUBJECT and _verb_at(left) is None and not m.group(1):
+            continue  # "Tom and Anna went hiking": the left has no verb of its own
+        if how is None and not m.group(1):
+            continue
+        out.append(left)
+        start, given = m.end(), (subject + " " if subject else "")
+    out.append(given + sentence[start:].strip())
+    return out
 
 
 @lru_cache(maxsize=65536)
 def clauses(text: str) -> tuple[str, ...]:
-    """The statements of ``text`` (see ``_CLAUSES``), each stripped."""
-    return tuple(p.strip() for p in _CLAUSES.split(text)[::2] if p.strip())
+    """The statements of ``text`` (see ``_split_and``), each stripped."""
+    return tuple(c for s in _SENTENCES.split(text) if s.strip()
+                 for c in _split_and(s.strip()) if c.strip())
 
 
 def clause_conflict(a: str, b: str) -> str | None:
@@ -445,6 +602,8 @@ def without_outdated(text: str, newer: Sequence[str]) -> str:
             piece = header + piece
         header = ""
         kept.append(piece if piece[-1] in ".!?;" else piece + ".")
+    if len(kept) == len(clauses(text)) and not header:
+        return text.strip()  # nothing outdated: the text stands as it was written
     out = " ".join(kept)
     return out[:-1] + "." if out.endswith(";") else out
 
@@ -455,6 +614,8 @@ def restatement(profile: str, older: MemoryView, newest: MemoryView) -> SummaryP
     rest = without_outdated(older.content, [newest.content])
     if not rest or rest == older.content.strip():
         return None
+    # A sentence of its own now ("the bike is a blue Trek" was a second clause).
+    rest = rest[0].upper() + rest[1:]
     if not values(rest).stems - values(newest.content).stems:
         return None  # nothing the newest does not say
     return SummaryPlan(
@@ -582,3 +743,89 @@ def _restated_summary(
                 **{m.id: (m.tier, m.lifecycle, m.superseded_by) for m in rest}},
         sources=tuple(rest),
     )
+
+
+REVERSE_RULE = RULE + " (a newer summary's member)"
+
+
+def plan_outdated_by_summaries(
+    profile: str, summaries: Sequence[tuple[MemoryView, Sequence[MemoryView]]],
+    near: Sequence[Sequence[tuple[MemoryView, float]]], vetoed: Set[str] = frozenset(),
+) -> list[SupersedePlan]:
+    """Supersessions of hot memories a member of a summary updates: pure.
+
+    The reverse of ``plan_stale_summaries``: a summary is dated by its oldest member,
+    so a hot memory (``near``: within ``supersede_similarity`` of the summary, with its
+    cosine) may be older than a member that states its fact otherwise: "rent 900" in
+    January next to a merge of June's "rent 1000" statements. It goes cold pointing at
+    the newest such member (cold itself, standing under its summary, which states the
+    value hot), and what else it said stays hot, restated. A member that a hot memory
+    newer still states otherwise is no update of anything (``plan_stale_summaries``
+    makes it stale), nor is an event."""
+    updated: dict[str, tuple[MemoryView, MemoryView, MemoryView, str, float]] = {}
+    for (summary, members), found in zip(summaries, near, strict=True):
+        facts_ = [m for m in members if not is_event(m)]
+        for older, cos in found:
+            for m in facts_:
+                if newest_first(m) <= newest_first(older) or (m.entity or "") != (
+                        older.entity or "") or m.kind != older.kind:
+                    continue
+                kind = conflict(older.content, m.content) or clause_conflict(
+                    older.content, m.content)
+                if kind is None or _outdated_member(m, found):
+                    continue
+                best = updated.get(older.id)
+                if best is None or (newest_first(m), summary.id) > (
+                        newest_first(best[1]), best[2].id):
+                    updated[older.id] = (older, m, summary, kind, cos)
+    by_member: dict[str, list[str]] = {}
+    for oid, (_, m, _, _, _) in updated.items():
+        by_member.setdefault(m.id, []).append(oid)
+    plans: list[SupersedePlan] = []
+    for mid in sorted(by_member):
+        moved = sorted(by_member[mid])
+        newest, summary = updated[moved[0]][1], updated[moved[0]][2]
+        cid = ids.consolidation_id(profile, OPERATION, f"{mid}|{','.join(moved)}")
+        if cid in vetoed:
+            continue
+        olds = [updated[o][0] for o in moved]
+        restated = tuple(r for o in olds if (r := restatement(profile, o, newest)) is not None)
+        plans.append(SupersedePlan(
+            consolidation_id=cid, newest_id=mid, member_ids=tuple(moved),
+            similarities={o: updated[o][4] for o in moved},
+            conflicts={o: updated[o][3] for o in moved},
+            parameters={**_with_restated({"rule": REVERSE_RULE, "mode": "rules"}, restated),
+                        "summary": summary.id},
+            priors={o.id: (o.tier, o.lifecycle, o.superseded_by) for o in olds},
+            newest=newest, members=tuple(sorted(olds, key=newest_first)), restated=restated,
+        ))
+    return plans
+
+
+def _outdated_member(member: MemoryView, near: Sequence[tuple[MemoryView, float]]) -> bool:
+    """Whether a hot memory newer than ``member`` states its fact otherwise."""
+    return any(
+        newest_first(other) > newest_first(member) and (other.entity or "") == (
+            member.entity or "") and other.kind == member.kind
+        and (conflict(member.content, other.content)
+             or clause_conflict(member.content, other.content)) is not None
+        for other, _ in near)
+
+
+def plan_summary_updates(
+    profile: str, summaries: Sequence[tuple[MemoryView, Sequence[MemoryView]]],
+    near: Sequence[Sequence[tuple[MemoryView, float]]], vetoed: Set[str] = frozenset(),
+) -> list[SupersedePlan]:
+    """Both directions between summaries and hot memories near them: hot memories a
+    newer member updates (``plan_outdated_by_summaries``), then members a newer hot
+    memory updates (``plan_stale_summaries``), the first's outdated memories no longer
+    counting as newer values. Cold notes take part in the first only: they are
+    protected, never rewritten."""
+    reverse = plan_outdated_by_summaries(profile, summaries, near, vetoed)
+    gone = superseded_ids(reverse)
+    rewritable = [i for i, (s, _) in enumerate(summaries)
+                  if s.origin != Origin.COLD_LEARNING and not s.protected]
+    forward = plan_stale_summaries(
+        profile, [summaries[i] for i in rewritable],
+        [[(m, cos) for m, cos in near[i] if m.id not in gone] for i in rewritable], vetoed)
+    return reverse + forward

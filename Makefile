@@ -92,11 +92,10 @@ test-postgres: check postgres
 	$(POSTGRES_LEG)
 
 # The README's tables of commands, settings and config knobs, and BENCHMARKS.md, are generated from
-# the code and from the benches' committed JSON; tests/test_docs.py fails when they drift.
+# the code and from the benches' committed JSON, all by one command (`--check` changes nothing and
+# fails on drift, as tests/test_docs.py and tests/test_benchmarks_report.py do).
 docs: $(STAMP)
 	$(BIN)/python -m reverie.deployments.docs
-	$(BIN)/python -m reverie.benchmarks.report
-	$(BIN)/python -m reverie.deployments.command_docs --write
 
 clean:
 	rm -rf $(VENV) .reverie

@@ -1,23 +1,22 @@
 """BENCHMARKS.md, generated: every target with its latest figure, verdict and command.
 
 The inputs are the JSON files committed in ``benchmarks/results/``: what ``reverie bench
-synthetic --json`` and ``reverie bench api --json`` wrote, as they wrote them, and one
-file of figures carried by hand from the dated rounds (``docs/benchmarks-history.md``)
-for targets no fresh JSON measures. ``sources.json`` lists the files in order and gives
-each bench run the date, commit and machine state its JSON does not record.
+synthetic``, ``api``, ``locomo`` and ``updates`` wrote with ``--json``, as they wrote them;
+the test suite's time from a CI run; and one file of figures carried by hand from the
+dated rounds (``docs/benchmarks-history.md``) for targets no fresh JSON measures.
+``sources.json`` lists the files in order and gives each run the date, commit and
+machine state (and, where its JSON lacks it, the command) that the JSON does not record.
 
 ``plan`` reads them into plain target rows, the latest measurement of each target
 winning (a newer JSON of the same target replaces a carried figure); ``render`` writes
-the page. ``python -m reverie.benchmarks.report`` (``make docs``) rewrites BENCHMARKS.md;
-``--check`` fails when the page differs from what the JSON makes, as
-``tests/test_benchmarks_report.py`` does.
+the page. ``page`` is what ``python -m reverie.deployments.docs`` (``make docs``) writes
+to BENCHMARKS.md, and what its ``--check`` and ``tests/test_benchmarks_report.py``
+compare the page with.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -28,7 +27,6 @@ from reverie.benchmarks.local_command import BENCH as LOCAL_COMMAND
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
-PAGE = ROOT / "BENCHMARKS.md"
 HISTORY = "docs/benchmarks-history.md"
 
 
@@ -166,6 +164,159 @@ def api_targets(data: dict[str, Any], run: Run) -> list[Target]:
     return out
 
 
+# What the summaries of each operation must keep (issue #37 item 2): a compression or a
+# cold note says every member's statement whole; a merge says once what its members
+# nearly all say, so only every number, name and date of theirs must be in it.
+FIDELITY_MEASURES = {
+    "compression": ("members_kept_whole", "members_whole", "members",
+                    "compression summaries say every member whole"),
+    "cold note": ("members_kept_whole", "members_whole", "members",
+                  "cold notes say every member whole"),
+    "merge": ("facts_kept", "facts_said", "facts",
+              "merges state every number, name and date of their members"),
+}
+HOT_MEMORIES_FEWER = 0.30
+HOT_CHARACTERS_FEWER = 0.25
+# The categories whose answers must not drop, beside the overall share (issue #37 item 1).
+GUARDED_CATEGORIES = ("single-hop", "multi-hop")
+SUITE_LIMIT_SECONDS = 30 * 60
+
+
+def _change(before: int, after: int) -> str:
+    return f"{(after - before) / before:+.0%}" if before else "n/a"
+
+
+def _share(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def _fewer(before: int, after: int, share: float) -> bool:
+    return before > 0 and (before - after) / before >= share
+
+
+def _budgets(data: dict[str, Any]) -> list[int]:
+    """The context budgets a locomo run measured: its own, then the shorter ones whose
+    shares it reports as ``recall_<budget>_before``."""
+    shorter = [int(k.split("_")[1]) for k in data
+               if k.startswith("recall_") and k.endswith("_before") and k.count("_") == 2]
+    return [int(data["budget"]), *sorted(shorter, reverse=True)]
+
+
+def _recall_keys(budgets: list[int]) -> list[str]:
+    """The overall shares' keys in a locomo JSON, one per budget: the first budget's are
+    ``recall_before`` and ``recall_after``, a shorter one's ``recall_<budget>_...``."""
+    return ["recall", *(f"recall_{b}" for b in budgets[1:])]
+
+
+def locomo_targets(data: dict[str, Any], run: Run) -> list[Target]:
+    """``bench locomo``'s targets, for the conversations and the summarizer it ran: a run
+    on other conversations (held-back ones) is another row, not a newer figure."""
+    conversations = data["conversations"]
+    names = ", ".join(c["profile"] for c in conversations)
+    on = f"{len(conversations)} LoCoMo conversations ({names}), {data['summarizer']} summaries"
+    prefix = f"locomo|{data['summarizer']}|{names}"
+    out: list[Target] = []
+
+    def add(name: str, target: str, figure: str, verdict: str) -> None:
+        out.append(Target(Bench.LOCOMO, f"{prefix}|{name}", f"{target}, on {on}", figure, verdict,
+                          run.date, run.commit, run.machine, run.command, run.file))
+
+    budgets = _budgets(data)
+    # (who, budget, share before, share after): overall, then each guarded category.
+    shares = [("overall", b, data[f"{key}_before"], data[f"{key}_after"])
+              for b, key in zip(budgets, _recall_keys(budgets), strict=True)]
+    shares += [(c, b, data["categories"][c][f"recall_{b}_before"],
+                data["categories"][c][f"recall_{b}_after"])
+               for c in GUARDED_CATEGORIES if c in data["categories"] for b in budgets]
+    dropped = [f"{who} in {b:,} ({before:.3f} -> {after:.3f})"
+               for who, b, before, after in shares if after < before]
+    if data["lost"]:
+        dropped.append(f"{data['lost']} lost by deep recall")
+    by_who: dict[str, list[str]] = {}
+    for who, _, before, after in shares:
+        by_who.setdefault(who, []).append(f"{before:.3f} -> {after:.3f}")
+    figure = (f"in {' and '.join(f'{b:,}' for b in budgets)} characters: "
+              + "; ".join(f"{who} {' and '.join(pairs)}" for who, pairs in by_who.items())
+              + f"; deep recall {data['deep_recall_before']:.3f} -> "
+              f"{data['deep_recall_after']:.3f}, {data['lost']} lost")
+    add("no answer lost",
+        "no answer lost: answers found in each context budget at or above the unconsolidated "
+        f"store, overall and for {' and '.join(GUARDED_CATEGORIES)}; deep recall loses none",
+        figure, "met" if not dropped else "missed: " + ", ".join(dropped))
+
+    for name, field, share in (("hot memories", "hot", HOT_MEMORIES_FEWER),
+                               ("hot characters", "chars", HOT_CHARACTERS_FEWER)):
+        before, after = data[f"{field}_before"], data[f"{field}_after"]
+        per = [(c["profile"], c["before"][field], c["after"][field]) for c in conversations]
+        figure = (f"{before:,} -> {after:,} ({_change(before, after)}); per conversation "
+                  + ", ".join(f"{p} {_change(b, a)}" for p, b, a in per))
+        short = [p for p, b, a in per if not _fewer(b, a, share)]
+        where = ([] if _fewer(before, after, share) else ["overall"]) + (
+            [f"on {', '.join(short)}"] if short else [])
+        verdict = "missed " + " and ".join(where) if where else "met"
+        add(name, f"{name} >= {share:.0%} fewer, per conversation and overall", figure, verdict)
+
+    for operation, tally in data["fidelity"].items():
+        if operation not in FIDELITY_MEASURES or not tally["summaries"]:
+            continue
+        measure, kept, of, target = FIDELITY_MEASURES[operation]
+        figure = (f"{tally[kept]} of {tally[of]} ({_share(tally[measure])}) in "
+                  f"{tally['summaries']} summaries; members kept whole "
+                  f"{_share(tally['members_kept_whole'])}, facts kept "
+                  f"{_share(tally['facts_kept'])}")
+        add(f"fidelity|{operation}", f"{target} (100%)", figure,
+            "met" if tally[kept] == tally[of] else f"missed: {_share(tally[measure])}")
+    return out
+
+
+def updates_targets(data: dict[str, Any], run: Run) -> list[Target]:
+    """``bench updates``' targets: every chain answered with its newest value and no
+    summary stating an older one; and nothing else lost on the way."""
+    key = f"updates|{data['summarizer']}"
+    on = (f"{data['chains']} chains of {len(data['kinds'])} kinds over {data['profiles']} "
+          f"profiles, {data['summarizer']} summaries")
+    newest_met = data["newest"] == data["chains"] and not data["stale_summaries"]
+    kept_met = (data["distractors_found"] == data["distractors"]
+                and data["other_facts_found"] == data["other_facts"])
+    return [
+        Target(Bench.UPDATES, f"{key}|newest value",
+               "hot recall answers every update chain with its newest value (100%), no "
+               f"summary states an older one as current, on {on}",
+               f"{data['newest']} of {data['chains']} chains ({data['newest_share']:.1%}; by the "
+               f"first hit: {data['top_newest']}); {data['stale_summaries']} stale summaries",
+               "met" if newest_met else f"missed: {data['newest_share']:.1%}",
+               run.date, run.commit, run.machine, run.command, run.file),
+        Target(Bench.UPDATES, f"{key}|nothing else lost",
+               "every distractor and every other fact of an updated memory still answered "
+               f"from the hot tier, on {on}",
+               f"distractors {data['distractors_found']} of {data['distractors']}, other facts "
+               f"{data['other_facts_found']} of {data['other_facts']}",
+               "met" if kept_met else "missed",
+               run.date, run.commit, run.machine, run.command, run.file),
+    ]
+
+
+def _minutes(seconds: float) -> str:
+    return f"{int(seconds) // 60}:{int(seconds) % 60:02d}"
+
+
+def suite_targets(data: dict[str, Any], run: Run) -> list[Target]:
+    """The test suite's time: a CI run of ``make test`` from a fresh clone."""
+    legs = data["legs"]
+    failed = sum(leg.get("failed", 0) for leg in legs)
+    figure = (f"{_minutes(data['seconds'])} ({data['seconds']:,} s); "
+              + "; ".join(f"{leg['backend']} leg {_minutes(leg['seconds'])}, "
+                          f"{leg['passed']:,} passed" for leg in legs)
+              + (", side by side" if data.get("side_by_side") else ""))
+    over = data["seconds"] - SUITE_LIMIT_SECONDS
+    verdict = ("met" if over <= 0 and not failed
+               else f"missed: {failed} failed" if failed
+               else f"missed by {_minutes(over)}")
+    return [Target(Bench.SUITE, "suite|make test",
+                   "`make test` from a fresh clone in <= 30 min, both back-ends", figure,
+                   verdict, run.date, run.commit, run.machine, run.command, run.file)]
+
+
 def local_command_targets(data: dict[str, Any], run: Run) -> list[Target]:
     """``benchmarks/local_command.py``: the command's wall clock beyond the steps' own
     clocks, medians over the runs, and the A/B ratios when it had a baseline."""
@@ -216,21 +367,37 @@ def carried_targets(data: dict[str, Any]) -> list[Target]:
             for c in data["carried"]]
 
 
+def bench_of(data: dict[str, Any]) -> Bench:
+    """Which bench wrote a results file, from the shape of its JSON (the local command's
+    names itself)."""
+    if data.get("bench") == LOCAL_COMMAND:
+        return Bench.PLATFORM
+    for field, bench in (("results", Bench.SYNTHETIC), ("rows", Bench.API),
+                         ("conversations", Bench.LOCOMO), ("chains", Bench.UPDATES),
+                         ("legs", Bench.SUITE), ("starts", Bench.START)):
+        if field in data:
+            return bench
+    raise ValueError("not a results file this report knows")
+
+
+READERS = {
+    Bench.SYNTHETIC: synthetic_targets,
+    Bench.API: api_targets,
+    Bench.LOCOMO: locomo_targets,
+    Bench.UPDATES: updates_targets,
+    Bench.SUITE: suite_targets,
+    Bench.PLATFORM: local_command_targets,
+    Bench.START: start_targets,
+}
+
+
 def targets_of(data: dict[str, Any], run: Run | None) -> list[Target]:
     """The targets one results file measures, whatever bench wrote it."""
     if "carried" in data:
         return carried_targets(data)
     if run is None:
         raise ValueError("a bench's JSON needs its date, commit and machine in sources.json")
-    if "results" in data:
-        return synthetic_targets(data, run)
-    if "rows" in data:
-        return api_targets(data, run)
-    if data.get("bench") == LOCAL_COMMAND:
-        return local_command_targets(data, run)
-    if "starts" in data:
-        return start_targets(data, run)
-    raise ValueError(f"{run.file}: not a results file this report knows")
+    return READERS[bench_of(data)](data, run)
 
 
 def latest(targets: Iterable[Target]) -> list[Target]:
@@ -256,8 +423,9 @@ def plan(files: Sequence[Source]) -> tuple[list[Target], list[RunTable]]:
     for entry, data in files:
         run = None
         if "carried" not in data:
-            run = Run(entry["date"], entry["commit"], entry["machine"], data["command"],
-                      entry["file"])
+            # locomo's and updates' JSON do not record their command line: sources.json does.
+            run = Run(entry["date"], entry["commit"], entry["machine"],
+                      data.get("command") or entry["command"], entry["file"])
             runs.append((run, data))
         found += targets_of(data, run)
     return latest(found), runs
@@ -341,11 +509,81 @@ def api_table(data: dict[str, Any]) -> list[str]:
     return lines
 
 
+def locomo_table(data: dict[str, Any]) -> list[str]:
+    budgets = _budgets(data)
+    head = " | ".join(f"{b:,} before | after" for b in budgets)
+    lines = [f"Summarizer {data['summarizer']}, {data['as_of_offset_days']:g} days after each "
+             "conversation's last session; answers found in each context budget, and by deep "
+             "recall (cold tier included).", "",
+             f"| conversation | questions | hot before | after | characters before | after | "
+             f"{head} | deep found before | after | lost |",
+             "|---|" + "---:|" * (8 + 2 * len(budgets))]
+    for c in data["conversations"]:
+        found = " | ".join(f"{c['before'][f'recall_{b}']:.3f} | {c['after'][f'recall_{b}']:.3f}"
+                           for b in budgets)
+        lines.append(f"| {c['profile']} | {c['questions']} | {c['before']['hot']:,} | "
+                     f"{c['after']['hot']:,} | {c['before']['chars']:,} | "
+                     f"{c['after']['chars']:,} | {found} | {c['before']['deep_found']} | "
+                     f"{c['after']['deep_found']} | {c['lost']} |")
+    found = " | ".join(f"{data[f'{key}_before']:.3f} | {data[f'{key}_after']:.3f}"
+                       for key in _recall_keys(budgets))
+    deep = [sum(c[side]["deep_found"] for c in data["conversations"])
+            for side in ("before", "after")]
+    lines.append(f"| total | {data['questions']} | {data['hot_before']:,} | "
+                 f"{data['hot_after']:,} | {data['chars_before']:,} | {data['chars_after']:,} | "
+                 f"{found} | {deep[0]} | {deep[1]} | {data['lost']} |")
+    lines += ["", f"| category | questions | {head} |", "|---|" + "---:|" * (1 + 2 * len(budgets))]
+    for name, c in data["categories"].items():
+        found = " | ".join(f"{c[f'recall_{b}_before']:.3f} | {c[f'recall_{b}_after']:.3f}"
+                           for b in budgets)
+        lines.append(f"| {name} | {c['questions']} | {found} |")
+    lines += ["", "| operation | summaries | members | kept whole | facts | kept |",
+              "|---|---:|---:|---:|---:|---:|"]
+    for name, t in data["fidelity"].items():
+        lines.append(f"| {name} | {t['summaries']} | {t['members']} | "
+                     f"{_share(t['members_kept_whole'])} | {t['facts']} | "
+                     f"{_share(t['facts_kept'])} |")
+    return lines
+
+
+def updates_table(data: dict[str, Any]) -> list[str]:
+    lines = [f"Summarizer {data['summarizer']}, {data['offset_days']:g} days after the last "
+             f"memory, {data['profiles']} profiles; hot memories {data['hot_before']:,} -> "
+             f"{data['hot_after']:,}.", "",
+             "| kind | chains | newest value answered | joined into one summary |",
+             "|---|---:|---:|---:|"]
+    for name, k in data["kinds"].items():
+        lines.append(f"| {name} | {k['chains']} | {k['newest']} | {k['joined']} |")
+    lines.append(f"| total | {data['chains']} | {data['newest']} | {data['joined']} |")
+    return lines
+
+
+def suite_table(data: dict[str, Any]) -> list[str]:
+    lines = ["| leg | time | passed | skipped | failed |", "|---|---:|---:|---:|---:|"]
+    for leg in data["legs"]:
+        lines.append(f"| {leg['backend']} | {_minutes(leg['seconds'])} | {leg['passed']:,} | "
+                     f"{leg.get('skipped', 0)} | {leg.get('failed', 0)} |")
+    lines.append(f"| whole run | {_minutes(data['seconds'])} | | | |")
+    return lines
+
+
+TABLES = {
+    Bench.SYNTHETIC: synthetic_table,
+    Bench.API: api_table,
+    Bench.LOCOMO: locomo_table,
+    Bench.UPDATES: updates_table,
+    Bench.SUITE: suite_table,
+    Bench.PLATFORM: local_command_table,
+    Bench.START: start_table,
+}
+
+
 HEADER = f"""\
 # Benchmarks
 
-<!-- Generated by `make docs` (benchmarks/report.py) from benchmarks/results/*.json:
-     edit those, not this page. tests/test_benchmarks_report.py fails when they differ. -->
+<!-- Generated by `make docs` (python -m reverie.deployments.docs, which calls
+     benchmarks/report.py) from benchmarks/results/*.json: edit those, not this page.
+     tests/test_benchmarks_report.py fails when they differ. -->
 
 Every target Reverie holds itself to, with its latest measured figure, the verdict and
 the command that measures it again. The figures come from the JSON the benches wrote,
@@ -355,7 +593,8 @@ the dated rounds, copied by hand once and marked so. Every earlier round, with w
 tried, kept or left out and why, is in [the history]({HISTORY}).
 
 To add a run: run the bench with `--json`, put the file in `benchmarks/results/`, list it
-in `sources.json` with its date, commit and machine, and run `make docs`; a newer
+in `sources.json` with its date, commit and machine (and its command, for `bench locomo`
+and `bench updates`, whose JSON does not record it), and run `make docs`; a newer
 measurement of a target replaces the older one here.
 """
 
@@ -378,21 +617,30 @@ METHOD = """\
   recall and store latency as the client sees it, and the CPU per call of the server and
   of the clients. Store's sentences per second are compared with ingest's in the bench's
   own process.
+- **`reverie bench locomo`** (`benchmarks/locomo.py`): answers still found in a 2,000-
+  and a 1,000-character context after decay and full consolidation 90 days after each
+  LoCoMo conversation's last session, hot memories and characters before and after, and
+  what the summaries keep of their members, per operation
+  ([docs/quality.md](docs/quality.md)). Rules mode is deterministic: any machine gives
+  the same figures.
+- **`reverie bench updates`** (`benchmarks/updates.py`): generated update chains of
+  several fact kinds; hot recall must answer each with its newest value, and still answer
+  the distractors and the other facts of updated memories.
+- **`reverie bench embedding`**: OpenVINO against PyTorch on LoCoMo's sentences.
+- **The test suite**: `make test` from a fresh clone (`.ci/run`), its two legs side by
+  side; the figures are copied from that run's log into a JSON of the same shape each time.
 - **Command start-up** (`benchmarks/cli_start.py`): each command as whole processes,
   the typer CLI against e4a754d's argparse CLI taken from git into a scratch folder (its
   moved imports pointed at their new place), same virtualenv and library, in interleaved
   pairs on a scratch copy of the sample store with no Prefect API; the median of the
   pairwise ratios of CPU (user + system) and of wall time, with their range.
-- **`reverie bench embedding`**, **`reverie bench updates`** and **`reverie bench
-  locomo`**: OpenVINO against PyTorch; update chains answered with their newest value;
-  answers still found after consolidation on LoCoMo conversations (README, Quality).
 
 ## The machine
 
 2 cores of an AMD EPYC (virtual machine), 23.5 GiB memory, no GPU; Linux 6.18, Python
 3.11.7, numpy 2.4.6, faiss-cpu 1.15.1, SQLAlchemy 2.0.58, SQLite 3.40.1, the store on
-local disk. Each run's JSON records its machine. Other sessions share these cores: a
-figure measured on a busy machine says so, and only ratios within one run compare.
+local disk. The synthetic and api JSON record their machine. Other sessions share these
+cores: a figure measured on a busy machine says so, and only ratios within one run compare.
 """
 
 
@@ -406,11 +654,7 @@ def render(targets: Sequence[Target], runs: Sequence[RunTable]) -> str:
         lines += [f"### `{run.command}`", "",
                   f"{run.date} at {run.commit}, {run.machine}; "
                   f"[{run.file}](benchmarks/results/{run.file}).", ""]
-        if data.get("bench") == LOCAL_COMMAND:
-            lines += local_command_table(data)
-        else:
-            lines += (synthetic_table(data) if "results" in data
-                      else start_table(data) if "starts" in data else api_table(data))
+        lines += TABLES[bench_of(data)](data)
         lines.append("")
     lines.append(METHOD)
     return "\n".join(lines)
@@ -424,28 +668,3 @@ def load(results: Path = RESULTS) -> list[Source]:
 
 def page(results: Path = RESULTS) -> str:
     return render(*plan(load(results)))
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m reverie.benchmarks.report",
-        description="Write BENCHMARKS.md from the benches' JSON in benchmarks/results/.")
-    parser.add_argument("--results", type=Path, default=RESULTS)
-    parser.add_argument("--write", type=Path, default=PAGE, help="the page (default BENCHMARKS.md)")
-    parser.add_argument("--check", action="store_true",
-                        help="change nothing; exit 1 when the page differs")
-    args = parser.parse_args(argv)
-    fresh = page(args.results)
-    current = args.write.read_text(encoding="utf-8") if args.write.exists() else ""
-    if args.check:
-        if fresh != current:
-            print(f"{args.write} differs from its JSON: run `make docs`", file=sys.stderr)
-            return 1
-        return 0
-    if fresh != current:
-        args.write.write_text(fresh, encoding="utf-8")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,15 +1,14 @@
 """The README's table of commands, made from the ``reverie`` command itself: one row per
 command, its synopsis from its parameters and its help as what it does.
 
-``python -m reverie.deployments.command_docs --write`` rewrites the README's block;
-tests/test_readme.py fails when the README differs from what this makes.
+``commands_table`` is the README's ``commands`` block: ``python -m reverie.deployments.docs``
+(``make docs``) writes it with the other generated parts, and its ``--check`` and
+tests/test_docs.py fail when the README differs from it.
 """
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 from typing import Any
 
 from typer._click.core import Command, Parameter
@@ -18,11 +17,8 @@ from typer.core import TyperGroup
 from typer.core import TyperOption as Option
 
 from reverie.deployments.cli import _OneOf, command
-from reverie.deployments.docs import replace_block
 from reverie.flows.catalog import Command as FlowCommand
 
-README = Path(__file__).resolve().parent.parent / "README.md"
-BLOCK = "commands"
 # The commands that run flows: the options all their flows take are said once, on the
 # command's row, and each flow's row has its own.
 _FLOW_GROUPS = tuple(c.value for c in FlowCommand)
@@ -110,23 +106,3 @@ def _help(cmd: Command | _Shared) -> str:
 def _row(synopsis: str, what: str) -> str:
     return f"| `{synopsis.replace('|', chr(92) + '|')}` | {what.replace('|', chr(92) + '|')} |"
 
-
-def readme_with_table(text: str) -> str:
-    return replace_block(text, BLOCK, commands_table())
-
-
-def main(argv: list[str]) -> int:
-    text = README.read_text(encoding="utf-8")
-    made = readme_with_table(text)
-    if argv == ["--write"]:
-        README.write_text(made, encoding="utf-8")
-        return 0
-    if made != text:
-        print("README.md's commands table differs from the reverie command: "
-              "python -m reverie.deployments.command_docs --write", file=sys.stderr)
-        return 1
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

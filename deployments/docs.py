@@ -1,14 +1,18 @@
-"""The README's generated tables: settings and config knobs, made from the code.
+"""Every generated part of the documents, made by one command.
 
-A generated table sits between ``<!-- generated:NAME -->`` and
+``python -m reverie.deployments.docs`` (``make docs``) makes them all afresh: the README's
+tables of settings, config knobs and commands, and the whole of BENCHMARKS.md. With
+``--check`` it changes nothing and exits 1 naming each document that would change; the
+drift tests (``tests/test_docs.py``, ``tests/test_benchmarks_report.py``) call the same
+``check``.
+
+A generated table of the README sits between ``<!-- generated:NAME -->`` and
 ``<!-- /generated:NAME -->``; ``replace_block`` swaps what is between them, so the prose
 around it stays hand-written. The tables come from the fields themselves (their
-descriptions, bounds and defaults, in ``models/settings.py`` and ``models/config.py``),
-so the README cannot say one thing while the code does another: ``tests/test_docs.py``
-fails when the committed README differs from what this module makes of it.
-
-``python -m reverie.deployments.docs`` (``make docs``) rewrites the README in place;
-``--check`` only says whether it would change.
+descriptions, bounds and defaults, in ``models/settings.py`` and ``models/config.py``)
+and from the ``reverie`` command (``command_docs``), so the README cannot say one thing
+while the code does another. BENCHMARKS.md is what ``benchmarks/report.py`` makes of the
+benches' JSON in ``benchmarks/results/``.
 """
 
 from __future__ import annotations
@@ -16,8 +20,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
@@ -26,10 +31,12 @@ from annotated_types import Ge, Gt, Le, Lt, MaxLen, MinLen
 from pydantic import BaseModel, SecretStr
 from pydantic.fields import FieldInfo
 
+from reverie.benchmarks.report import page
+from reverie.deployments.command_docs import commands_table
 from reverie.models.config import PRESETS, ConsolidationConfig
 from reverie.models.settings import Settings
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+ROOT = Path(__file__).resolve().parent.parent
 
 # Variables a default is computed from: left out while the defaults are shown, so the
 # table says what a user who sets none of them gets, whoever generates it.
@@ -168,6 +175,7 @@ def config_table(config: type[BaseModel] = ConsolidationConfig) -> str:
 BLOCKS: Mapping[str, Callable[[], str]] = {
     "settings": settings_table,
     "config": config_table,
+    "commands": commands_table,
 }
 
 
@@ -178,26 +186,66 @@ def render(text: str, blocks: Mapping[str, Callable[[], str]] = BLOCKS) -> str:
     return text
 
 
-def main(argv: list[str] | None = None) -> int:
+@dataclass(frozen=True)
+class Document:
+    """One generated document: where it lives, and what it should say given what it says
+    now (the README keeps its prose and gets its blocks made afresh; BENCHMARKS.md is
+    made whole)."""
+
+    path: Path
+    make: Callable[[str], str]
+
+
+def readme(root: Path = ROOT) -> Document:
+    return Document(root / "README.md", render)
+
+
+def benchmarks(root: Path = ROOT) -> Document:
+    results = root / "benchmarks" / "results"
+    return Document(root / "BENCHMARKS.md", lambda _: page(results))
+
+
+def documents(root: Path = ROOT) -> tuple[Document, ...]:
+    return readme(root), benchmarks(root)
+
+
+def stale(docs: Sequence[Document]) -> list[tuple[Document, str]]:
+    """Each document that differs from what it should say, with what it should say."""
+    out = []
+    for doc in docs:
+        current = doc.path.read_text(encoding="utf-8") if doc.path.exists() else ""
+        fresh = doc.make(current)
+        if fresh != current:
+            out.append((doc, fresh))
+    return out
+
+
+def check(docs: Sequence[Document]) -> list[str]:
+    """What drifted, one line per document, empty when nothing did: what ``--check``
+    prints and what the drift tests assert."""
+    return [f"{doc.path.name} is out of date: run `make docs` "
+            "(python -m reverie.deployments.docs)" for doc, _ in stale(docs)]
+
+
+def main(argv: list[str] | None = None, root: Path = ROOT) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m reverie.deployments.docs",
-        description="Regenerate the README's tables of settings and config knobs.")
+        description="Regenerate every generated part of the documents: the README's tables "
+                    "of settings, config knobs and commands, and BENCHMARKS.md.")
     parser.add_argument("--check", action="store_true",
-                        help="change nothing; exit 1 when the README is out of date")
-    parser.add_argument("--readme", type=Path, default=README)
+                        help="change nothing; exit 1 naming each document that is out of date")
     args = parser.parse_args(argv)
-    text = args.readme.read_text(encoding="utf-8")
-    fresh = render(text)
+    docs = documents(root)
     if args.check:
-        if fresh != text:
-            print(f"{args.readme} is out of date: run `make docs`", file=sys.stderr)
-            return 1
-        return 0
-    if fresh != text:
-        args.readme.write_text(fresh, encoding="utf-8")
+        drifted = check(docs)
+        for line in drifted:
+            print(line, file=sys.stderr)
+        return 1 if drifted else 0
+    for doc, fresh in stale(docs):
+        doc.path.write_text(fresh, encoding="utf-8")
+        print(f"wrote {doc.path.name}")
     return 0
 
 
 if __name__ == "__main__":
     raise SystemExit(main())
-

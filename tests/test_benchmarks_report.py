@@ -1,5 +1,6 @@
-"""BENCHMARKS.md is what benchmarks/report.py makes of the committed JSON, and the report
-keeps each target's latest measurement, saying where a figure was carried by hand."""
+"""BENCHMARKS.md is what benchmarks/report.py makes of the committed JSON (written by the
+one docs command, deployments/docs.py), and the report keeps each target's latest
+measurement, saying where a figure was carried by hand; it reads every bench's JSON."""
 
 from __future__ import annotations
 
@@ -11,18 +12,21 @@ from typing import Any
 import pytest
 
 from reverie.benchmarks.report import (
-    PAGE,
     RESULTS,
     Bench,
     Run,
     api_targets,
+    bench_of,
     load,
-    main,
+    locomo_targets,
     page,
     plan,
     start_targets,
+    suite_targets,
     synthetic_targets,
+    updates_targets,
 )
+from reverie.deployments.docs import benchmarks, check
 
 pytestmark = pytest.mark.store_independent("reads committed JSON and markdown, no store")
 
@@ -40,8 +44,7 @@ def carried(key: str, date: str, figure: str) -> dict[str, Any]:
 
 
 def test_benchmarks_md_is_what_the_committed_json_makes() -> None:
-    assert PAGE.read_text(encoding="utf-8") == page(), \
-        "BENCHMARKS.md differs from benchmarks/results/*.json: run `make docs`"
+    assert check([benchmarks()]) == []
 
 
 def test_every_results_file_is_listed_with_its_date_and_commit() -> None:
@@ -53,6 +56,8 @@ def test_every_results_file_is_listed_with_its_date_and_commit() -> None:
             assert all(c["date"] and c["commit"] and c["source"] for c in data["carried"])
         else:
             assert entry["date"] and entry["commit"] and entry["machine"]
+            assert data.get("command") or entry.get("command"), entry["file"]
+            bench_of(data)  # a shape the report reads
 
 
 def test_a_row_with_two_targets_is_two_targets_each_with_its_verdict() -> None:
@@ -101,14 +106,109 @@ def test_store_rows_are_one_target_with_the_range_of_shares() -> None:
     assert found["ingest|>= 600 sentences/s"].bench is Bench.EMBEDDING
 
 
-def test_check_fails_on_a_drifted_page_and_write_mends_it(tmp_path: Path) -> None:
-    results = tmp_path / "results"
-    shutil.copytree(RESULTS, results)
-    target = tmp_path / "BENCHMARKS.md"
-    target.write_text("# stale\n", encoding="utf-8")
-    assert main(["--results", str(results), "--write", str(target), "--check"]) == 1
-    assert main(["--results", str(results), "--write", str(target)]) == 0
-    assert target.read_text(encoding="utf-8") == PAGE.read_text(encoding="utf-8")
+def test_a_stale_page_is_named_and_made_again_from_the_json(tmp_path: Path) -> None:
+    shutil.copytree(RESULTS, tmp_path / "benchmarks" / "results")
+    (tmp_path / "BENCHMARKS.md").write_text("# stale\n", encoding="utf-8")
+    assert check([benchmarks(tmp_path)]) == [
+        "BENCHMARKS.md is out of date: run `make docs` (python -m reverie.deployments.docs)"]
+    (tmp_path / "BENCHMARKS.md").write_text(page(tmp_path / "benchmarks" / "results"),
+                                            encoding="utf-8")
+    assert check([benchmarks(tmp_path)]) == []
+
+
+def locomo(**change: Any) -> dict[str, Any]:
+    """A ``bench locomo --json`` of two conversations, every target met unless changed."""
+    def conv(name: str, hot: tuple[int, int], chars: tuple[int, int]) -> dict[str, Any]:
+        side = {"asked": 10, "recall_2000": 0.5, "recall_1000": 0.4, "deep_found": 5}
+        return {"profile": name, "questions": 10, "lost": 0,
+                "before": {**side, "hot": hot[0], "chars": chars[0]},
+                "after": {**side, "hot": hot[1], "chars": chars[1]}}
+
+    category = {"questions": 5, "recall_2000_before": 0.5, "recall_2000_after": 0.5,
+                "recall_1000_before": 0.4, "recall_1000_after": 0.4}
+    tally = {"summaries": 2, "members": 5, "members_kept_whole": 1.0, "members_whole": 5,
+             "facts": 3, "facts_kept": 1.0, "facts_said": 3}
+    data = {"hot_before": 200, "hot_after": 120, "chars_before": 20_000, "chars_after": 14_000,
+            "recall_before": 0.5, "recall_after": 0.5, "recall_1000_before": 0.4,
+            "recall_1000_after": 0.4, "deep_recall_before": 0.5, "deep_recall_after": 0.5,
+            "lost": 0, "questions": 20, "budget": 2000, "summarizer": "rules",
+            "as_of_offset_days": 90.0,
+            "categories": {"multi-hop": dict(category), "single-hop": dict(category),
+                           "temporal": {**category, "recall_2000_after": 0.1}},
+            "fidelity": {"merge": {**tally, "members_kept_whole": 0.4, "members_whole": 2},
+                         "compression": dict(tally)},
+            "conversations": [conv("conv-1", (100, 60), (10_000, 7_000)),
+                              conv("conv-2", (100, 60), (10_000, 7_000))]}
+    data.update(change)
+    return data
+
+
+def verdicts(targets: list[Any]) -> dict[str, str]:
+    """Each target's verdict by its name, the bench, summarizer and conversations set aside."""
+    return {t.key.split("|", 3)[-1]: t.verdict for t in targets}
+
+
+def test_locomo_targets_are_met_when_every_guarded_share_holds() -> None:
+    found = locomo_targets(locomo(), RUN)
+    assert {t.bench for t in found} == {Bench.LOCOMO}
+    assert verdicts(found) == {"no answer lost": "met", "hot memories": "met",
+                               "hot characters": "met", "fidelity|merge": "met",
+                               "fidelity|compression": "met"}
+    # Another set of conversations is another target, not a newer figure of this one.
+    assert all(t.key.startswith("locomo|rules|conv-1, conv-2|") for t in found)
+
+
+def test_a_locomo_miss_names_where_it_happened() -> None:
+    data = locomo()
+    data["categories"]["multi-hop"]["recall_1000_after"] = 0.3
+    data["conversations"][1]["after"]["hot"] = 90  # -10% on conv-2 alone
+    data |= {"hot_after": 150, "chars_after": 18_000, "lost": 1}
+    data["fidelity"]["compression"] |= {"members_whole": 4, "members_kept_whole": 0.8}
+    data["fidelity"]["merge"] |= {"facts_said": 2, "facts_kept": 0.6667}
+    got = verdicts(locomo_targets(data, RUN))
+    assert got["no answer lost"] == ("missed: multi-hop in 1,000 (0.400 -> 0.300), "
+                                     "1 lost by deep recall")
+    assert got["hot memories"] == "missed overall and on conv-2"
+    assert got["hot characters"] == "missed overall"
+    assert got["fidelity|compression"] == "missed: 0.800"
+    assert got["fidelity|merge"] == "missed: 0.667"
+
+
+def test_an_updates_run_is_met_only_with_every_chain_newest_and_nothing_else_lost() -> None:
+    data = {"profiles": 8, "summarizer": "rules", "chains": 64, "newest": 64,
+            "newest_share": 1.0, "top_newest": 64, "joined": 0, "stale_summaries": 0,
+            "distractors": 64, "distractors_found": 64, "hot_before": 288, "hot_after": 145,
+            "other_facts": 16, "other_facts_found": 16, "offset_days": 90.0,
+            "kinds": {"amount": {"chains": 64, "newest": 64, "joined": 0}}}
+    assert [t.verdict for t in updates_targets(data, RUN)] == ["met", "met"]
+    stale = updates_targets(data | {"stale_summaries": 1, "other_facts_found": 15}, RUN)
+    assert [t.verdict for t in stale] == ["missed: 100.0%", "missed"]
+    assert [t.key for t in stale] == ["updates|rules|newest value",
+                                      "updates|rules|nothing else lost"]
+
+
+def test_the_suite_time_is_judged_against_30_minutes_and_a_failure_misses() -> None:
+    def suite(seconds: int, failed: int = 0) -> dict[str, Any]:
+        return {"command": "make test", "seconds": seconds, "side_by_side": True,
+                "legs": [{"backend": "SQLite", "seconds": seconds - 30, "passed": 10,
+                          "failed": failed},
+                         {"backend": "PostgreSQL", "seconds": 900, "passed": 5}]}
+
+    (met,) = suite_targets(suite(1573), RUN)
+    assert (met.key, met.verdict) == ("suite|make test", "met")
+    assert met.figure.startswith("26:13 (1,573 s); SQLite leg 25:43, 10 passed")
+    assert suite_targets(suite(2160), RUN)[0].verdict == "missed by 6:00"
+    assert suite_targets(suite(1200, failed=2), RUN)[0].verdict == "missed: 2 failed"
+
+
+def test_every_bench_json_renders_its_run_table() -> None:
+    targets, runs = plan(load())
+    assert {bench_of(data) for _, data in runs} >= {Bench.SYNTHETIC, Bench.API, Bench.LOCOMO,
+                                                     Bench.UPDATES, Bench.SUITE}
+    assert not any(t.carried for t in targets
+                   if t.bench in (Bench.LOCOMO, Bench.UPDATES, Bench.SUITE))
+    with pytest.raises(ValueError, match="not a results file"):
+        bench_of({"something": []})
 
 
 def test_a_carried_synthetic_target_has_the_key_a_fresh_run_of_it_would_have() -> None:

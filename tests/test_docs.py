@@ -1,15 +1,25 @@
-"""The generated parts of the documents are what their generators make of the code:
-the README's tables of settings and config knobs (deployments/docs.py)."""
+"""The generated parts of the documents are what their generators make of the code: the
+README's tables of settings, config knobs and commands (deployments/docs.py, the one
+command that makes every generated document, BENCHMARKS.md included)."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from reverie.deployments.docs import BLOCKS, main, render, replace_block, settings_table
+from reverie.deployments.docs import (
+    BLOCKS,
+    check,
+    documents,
+    main,
+    readme,
+    replace_block,
+    settings_table,
+)
 from reverie.models.config import ConsolidationConfig
 from reverie.models.settings import Settings
 
@@ -20,8 +30,7 @@ README = ROOT / "README.md"
 
 
 def test_the_readme_tables_are_what_the_code_makes_of_them() -> None:
-    text = README.read_text(encoding="utf-8")
-    assert render(text) == text, "the README's generated tables drifted: run `make docs`"
+    assert check([readme()]) == []
 
 
 def test_every_setting_and_knob_has_a_row_with_its_description() -> None:
@@ -69,13 +78,22 @@ def test_a_new_setting_shows_in_the_table_with_its_bounds_and_default() -> None:
     assert "| `EXAMPLE_MODE` | `false` |  | A switch. |" in table
 
 
-def test_check_fails_on_a_drifted_readme_and_make_docs_mends_it(tmp_path: Path) -> None:
-    drifted = tmp_path / "README.md"
+def test_check_names_each_drifted_document_and_make_docs_mends_them(tmp_path: Path) -> None:
+    """The one command, on a copy of the repository's documents: ``--check`` fails naming
+    what drifted and writes nothing; without it, every generated part is made again."""
+    shutil.copytree(ROOT / "benchmarks" / "results", tmp_path / "benchmarks" / "results")
     text = README.read_text(encoding="utf-8")
-    drifted.write_text(text.replace("| `REVERIE_PRESET` |", "| `REVERIE_PRESET_OLD` |"),
-                       encoding="utf-8")
-    assert main(["--check", "--readme", str(drifted)]) == 1
-    assert main(["--readme", str(drifted)]) == 0
-    assert drifted.read_text(encoding="utf-8") == text
-    assert main(["--check", "--readme", str(drifted)]) == 0
-    assert set(BLOCKS) >= {"settings", "config"}
+    drifted = (text.replace("| `REVERIE_PRESET` |", "| `REVERIE_PRESET_OLD` |")
+               .replace("| `reverie ingest FILE", "| `reverie ingested FILE"))
+    (tmp_path / "README.md").write_text(drifted, encoding="utf-8")
+    (tmp_path / "BENCHMARKS.md").write_text("# stale\n", encoding="utf-8")
+    assert [d.path.name for d in documents(tmp_path)] == ["README.md", "BENCHMARKS.md"]
+    assert len(check(documents(tmp_path))) == 2
+    assert main(["--check"], root=tmp_path) == 1
+    assert (tmp_path / "README.md").read_text(encoding="utf-8") == drifted
+    assert main([], root=tmp_path) == 0
+    assert (tmp_path / "README.md").read_text(encoding="utf-8") == text
+    assert (tmp_path / "BENCHMARKS.md").read_text(encoding="utf-8") == \
+        (ROOT / "BENCHMARKS.md").read_text(encoding="utf-8")
+    assert main(["--check"], root=tmp_path) == 0
+    assert set(BLOCKS) == {"settings", "config", "commands"}

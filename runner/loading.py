@@ -14,6 +14,8 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from reverie.models.repositories.bulk import collector_paused
+
 
 @contextmanager
 def first_load() -> Iterator[None]:
@@ -28,9 +30,8 @@ def first_load() -> Iterator[None]:
     if "prefect" in sys.modules or not gc.isenabled():
         yield
         return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.freeze()
-        gc.enable()
+    with collector_paused():
+        try:
+            yield
+        finally:
+            gc.freeze()  # before the collector is back on

@@ -219,6 +219,17 @@ def by_external(store: Store, profile: str = "p") -> dict[str, dict]:
             if r["type"] == "memory" and r.get("external_id")}
 
 
+def dry_run_then_real(store: Store, config: ConsolidationConfig | None = None) -> list[dict]:
+    """Full consolidation at AS_OF as a dry run, which writes nothing, then for real,
+    which does what the dry run said; the state before both."""
+    before = state(store)
+    dry = full_consolidation(profile="p", as_of=AS_OF, dry_run=True, config=config)
+    assert state(store) == before
+    real = full_consolidation(profile="p", as_of=AS_OF, config=config)
+    assert dry.comparable() == real.comparable()
+    return before
+
+
 def audits(store: Store, profile: str = "p") -> list[dict]:
     return [r for r in export_rows(store.url, profile)
             if r["type"] == "consolidation" and r["operation"] == "supersede"]
@@ -227,11 +238,7 @@ def audits(store: Store, profile: str = "p") -> list[dict]:
 @pytest.mark.usefixtures("prefect_api")
 def test_full_consolidation_supersedes_undo_restores_and_runs_agree(store: Store) -> None:
     assert not ingest_records(store, records()).errors
-    before = state(store)
-    dry = full_consolidation(profile="p", as_of=AS_OF, dry_run=True)
-    assert state(store) == before  # a dry run writes nothing
-    real = full_consolidation(profile="p", as_of=AS_OF)
-    assert dry.comparable() == real.comparable()
+    dry_run_then_real(store)
 
     rows = by_external(store)
     newest = rows["r3"]
@@ -425,11 +432,7 @@ def test_updates_of_older_summaries_and_two_fact_memories_undo_and_rerun(store: 
     assert not ingest_records(store, older).errors
     full_consolidation(profile="p", as_of=AS_OF - timedelta(days=200), config=rules)
     assert not ingest_records(store, rows["update"]).errors
-    before = state(store)
-    dry = full_consolidation(profile="p", as_of=AS_OF, dry_run=True, config=rules)
-    assert state(store) == before
-    real = full_consolidation(profile="p", as_of=AS_OF, config=rules)
-    assert dry.comparable() == real.comparable()
+    before = dry_run_then_real(store, rules)
 
     mine = by_external(store)
     for k in ("b0", "b1", "b2", "b3"):

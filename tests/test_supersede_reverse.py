@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from test_supersede import audits, by_external, iso, state
+from test_supersede import audits, by_external, dry_run_then_real, iso, state
 
 from reverie.flows.cold_notes import consolidate_cold
 from reverie.flows.full_consolidation import full_consolidation
@@ -242,11 +242,7 @@ def test_an_older_memory_written_after_the_newer_were_merged_is_superseded(store
 
     assert not ingest_records(store, [{"profile": "p", "id": "old", "content": OLD,
                                        "created_at": iso(300)}]).errors
-    before = state(store)
-    dry = full_consolidation(profile="p", as_of=AS_OF, dry_run=True, config=rules)
-    assert state(store) == before
-    real = full_consolidation(profile="p", as_of=AS_OF, config=rules)
-    assert dry.comparable() == real.comparable()
+    dry_run_then_real(store, rules)
 
     mine = by_external(store)
     assert mine["old"]["tier"] == Tier.COLD and mine["old"]["superseded_by"] == mine["n2"]["id"]

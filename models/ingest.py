@@ -618,6 +618,11 @@ def _commit_calls(
         total.update(c)
     # Profiles in no call's new rows keep their count, and are not read.
     before = count_stored(s, {p: n for p, n in total.items() if n})
+    # Only new rows (what agents' calls mostly bring): every call's rows go in one
+    # insert per table, in the calls' order, as the calls' own inserts would put them.
+    # An update among them keeps each call's writes apart, in turn.
+    at_once = not any(changed for _, _, changed in plans)
+    every_new: list[dict[str, Any]] = []
     done: list[tuple[int, int, int]] = []
     queued: list[events.ProfileEvent] = []
     for run, names, call_counts, (rows, new_rows, changed) in zip(
@@ -628,12 +633,21 @@ def _commit_calls(
         mine = {p: seqs[p] for p in names}
         for p in names:
             seqs[p] += 1  # the next call of the profile takes the next number
-        updated, unchanged = _write_rows(s, new_rows, changed, vectors, mine)
+        if at_once:
+            for r in new_rows:
+                r["ingest_seq"] = mine[r["profile_id"]]
+            every_new += new_rows
+            updated = unchanged = 0
+        else:
+            updated, unchanged = _write_rows(s, new_rows, changed, vectors, mine)
         call_events = run._stored_events(call_counts, before)
         for p, n in call_counts.items():
             before[p] += n
         queued += call_events
         done.append((updated, unchanged, len(call_events)))
+    if every_new:
+        s.execute(insert(M), every_new)
+        put_vectors(s, {r["id"]: vectors[r["id"]][0] for r in every_new}, replace=False)
     outbox.add(s, queued)
     return done
 

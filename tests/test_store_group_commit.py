@@ -17,7 +17,7 @@ from reverie.models import ingest as ingest_module
 from reverie.models.export import export_jsonl
 from reverie.models.ingest import IngestReport, ingest, ingest_together
 from reverie.models.store import Store
-from reverie.models.tables import OutboxEvent, Profile
+from reverie.models.tables import Memory, OutboxEvent, Profile
 
 from factories import embedder_of
 
@@ -68,7 +68,10 @@ def state(store: Store) -> dict[str, Any]:
                     for p in s.execute(select(Profile).order_by(Profile.id)).scalars()]
         events = [(e.profile_id, e.name, e.occurred_at, e.key)
                   for e in s.execute(select(OutboxEvent).order_by(OutboxEvent.seq)).scalars()]
-    return {"profiles": profiles, "events": events,
+        # Not exported: the ingest number each call's memories are stamped with.
+        numbers = sorted(s.execute(select(Memory.profile_id, Memory.content,
+                                          Memory.ingest_seq)).tuples().all())
+    return {"profiles": profiles, "events": events, "numbers": numbers,
             "exports": {p: export_jsonl(store.url, p) for p, *_ in profiles}}
 
 

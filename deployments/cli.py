@@ -234,16 +234,25 @@ def _names(text: str) -> Names:
     return names
 
 
-def _sizes(text: str | list[int]) -> Numbers:
-    if isinstance(text, list):  # the default: typer passes it through the parser too
-        return Numbers(text)
-    try:
-        sizes = Numbers(int(part.replace("_", "")) for part in text.split(",") if part.strip())
-    except ValueError:
-        raise typer.BadParameter(f"sizes must be whole numbers: {text!r}") from None
-    if not sizes or min(sizes) < 1:
-        raise typer.BadParameter(f"sizes must be at least 1: {text!r}")
-    return sizes
+def _numbers(bounds: tuple[int, int]) -> Callable[[str | list[int]], Numbers]:
+    """A parser of comma-separated whole numbers, each within ``bounds``."""
+    low, high = bounds
+
+    def parse(text: str | list[int]) -> Numbers:
+        if isinstance(text, list):  # the default: typer passes it through the parser too
+            return Numbers(text)
+        try:
+            numbers = Numbers(int(part.replace("_", "")) for part in text.split(",")
+                              if part.strip())
+        except ValueError:
+            raise typer.BadParameter(f"sizes must be whole numbers: {text!r}") from None
+        if not numbers or min(numbers) < low:
+            raise typer.BadParameter(f"sizes must be at least {low}: {text!r}")
+        if max(numbers) > high:
+            raise typer.BadParameter(f"sizes must be at most {high}: {text!r}")
+        return numbers
+
+    return parse
 
 
 def _flow_list(text: str) -> Names:
@@ -331,6 +340,19 @@ class SummarizerChoice(StrEnum):
 HISTORY_SHOWN = (1, 1000)  # status --limit: the API's consolidation status limit
 RECALL_K = (1, 10_000)  # recall -k: the API's k
 CONTEXT_CHARS = (0, 200_000)  # bench locomo --budget: the API's budget_chars
+# The benches' sizes: beyond these a run would take days or more memory than a machine
+# has, so a larger number is a slip of the keyboard.
+BENCH_PROFILES = (1, 1000)  # bench updates/synthetic/api --profiles
+BENCH_SIZES = (1, 10_000_000)  # bench synthetic/api --sizes, each (BENCHMARKS.md: 1M)
+BENCH_CLIENTS = (1, 1024)  # bench api --clients, each: one thread per client
+BENCH_CALLS = (1, 1_000_000)  # bench api --requests and --store-requests, per row
+STORE_BATCH = (1, 10_000)  # bench api --store-batch: the store endpoint's memories per call
+INGEST_SENTENCES = (0, 1_000_000)  # bench synthetic/api --ingest-sentences (0 skips it)
+EMBEDDING_SENTENCES = (16, 1_000_000)  # bench embedding --sentences: 16 make one batch
+# events flush --timeout: 0 sends once, without waiting; an hour outlasts any restart of
+# the API that waiting could ride out.
+FLUSH_SECONDS = (0.0, 3600.0)
+_sizes, _clients = _numbers(BENCH_SIZES), _numbers(BENCH_CLIENTS)
 
 
 # --- options several commands share ---------------------------------------------------------
@@ -1003,8 +1025,9 @@ def _events(ctx: typer.Context, json_: Json = False) -> int:
 
 def _events_flush(
     timeout: Annotated[float, typer.Option(
-        "--timeout", metavar="SECONDS", help="seconds to keep sending, to wait for another "
-        "sender and to try again while the API does not answer")] = 30.0,
+        "--timeout", metavar="SECONDS", min=FLUSH_SECONDS[0], max=FLUSH_SECONDS[1],
+        help="seconds to keep sending, to wait for another sender and to try again while "
+        "the API does not answer (0: send once)")] = 30.0,
     json_: Json = False,
 ) -> int:
     """Send the waiting events to the Prefect API ($PREFECT_API_URL), oldest first. Exit
@@ -1374,7 +1397,7 @@ def _bench_locomo(
 
 def _bench_updates(
     profiles: Annotated[int, typer.Option(
-        "--profiles", metavar="N", min=1,
+        "--profiles", metavar="N", min=BENCH_PROFILES[0], max=BENCH_PROFILES[1],
         help="profiles, each with one chain per fact kind")] = 8,
     as_of_offset_days: OffsetDays = 90.0,
     summarizer: Summarizer = SummarizerChoice.AUTO,
@@ -1402,7 +1425,8 @@ def _bench_synthetic(
         "--sizes", parser=_sizes, metavar="SIZES",
         help="memories per store, comma-separated")] = Numbers([1000, 10_000]),  # noqa: B008 - an immutable-in-use default
     profiles: Annotated[int, typer.Option(
-        "--profiles", metavar="N", min=1, help="profiles to spread them over")] = 1,
+        "--profiles", metavar="N", min=BENCH_PROFILES[0], max=BENCH_PROFILES[1],
+        help="profiles to spread them over")] = 1,
     duplicate_share: Annotated[float, typer.Option(
         "--duplicate-share", metavar="R", min=0.0, max=1.0,
         help="share of memories in near-duplicate groups")] = 0.10,
@@ -1411,7 +1435,7 @@ def _bench_synthetic(
         help="clustered synthetic vectors or the real model's")]
     = Embeddings.RANDOM,
     ingest_sentences: Annotated[int, typer.Option(
-        "--ingest-sentences", metavar="N", min=0,
+        "--ingest-sentences", metavar="N", min=INGEST_SENTENCES[0], max=INGEST_SENTENCES[1],
         help="sentences for ingest vs raw model throughput (0 skips it)")] = 2048,
     no_flows: Annotated[bool, _flag(
         "--no-flows", help="time the steps only, not the flows through Prefect")] = False,
@@ -1495,18 +1519,22 @@ def _bench_api(
         "--sizes", parser=_sizes, metavar="SIZES",
         help="memories per profile, comma-separated")] = Numbers([1000, 10_000]),  # noqa: B008 - an immutable-in-use default
     clients: Annotated[Numbers, typer.Option(
-        "--clients", parser=_sizes, metavar="SIZES",
+        "--clients", parser=_clients, metavar="SIZES",
         help="concurrent clients, comma-separated")] = Numbers([1, 8, 32]),  # noqa: B008 - an immutable-in-use default
     profiles: Annotated[int, typer.Option(
-        "--profiles", metavar="N", min=1, help="profiles in the store")] = 2,
+        "--profiles", metavar="N", min=BENCH_PROFILES[0], max=BENCH_PROFILES[1],
+        help="profiles in the store")] = 2,
     requests: Annotated[int, typer.Option(
-        "--requests", metavar="N", min=1, help="recall calls per row")] = 160,
+        "--requests", metavar="N", min=BENCH_CALLS[0], max=BENCH_CALLS[1],
+        help="recall calls per row")] = 160,
     store_requests: Annotated[int, typer.Option(
-        "--store-requests", metavar="N", min=1, help="store calls per row")] = 64,
+        "--store-requests", metavar="N", min=BENCH_CALLS[0], max=BENCH_CALLS[1],
+        help="store calls per row")] = 64,
     store_batch: Annotated[int, typer.Option(
-        "--store-batch", metavar="N", min=1, help="sentences per store call")] = 16,
+        "--store-batch", metavar="N", min=STORE_BATCH[0], max=STORE_BATCH[1],
+        help="sentences per store call")] = 16,
     ingest_sentences: Annotated[int, typer.Option(
-        "--ingest-sentences", metavar="N", min=0,
+        "--ingest-sentences", metavar="N", min=INGEST_SENTENCES[0], max=INGEST_SENTENCES[1],
         help="sentences for ingest's in-process throughput, store's yardstick "
         "(0 skips it)")] = 2048,
     json_out: Annotated[Path | None, typer.Option(
@@ -1541,7 +1569,7 @@ def _bench_embedding(
         "--locomo", metavar="FILE", help="a LoCoMo-format file: its turns, summaries of "
         "them, and every sentence compared (default: synthetic sentences only)")] = None,
     sentences: Annotated[int, typer.Option(
-        "--sentences", metavar="N",
+        "--sentences", metavar="N", min=EMBEDDING_SENTENCES[0], max=EMBEDDING_SENTENCES[1],
         help="synthetic sentences per workload and for the ingest")] = 2048,
     json_out: Annotated[Path | None, typer.Option(
         "--json", metavar="OUT", help="also write the rows as JSON")] = None,
@@ -1551,8 +1579,6 @@ def _bench_embedding(
 
     if locomo is not None and not locomo.is_file():
         raise ReverieError(f"no such file: {locomo}")
-    if sentences < 16:
-        raise ReverieError(f"--sentences must be at least 16, got {sentences}")
     rows = bench_embedding(locomo, sentences)
     print(render_embedding(rows))
     if json_out:

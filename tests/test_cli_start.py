@@ -18,10 +18,18 @@ from typer.core import TyperGroup
 from reverie.benchmarks.cli_start import MOVED, Sample, old_module, summarize
 from reverie.deployments.cli import (
     _COMMANDS,
+    BENCH_CALLS,
+    BENCH_CLIENTS,
+    BENCH_PROFILES,
+    BENCH_SIZES,
     CONTEXT_CHARS,
+    EMBEDDING_SENTENCES,
     EXIT_ERROR,
+    FLUSH_SECONDS,
     HISTORY_SHOWN,
+    INGEST_SENTENCES,
     RECALL_K,
+    STORE_BATCH,
     SummarizerChoice,
     _Commands,
     _typer,
@@ -104,20 +112,48 @@ def _refused(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
     (["status", "--limit"], HISTORY_SHOWN),
     (["recall", "q", "--profile", "p", "-k"], RECALL_K),
     (["bench", "locomo", "f.json", "--budget"], CONTEXT_CHARS),
+    (["bench", "updates", "--profiles"], BENCH_PROFILES),
+    (["bench", "synthetic", "--profiles"], BENCH_PROFILES),
+    (["bench", "synthetic", "--ingest-sentences"], INGEST_SENTENCES),
+    (["bench", "api", "--profiles"], BENCH_PROFILES),
+    (["bench", "api", "--requests"], BENCH_CALLS),
+    (["bench", "api", "--store-requests"], BENCH_CALLS),
+    (["bench", "api", "--store-batch"], STORE_BATCH),
+    (["bench", "api", "--ingest-sentences"], INGEST_SENTENCES),
+    (["bench", "embedding", "--sentences"], EMBEDDING_SENTENCES),
+    (["events", "flush", "--timeout"], FLUSH_SECONDS),
 ])
-def test_whole_number_options_take_their_bounds_and_refuse_one_past(
-    words: list[str], bounds: tuple[int, int], capsys: pytest.CaptureFixture[str]
+def test_number_options_take_their_bounds_and_refuse_one_past(
+    words: list[str], bounds: tuple[float, float], capsys: pytest.CaptureFixture[str]
 ) -> None:
     low, high = bounds
     name = words[-1].lstrip("-").replace("-", "_")
     assert _parsed([*words, str(low)])[name] == low
     assert _parsed([*words, str(high)])[name] == high
     option = words[-1]
-    for outside, says in ((low - 1, f"greater than or equal to {low}"),
-                          (high + 1, f"less than or equal to {high}")):
+    def shown(bound: float) -> str:  # as pydantic words it: 0, not 0.0
+        return f"{bound:g}" if isinstance(bound, float) else str(bound)
+
+    for outside, says in ((low - 1, f"greater than or equal to {shown(low)}"),
+                          (high + 1, f"less than or equal to {shown(high)}")):
         err = _refused([*words, str(outside)], capsys)
         assert f"Invalid value for '{option}'" in err and says in err, err
         assert err.endswith("(--help for usage)")
+
+
+@pytest.mark.parametrize(("option", "bounds"), [
+    ("--sizes", BENCH_SIZES), ("--clients", BENCH_CLIENTS)])
+def test_lists_of_whole_numbers_take_their_bounds_and_refuse_one_past(
+    option: str, bounds: tuple[int, int], capsys: pytest.CaptureFixture[str]
+) -> None:
+    low, high = bounds
+    name = option.lstrip("-")
+    assert _parsed(["bench", "api", option, f"{low},{high}"])[name] == [low, high]
+    for given, says in ((f"{low - 1},{high}", f"at least {low}"),
+                        (f"{low},{high + 1}", f"at most {high}")):
+        err = _refused(["bench", "api", option, given], capsys)
+        assert f"Invalid value for '{option}'" in err and says in err, err
+    assert _parsed(["bench", "synthetic", "--sizes", str(high)])["sizes"] == [high]
 
 
 def test_the_summarizer_is_a_closed_choice_of_the_configs_values(

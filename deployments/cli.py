@@ -31,6 +31,7 @@ import typer
 from typer._click import exceptions as click_errors
 from typer.core import TyperCommand, TyperGroup
 
+from reverie.deployments.executable import unswept
 from reverie.flows.catalog import (
     ALIASES,
     CONSOLIDATION_MODES,
@@ -55,6 +56,12 @@ if TYPE_CHECKING:
     from reverie.runner.report import RunReport
 
 EXIT_OK, EXIT_REJECTED, EXIT_ERROR = 0, 1, 2
+# Commands whose run is their start (``executable.unswept``): the store's stack imported
+# (typer's parse already imports pydantic), then a few reads or one small write, or a
+# profile's rows read as plain values (export). Flows, servers, benches, ingest,
+# backfill and events (flush waits and retries) run long and keep the collector.
+SHORT = frozenset({"init", "status", "undo", "consolidations", "blocks", "recall", "get",
+                   "export"})
 # Decisions `reverie consolidations` shows without --limit or --all.
 CONSOLIDATIONS_SHOWN = 50
 PROG = "reverie"
@@ -67,8 +74,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     # analytics, and log an ERROR when the machine has no route out.
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     args = list(sys.argv[1:] if argv is None else argv)
+    run = command().main
+    # The root takes flags only: its first other word names the command.
+    if next((word for word in args if not word.startswith("-")), None) in SHORT:
+        run = unswept(run)
     try:
-        code = command().main(args=args, prog_name=PROG, standalone_mode=False)
+        code = run(args=args, prog_name=PROG, standalone_mode=False)
     except click_errors.NoArgsIsHelpError as exc:
         print(exc.format_message(), file=sys.stderr)
         raise SystemExit(EXIT_ERROR) from None

@@ -4,11 +4,12 @@ choices, and the start-up bench's arithmetic."""
 
 from __future__ import annotations
 
+import gc
 import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, get_args
+from typing import Annotated, Any, get_args
 
 import pytest
 import typer
@@ -29,6 +30,7 @@ from reverie.deployments.cli import (
     HISTORY_SHOWN,
     INGEST_SENTENCES,
     RECALL_K,
+    SHORT,
     STORE_BATCH,
     SummarizerChoice,
     _Commands,
@@ -36,6 +38,7 @@ from reverie.deployments.cli import (
     fresh_command,
     main,
 )
+from reverie.deployments.executable import unswept
 from reverie.models.config import SummarizerName
 
 
@@ -254,3 +257,53 @@ def test_the_executable_sets_the_collectors_pace_before_importing_the_cli() -> N
     assert done.returncode == 0, done.stderr
     first, version = done.stdout.splitlines()
     assert first == "False False" and version.startswith("reverie ")
+
+
+def test_a_short_command_runs_without_the_collector_and_gives_it_back() -> None:
+    seen: list[bool] = []
+
+    def command(value: int) -> int:
+        seen.append(gc.isenabled())
+        if value < 0:
+            raise ValueError(value)
+        return value
+
+    assert gc.isenabled()
+    assert unswept(command)(3) == 3 and seen == [False] and gc.isenabled()
+    with pytest.raises(ValueError):
+        unswept(command)(-1)
+    assert seen == [False, False] and gc.isenabled()
+    gc.disable()  # off already: its owner's to turn back on
+    try:
+        unswept(command)(1)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
+def test_only_commands_whose_run_is_their_start_go_without_the_collector() -> None:
+    assert SHORT <= set(_COMMANDS)
+    # Whatever runs a flow, serves, benches, ingests or waits keeps the collector.
+    assert not SHORT & {"ingest", "backfill", "serve", "api", "mcp", "demo", "consolidate",
+                        "run", "bench", "events", "session-end", "approve", "alerts"}
+
+
+def test_a_short_command_is_run_without_the_collector_and_a_long_one_with_it(
+    monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import reverie.deployments.cli as cli
+
+    seen: dict[str, bool] = {}
+
+    def probe(name: str) -> Any:
+        def command(json_: Annotated[bool, typer.Option("--json")] = False) -> int:
+            seen[name] = gc.isenabled()
+            return 0
+        return command
+
+    for name in ("get", "serve"):
+        monkeypatch.setitem(cli._COMMANDS, name, cli._one(name, probe(name)))
+    monkeypatch.setattr(cli, "command", fresh_command)  # a tree of the probes, not cached
+    for name in ("get", "serve"):
+        assert main([name]) == 0
+    assert seen == {"get": False, "serve": True} and gc.isenabled()

@@ -245,8 +245,8 @@ def _names(text: str) -> Names:
     return names
 
 
-def _numbers(bounds: tuple[int, int]) -> Callable[[str | list[int]], Numbers]:
-    """A parser of comma-separated whole numbers, each within ``bounds``."""
+def _numbers(bounds: tuple[int, int], noun: str) -> Callable[[str | list[int]], Numbers]:
+    """A parser of comma-separated whole numbers (``noun``), each within ``bounds``."""
     low, high = bounds
 
     def parse(text: str | list[int]) -> Numbers:
@@ -256,11 +256,11 @@ def _numbers(bounds: tuple[int, int]) -> Callable[[str | list[int]], Numbers]:
             numbers = Numbers(int(part.replace("_", "")) for part in text.split(",")
                               if part.strip())
         except ValueError:
-            raise typer.BadParameter(f"sizes must be whole numbers: {text!r}") from None
+            raise typer.BadParameter(f"{noun} must be whole numbers: {text!r}") from None
         if not numbers or min(numbers) < low:
-            raise typer.BadParameter(f"sizes must be at least {low}: {text!r}")
+            raise typer.BadParameter(f"{noun} must be at least {low}: {text!r}")
         if max(numbers) > high:
-            raise typer.BadParameter(f"sizes must be at most {high}: {text!r}")
+            raise typer.BadParameter(f"{noun} must be at most {high}: {text!r}")
         return numbers
 
     return parse
@@ -363,7 +363,7 @@ EMBEDDING_SENTENCES = (16, 1_000_000)  # bench embedding --sentences: 16 make on
 # events flush --timeout: 0 sends once, without waiting; an hour outlasts any restart of
 # the API that waiting could ride out.
 FLUSH_SECONDS = (0.0, 3600.0)
-_sizes, _clients = _numbers(BENCH_SIZES), _numbers(BENCH_CLIENTS)
+_sizes, _clients = _numbers(BENCH_SIZES, "sizes"), _numbers(BENCH_CLIENTS, "clients")
 
 
 # --- options several commands share ---------------------------------------------------------
@@ -1530,7 +1530,7 @@ def _bench_api(
         "--sizes", parser=_sizes, metavar="SIZES",
         help="memories per profile, comma-separated")] = Numbers([1000, 10_000]),  # noqa: B008 - an immutable-in-use default
     clients: Annotated[Numbers, typer.Option(
-        "--clients", parser=_clients, metavar="SIZES",
+        "--clients", parser=_clients, metavar="CLIENTS",
         help="concurrent clients, comma-separated")] = Numbers([1, 8, 32]),  # noqa: B008 - an immutable-in-use default
     profiles: Annotated[int, typer.Option(
         "--profiles", metavar="N", min=BENCH_PROFILES[0], max=BENCH_PROFILES[1],

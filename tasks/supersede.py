@@ -815,17 +815,60 @@ def _outdated_member(member: MemoryView, near: Sequence[tuple[MemoryView, float]
 def plan_summary_updates(
     profile: str, summaries: Sequence[tuple[MemoryView, Sequence[MemoryView]]],
     near: Sequence[Sequence[tuple[MemoryView, float]]], vetoed: Set[str] = frozenset(),
+    peers: Sequence[Sequence[tuple[int, float]]] | None = None,
 ) -> list[SupersedePlan]:
     """Both directions between summaries and hot memories near them: hot memories a
     newer member updates (``plan_outdated_by_summaries``), then members a newer hot
-    memory updates (``plan_stale_summaries``), the first's outdated memories no longer
-    counting as newer values. Cold notes take part in the first only: they are
-    protected, never rewritten."""
+    memory, or a newer member of another summary (``peers``: per summary, the others
+    within ``supersede_similarity`` of it, by position, with the cosine), updates
+    (``plan_stale_summaries``), the first's outdated memories no longer counting as
+    newer values. Cold notes take part in the first only, and as the newer side of the
+    second: they are protected, never rewritten."""
     reverse = plan_outdated_by_summaries(profile, summaries, near, vetoed)
     gone = superseded_ids(reverse)
     rewritable = [i for i, (s, _) in enumerate(summaries)
                   if s.origin != Origin.COLD_LEARNING and not s.protected]
-    forward = plan_stale_summaries(
-        profile, [summaries[i] for i in rewritable],
-        [[(m, cos) for m, cos in near[i] if m.id not in gone] for i in rewritable], vetoed)
+    plain = [[(m, cos) for m, cos in near[i] if m.id not in gone] for i in rewritable]
+    if not peers or not any(peers):
+        return reverse + plan_stale_summaries(
+            profile, [summaries[i] for i in rewritable], plain, vetoed)
+    # Another summary's members are newer values too, each at its own date: cold under
+    # their summary, which states them hot, as in the reverse case. An older member
+    # points at the newest value of its fact, not at a member that is itself outdated
+    # (the chain 900 -> 950 -> 1000 of three summaries: 900 reaches 950's summary only):
+    # the members each plan moves, and the summaries that go cold, point on at their
+    # newest, until no pointer moves (each step is to a newer date: it ends).
+    others = [[(m, cos) for k, cos in peers[i] if k != i for m in summaries[k][1]
+               if not is_event(m)] for i in rewritable]
+    known = {m.id: m for _, members in summaries for m in members} | {
+        m.id: m for found in near for m, _ in found}
+    target: dict[str, str] = {}
+    forward: list[SupersedePlan] = []
+    for _ in range(len(summaries) + 1):
+        extended = [
+            [*plain[r], *others[r], *_onward(others[r], target, known)]
+            for r in range(len(rewritable))]
+        forward = plan_stale_summaries(
+            profile, [summaries[i] for i in rewritable], extended, vetoed)
+        now = {mid: p.newest_id for p in forward for mid in p.member_ids}
+        if now == target:
+            break
+        target = now
     return reverse + forward
+
+
+def _onward(
+    found: Sequence[tuple[MemoryView, float]], target: dict[str, str],
+    known: dict[str, MemoryView],
+) -> list[tuple[MemoryView, float]]:
+    """The newest values ``found``'s outdated members point at (``target``, followed to
+    its end), at the cosine of the member that leads to them."""
+    out = []
+    for m, cos in found:
+        at, seen = m.id, {m.id}
+        while at in target and target[at] not in seen and target[at] in known:
+            at = target[at]
+            seen.add(at)
+        if at != m.id:
+            out.append((known[at], cos))
+    return out

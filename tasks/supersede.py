@@ -61,7 +61,12 @@ from functools import lru_cache
 import numpy as np
 
 from reverie.engines.llm import _COMMON, _OPENING_WORDS, facts, kept_names
-from reverie.engines.similarity import DEFAULT_SEARCH, radius_neighbours, search_cells
+from reverie.engines.similarity import (
+    DEFAULT_SEARCH,
+    Neighbours,
+    radius_neighbours,
+    search_cells,
+)
 from reverie.models import ids
 from reverie.models.config import DedupConfig, SearchConfig
 from reverie.models.records import MemoryView, SummaryPlan
@@ -277,9 +282,15 @@ def plan_supersessions(
             if len(candidates) > search.exact_limit else None
         texts = [values(m.content) for m in candidates]
         groups = fact_groups(candidates, texts)
+        found_cells = cells.result() if cells is not None else None
         neighbours = radius_neighbours(
             vectors, config.supersede_similarity, search=search, groups=groups,
-            cells=cells.result() if cells is not None else None)
+            cells=found_cells)
+        if config.supersede_frame_similarity < config.supersede_similarity:
+            neighbours = _with_frame_pairs(
+                neighbours, radius_neighbours(
+                    vectors, config.supersede_frame_similarity, search=search,
+                    groups=frame_groups(candidates, texts), cells=found_cells))
     order = sorted(range(len(candidates)), key=lambda i: newest_first(candidates[i]),
                    reverse=True)
     # Position newest first: j is older than i when rank[j] > rank[i].
@@ -342,7 +353,11 @@ def plan_supersessions(
             similarities=dict(sorted(sims.items())),
             conflicts={candidates[j].id: kinds[j] for j in sorted(chain,
                        key=lambda r: candidates[r].id)},
-            parameters=_with_restated(parameters, restated),
+            parameters=_with_restated(
+                parameters if min(sims.values()) >= config.supersede_similarity else
+                # A member only the second radius found: the audit says which.
+                {**parameters, "frame_similarity": config.supersede_frame_similarity},
+                restated),
             priors={m.id: (m.tier, m.lifecycle, m.superseded_by) for m in members},
             newest=newest,
             members=tuple(members),
@@ -370,6 +385,52 @@ def fact_groups(candidates: Sequence[MemoryView], texts: Sequence[Values]) -> np
         if may_conflict(v) else -1
         for m, v in zip(candidates, texts, strict=True)
     ], dtype=np.int64)
+
+
+def frame(v: Values) -> str | None:
+    """The fact a text states, when its words tell it exactly: the kind of its value
+    (numbers of which unit: "900 euros", "three cats"; or a name) and every other
+    content word it says (``Values.stems``: "works at Stripe" is work, "moved the
+    dentist appointment to 17 April" is live, dentist, appointment, not where one lives).
+    None without a value or without other words. Two texts of one frame say the same
+    words around different values; ``conflicting`` still decides."""
+    if not v.stems:
+        return None
+    if v.numbers and v.units:
+        kind = "number:" + ",".join(sorted(v.units))
+    elif v.names:
+        kind = "name"
+    else:
+        return None
+    return kind + "|" + ",".join(sorted(v.stems))
+
+
+def frame_groups(candidates: Sequence[MemoryView], texts: Sequence[Values]) -> np.ndarray:
+    """``fact_groups`` split by ``frame``; -1 for a text of no frame (the second, lower
+    radius of ``supersede_frame_similarity`` is only for pairs of one frame)."""
+    numbered: dict[tuple[str, str, frozenset[str], str], int] = {}
+    out = np.full(len(candidates), -1, dtype=np.int64)
+    for row, (m, v) in enumerate(zip(candidates, texts, strict=True)):
+        f = frame(v) if may_conflict(v) else None
+        if f is not None:
+            out[row] = numbered.setdefault((m.entity or "", m.kind, v.relations, f),
+                                           len(numbered))
+    return out
+
+
+def _with_frame_pairs(near: Neighbours, framed: Neighbours) -> Neighbours:
+    """``near`` with each row's pairs of one frame it lacks after its own (they are
+    below its radius, so the order stays best first)."""
+    indices, similarities = list(near.indices), list(near.similarities)
+    for row, extra in enumerate(framed.indices):
+        if not len(extra):
+            continue
+        new = ~np.isin(extra, indices[row])
+        if new.any():
+            indices[row] = np.concatenate([indices[row], extra[new]])
+            similarities[row] = np.concatenate([similarities[row],
+                                                framed.similarities[row][new]])
+    return Neighbours(indices, similarities)
 
 
 def superseded_ids(plans: Sequence[SupersedePlan]) -> set[str]:

@@ -27,7 +27,7 @@ oldest member, so only its members' dates tell that it holds the newer value.
 
 Summary chains (``SUMMARY_KINDS``) have every value inside a summary of its own before
 any update is searched: a store consolidated by a release that searched none (the first
-run of their rows has ``supersede_similarity`` 1.0; merges never join two values). Each
+run of their rows has both supersede radii at 1.0; merges never join two values). Each
 value is said three times and merged; the next run must point each older summary's
 members at the newest value.
 
@@ -512,7 +512,7 @@ def bench_updates(
     config = config or ConsolidationConfig()
     records, chains, distractors, kept = build(profiles, start)
     blind = config.model_copy(update={"dedup": config.dedup.model_copy(
-        update={"supersede_similarity": 1.0})})
+        update={"supersede_similarity": 1.0, "supersede_frame_similarity": 1.0})})
     result = UpdatesResult(profiles, offset_days, summarizer_for(config.summarizer).mode)
     with tempfile.TemporaryDirectory(prefix="reverie-updates-") as folder:
         url = f"sqlite:///{Path(folder) / 'updates.db'}"

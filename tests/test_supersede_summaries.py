@@ -119,7 +119,7 @@ def test_a_cold_note_is_never_rewritten_but_its_members_update() -> None:
 @pytest.mark.usefixtures("prefect_api")
 def test_an_older_summary_updated_by_a_newer_summary(store: Store) -> None:
     """Both values were merged into summaries of their own by a run that searched no
-    updates (a release before them: ``supersede_similarity`` 1.0). The next run points
+    updates (a release before them: both radii at 1.0). The next run points
     the older members at the newest, the older summary goes cold; a dry run selects what
     the real run does, a second run changes nothing, undo restores it."""
     rows = [{"profile": "p", "id": f"o{k}", "content": text, "created_at": iso(300 - k)}
@@ -131,7 +131,8 @@ def test_an_older_summary_updated_by_a_newer_summary(store: Store) -> None:
                                        "The user's bike lock code is 7730 now.",
                                        "User's bike lock code: 7730."])]
     assert not ingest_records(store, rows).errors
-    blind = ConsolidationConfig(summarizer="rules", dedup=DedupConfig(supersede_similarity=1.0))
+    blind = ConsolidationConfig(summarizer="rules", dedup=DedupConfig(
+        supersede_similarity=1.0, supersede_frame_similarity=1.0))
     full_consolidation(profile="p", as_of=AS_OF - timedelta(days=50), config=blind)
     mine = by_external(store)
     older, newer = mine["o0"]["superseded_by"], mine["n0"]["superseded_by"]

@@ -338,7 +338,7 @@ SUMMARY_KINDS: tuple[FactKind, ...] = (
          "The user's internet plan went up to {v} euros a month.",
          "User said the internet plan is {v} euros per month now.",
          "The internet plan for the user: {v} euros a month."),
-        ("29", "32", "35", "39", "42", "45", "49"),
+        ("29", "33", "36", "39", "42", "47", "52"),
     ),
     FactKind(
         "person", "Who is the user's doctor?",

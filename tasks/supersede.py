@@ -469,21 +469,29 @@ _TOKEN = re.compile(r"[A-Za-z][A-Za-z'’]*|\d[\d,.:]*")
 # statement after it until the next.
 _HEADER = re.compile(r"^(?:[^:;.]{1,80} - )?\d{1,2} [A-Z][a-z]+(?: \d{4})?: ")
 RESTATE_RULE = "an older memory's statements an update leaves true, restated"
-# Finite verbs, known without a tagger: auxiliaries and common irregular pasts, any
-# "-ed" word, and the "-s" forms of the verbs memories state most. An "-s" word alone
-# is as often a plural ("buys apples and oranges from the market"), so only these.
+# Finite verbs, known without a tagger or a list of verbs: auxiliaries and common
+# irregular pasts (closed classes), any "-ed" word, and an "-s" word in a verb's place
+# (``_s_verb``): "-s" alone is as often a plural ("buys apples and oranges").
 _AUXILIARIES = frozenset(
     "is are was were has have had does did will would can could should may might must "
     "went got said made took bought began left met ran became gave came found kept lost "
     "paid sold won wrote drove taught flew saw told felt thought knew spent built led".split())
-_VERBS = frozenset(
-    "work live play like love own enjoy prefer use want need plan run go visit study teach "
-    "write read cook drive speak take make keep spend pay cost include attend volunteer "
-    "practice practise collect paint sing walk hike swim ride watch listen help support care "
-    "feel think hope know believe get move start stop try call meet see send lead manage "
-    "build sell buy bring leave rent share join wear eat drink sleep grow raise look seem "
-    "remain stay become hate miss host organize organise coach train learn mention say tell "
-    "report note commute earn owe".split())
+# "-s" words that are no verb form: endings of nouns and adjectives ("glass", "bonus",
+# "analysis", "famous"), and adverbs and pronouns that end so.
+_NOT_VERB_ENDINGS = ("ss", "us", "is", "ics")
+_NOT_VERBS = frozenset(
+    "always sometimes perhaps nowadays afterwards towards besides unless whereas thus news "
+    "series species means lots hers ours yours theirs".split())
+# Words after which a word is a noun: determiners, quantifiers and prepositions ("the
+# apples", "many friends", "of her cats").
+_NOUN_BEFORE = frozenset(
+    "a an the my your his her its our their this that these those some many few several "
+    "all both no any each every more most other such own of with for from in on at by to "
+    "about into over under after before than".split())
+# Words that follow a verb, not a plural noun: an object pronoun, a determiner, a
+# number ("sells them", "teaches a class", "repairs the bikes", "costs 25 euros").
+_VERB_AFTER = frozenset(
+    "me him her us them it a an the my your his its our their this these those".split())
 # Words that open a clause of its own after "and": a pronoun or a determiner (then a
 # verb must follow within ``_SUBJECT_WORDS`` words), or a name.
 _SUBJECTS = frozenset("he she they we i you it the my his her their our its this that "
@@ -492,27 +500,53 @@ _SUBJECT_WORDS = 4
 _PRONOUNS = frozenset("he she they we i you it".split())
 
 
-def _finite(token: str) -> bool:
-    """Whether ``token`` reads as a finite verb (see ``_AUXILIARIES``, ``_VERBS``)."""
+def _finite(token: str, before: str = "", after: str = "") -> bool:
+    """Whether ``token``, between the words ``before`` and ``after``, reads as a finite
+    verb (``_AUXILIARIES``, "-ed", an "-s" word in a verb's place: ``_s_verb``)."""
     t = token.lower()
     # "-eed" is rather a noun or a base form ("the need for", "speed", "proceed").
     if t in _AUXILIARIES or (t.endswith("ed") and not t.endswith("eed") and len(t) > 3
                              and t.isalpha()):
         return True
-    if not t.endswith("s") or t.endswith("ss") or not t.isalpha():
-        return False
-    return t[:-1] in _VERBS or (t.endswith("es") and t[:-2] in _VERBS)
+    return _s_form(token) and _s_verb(before, after)
+
+
+def _s_form(token: str) -> bool:
+    """Whether ``token`` may be a verb's "-s" form: lower case (a capital is a name's, or
+    a sentence's first word), of letters, ending so, and no noun's or adverb's ending."""
+    t = token.lower()
+    return (token[:1].islower() and t.isalpha() and len(t) > 3 and t.endswith("s")
+            and not t.endswith(_NOT_VERB_ENDINGS) and t not in _NOT_VERBS)
+
+
+def _s_verb(before: str, after: str = "") -> bool:
+    """Whether an "-s" word between ``before`` and ``after`` is in a verb's place: not
+    after a word that opens a noun (``_NOUN_BEFORE``, a number, a possessive: "the
+    apples", "2 cats", "Maya's friends")."""
+    b = before.lower()
+    return not (b in _NOUN_BEFORE or b in _NUMBER_WORDS or b[:1].isdigit()
+                or b.endswith(("'s", "’s", "s'", "s’")))
+
+
+def _plural(word: str, before: str) -> bool:
+    """Whether ``word`` (after ``before``) reads as a bare plural noun: an "-s" word not
+    counted by a number ("apples", not "900 euros")."""
+    b, w = before.lower(), word.lower()
+    return (word[:1].islower() and w.isalpha() and len(w) > 3 and w.endswith("s")
+            and not w.endswith("ss") and w not in _NOT_VERBS
+            and not (b[:1].isdigit() or b in _NUMBER_WORDS))
 
 
 def _verb_at(text: str) -> int | None:
     """Where the first finite verb after the first word of ``text`` begins (within its
     first ``_SUBJECT_WORDS`` + 2 words), or None."""
-    tokens = list(_TOKEN.finditer(text))[: _SUBJECT_WORDS + 2]
-    for i, m in enumerate(tokens[1:], start=1):
-        word = m.group(0)
-        passive = word.lower().endswith("ed") and i + 1 < len(tokens) \
-            and tokens[i + 1].group(0).lower() == "by"  # "the donations raised by John"
-        if _finite(word) and not passive:
+    tokens = list(_TOKEN.finditer(text))[: _SUBJECT_WORDS + 3]
+    words = [m.group(0) for m in tokens]
+    for i, m in enumerate(tokens[1: _SUBJECT_WORDS + 2], start=1):
+        word = words[i]
+        after = words[i + 1] if i + 1 < len(words) else ""
+        passive = word.lower().endswith("ed") and after.lower() == "by"  # "raised by John"
+        if _finite(word, words[i - 1], after) and not passive:
             return m.start()
     return None
 
@@ -569,25 +603,65 @@ class Continuation(Enum):
     VERB = "the same subject"  # "and works remotely"
 
 
-def _opens_clause(right: str) -> Continuation | None:
-    """How the words after an "and" go on; None when they go on with the same clause
-    ("Tom and Anna", "900 and 1000 euros", "apples and oranges from the market")."""
-    tokens = _TOKEN.findall(right)[: _SUBJECT_WORDS + 1]
+def _opens_clause(right: str, left: str = "", comma: bool = False) -> Continuation | None:
+    """How the words after an "and" go on (``left``: the words before it); None when
+    they go on with the same clause ("Tom and Anna", "900 and 1000 euros", "apples and
+    oranges from the market")."""
+    tokens = _TOKEN.findall(right)[: _SUBJECT_WORDS + 2]
     if len(tokens) < 2:
         return None
     first = tokens[0]
-    if _finite(first):
-        # "staying resilient and focused is key": an "-ed" word before a verb is no verb
-        return None if first.lower().endswith("ed") and _finite(tokens[1]) \
-            else Continuation.VERB
+    if _finite(first, "and", tokens[1]):
+        if first.lower().endswith("ed") and _finite(tokens[1]) and not _s_form(tokens[1]):
+            # "staying resilient and focused is key": an "-ed" word before a verb is no verb
+            return None
+        return Continuation.VERB if _goes_on_as_verb(first, tokens[1], left, comma) else None
     if not (first.lower() in _SUBJECTS or (first[0].isupper() and first != "I")):
         return None
-    for t in tokens[1:]:
+    for i, t in enumerate(tokens[1: _SUBJECT_WORDS + 1], start=1):
         if t.lower() in _PRONOUNS or t.lower() in _SUBORDINATORS:
             return None  # "the help she received", "her family that gave": a noun's clause
-        if _finite(t):
+        if (t.lower() in _NOUN_BEFORE and not _finite(t)) or t.lower() == "and":
+            # "the need to make things", "the lack of resources", "her family and ...":
+            # one noun, its verb (if any) further than a subject's
+            return None
+        if _finite(t, tokens[i - 1], tokens[i + 1] if i + 1 < len(tokens) else ""):
             return Continuation.SUBJECT
     return None
+
+
+def _goes_on_as_verb(first: str, then: str, left: str, comma: bool = False) -> bool:
+    """Whether ``first``, the word after an "and" that may be a verb, is the verb of a
+    second clause with the subject of ``left``. An auxiliary or an "-ed" word is. An
+    "-s" word is when a verb's object follows it ("sells them", "includes a charger",
+    "costs 25 euros"); it is not when a noun's clause or the list goes on ("a husband
+    and kids who"), nor as the second of two plurals ("apples and oranges"); after a
+    ", and" (which splits anyway) it is. Otherwise it is only where a noun could not be
+    joined to the left's last word, and agreeing with the left clause's verb, itself a
+    present "-s" form: after a name or a counted unit ("lives in Lisbon and works
+    remotely", "is 900 euros and includes heating"; not "met Anna and friends", "his
+    wife and kids recently"), or before an "-ing" word."""
+    if not _s_form(first) or first.lower() in _AUXILIARIES:
+        return True
+    t = then.lower()
+    if t in _VERB_AFTER or t[:1].isdigit():
+        return True
+    if t in _SUBORDINATORS or t in ("and", "or"):
+        return False  # "a husband and kids who ...": a noun's clause, or a list goes on
+    words = _TOKEN.findall(left)
+    if len(words) >= 2 and _plural(words[-1], words[-2]):
+        return False
+    if comma:
+        return True  # ", and" splits anyway: the second clause is given the subject
+    last, before = words[-1] if words else "", words[-2] if len(words) >= 2 else ""
+    open_end = (len(words) >= 2 and last[:1].isupper()) or last[:1].isdigit() \
+        or before[:1].isdigit() or before.lower() in _NUMBER_WORDS or t.endswith("ing")
+    if not open_end:
+        return False
+    at = _verb_at(left)
+    verb = _TOKEN.match(left, at) if at is not None else None
+    return verb is not None and (verb.group(0).lower() in ("is", "has", "does")
+                                 or _s_form(verb.group(0)))
 
 
 def _split_and(sentence: str) -> list[str]:
@@ -600,7 +674,7 @@ def _split_and(sentence: str) -> list[str]:
     for m in _AND.finditer(sentence):
         left = given + sentence[start:m.start()].strip()
         right = sentence[m.end():]
-        how = _opens_clause(right)
+        how = _opens_clause(right, left, bool(m.group(1)))
         if how is Continuation.SUBJECT and _TOKEN.findall(left)[-1:] and \
                 _TOKEN.findall(left)[-1].lower() in _PRONOUNS:
             how = None  # "he and his family are": two subjects of one verb

@@ -12,7 +12,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reverie.benchmarks.updates import GAPS, KINDS, REVERSE_KINDS, bench_updates
+from reverie.benchmarks.updates import (
+    GAPS,
+    KINDS,
+    REVERSE_KINDS,
+    SUMMARY_KINDS,
+    bench_updates,
+)
 from reverie.engines import llm
 from reverie.engines.llm import facts, kept_names
 from reverie.engines.similarity import DEFAULT_SEARCH, radius_neighbours
@@ -313,10 +319,13 @@ def test_the_bench_chains_answer_the_newest_value() -> None:
     # One profile's chains have every length from 2 to 5 and every case; `reverie bench
     # updates` runs eight (docs/quality.md), and the paraphrases' pairs are tested above.
     result = bench_updates(profiles=1, config=ConsolidationConfig(summarizer="rules"))
-    assert len(result.chains) == len(KINDS) + len(REVERSE_KINDS) + len(GAPS)
+    assert len(result.chains) == len(KINDS) + len(REVERSE_KINDS) + len(SUMMARY_KINDS) \
+        + len(GAPS)
     assert {c.length for c in result.chains} == {2, 3, 4, 5}
-    # The reverse chains' newest value was in a summary when their older ones came.
+    # The reverse chains' newest value was in a summary when their older ones came, and
+    # each value of a summary chain in a summary of its own.
     assert result.reverse_in_summary == result.reverse > 0
+    assert result.summary_chains_in_summaries == result.summary_chains == len(SUMMARY_KINDS)
     assert [c for c in result.chains if not c.newest] == []
     assert not any(c.joined or c.stale_hot for c in result.chains)
     assert result.distractors_found == result.distractors

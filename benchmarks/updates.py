@@ -333,11 +333,11 @@ REVERSE_NEWEST = 3
 SUMMARY_KINDS: tuple[FactKind, ...] = (
     FactKind(
         "amount", "How much does the user pay for internet each month?",
-        ("The user's internet plan costs {v} euros a month.",
-         "User's internet plan now costs {v} euros every month.",
-         "The user's internet plan went up to {v} euros a month.",
-         "User said the internet plan is {v} euros per month now.",
-         "The internet plan for the user: {v} euros a month."),
+        ("The user's internet costs {v} euros a month.",
+         "User's internet now costs {v} euros every month.",
+         "The user's internet went up to {v} euros a month.",
+         "User said the internet is {v} euros per month now.",
+         "The user's internet connection is {v} euros a month."),
         ("29", "33", "36", "39", "42", "47", "52"),
     ),
     FactKind(

@@ -37,7 +37,19 @@ if os.environ.get("PREFECT_HOME", "") == os.environ.get("REVERIE_TEST_PREFECT_HO
     os.environ["PREFECT_HOME"] = tempfile.mkdtemp(prefix="reverie-test-prefect-")
     os.environ["REVERIE_TEST_PREFECT_HOME"] = os.environ["PREFECT_HOME"]
 
+# A Prefect database migrated once per run, which fresh Prefect homes start from (see
+# prefect_home): shared by a run's processes, made by the first that needs it.
+if "REVERIE_TEST_PREFECT_DB" not in os.environ:
+    import tempfile
+
+    os.environ["REVERIE_TEST_PREFECT_DB"] = os.path.join(
+        tempfile.mkdtemp(prefix="reverie-test-prefect-db-"), "prefect.db")
+    os.environ["REVERIE_TEST_PREFECT_DB_OWNER"] = str(os.getpid())
+
 import shutil
+import sqlite3
+import subprocess
+import sys
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -87,6 +99,51 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     home = os.environ.get("REVERIE_TEST_PREFECT_HOME")
     if home and home == os.environ.get("PREFECT_HOME"):
         shutil.rmtree(home, ignore_errors=True)
+    if os.environ.get("REVERIE_TEST_PREFECT_DB_OWNER") == str(os.getpid()):
+        shutil.rmtree(Path(os.environ["REVERIE_TEST_PREFECT_DB"]).parent, ignore_errors=True)
+
+
+# Prefect migrates a new database from empty, about 3.5 s of CPU, at every start of a
+# server (or of a command's temporary one) in a home of its own: the suite does that
+# some fifty times per leg. A copy of a database Prefect migrated is the same database.
+MIGRATE_PREFECT_DB = (
+    "import asyncio\n"
+    "from prefect.server.database import provide_database_interface\n"
+    "asyncio.run(provide_database_interface().create_db())\n"
+)
+
+
+def prefect_home(home: Path) -> Path:
+    """``home``, made a fresh Prefect home whose database Prefect has already migrated
+    (once per run, by Prefect itself: ``create_db``, as a server's start does); a home
+    that already has a database is left as it is."""
+    from filelock import FileLock
+
+    home.mkdir(parents=True, exist_ok=True)
+    if (home / "prefect.db").exists():
+        return home
+    template = Path(os.environ["REVERIE_TEST_PREFECT_DB"])
+    with FileLock(f"{template}.lock"):
+        if not template.exists():
+            making = template.parent / "making"
+            shutil.rmtree(making, ignore_errors=True)
+            env = {k: v for k, v in os.environ.items()
+                   if not k.startswith(("PREFECT_API_DATABASE", "PREFECT_API_URL"))}
+            subprocess.run([sys.executable, "-c", MIGRATE_PREFECT_DB], check=True,
+                           env={**env, "PREFECT_HOME": str(making)}, timeout=600,
+                           capture_output=True)
+            # SQLite's backup: one consistent file, whatever the journal left beside it.
+            source, copy = sqlite3.connect(making / "prefect.db"), sqlite3.connect(
+                f"{template}.part")
+            try:
+                source.backup(copy)
+            finally:
+                source.close()
+                copy.close()
+            os.replace(f"{template}.part", template)
+            shutil.rmtree(making, ignore_errors=True)
+    shutil.copyfile(template, home / "prefect.db")
+    return home
 
 
 # The tracer, and the lines each file of the store's code ran (in this process and,

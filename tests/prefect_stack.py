@@ -40,7 +40,13 @@ from reverie.models.db import dispose
 from reverie.models.store import Store
 from reverie.runner import event_delivery
 
-from conftest import TEST_POSTGRES, _create_postgres_database, _drop_postgres_database, clone_sample
+from conftest import (
+    TEST_POSTGRES,
+    _create_postgres_database,
+    _drop_postgres_database,
+    clone_sample,
+    prefect_home,
+)
 
 FINAL = frozenset({"COMPLETED", "FAILED", "CRASHED", "CANCELLED"})
 POLL_SECONDS = 0.5
@@ -497,7 +503,7 @@ def running_stack(
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
     port = free_port()
-    home, log = folder / "prefect-home", folder / "stack.log"
+    home, log = prefect_home(folder / "prefect-home"), folder / "stack.log"
     with environment(REVERIE_DATABASE_URL=store_url,
                      PREFECT_WORKER_QUERY_SECONDS=str(WORKER_QUERY_SECONDS)):
         processes = start_stack(port, home, log, prefect_file)

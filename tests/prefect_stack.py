@@ -42,7 +42,7 @@ from reverie.runner import event_delivery
 
 from conftest import (
     TEST_POSTGRES,
-    _create_postgres_database,
+    _create_postgres_store,
     _drop_postgres_database,
     clone_sample,
     prefect_home,
@@ -134,7 +134,7 @@ def write_prefect_file(folder: Path, edit: Callable[[dict[str, Any]], None]) -> 
 def new_store_url(folder: Path) -> Iterator[str]:
     """An empty store's URL (a SQLite file in ``folder``, or a fresh PostgreSQL database
     with REVERIE_TEST_POSTGRES set), dropped afterwards."""
-    url = _create_postgres_database() if TEST_POSTGRES else f"sqlite:///{folder}/store.db"
+    url = _create_postgres_store() if TEST_POSTGRES else f"sqlite:///{folder}/store.db"
     Store(url).create()
     try:
         yield url

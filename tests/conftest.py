@@ -47,6 +47,7 @@ if "REVERIE_TEST_RUN_DIR" not in os.environ:
     os.environ["REVERIE_TEST_RUN_DIR"] = tempfile.mkdtemp(prefix="reverie-test-run-")
     os.environ["REVERIE_TEST_RUN_OWNER"] = str(os.getpid())
 
+import concurrent.futures
 import shutil
 import sqlite3
 import subprocess
@@ -101,6 +102,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     home = os.environ.get("REVERIE_TEST_PREFECT_HOME")
     if home and home == os.environ.get("PREFECT_HOME"):
         shutil.rmtree(home, ignore_errors=True)
+    for executor in _dropping:
+        executor.shutdown(wait=True)
     if os.environ.get("REVERIE_TEST_RUN_OWNER") == str(os.getpid()):
         if TEST_POSTGRES:
             _drop_postgres_database(_postgres_url(_store_template_name()))
@@ -315,6 +318,20 @@ def _drop_postgres_database(url: str) -> None:
     admin.dispose()
 
 
+_dropping: list[concurrent.futures.ThreadPoolExecutor] = []
+
+
+def _drop_postgres_database_soon(url: str) -> None:
+    """Drop a test's database in this process's background thread: a drop waits about a
+    second on the server's disk, which the next test need not wait for. This process's
+    connections to it are closed first; whatever else holds one, the drop forces out.
+    The process waits for its drops at its end (pytest_unconfigure)."""
+    dispose(url)
+    if not _dropping:
+        _dropping.append(concurrent.futures.ThreadPoolExecutor(1, "drop-database"))
+    _dropping[0].submit(_drop_postgres_database, url)
+
+
 @pytest.fixture
 def new_store(tmp_path: Path) -> Iterator[Callable[[str], Store]]:
     """Make further empty stores (SQLite files, or PostgreSQL databases), cleaned up
@@ -336,7 +353,7 @@ def new_store(tmp_path: Path) -> Iterator[Callable[[str], Store]]:
     yield make
     for url in made:
         if TEST_POSTGRES:
-            _drop_postgres_database(url)
+            _drop_postgres_database_soon(url)
         else:
             dispose(url)
 

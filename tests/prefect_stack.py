@@ -43,7 +43,7 @@ from reverie.runner import event_delivery
 from conftest import (
     TEST_POSTGRES,
     _create_postgres_store,
-    _drop_postgres_database,
+    _drop_postgres_database_soon,
     clone_sample,
     prefect_home,
 )
@@ -140,7 +140,7 @@ def new_store_url(folder: Path) -> Iterator[str]:
         yield url
     finally:
         if TEST_POSTGRES:
-            _drop_postgres_database(url)
+            _drop_postgres_database_soon(url)
         else:
             dispose(url)
 

@@ -1584,7 +1584,13 @@ Host = Annotated[str, typer.Option("--host", metavar="HOST", help="address to li
 Port = Annotated[int, typer.Option("--port", metavar="N", min=1, max=65535, help="port")]
 
 
-def _api(host: Host = "127.0.0.1", port: Port = 8765) -> int:
+def _api(
+    host: Host = "127.0.0.1",
+    port: Port = 8765,
+    workers: Annotated[int | None, typer.Option(
+        "--workers", metavar="N", min=1, max=16,
+        help="server processes on the port (default REVERIE_API_WORKERS, 1)")] = None,
+) -> int:
     """Serve the agent HTTP API (JSON endpoints, OpenAPI at /openapi.json, MCP at /mcp);
     tokens: REVERIE_API_TOKENS, REVERIE_API_ADMIN_TOKEN or REVERIE_API_TOKENS_BLOCK."""
     from reverie.deployments.auth import load_tokens
@@ -1592,10 +1598,12 @@ def _api(host: Host = "127.0.0.1", port: Port = 8765) -> int:
     from reverie.models.settings import get_settings
 
     _store()  # a store that is not there: said now, not on each agent's call
-    tokens = load_tokens(get_settings())
-    print(f"reverie api on http://{host}:{port} (OpenAPI: /docs, MCP: /mcp)",
-          file=sys.stderr, flush=True)
-    serve(tokens, host, port)
+    settings = get_settings()
+    tokens = load_tokens(settings)  # refused now if missing, not in each worker
+    count = settings.api_workers if workers is None else workers
+    print(f"reverie api on http://{host}:{port} (OpenAPI: /docs, MCP: /mcp"
+          f"{f', {count} processes' if count > 1 else ''})", file=sys.stderr, flush=True)
+    serve(tokens, host, port, count)
     return EXIT_OK
 
 

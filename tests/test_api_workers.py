@@ -1,8 +1,9 @@
 """`reverie api --workers 2` (REVERIE_API_WORKERS): two server processes on one port,
 each with its own model and recall cache, as real processes. Any process answers any
-request: the MCP SDK's client drives a whole session over the stateless endpoint, a
+request: the MCP SDK's client stores, recalls and gets over the stateless endpoint, a
 memory stored through one connection is recalled through fresh ones, and concurrent
-store calls from both processes lose nothing."""
+store calls from both processes lose nothing. (The whole agent session over MCP is
+test_mcp's, on one process.)"""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import httpx
 import psutil
 import pytest
 from agent_server import ALICE_TOKEN, BOB_TOKEN, Running, agent_store, api_server, bearer
-from test_mcp import agent_session, every_tool_refused, over_http
+from test_mcp import over_http, refused, tool
 
 pytestmark = pytest.mark.slow
 
@@ -33,12 +34,23 @@ def workers(api: Running) -> list[psutil.Process]:
     return [p for p in tree if p.memory_info().rss > 200 * 2**20]
 
 
-def test_a_whole_mcp_session_over_the_stateless_endpoint(api: Running) -> None:
+def test_the_mcp_sdk_client_works_over_the_stateless_endpoint(api: Running) -> None:
+    # Its requests land on either process: nothing may depend on a session in memory.
     async def main() -> None:
         async with over_http(api, ALICE_TOKEN) as session:
-            await agent_session(session, "alice")
+            stored = await tool(session, "store", profile="alice", memories=[
+                {"id": "m1", "content": "The user prefers dark roast coffee"},
+                {"id": "m2", "content": "The user's sister is called Ines"}])
+            assert stored["stored"] == 2
+            for _ in range(4):
+                hits = await tool(session, "recall", profile="alice", query="sister's name",
+                                  k=1)
+                assert hits["hits"][0]["external_id"] == "m2"
+            got = await tool(session, "get", profile="alice", id="m1")
+            assert got["content"] == "The user prefers dark roast coffee"
         async with over_http(api, BOB_TOKEN) as session:
-            await every_tool_refused(session, "alice")
+            assert (await refused(session, "recall", profile="alice", query="x")).startswith(
+                "403")
 
     anyio.run(main)
 

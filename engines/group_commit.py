@@ -6,10 +6,7 @@ transaction, a read, a small inference batch. Run together they pay it once.
 
 Waiting callers are woken when their job is done, not when they get the slot in turn:
 with a plain lock, answered callers queued behind the next writer to learn so, and
-under 8 clients most groups were of 2 calls. Each caller has its own condition: a
-group's end wakes its own callers and, for the slot it frees, the first caller waiting
-of each key, not every thread waiting (each wake-up is a turn at the interpreter lock
-that recalls at 8 clients queue for).
+under 8 clients most groups were of 2 calls.
 """
 
 from __future__ import annotations
@@ -43,7 +40,6 @@ class _Job(Generic[T]):
     item: T
     size: int
     seq: int
-    wake: threading.Condition
     taken: bool = False
     done: bool = False
     result: object = None
@@ -73,34 +69,30 @@ class GroupCommit(Generic[T, R]):
         self._last = 1  # jobs in the group run last
         self.groups = 0  # groups run, and the jobs in them (to see that calls coalesce)
         self.jobs = 0
-        self._lock = threading.Lock()
-        # For slot takers (``take_slot``) and a runner gathering; callers of ``submit``
-        # wait on their job's own condition, on the same lock.
-        self._changed = threading.Condition(self._lock)
+        self._changed = threading.Condition()
         self._idle = list(range(slots))
         self._queued: dict[Hashable, list[_Job[T]]] = {}
         self._seq = 0
 
     def submit(self, item: T, key: Hashable = None, size: int = 1) -> R:
-        with self._lock:
+        with self._changed:
             self._seq += 1
-            job = _Job(item, size, self._seq, threading.Condition(self._lock))
+            job = _Job(item, size, self._seq)
             self._queued.setdefault(key, []).append(job)
             if self._gather:
                 self._changed.notify_all()  # a runner may be gathering
             try:
                 while not job.taken and not self._idle:
-                    self._wait(job)
+                    self._changed.wait()
                 if job.taken:
                     while not job.done:
-                        self._wait(job)
+                        self._changed.wait()
                     return self._answer(job, runner=False)
             except BaseException:
                 # Interrupted while waiting: a job nobody took yet is withdrawn (one
                 # taken is run anyway, and its answer is dropped).
                 if not job.taken:
                     self._withdraw(key, job)
-                    self._wake_next(key)  # it may have been the one woken for a slot
                 raise
             slot = self._idle.pop()
             if self._gather and self._last > 1:
@@ -109,10 +101,10 @@ class GroupCommit(Generic[T, R]):
                 except BaseException:
                     # Interrupted while gathering: the slot back, the job withdrawn.
                     self._withdraw(key, job)
-                    self._free(slot)
+                    self._idle.append(slot)
+                    self._changed.notify_all()
                     raise
             group = self._group(key, job)
-            self._wake_next(key)  # those ``limit`` left, for a slot still free
             self._last = len(group)
             self.groups += 1
             self.jobs += len(group)
@@ -129,32 +121,12 @@ class GroupCommit(Generic[T, R]):
             for j in group:
                 j.error = exc
         finally:
-            with self._lock:
+            with self._changed:
                 for j in group:
                     j.done = True
-                    j.wake.notify()
-                self._free(slot)
+                self._idle.append(slot)
+                self._changed.notify_all()
         return self._answer(job, runner=True)
-
-    @staticmethod
-    def _wait(job: _Job[T]) -> None:
-        job.wake.wait()
-
-    def _wake_next(self, key: Hashable) -> None:
-        """The oldest caller still waiting of ``key``, if a slot is free for it; the
-        caller holds the lock."""
-        waiting = self._queued.get(key)
-        if waiting and self._idle:
-            waiting[0].wake.notify()
-
-    def _free(self, slot: int) -> None:
-        """``slot`` back; the caller holds the lock. Woken for it: slot takers, a
-        gathering runner, and the oldest caller of each key (it takes the others of
-        its key with it; those left over by ``limit`` are then the oldest)."""
-        self._idle.append(slot)
-        self._changed.notify_all()
-        for waiting in self._queued.values():
-            waiting[0].wake.notify()
 
     def _wait_for_more(self, key: Hashable) -> None:
         """Until ``key`` has as many jobs waiting as the last group, or ``gather`` is
@@ -205,14 +177,15 @@ class GroupCommit(Generic[T, R]):
 
     def take_slot(self) -> int:
         """A slot for work of the caller's own, once one is free."""
-        with self._lock:
+        with self._changed:
             while not self._idle:
                 self._changed.wait()
             return self._idle.pop()
 
     def give_slot(self, slot: int) -> None:
-        with self._lock:
-            self._free(slot)
+        with self._changed:
+            self._idle.append(slot)
+            self._changed.notify_all()
 
     @contextmanager
     def slot(self) -> Iterator[int]:

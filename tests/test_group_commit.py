@@ -5,7 +5,6 @@ and the gathering of callers that come back together."""
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
 
 import pytest
 
@@ -155,17 +154,17 @@ def test_a_caller_interrupted_while_waiting_withdraws_its_job() -> None:
         pass
 
     waits = 0
-    original = commit._wait
+    original = commit._changed.wait
 
-    def interrupted(job: object) -> None:
+    def interrupted(timeout: float | None = None) -> bool:
         nonlocal waits
         waits += 1
         raise Interrupt
 
-    commit._wait = interrupted  # type: ignore[method-assign,assignment]
+    commit._changed.wait = interrupted  # type: ignore[method-assign]
     with pytest.raises(Interrupt):
         commit.submit(2)
-    commit._wait = original  # type: ignore[method-assign]
+    commit._changed.wait = original  # type: ignore[method-assign]
     assert waits == 1 and not commit._queued  # withdrawn: nobody runs it unasked
     run.release.set()
     lead.join(10)
@@ -279,53 +278,3 @@ def test_a_runner_interrupted_while_gathering_gives_its_slot_back() -> None:
     commit._changed.wait = original  # type: ignore[method-assign]
     assert not commit._queued and commit._idle == [0]
     assert commit.submit(4) == 8
-
-
-def test_a_group_ending_wakes_its_own_callers_not_those_of_another_group() -> None:
-    """Callers taken into a running group sleep until it is done: another group
-    ending (freeing a slot they do not need) does not wake them."""
-    held = {item: threading.Event() for item in (1, 2, 3)}
-    entered: list[int] = []
-
-    def run(_slot: int, items: list[int]) -> list[int | Failure]:
-        entered.append(items[0])
-        held[items[0]].wait(10)
-        return [i * 2 for i in items]
-
-    commit: GroupCommit[int, int] = GroupCommit(run, slots=2)
-    wakes: dict[int, int] = {}
-    original = commit._wait
-
-    def counted(job: Any) -> None:
-        original(job)
-        wakes[job.item] = wakes.get(job.item, 0) + 1
-
-    commit._wait = counted  # type: ignore[method-assign]
-    got: dict[int, object] = {}
-
-    def submit(item: int, key: str) -> threading.Thread:
-        t = threading.Thread(target=lambda: got.__setitem__(item, commit.submit(item, key)))
-        t.start()
-        return t
-
-    def until(check: Callable[[], bool]) -> None:
-        deadline = time.monotonic() + 10
-        while not check():
-            assert time.monotonic() < deadline
-            time.sleep(0.005)
-
-    threads = [submit(1, "a"), submit(2, "b")]
-    until(lambda: sorted(entered) == [1, 2])
-    threads += [submit(3, "a"), submit(4, "a")]
-    until(lambda: len(commit._queued.get("a", ())) == 2)
-    held[1].set()  # its slot goes to 3, which takes 4 with it
-    until(lambda: entered[-1] == 3)
-    before = dict(wakes)
-    held[2].set()  # another group ends: 4's is still running
-    threads[1].join(10)
-    time.sleep(0.05)
-    assert wakes.get(4, 0) == before.get(4, 0)
-    held[3].set()
-    for t in threads:
-        t.join(10)
-    assert got == {1: 2, 2: 4, 3: 6, 4: 8}

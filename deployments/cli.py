@@ -331,6 +331,7 @@ class SummarizerChoice(StrEnum):
 HISTORY_SHOWN = (1, 1000)  # status --limit: the API's consolidation status limit
 RECALL_K = (1, 10_000)  # recall -k: the API's k
 CONTEXT_CHARS = (0, 200_000)  # bench locomo --budget: the API's budget_chars
+API_WORKERS = (1, 16)  # api --workers: REVERIE_API_WORKERS's range
 
 
 # --- options several commands share ---------------------------------------------------------
@@ -1588,7 +1589,7 @@ def _api(
     host: Host = "127.0.0.1",
     port: Port = 8765,
     workers: Annotated[int | None, typer.Option(
-        "--workers", metavar="N", min=1, max=16,
+        "--workers", metavar="N", min=API_WORKERS[0], max=API_WORKERS[1],
         help="server processes on the port (default REVERIE_API_WORKERS, 1)")] = None,
 ) -> int:
     """Serve the agent HTTP API (JSON endpoints, OpenAPI at /openapi.json, MCP at /mcp);

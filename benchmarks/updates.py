@@ -25,6 +25,12 @@ three times, so that the first consolidation merges it; their older values come 
 it, each at its own older date (an import of history): a summary is dated by its
 oldest member, so only its members' dates tell that it holds the newer value.
 
+Summary chains (``SUMMARY_KINDS``) have every value inside a summary of its own before
+any update is searched: a store consolidated by a release that searched none (the first
+run of their rows has both supersede radii at 1.0; merges never join two values). Each
+value is said three times and merged; the next run must point each older summary's
+members at the newest value.
+
 It also counts the chains a consolidation *joined*: one summary (merge or
 compression) standing for chain members that state different values; and, of those,
 the ones whose summary states an older value without the newest; and the chains with
@@ -216,6 +222,8 @@ class Chain:
     memory_ids: list[str]
     # The newest value is written first, the older ones after a consolidation.
     reverse: bool = False
+    # Every value is in a summary of its own before updates are searched.
+    summaries: bool = False
 
 
 Question = tuple[str, str, str]  # profile, question, value
@@ -247,6 +255,8 @@ def build(profiles: int, start: datetime) -> tuple[dict[str, list[dict[str, Any]
             chains.append(Chain(profile, kind.name, kind.question, values, ids))
         for k, kind in enumerate(REVERSE_KINDS):
             rows += _reverse_chain(p, k, kind, start, chains, profile)
+        for k, kind in enumerate(SUMMARY_KINDS):
+            rows += _summary_chain(p, k, kind, start, chains, profile)
         for d, (text, question, value) in enumerate(DISTRACTORS):
             at = start + timedelta(days=11 * d + p)
             rows.append({"id": f"distractor-{d}", "content": text, "kind": "semantic",
@@ -319,6 +329,72 @@ REVERSE_KINDS: tuple[FactKind, ...] = (
 REVERSE_NEWEST = 3
 
 
+# Fact kinds of the summary chains: other things again, worded as the others are.
+SUMMARY_KINDS: tuple[FactKind, ...] = (
+    FactKind(
+        "amount", "How much does the user pay for internet each month?",
+        ("The user's internet costs {v} euros a month.",
+         "User's internet now costs {v} euros every month.",
+         "The user's internet went up to {v} euros a month.",
+         "User said the internet is {v} euros per month now.",
+         "The user's internet connection is {v} euros a month."),
+        ("29", "33", "36", "39", "42", "47", "52"),
+    ),
+    FactKind(
+        "person", "Who is the user's doctor?",
+        ("The user's doctor is Dr {v}.",
+         "User's new doctor is Dr {v}.",
+         "Dr {v} is now the user's doctor.",
+         "The user said their doctor is Dr {v} now.",
+         "User has a new doctor, Dr {v}."),
+        ("Ferreira", "Kowalski", "Nakamura", "Oyelaran", "Schmidt", "Varga", "Dubois"),
+    ),
+    FactKind(
+        "place", "Which city is the user's office in?",
+        ("The user's office is in {v}.",
+         "User's office is now in {v}.",
+         "The user's office is located in {v}.",
+         "User said their office is in {v} now.",
+         "The user has had an office in {v} since the spring."),
+        ("Hamburg", "Munich", "Cologne", "Leipzig", "Bremen", "Dresden", "Bonn"),
+    ),
+    FactKind(
+        "count", "How many guitars does the user own?",
+        ("The user owns {v} guitars.",
+         "User now owns {v} guitars.",
+         "The user said they own {v} guitars.",
+         "User owns {v} guitars now.",
+         "The user now has {v} guitars."),
+        ("2", "three", "4", "five", "6", "seven", "8"),
+    ),
+)
+# A row of a summary chain, written and consolidated (with no update search) before the
+# profile's other rows.
+EARLY = "early"
+
+
+def _summary_chain(p: int, k: int, kind: FactKind, start: datetime, chains: list[Chain],
+                   profile: str) -> list[dict[str, Any]]:
+    """A summary chain: each value said three times (near-duplicates, merged), in one of
+    the kind's wordings, a month or more after the last; all written before the
+    profile's other rows (``EARLY``)."""
+    length = 2 + (p + k + 2) % 4  # 2 to 5
+    values = [kind.values[(p + i + 2) % len(kind.values)] for i in range(length)]
+    rows: list[dict[str, Any]] = []
+    ids = []
+    for i, value in enumerate(values):
+        said = kind.templates[(p + k + i) % len(kind.templates)].format(v=value)
+        texts = [said, said.rstrip(".") + " now.", said.rstrip(".") + " these days."]
+        for r, text in enumerate(texts):
+            at = start + timedelta(days=35 * i + 3 * k + p + r)
+            ids.append(f"summaries-{kind.name}-{i}-{r}")
+            rows.append({"id": ids[-1], "content": text, "kind": "semantic",
+                         "created_at": at.isoformat(), EARLY: True})
+    chains.append(Chain(profile, f"summaries {kind.name}", kind.question, values, ids,
+                        summaries=True))
+    return rows
+
+
 def _reverse_chain(p: int, k: int, kind: FactKind, start: datetime, chains: list[Chain],
                    profile: str) -> list[dict[str, Any]]:
     """A reverse chain: its newest value said ``REVERSE_NEWEST`` times, written first;
@@ -387,6 +463,12 @@ class UpdatesResult:
     # values were written (the case they exercise).
     reverse: int = 0
     reverse_in_summary: int = 0
+    # Summary chains, those with every value in a summary of its own (none holding two)
+    # when updates were first searched (the case they exercise), and the operations
+    # that wrote those summaries.
+    summary_chains: int = 0
+    summary_chains_in_summaries: int = 0
+    summary_operations: dict[str, int] = field(default_factory=dict)
 
     def newest_share(self) -> float:
         return round(sum(c.newest for c in self.chains) / len(self.chains), 4)
@@ -407,6 +489,9 @@ class UpdatesResult:
             "hot_before": self.hot_before, "hot_after": self.hot_after,
             "other_facts": self.kept, "other_facts_found": self.kept_found,
             "reverse_chains": self.reverse, "reverse_in_summary": self.reverse_in_summary,
+            "summary_chains": self.summary_chains,
+            "summary_chains_in_summaries": self.summary_chains_in_summaries,
+            "summary_operations": dict(sorted(self.summary_operations.items())),
             "kinds": {k: {"chains": len(v), "newest": sum(c.newest for c in v),
                           "joined": sum(c.joined for c in v)} for k, v in by_kind.items()},
         }
@@ -426,6 +511,8 @@ def bench_updates(
         raise InputError("bench updates needs at least one profile")
     config = config or ConsolidationConfig()
     records, chains, distractors, kept = build(profiles, start)
+    blind = config.model_copy(update={"dedup": config.dedup.model_copy(
+        update={"supersede_similarity": 1.0, "supersede_frame_similarity": 1.0})})
     result = UpdatesResult(profiles, offset_days, summarizer_for(config.summarizer).mode)
     with tempfile.TemporaryDirectory(prefix="reverie-updates-") as folder:
         url = f"sqlite:///{Path(folder) / 'updates.db'}"
@@ -435,13 +522,25 @@ def bench_updates(
             with using_database(url):
                 embedder = embedder_for(store.settings)
                 for profile, rows in records.items():
-                    first = [r for r in rows if not r.get(LATER)]
-                    last = max(datetime.fromisoformat(r["created_at"]) for r in first)
+                    mine = [c for c in chains if c.profile == profile]
+                    early = [{k: v for k, v in r.items() if k != EARLY}
+                             for r in rows if r.get(EARLY)]
+                    if early:
+                        # As a release that searched no updates consolidated them.
+                        at = max(datetime.fromisoformat(r["created_at"]) for r in early) \
+                            + timedelta(days=offset_days)
+                        _ingest(store, embedder, profile, early)
+                        decay(profile=profile, as_of=at, config=blind)
+                        full_consolidation(profile=profile, as_of=at, config=blind)
+                        _count_summary_chains(store, profile, [c for c in mine if c.summaries],
+                                              result)
+                    first = [r for r in rows if not r.get(LATER) and not r.get(EARLY)]
+                    last = max(datetime.fromisoformat(r["created_at"])
+                               for r in rows if not r.get(LATER))
                     as_of = last + timedelta(days=offset_days)
                     _ingest(store, embedder, profile, first)
                     decay(profile=profile, as_of=as_of, config=config)
                     full_consolidation(profile=profile, as_of=as_of, config=config)
-                    mine = [c for c in chains if c.profile == profile]
                     result.reverse += sum(c.reverse for c in mine)
                     result.reverse_in_summary += _newest_in_summary(
                         store, profile, [c for c in mine if c.reverse])
@@ -487,6 +586,31 @@ def _newest_in_summary(store: Store, profile: str, chains: list[Chain]) -> int:
             m.superseded_by in by_id and by_id[m.superseded_by].origin in SUMMARY_ORIGINS
             for m in newest)
     return count
+
+
+def _count_summary_chains(store: Store, profile: str, chains: list[Chain],
+                          result: UpdatesResult) -> None:
+    """Count ``chains`` and those whose every value is in a summary of its own, no
+    summary holding two values; and which operations wrote those summaries."""
+    with store.reading(profile) as tx:
+        memories, _ = snapshot(tx, (Tier.HOT, Tier.COLD))
+    by_id = {m.id: m for m in memories}
+    for chain in chains:
+        result.summary_chains += 1
+        owners: dict[str, set[str]] = {}
+        for m in memories:
+            if m.external_id not in chain.memory_ids:
+                continue
+            value = next(v for v in chain.values if states(m.content, v))
+            owner = by_id.get(m.superseded_by or "")
+            owners.setdefault(value, set()).add(
+                owner.id if owner is not None and owner.origin in SUMMARY_ORIGINS else "")
+        held = [next(iter(o)) for o in owners.values() if len(o) == 1 and "" not in o]
+        if len(held) == len(chain.values) and len(set(held)) == len(held):
+            result.summary_chains_in_summaries += 1
+            for sid in held:
+                op = str(by_id[sid].origin)
+                result.summary_operations[op] = result.summary_operations.get(op, 0) + 1
 
 
 def _ingest(store: Store, embedder: Any, profile: str, rows: list[dict[str, Any]]) -> None:
@@ -545,8 +669,9 @@ def _judge(store: Store, embedder: Any, chain: Chain) -> ChainResult:
             content = by_id[sid].content
             if not states(content, newest) and any(states(content, v) for v in older):
                 stale = True
+    # A hot summary standing for a chain's member counts as the chain's own.
     stale_hot = any(
-        m.tier == Tier.HOT and m.external_id in chain.memory_ids
+        m.tier == Tier.HOT and (m.external_id in chain.memory_ids or m.id in summaries)
         and not states(m.content, newest) and any(states(m.content, v) for v in older)
         for m in memories)
     return ChainResult(chain.profile, chain.kind, len(chain.values), text, answered, joined,
@@ -575,7 +700,10 @@ def render_updates(result: UpdatesResult) -> str:
         f"memories in hot recall's first {KEPT_HITS} hits: "
         f"{data['other_facts_found']}/{data['other_facts']}; reverse chains (the newest "
         f"value in a summary when the older came): {data['reverse_in_summary']}/"
-        f"{data['reverse_chains']}; hot memories "
+        f"{data['reverse_chains']}; summary chains (every value in a summary of its own "
+        f"when updates were first searched): {data['summary_chains_in_summaries']}/"
+        f"{data['summary_chains']} (summaries by operation: {data['summary_operations']}); "
+        f"hot memories "
         f"{data['hot_before']} -> {data['hot_after']}"
     )
     return "\n".join(lines)

@@ -31,6 +31,7 @@ import typer
 from typer._click import exceptions as click_errors
 from typer.core import TyperCommand, TyperGroup
 
+from reverie.deployments.executable import unswept
 from reverie.flows.catalog import (
     ALIASES,
     CONSOLIDATION_MODES,
@@ -55,6 +56,12 @@ if TYPE_CHECKING:
     from reverie.runner.report import RunReport
 
 EXIT_OK, EXIT_REJECTED, EXIT_ERROR = 0, 1, 2
+# Commands whose run is their start (``executable.unswept``): the store's stack imported
+# (typer's parse already imports pydantic), then a few reads or one small write, or a
+# profile's rows read as plain values (export). Flows, servers, benches, ingest,
+# backfill and events (flush waits and retries) run long and keep the collector.
+SHORT = frozenset({"init", "status", "undo", "consolidations", "blocks", "recall", "get",
+                   "export"})
 # Decisions `reverie consolidations` shows without --limit or --all.
 CONSOLIDATIONS_SHOWN = 50
 PROG = "reverie"
@@ -67,8 +74,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     # analytics, and log an ERROR when the machine has no route out.
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     args = list(sys.argv[1:] if argv is None else argv)
+    run = command().main
+    # The root takes flags only: its first other word names the command.
+    if next((word for word in args if not word.startswith("-")), None) in SHORT:
+        run = unswept(run)
     try:
-        code = command().main(args=args, prog_name=PROG, standalone_mode=False)
+        code = run(args=args, prog_name=PROG, standalone_mode=False)
     except click_errors.NoArgsIsHelpError as exc:
         print(exc.format_message(), file=sys.stderr)
         raise SystemExit(EXIT_ERROR) from None
@@ -234,16 +245,25 @@ def _names(text: str) -> Names:
     return names
 
 
-def _sizes(text: str | list[int]) -> Numbers:
-    if isinstance(text, list):  # the default: typer passes it through the parser too
-        return Numbers(text)
-    try:
-        sizes = Numbers(int(part.replace("_", "")) for part in text.split(",") if part.strip())
-    except ValueError:
-        raise typer.BadParameter(f"sizes must be whole numbers: {text!r}") from None
-    if not sizes or min(sizes) < 1:
-        raise typer.BadParameter(f"sizes must be at least 1: {text!r}")
-    return sizes
+def _numbers(bounds: tuple[int, int], noun: str) -> Callable[[str | list[int]], Numbers]:
+    """A parser of comma-separated whole numbers (``noun``), each within ``bounds``."""
+    low, high = bounds
+
+    def parse(text: str | list[int]) -> Numbers:
+        if isinstance(text, list):  # the default: typer passes it through the parser too
+            return Numbers(text)
+        try:
+            numbers = Numbers(int(part.replace("_", "")) for part in text.split(",")
+                              if part.strip())
+        except ValueError:
+            raise typer.BadParameter(f"{noun} must be whole numbers: {text!r}") from None
+        if not numbers or min(numbers) < low:
+            raise typer.BadParameter(f"{noun} must be at least {low}: {text!r}")
+        if max(numbers) > high:
+            raise typer.BadParameter(f"{noun} must be at most {high}: {text!r}")
+        return numbers
+
+    return parse
 
 
 def _flow_list(text: str) -> Names:
@@ -332,6 +352,19 @@ HISTORY_SHOWN = (1, 1000)  # status --limit: the API's consolidation status limi
 RECALL_K = (1, 10_000)  # recall -k: the API's k
 CONTEXT_CHARS = (0, 200_000)  # bench locomo --budget: the API's budget_chars
 API_WORKERS = (1, 16)  # api --workers: REVERIE_API_WORKERS's range
+# The benches' sizes: beyond these a run would take days or more memory than a machine
+# has, so a larger number is a slip of the keyboard.
+BENCH_PROFILES = (1, 1000)  # bench updates/synthetic/api --profiles
+BENCH_SIZES = (1, 10_000_000)  # bench synthetic/api --sizes, each (BENCHMARKS.md: 1M)
+BENCH_CLIENTS = (1, 1024)  # bench api --clients, each: one thread per client
+BENCH_CALLS = (1, 1_000_000)  # bench api --requests and --store-requests, per row
+STORE_BATCH = (1, 10_000)  # bench api --store-batch: the store endpoint's memories per call
+INGEST_SENTENCES = (0, 1_000_000)  # bench synthetic/api --ingest-sentences (0 skips it)
+EMBEDDING_SENTENCES = (16, 1_000_000)  # bench embedding --sentences: 16 make one batch
+# events flush --timeout: 0 sends once, without waiting; an hour outlasts any restart of
+# the API that waiting could ride out.
+FLUSH_SECONDS = (0.0, 3600.0)
+_sizes, _clients = _numbers(BENCH_SIZES, "sizes"), _numbers(BENCH_CLIENTS, "clients")
 
 
 # --- options several commands share ---------------------------------------------------------
@@ -1004,8 +1037,9 @@ def _events(ctx: typer.Context, json_: Json = False) -> int:
 
 def _events_flush(
     timeout: Annotated[float, typer.Option(
-        "--timeout", metavar="SECONDS", help="seconds to keep sending, to wait for another "
-        "sender and to try again while the API does not answer")] = 30.0,
+        "--timeout", metavar="SECONDS", min=FLUSH_SECONDS[0], max=FLUSH_SECONDS[1],
+        help="seconds to keep sending, to wait for another sender and to try again while "
+        "the API does not answer (0: send once)")] = 30.0,
     json_: Json = False,
 ) -> int:
     """Send the waiting events to the Prefect API ($PREFECT_API_URL), oldest first. Exit
@@ -1375,7 +1409,7 @@ def _bench_locomo(
 
 def _bench_updates(
     profiles: Annotated[int, typer.Option(
-        "--profiles", metavar="N", min=1,
+        "--profiles", metavar="N", min=BENCH_PROFILES[0], max=BENCH_PROFILES[1],
         help="profiles, each with one chain per fact kind")] = 8,
     as_of_offset_days: OffsetDays = 90.0,
     summarizer: Summarizer = SummarizerChoice.AUTO,
@@ -1403,7 +1437,8 @@ def _bench_synthetic(
         "--sizes", parser=_sizes, metavar="SIZES",
         help="memories per store, comma-separated")] = Numbers([1000, 10_000]),  # noqa: B008 - an immutable-in-use default
     profiles: Annotated[int, typer.Option(
-        "--profiles", metavar="N", min=1, help="profiles to spread them over")] = 1,
+        "--profiles", metavar="N", min=BENCH_PROFILES[0], max=BENCH_PROFILES[1],
+        help="profiles to spread them over")] = 1,
     duplicate_share: Annotated[float, typer.Option(
         "--duplicate-share", metavar="R", min=0.0, max=1.0,
         help="share of memories in near-duplicate groups")] = 0.10,
@@ -1412,7 +1447,7 @@ def _bench_synthetic(
         help="clustered synthetic vectors or the real model's")]
     = Embeddings.RANDOM,
     ingest_sentences: Annotated[int, typer.Option(
-        "--ingest-sentences", metavar="N", min=0,
+        "--ingest-sentences", metavar="N", min=INGEST_SENTENCES[0], max=INGEST_SENTENCES[1],
         help="sentences for ingest vs raw model throughput (0 skips it)")] = 2048,
     no_flows: Annotated[bool, _flag(
         "--no-flows", help="time the steps only, not the flows through Prefect")] = False,
@@ -1496,18 +1531,22 @@ def _bench_api(
         "--sizes", parser=_sizes, metavar="SIZES",
         help="memories per profile, comma-separated")] = Numbers([1000, 10_000]),  # noqa: B008 - an immutable-in-use default
     clients: Annotated[Numbers, typer.Option(
-        "--clients", parser=_sizes, metavar="SIZES",
+        "--clients", parser=_clients, metavar="CLIENTS",
         help="concurrent clients, comma-separated")] = Numbers([1, 8, 32]),  # noqa: B008 - an immutable-in-use default
     profiles: Annotated[int, typer.Option(
-        "--profiles", metavar="N", min=1, help="profiles in the store")] = 2,
+        "--profiles", metavar="N", min=BENCH_PROFILES[0], max=BENCH_PROFILES[1],
+        help="profiles in the store")] = 2,
     requests: Annotated[int, typer.Option(
-        "--requests", metavar="N", min=1, help="recall calls per row")] = 160,
+        "--requests", metavar="N", min=BENCH_CALLS[0], max=BENCH_CALLS[1],
+        help="recall calls per row")] = 160,
     store_requests: Annotated[int, typer.Option(
-        "--store-requests", metavar="N", min=1, help="store calls per row")] = 64,
+        "--store-requests", metavar="N", min=BENCH_CALLS[0], max=BENCH_CALLS[1],
+        help="store calls per row")] = 64,
     store_batch: Annotated[int, typer.Option(
-        "--store-batch", metavar="N", min=1, help="sentences per store call")] = 16,
+        "--store-batch", metavar="N", min=STORE_BATCH[0], max=STORE_BATCH[1],
+        help="sentences per store call")] = 16,
     ingest_sentences: Annotated[int, typer.Option(
-        "--ingest-sentences", metavar="N", min=0,
+        "--ingest-sentences", metavar="N", min=INGEST_SENTENCES[0], max=INGEST_SENTENCES[1],
         help="sentences for ingest's in-process throughput, store's yardstick "
         "(0 skips it)")] = 2048,
     json_out: Annotated[Path | None, typer.Option(
@@ -1542,7 +1581,7 @@ def _bench_embedding(
         "--locomo", metavar="FILE", help="a LoCoMo-format file: its turns, summaries of "
         "them, and every sentence compared (default: synthetic sentences only)")] = None,
     sentences: Annotated[int, typer.Option(
-        "--sentences", metavar="N",
+        "--sentences", metavar="N", min=EMBEDDING_SENTENCES[0], max=EMBEDDING_SENTENCES[1],
         help="synthetic sentences per workload and for the ingest")] = 2048,
     json_out: Annotated[Path | None, typer.Option(
         "--json", metavar="OUT", help="also write the rows as JSON")] = None,
@@ -1552,8 +1591,6 @@ def _bench_embedding(
 
     if locomo is not None and not locomo.is_file():
         raise ReverieError(f"no such file: {locomo}")
-    if sentences < 16:
-        raise ReverieError(f"--sentences must be at least 16, got {sentences}")
     rows = bench_embedding(locomo, sentences)
     print(render_embedding(rows))
     if json_out:

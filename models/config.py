@@ -64,6 +64,13 @@ class DedupConfig(_Section):
         "newest stays hot, the older move to the cold tier superseded by it, never merged. "
         "Higher is stricter: fewer updates recognised."
     ))
+    supersede_frame_similarity: float = Field(0.20, ge=0.0, le=1.0, description=(
+        "A second, lower cosine (0-1) for update pairs that say the same words around "
+        "their values (the same unit or a name, and the same other content words: "
+        "'works at Google', 'working for Stripe'). A name moves a short sentence's "
+        "vector a lot, so such pairs can fall below supersede_similarity; the word test "
+        "still decides. At or above supersede_similarity: no second search."
+    ))
 
 
 class BlocksConfig(_Section):

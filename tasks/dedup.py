@@ -304,31 +304,39 @@ def find_updates(
 def stale_summary_pairs(
     memories: Sequence[MemoryView], vectors: np.ndarray, as_of: datetime, config: DedupConfig,
     search: SearchConfig = DEFAULT_SEARCH, leaving: Set[str] = frozenset(),
-) -> tuple[list[MemoryView], list[list[tuple[MemoryView, float]]]]:
-    """The hot summaries that may state a value a memory updates, and per summary the
-    update candidates within ``supersede_similarity`` of it (with the cosine): a search
-    within groups of one entity, among texts that state a number or a name, so only the
-    summaries found need their originals read."""
+) -> tuple[list[MemoryView], list[list[tuple[MemoryView, float]]], list[list[tuple[int, float]]]]:
+    """The hot summaries that may state a value a memory updates, per summary the
+    update candidates within ``supersede_similarity`` of it (with the cosine), and the
+    other summaries within it (by position among those returned, with the cosine): a
+    search within groups of one entity, among texts that state a number or a name, so
+    only the summaries found need their originals read."""
     summaries, s_vectors = chosen_rows(
         memories, vectors, lambda m: m.id not in leaving and is_update_source(m, as_of))
     if not summaries:
-        return [], []
+        return [], [], []
     plain, p_vectors = chosen_rows(
         memories, vectors, lambda m: is_update_candidate(m, as_of) and m.id not in leaving)
     both = np.concatenate([s_vectors, p_vectors]) if len(plain) else s_vectors
     found = radius_neighbours(both, config.supersede_similarity, search=search,
                               groups=summary_groups(summaries, plain))
-    out_s: list[MemoryView] = []
+    kept: list[int] = []
     out_near: list[list[tuple[MemoryView, float]]] = []
-    for row, summary in enumerate(summaries):
+    near_summaries: list[list[tuple[int, float]]] = []
+    for row in range(len(summaries)):
+        hits = list(zip(found.indices[row].tolist(), found.similarities[row].tolist(),
+                        strict=True))
         near = [(plain[j - len(summaries)], round(float(sim), 6))
-                for j, sim in zip(found.indices[row].tolist(),
-                                  found.similarities[row].tolist(), strict=True)
-                if j >= len(summaries)]
-        if near:
-            out_s.append(summary)
+                for j, sim in hits if j >= len(summaries)]
+        # Summary against summary: an older one's member that a newer one's updates.
+        others = [(j, round(float(sim), 6)) for j, sim in hits if j < len(summaries)]
+        if near or others:
+            kept.append(row)
             out_near.append(near)
-    return out_s, out_near
+            near_summaries.append(others)
+    position = {row: k for k, row in enumerate(kept)}
+    peers = [[(position[j], sim) for j, sim in others if j in position]
+             for others in near_summaries]
+    return [summaries[row] for row in kept], out_near, peers
 
 
 def find_stale_summaries(
@@ -336,16 +344,17 @@ def find_stale_summaries(
     as_of: datetime, config: DedupConfig, search: SearchConfig, vetoed: Set[str],
     leaving: Set[str],
 ) -> list[SupersedePlan]:
-    """Supersessions between summaries and the hot memories near them, both ways
-    (``tasks.supersede``'s ``plan_summary_updates``), reading the originals of the
-    summaries that may hold one."""
-    summaries, near = stale_summary_pairs(memories, vectors, as_of, config, search, leaving)
+    """Supersessions between summaries and the hot memories near them, both ways, and
+    between summaries (``tasks.supersede``'s ``plan_summary_updates``), reading the
+    originals of the summaries that may hold one."""
+    summaries, near, peers = stale_summary_pairs(
+        memories, vectors, as_of, config, search, leaving)
     if not summaries:
         return []
     originals = originals_of(tx, [s.id for s in summaries])
     return plan_summary_updates(
         profile, [(s, [o for o in originals[s.id] if o.origin not in SUMMARY_ORIGINS])
-                  for s in summaries], near, vetoed)
+                  for s in summaries], near, vetoed, peers)
 
 
 def dedup(store: Store, args: StepArgs) -> StepReport:

@@ -61,7 +61,12 @@ from functools import lru_cache
 import numpy as np
 
 from reverie.engines.llm import _COMMON, _OPENING_WORDS, facts, kept_names
-from reverie.engines.similarity import DEFAULT_SEARCH, radius_neighbours, search_cells
+from reverie.engines.similarity import (
+    DEFAULT_SEARCH,
+    Neighbours,
+    radius_neighbours,
+    search_cells,
+)
 from reverie.models import ids
 from reverie.models.config import DedupConfig, SearchConfig
 from reverie.models.records import MemoryView, SummaryPlan
@@ -277,9 +282,15 @@ def plan_supersessions(
             if len(candidates) > search.exact_limit else None
         texts = [values(m.content) for m in candidates]
         groups = fact_groups(candidates, texts)
+        found_cells = cells.result() if cells is not None else None
         neighbours = radius_neighbours(
             vectors, config.supersede_similarity, search=search, groups=groups,
-            cells=cells.result() if cells is not None else None)
+            cells=found_cells)
+        if config.supersede_frame_similarity < config.supersede_similarity:
+            neighbours = _with_frame_pairs(
+                neighbours, radius_neighbours(
+                    vectors, config.supersede_frame_similarity, search=search,
+                    groups=frame_groups(candidates, texts), cells=found_cells))
     order = sorted(range(len(candidates)), key=lambda i: newest_first(candidates[i]),
                    reverse=True)
     # Position newest first: j is older than i when rank[j] > rank[i].
@@ -342,7 +353,11 @@ def plan_supersessions(
             similarities=dict(sorted(sims.items())),
             conflicts={candidates[j].id: kinds[j] for j in sorted(chain,
                        key=lambda r: candidates[r].id)},
-            parameters=_with_restated(parameters, restated),
+            parameters=_with_restated(
+                parameters if min(sims.values()) >= config.supersede_similarity else
+                # A member only the second radius found: the audit says which.
+                {**parameters, "frame_similarity": config.supersede_frame_similarity},
+                restated),
             priors={m.id: (m.tier, m.lifecycle, m.superseded_by) for m in members},
             newest=newest,
             members=tuple(members),
@@ -370,6 +385,52 @@ def fact_groups(candidates: Sequence[MemoryView], texts: Sequence[Values]) -> np
         if may_conflict(v) else -1
         for m, v in zip(candidates, texts, strict=True)
     ], dtype=np.int64)
+
+
+def frame(v: Values) -> str | None:
+    """The fact a text states, when its words tell it exactly: the kind of its value
+    (numbers of which unit: "900 euros", "three cats"; or a name) and every other
+    content word it says (``Values.stems``: "works at Stripe" is work, "moved the
+    dentist appointment to 17 April" is live, dentist, appointment, not where one lives).
+    None without a value or without other words. Two texts of one frame say the same
+    words around different values; ``conflicting`` still decides."""
+    if not v.stems:
+        return None
+    if v.numbers and v.units:
+        kind = "number:" + ",".join(sorted(v.units))
+    elif v.names:
+        kind = "name"
+    else:
+        return None
+    return kind + "|" + ",".join(sorted(v.stems))
+
+
+def frame_groups(candidates: Sequence[MemoryView], texts: Sequence[Values]) -> np.ndarray:
+    """``fact_groups`` split by ``frame``; -1 for a text of no frame (the second, lower
+    radius of ``supersede_frame_similarity`` is only for pairs of one frame)."""
+    numbered: dict[tuple[str, str, frozenset[str], str], int] = {}
+    out = np.full(len(candidates), -1, dtype=np.int64)
+    for row, (m, v) in enumerate(zip(candidates, texts, strict=True)):
+        f = frame(v) if may_conflict(v) else None
+        if f is not None:
+            out[row] = numbered.setdefault((m.entity or "", m.kind, v.relations, f),
+                                           len(numbered))
+    return out
+
+
+def _with_frame_pairs(near: Neighbours, framed: Neighbours) -> Neighbours:
+    """``near`` with each row's pairs of one frame it lacks after its own (they are
+    below its radius, so the order stays best first)."""
+    indices, similarities = list(near.indices), list(near.similarities)
+    for row, extra in enumerate(framed.indices):
+        if not len(extra):
+            continue
+        new = ~np.isin(extra, indices[row])
+        if new.any():
+            indices[row] = np.concatenate([indices[row], extra[new]])
+            similarities[row] = np.concatenate([similarities[row],
+                                                framed.similarities[row][new]])
+    return Neighbours(indices, similarities)
 
 
 def superseded_ids(plans: Sequence[SupersedePlan]) -> set[str]:
@@ -408,21 +469,29 @@ _TOKEN = re.compile(r"[A-Za-z][A-Za-z'’]*|\d[\d,.:]*")
 # statement after it until the next.
 _HEADER = re.compile(r"^(?:[^:;.]{1,80} - )?\d{1,2} [A-Z][a-z]+(?: \d{4})?: ")
 RESTATE_RULE = "an older memory's statements an update leaves true, restated"
-# Finite verbs, known without a tagger: auxiliaries and common irregular pasts, any
-# "-ed" word, and the "-s" forms of the verbs memories state most. An "-s" word alone
-# is as often a plural ("buys apples and oranges from the market"), so only these.
+# Finite verbs, known without a tagger or a list of verbs: auxiliaries and common
+# irregular pasts (closed classes), any "-ed" word, and an "-s" word in a verb's place
+# (``_s_verb``): "-s" alone is as often a plural ("buys apples and oranges").
 _AUXILIARIES = frozenset(
     "is are was were has have had does did will would can could should may might must "
     "went got said made took bought began left met ran became gave came found kept lost "
     "paid sold won wrote drove taught flew saw told felt thought knew spent built led".split())
-_VERBS = frozenset(
-    "work live play like love own enjoy prefer use want need plan run go visit study teach "
-    "write read cook drive speak take make keep spend pay cost include attend volunteer "
-    "practice practise collect paint sing walk hike swim ride watch listen help support care "
-    "feel think hope know believe get move start stop try call meet see send lead manage "
-    "build sell buy bring leave rent share join wear eat drink sleep grow raise look seem "
-    "remain stay become hate miss host organize organise coach train learn mention say tell "
-    "report note commute earn owe".split())
+# "-s" words that are no verb form: endings of nouns and adjectives ("glass", "bonus",
+# "analysis", "famous"), and adverbs and pronouns that end so.
+_NOT_VERB_ENDINGS = ("ss", "us", "is", "ics")
+_NOT_VERBS = frozenset(
+    "always sometimes perhaps nowadays afterwards towards besides unless whereas thus news "
+    "series species means lots hers ours yours theirs".split())
+# Words after which a word is a noun: determiners, quantifiers and prepositions ("the
+# apples", "many friends", "of her cats").
+_NOUN_BEFORE = frozenset(
+    "a an the my your his her its our their this that these those some many few several "
+    "all both no any each every more most other such own of with for from in on at by to "
+    "about into over under after before than".split())
+# Words that follow a verb, not a plural noun: an object pronoun, a determiner, a
+# number ("sells them", "teaches a class", "repairs the bikes", "costs 25 euros").
+_VERB_AFTER = frozenset(
+    "me him her us them it a an the my your his its our their this these those".split())
 # Words that open a clause of its own after "and": a pronoun or a determiner (then a
 # verb must follow within ``_SUBJECT_WORDS`` words), or a name.
 _SUBJECTS = frozenset("he she they we i you it the my his her their our its this that "
@@ -431,27 +500,53 @@ _SUBJECT_WORDS = 4
 _PRONOUNS = frozenset("he she they we i you it".split())
 
 
-def _finite(token: str) -> bool:
-    """Whether ``token`` reads as a finite verb (see ``_AUXILIARIES``, ``_VERBS``)."""
+def _finite(token: str, before: str = "", after: str = "") -> bool:
+    """Whether ``token``, between the words ``before`` and ``after``, reads as a finite
+    verb (``_AUXILIARIES``, "-ed", an "-s" word in a verb's place: ``_s_verb``)."""
     t = token.lower()
     # "-eed" is rather a noun or a base form ("the need for", "speed", "proceed").
     if t in _AUXILIARIES or (t.endswith("ed") and not t.endswith("eed") and len(t) > 3
                              and t.isalpha()):
         return True
-    if not t.endswith("s") or t.endswith("ss") or not t.isalpha():
-        return False
-    return t[:-1] in _VERBS or (t.endswith("es") and t[:-2] in _VERBS)
+    return _s_form(token) and _s_verb(before, after)
+
+
+def _s_form(token: str) -> bool:
+    """Whether ``token`` may be a verb's "-s" form: lower case (a capital is a name's, or
+    a sentence's first word), of letters, ending so, and no noun's or adverb's ending."""
+    t = token.lower()
+    return (token[:1].islower() and t.isalpha() and len(t) > 3 and t.endswith("s")
+            and not t.endswith(_NOT_VERB_ENDINGS) and t not in _NOT_VERBS)
+
+
+def _s_verb(before: str, after: str = "") -> bool:
+    """Whether an "-s" word between ``before`` and ``after`` is in a verb's place: not
+    after a word that opens a noun (``_NOUN_BEFORE``, a number, a possessive: "the
+    apples", "2 cats", "Maya's friends")."""
+    b = before.lower()
+    return not (b in _NOUN_BEFORE or b in _NUMBER_WORDS or b[:1].isdigit()
+                or b.endswith(("'s", "’s", "s'", "s’")))
+
+
+def _plural(word: str, before: str) -> bool:
+    """Whether ``word`` (after ``before``) reads as a bare plural noun: an "-s" word not
+    counted by a number ("apples", not "900 euros")."""
+    b, w = before.lower(), word.lower()
+    return (word[:1].islower() and w.isalpha() and len(w) > 3 and w.endswith("s")
+            and not w.endswith("ss") and w not in _NOT_VERBS
+            and not (b[:1].isdigit() or b in _NUMBER_WORDS))
 
 
 def _verb_at(text: str) -> int | None:
     """Where the first finite verb after the first word of ``text`` begins (within its
     first ``_SUBJECT_WORDS`` + 2 words), or None."""
-    tokens = list(_TOKEN.finditer(text))[: _SUBJECT_WORDS + 2]
-    for i, m in enumerate(tokens[1:], start=1):
-        word = m.group(0)
-        passive = word.lower().endswith("ed") and i + 1 < len(tokens) \
-            and tokens[i + 1].group(0).lower() == "by"  # "the donations raised by John"
-        if _finite(word) and not passive:
+    tokens = list(_TOKEN.finditer(text))[: _SUBJECT_WORDS + 3]
+    words = [m.group(0) for m in tokens]
+    for i, m in enumerate(tokens[1: _SUBJECT_WORDS + 2], start=1):
+        word = words[i]
+        after = words[i + 1] if i + 1 < len(words) else ""
+        passive = word.lower().endswith("ed") and after.lower() == "by"  # "raised by John"
+        if _finite(word, words[i - 1], after) and not passive:
             return m.start()
     return None
 
@@ -508,25 +603,65 @@ class Continuation(Enum):
     VERB = "the same subject"  # "and works remotely"
 
 
-def _opens_clause(right: str) -> Continuation | None:
-    """How the words after an "and" go on; None when they go on with the same clause
-    ("Tom and Anna", "900 and 1000 euros", "apples and oranges from the market")."""
-    tokens = _TOKEN.findall(right)[: _SUBJECT_WORDS + 1]
+def _opens_clause(right: str, left: str = "", comma: bool = False) -> Continuation | None:
+    """How the words after an "and" go on (``left``: the words before it); None when
+    they go on with the same clause ("Tom and Anna", "900 and 1000 euros", "apples and
+    oranges from the market")."""
+    tokens = _TOKEN.findall(right)[: _SUBJECT_WORDS + 2]
     if len(tokens) < 2:
         return None
     first = tokens[0]
-    if _finite(first):
-        # "staying resilient and focused is key": an "-ed" word before a verb is no verb
-        return None if first.lower().endswith("ed") and _finite(tokens[1]) \
-            else Continuation.VERB
+    if _finite(first, "and", tokens[1]):
+        if first.lower().endswith("ed") and _finite(tokens[1]) and not _s_form(tokens[1]):
+            # "staying resilient and focused is key": an "-ed" word before a verb is no verb
+            return None
+        return Continuation.VERB if _goes_on_as_verb(first, tokens[1], left, comma) else None
     if not (first.lower() in _SUBJECTS or (first[0].isupper() and first != "I")):
         return None
-    for t in tokens[1:]:
+    for i, t in enumerate(tokens[1: _SUBJECT_WORDS + 1], start=1):
         if t.lower() in _PRONOUNS or t.lower() in _SUBORDINATORS:
             return None  # "the help she received", "her family that gave": a noun's clause
-        if _finite(t):
+        if (t.lower() in _NOUN_BEFORE and not _finite(t)) or t.lower() == "and":
+            # "the need to make things", "the lack of resources", "her family and ...":
+            # one noun, its verb (if any) further than a subject's
+            return None
+        if _finite(t, tokens[i - 1], tokens[i + 1] if i + 1 < len(tokens) else ""):
             return Continuation.SUBJECT
     return None
+
+
+def _goes_on_as_verb(first: str, then: str, left: str, comma: bool = False) -> bool:
+    """Whether ``first``, the word after an "and" that may be a verb, is the verb of a
+    second clause with the subject of ``left``. An auxiliary or an "-ed" word is. An
+    "-s" word is when a verb's object follows it ("sells them", "includes a charger",
+    "costs 25 euros"); it is not when a noun's clause or the list goes on ("a husband
+    and kids who"), nor as the second of two plurals ("apples and oranges"); after a
+    ", and" (which splits anyway) it is. Otherwise it is only where a noun could not be
+    joined to the left's last word, and agreeing with the left clause's verb, itself a
+    present "-s" form: after a name or a counted unit ("lives in Lisbon and works
+    remotely", "is 900 euros and includes heating"; not "met Anna and friends", "his
+    wife and kids recently"), or before an "-ing" word."""
+    if not _s_form(first) or first.lower() in _AUXILIARIES:
+        return True
+    t = then.lower()
+    if t in _VERB_AFTER or t[:1].isdigit():
+        return True
+    if t in _SUBORDINATORS or t in ("and", "or"):
+        return False  # "a husband and kids who ...": a noun's clause, or a list goes on
+    words = _TOKEN.findall(left)
+    if len(words) >= 2 and _plural(words[-1], words[-2]):
+        return False
+    if comma:
+        return True  # ", and" splits anyway: the second clause is given the subject
+    last, before = words[-1] if words else "", words[-2] if len(words) >= 2 else ""
+    open_end = (len(words) >= 2 and last[:1].isupper()) or last[:1].isdigit() \
+        or before[:1].isdigit() or before.lower() in _NUMBER_WORDS or t.endswith("ing")
+    if not open_end:
+        return False
+    at = _verb_at(left)
+    verb = _TOKEN.match(left, at) if at is not None else None
+    return verb is not None and (verb.group(0).lower() in ("is", "has", "does")
+                                 or _s_form(verb.group(0)))
 
 
 def _split_and(sentence: str) -> list[str]:
@@ -539,7 +674,7 @@ def _split_and(sentence: str) -> list[str]:
     for m in _AND.finditer(sentence):
         left = given + sentence[start:m.start()].strip()
         right = sentence[m.end():]
-        how = _opens_clause(right)
+        how = _opens_clause(right, left, bool(m.group(1)))
         if how is Continuation.SUBJECT and _TOKEN.findall(left)[-1:] and \
                 _TOKEN.findall(left)[-1].lower() in _PRONOUNS:
             how = None  # "he and his family are": two subjects of one verb
@@ -815,17 +950,60 @@ def _outdated_member(member: MemoryView, near: Sequence[tuple[MemoryView, float]
 def plan_summary_updates(
     profile: str, summaries: Sequence[tuple[MemoryView, Sequence[MemoryView]]],
     near: Sequence[Sequence[tuple[MemoryView, float]]], vetoed: Set[str] = frozenset(),
+    peers: Sequence[Sequence[tuple[int, float]]] | None = None,
 ) -> list[SupersedePlan]:
     """Both directions between summaries and hot memories near them: hot memories a
     newer member updates (``plan_outdated_by_summaries``), then members a newer hot
-    memory updates (``plan_stale_summaries``), the first's outdated memories no longer
-    counting as newer values. Cold notes take part in the first only: they are
-    protected, never rewritten."""
+    memory, or a newer member of another summary (``peers``: per summary, the others
+    within ``supersede_similarity`` of it, by position, with the cosine), updates
+    (``plan_stale_summaries``), the first's outdated memories no longer counting as
+    newer values. Cold notes take part in the first only, and as the newer side of the
+    second: they are protected, never rewritten."""
     reverse = plan_outdated_by_summaries(profile, summaries, near, vetoed)
     gone = superseded_ids(reverse)
     rewritable = [i for i, (s, _) in enumerate(summaries)
                   if s.origin != Origin.COLD_LEARNING and not s.protected]
-    forward = plan_stale_summaries(
-        profile, [summaries[i] for i in rewritable],
-        [[(m, cos) for m, cos in near[i] if m.id not in gone] for i in rewritable], vetoed)
+    plain = [[(m, cos) for m, cos in near[i] if m.id not in gone] for i in rewritable]
+    if not peers or not any(peers):
+        return reverse + plan_stale_summaries(
+            profile, [summaries[i] for i in rewritable], plain, vetoed)
+    # Another summary's members are newer values too, each at its own date: cold under
+    # their summary, which states them hot, as in the reverse case. An older member
+    # points at the newest value of its fact, not at a member that is itself outdated
+    # (the chain 900 -> 950 -> 1000 of three summaries: 900 reaches 950's summary only):
+    # the members each plan moves, and the summaries that go cold, point on at their
+    # newest, until no pointer moves (each step is to a newer date: it ends).
+    others = [[(m, cos) for k, cos in peers[i] if k != i for m in summaries[k][1]
+               if not is_event(m)] for i in rewritable]
+    known = {m.id: m for _, members in summaries for m in members} | {
+        m.id: m for found in near for m, _ in found}
+    target: dict[str, str] = {}
+    forward: list[SupersedePlan] = []
+    for _ in range(len(summaries) + 1):
+        extended = [
+            [*plain[r], *others[r], *_onward(others[r], target, known)]
+            for r in range(len(rewritable))]
+        forward = plan_stale_summaries(
+            profile, [summaries[i] for i in rewritable], extended, vetoed)
+        now = {mid: p.newest_id for p in forward for mid in p.member_ids}
+        if now == target:
+            break
+        target = now
     return reverse + forward
+
+
+def _onward(
+    found: Sequence[tuple[MemoryView, float]], target: dict[str, str],
+    known: dict[str, MemoryView],
+) -> list[tuple[MemoryView, float]]:
+    """The newest values ``found``'s outdated members point at (``target``, followed to
+    its end), at the cosine of the member that leads to them."""
+    out = []
+    for m, cos in found:
+        at, seen = m.id, {m.id}
+        while at in target and target[at] not in seen and target[at] in known:
+            at = target[at]
+            seen.add(at)
+        if at != m.id:
+            out.append((known[at], cos))
+    return out

@@ -4,11 +4,12 @@ choices, and the start-up bench's arithmetic."""
 
 from __future__ import annotations
 
+import gc
 import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, get_args
+from typing import Annotated, Any, get_args
 
 import pytest
 import typer
@@ -19,16 +20,26 @@ from reverie.benchmarks.cli_start import MOVED, Sample, old_module, summarize
 from reverie.deployments.cli import (
     _COMMANDS,
     API_WORKERS,
+    BENCH_CALLS,
+    BENCH_CLIENTS,
+    BENCH_PROFILES,
+    BENCH_SIZES,
     CONTEXT_CHARS,
+    EMBEDDING_SENTENCES,
     EXIT_ERROR,
+    FLUSH_SECONDS,
     HISTORY_SHOWN,
+    INGEST_SENTENCES,
     RECALL_K,
+    SHORT,
+    STORE_BATCH,
     SummarizerChoice,
     _Commands,
     _typer,
     fresh_command,
     main,
 )
+from reverie.deployments.executable import unswept
 from reverie.models.config import SummarizerName
 
 
@@ -106,17 +117,30 @@ def _refused(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
     (["recall", "q", "--profile", "p", "-k"], RECALL_K),
     (["bench", "locomo", "f.json", "--budget"], CONTEXT_CHARS),
     (["api", "--workers"], API_WORKERS),
+    (["bench", "updates", "--profiles"], BENCH_PROFILES),
+    (["bench", "synthetic", "--profiles"], BENCH_PROFILES),
+    (["bench", "synthetic", "--ingest-sentences"], INGEST_SENTENCES),
+    (["bench", "api", "--profiles"], BENCH_PROFILES),
+    (["bench", "api", "--requests"], BENCH_CALLS),
+    (["bench", "api", "--store-requests"], BENCH_CALLS),
+    (["bench", "api", "--store-batch"], STORE_BATCH),
+    (["bench", "api", "--ingest-sentences"], INGEST_SENTENCES),
+    (["bench", "embedding", "--sentences"], EMBEDDING_SENTENCES),
+    (["events", "flush", "--timeout"], FLUSH_SECONDS),
 ])
-def test_whole_number_options_take_their_bounds_and_refuse_one_past(
-    words: list[str], bounds: tuple[int, int], capsys: pytest.CaptureFixture[str]
+def test_number_options_take_their_bounds_and_refuse_one_past(
+    words: list[str], bounds: tuple[float, float], capsys: pytest.CaptureFixture[str]
 ) -> None:
     low, high = bounds
     name = words[-1].lstrip("-").replace("-", "_")
     assert _parsed([*words, str(low)])[name] == low
     assert _parsed([*words, str(high)])[name] == high
     option = words[-1]
-    for outside, says in ((low - 1, f"greater than or equal to {low}"),
-                          (high + 1, f"less than or equal to {high}")):
+    def shown(bound: float) -> str:  # as pydantic words it: 0, not 0.0
+        return f"{bound:g}" if isinstance(bound, float) else str(bound)
+
+    for outside, says in ((low - 1, f"greater than or equal to {shown(low)}"),
+                          (high + 1, f"less than or equal to {shown(high)}")):
         err = _refused([*words, str(outside)], capsys)
         assert f"Invalid value for '{option}'" in err and says in err, err
         assert err.endswith("(--help for usage)")
@@ -131,6 +155,21 @@ def test_api_workers_takes_the_settings_range() -> None:
     bounds = (next(m.ge for m in metadata if isinstance(m, Ge)),
               next(m.le for m in metadata if isinstance(m, Le)))
     assert bounds == API_WORKERS
+
+
+@pytest.mark.parametrize(("option", "bounds"), [
+    ("--sizes", BENCH_SIZES), ("--clients", BENCH_CLIENTS)])
+def test_lists_of_whole_numbers_take_their_bounds_and_refuse_one_past(
+    option: str, bounds: tuple[int, int], capsys: pytest.CaptureFixture[str]
+) -> None:
+    low, high = bounds
+    name = option.lstrip("-")
+    assert _parsed(["bench", "api", option, f"{low},{high}"])[name] == [low, high]
+    for given, says in ((f"{low - 1},{high}", f"at least {low}"),
+                        (f"{low},{high + 1}", f"at most {high}")):
+        err = _refused(["bench", "api", option, given], capsys)
+        assert f"Invalid value for '{option}'" in err and says in err, err
+    assert _parsed(["bench", "synthetic", "--sizes", str(high)])["sizes"] == [high]
 
 
 def test_the_summarizer_is_a_closed_choice_of_the_configs_values(
@@ -231,3 +270,53 @@ def test_the_executable_sets_the_collectors_pace_before_importing_the_cli() -> N
     assert done.returncode == 0, done.stderr
     first, version = done.stdout.splitlines()
     assert first == "False False" and version.startswith("reverie ")
+
+
+def test_a_short_command_runs_without_the_collector_and_gives_it_back() -> None:
+    seen: list[bool] = []
+
+    def command(value: int) -> int:
+        seen.append(gc.isenabled())
+        if value < 0:
+            raise ValueError(value)
+        return value
+
+    assert gc.isenabled()
+    assert unswept(command)(3) == 3 and seen == [False] and gc.isenabled()
+    with pytest.raises(ValueError):
+        unswept(command)(-1)
+    assert seen == [False, False] and gc.isenabled()
+    gc.disable()  # off already: its owner's to turn back on
+    try:
+        unswept(command)(1)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
+def test_only_commands_whose_run_is_their_start_go_without_the_collector() -> None:
+    assert SHORT <= set(_COMMANDS)
+    # Whatever runs a flow, serves, benches, ingests or waits keeps the collector.
+    assert not SHORT & {"ingest", "backfill", "serve", "api", "mcp", "demo", "consolidate",
+                        "run", "bench", "events", "session-end", "approve", "alerts"}
+
+
+def test_a_short_command_is_run_without_the_collector_and_a_long_one_with_it(
+    monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import reverie.deployments.cli as cli
+
+    seen: dict[str, bool] = {}
+
+    def probe(name: str) -> Any:
+        def command(json_: Annotated[bool, typer.Option("--json")] = False) -> int:
+            seen[name] = gc.isenabled()
+            return 0
+        return command
+
+    for name in ("get", "serve"):
+        monkeypatch.setitem(cli._COMMANDS, name, cli._one(name, probe(name)))
+    monkeypatch.setattr(cli, "command", fresh_command)  # a tree of the probes, not cached
+    for name in ("get", "serve"):
+        assert main([name]) == 0
+    assert seen == {"get": False, "serve": True} and gc.isenabled()

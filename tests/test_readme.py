@@ -64,8 +64,9 @@ GUIDES = tuple(sorted(p for p in (ROOT / "docs").glob("*.md") if p.name != "benc
 PLACEHOLDERS = {
     "FILE": "memories.jsonl", "PATH": "locomo.json", "OUT": "out.json",
     "P": "alice", "S": "s1", "ID": "a1", "IDS": "conv-26,conv-30", "RUN_ID": "0b0e6d5e", "QUERY": "tea",
-    "ISO": "2025-07-01", "DATE": "2025-07-01", "N": "3", "R": "0.5",
-    "NAME": "default", "TEXT": "why", "SIZES": "1000,10000", "SECONDS": "30",
+    # N: within every whole-number option's bounds (bench embedding --sentences: 16 up).
+    "ISO": "2025-07-01", "DATE": "2025-07-01", "N": "16", "R": "0.5",
+    "NAME": "default", "TEXT": "why", "SIZES": "1000,10000", "CLIENTS": "1,8", "SECONDS": "30",
     "URL": "postgresql+psycopg2://reverie:reverie@127.0.0.1:5432/postgres", "HOST": "127.0.0.1", "FLOW": "decay", "FLOWS": "decay,full", "TYPE/NAME": "slack-webhook/ops",
     "<>": "a1",
 }

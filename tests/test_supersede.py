@@ -12,7 +12,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reverie.benchmarks.updates import GAPS, KINDS, REVERSE_KINDS, bench_updates
+from reverie.benchmarks.updates import (
+    GAPS,
+    KINDS,
+    REVERSE_KINDS,
+    SUMMARY_KINDS,
+    bench_updates,
+)
 from reverie.engines import llm
 from reverie.engines.llm import facts, kept_names
 from reverie.engines.similarity import DEFAULT_SEARCH, radius_neighbours
@@ -145,12 +151,49 @@ def test_a_member_adding_a_number_is_merged_and_its_fact_kept() -> None:
 
 def test_supersede_similarity_is_the_boundary() -> None:
     at = CONFIG.supersede_similarity
-    memories, vectors = chain(["The user works at Google.", "The user works at Stripe."],
-                              [at, 1.0])
+    texts = ["The user works at Google.", "User now works for Stripe as an engineer."]
+    memories, vectors = chain(texts, [at, 1.0])
     assert len(find_updates("p", memories, vectors, AS_OF, CONFIG)) == 1
-    memories, vectors = chain(["The user works at Google.", "The user works at Stripe."],
-                              [below(at), 1.0])
+    memories, vectors = chain(texts, [below(at), 1.0])
     assert find_updates("p", memories, vectors, AS_OF, CONFIG) == []
+
+
+@pytest.mark.parametrize("texts", [
+    ["The user works at Google.", "The user has been working for Stripe since last month."],
+    ["The user's rent is 900 euros a month.", "Rent: 1000 euros a month now."],
+])
+def test_pairs_of_one_frame_have_a_second_lower_boundary(texts: list[str]) -> None:
+    """The same words around two values (a name and "work"; euros and "rent"): the pair
+    is compared down to ``supersede_frame_similarity``, and audited as found there."""
+    assert supersede.frame(supersede.values(texts[0])) == supersede.frame(
+        supersede.values(texts[1])) is not None
+    at = CONFIG.supersede_frame_similarity
+    memories, vectors = chain(texts, [at, 1.0])
+    (update,) = find_updates("p", memories, vectors, AS_OF, CONFIG)
+    assert update.parameters["frame_similarity"] == at
+    memories, vectors = chain(texts, [below(at), 1.0])
+    assert find_updates("p", memories, vectors, AS_OF, CONFIG) == []
+    # At or above the first radius, no second search: the pair below it is not compared.
+    off = DedupConfig(supersede_frame_similarity=CONFIG.supersede_similarity)
+    memories, vectors = chain(texts, [below(CONFIG.supersede_similarity), 1.0])
+    assert find_updates("p", memories, vectors, AS_OF, off) == []
+    assert len(find_updates("p", memories, vectors, AS_OF, CONFIG)) == 1
+
+
+@pytest.mark.parametrize("a, b", [
+    # a name with "moved" (where one lives) and a date the appointment moved to
+    ("User is now living in Madrid.", "User moved the dentist appointment to 17 April."),
+    # other words besides the value: another fact, or more of one
+    ("The user works at Google.", "User's sister works at Deloitte."),
+    ("The user's rent is 900 euros.", "The user paid a deposit of 1800 euros for the flat."),
+    ("The user has 2 goldfish in a tank.", "The user has 3 cats."),
+    # no value, or no other word
+    ("The user likes green tea.", "The user likes black tea."),
+    ("Google.", "Stripe."),
+])
+def test_texts_of_other_frames(a: str, b: str) -> None:
+    fa, fb = supersede.frame(supersede.values(a)), supersede.frame(supersede.values(b))
+    assert fa is None or fb is None or fa != fb
 
 
 def test_memories_of_different_entities_never_supersede() -> None:
@@ -276,10 +319,13 @@ def test_the_bench_chains_answer_the_newest_value() -> None:
     # One profile's chains have every length from 2 to 5 and every case; `reverie bench
     # updates` runs eight (docs/quality.md), and the paraphrases' pairs are tested above.
     result = bench_updates(profiles=1, config=ConsolidationConfig(summarizer="rules"))
-    assert len(result.chains) == len(KINDS) + len(REVERSE_KINDS) + len(GAPS)
+    assert len(result.chains) == len(KINDS) + len(REVERSE_KINDS) + len(SUMMARY_KINDS) \
+        + len(GAPS)
     assert {c.length for c in result.chains} == {2, 3, 4, 5}
-    # The reverse chains' newest value was in a summary when their older ones came.
+    # The reverse chains' newest value was in a summary when their older ones came, and
+    # each value of a summary chain in a summary of its own.
     assert result.reverse_in_summary == result.reverse > 0
+    assert result.summary_chains_in_summaries == result.summary_chains == len(SUMMARY_KINDS)
     assert [c for c in result.chains if not c.newest] == []
     assert not any(c.joined or c.stale_hot for c in result.chains)
     assert result.distractors_found == result.distractors
@@ -474,6 +520,23 @@ def straightforward_plan(
     if len(candidates) < 2:
         return []
     neighbours = radius_neighbours(vectors, config.supersede_similarity, search=search)
+    # Pairs below the radius that say the same words around their values (one frame,
+    # entity, kind and relations) are found by the second, lower one, after the others.
+    low = radius_neighbours(vectors, config.supersede_frame_similarity, search=search)
+
+    def key(m: MemoryView) -> tuple | None:
+        v = supersede.values(m.content)
+        f = supersede.frame(v) if supersede.may_conflict(v) else None
+        return None if f is None else (m.entity or "", m.kind, v.relations, f)
+
+    keys = [key(m) for m in candidates]
+    neighbours = type(neighbours)(
+        [np.concatenate([near, [j for j in extra.tolist() if j not in near.tolist()
+                                and keys[row] is not None and keys[j] == keys[row]]]
+                        ).astype(np.int64)
+         for row, (near, extra) in enumerate(zip(neighbours.indices, low.indices,
+                                                 strict=True))],
+        neighbours.similarities)
     order = sorted(range(len(candidates)), key=lambda i: newest_first(candidates[i]),
                    reverse=True)
     claimed = np.zeros(len(candidates), dtype=bool)

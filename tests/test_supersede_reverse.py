@@ -10,6 +10,8 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from test_supersede import audits, by_external, dry_run_then_real, iso, state
 
 from reverie.flows.cold_notes import consolidate_cold
@@ -18,6 +20,7 @@ from reverie.models.config import ConsolidationConfig
 from reverie.models.records import MemoryView
 from reverie.models.store import Store
 from reverie.models.tables import Origin, Tier
+from reverie.tasks import supersede
 from reverie.tasks.supersede import (
     RESTATE_RULE,
     REVERSE_RULE,
@@ -88,6 +91,19 @@ from factories import AS_OF, ingest_records, undo_consolidation, view
     ("The user's rent is 900 euros and the deposit 1800 euros.",
      ("The user's rent is 900 euros and the deposit 1800 euros.",)),
     ("User's sister and brother work at Siemens.", ("User's sister and brother work at Siemens.",)),
+    # an "-s" verb known by its place, not by a list: an object after it, or agreeing
+    # with the first clause's verb and not the second of two plurals
+    ("Maya lives in Lisbon and repairs bikes on weekends.",
+     ("Maya lives in Lisbon", "Maya repairs bikes on weekends.")),
+    ("User grows tomatoes and sells them at the market.",
+     ("User grows tomatoes", "User sells them at the market.")),
+    ("The user rents a flat and the landlord repaints it every year.",
+     ("The user rents a flat", "the landlord repaints it every year.")),
+    ("User met Anna and friends at the park.", ("User met Anna and friends at the park.",)),
+    ("User collects stamps and coins from Portugal.",
+     ("User collects stamps and coins from Portugal.",)),
+    ("The user likes the apples and the pears from Spain.",
+     ("The user likes the apples and the pears from Spain.",)),
     # a clause opening with its verb has no subject to give
     ("adopted a cat named Tom and feeds it daily.", ("adopted a cat named Tom and feeds it daily.",)),
     # sentences, semicolons and a ", and" split as before
@@ -98,6 +114,49 @@ from factories import AS_OF, ingest_records, undo_consolidation, view
 ])
 def test_clauses(text: str, expected: tuple[str, ...]) -> None:
     assert clauses(text) == expected
+
+
+_WORD = st.from_regex(r"[a-z]{3,8}", fullmatch=True)
+_NAME = st.from_regex(r"[A-Z][a-z]{2,7}", fullmatch=True)
+_PLURAL = _WORD.filter(lambda w: not w.endswith("s")).map(lambda w: w + "s").filter(
+    lambda w: w not in supersede._AUXILIARIES)
+_SUBJECT = st.sampled_from(["User", "The user", "Maya", "The user's sister"])
+_VERB = st.sampled_from(["likes", "buys", "collects", "sold", "has", "keeps", "met"])
+_TAIL = st.sampled_from(["", " from the market", " at home", " every week", " in Porto"])
+
+
+@settings(max_examples=200, deadline=None, database=None)
+@given(_SUBJECT, _VERB, st.lists(_PLURAL, min_size=2, max_size=4), _TAIL)
+def test_a_list_of_plurals_stays_whole(subject: str, verb: str, items: list[str],
+                                       tail: str) -> None:
+    """"apples and oranges", "apples, pears and plums": an "-s" word after "and" that
+    follows another plural is an item of a list, whatever the words are."""
+    listed = ", ".join(items[:-1]) + " and " + items[-1]
+    text = f"{subject} {verb} {listed}{tail}."
+    assert clauses(text) == (text,)
+
+
+@settings(max_examples=200, deadline=None, database=None)
+@given(_NAME, _NAME, st.sampled_from(["went hiking", "work at Siemens", "are friends",
+                                       "visited Porto", "own 2 cats"]),
+       st.sampled_from(["", "User met ", "The user's friends "]))
+def test_two_names_joined_by_and_stay_whole(a: str, b: str, rest: str, before: str) -> None:
+    """"Tom and Anna went hiking": two subjects (or objects) of one verb."""
+    text = f"{before}{a} and {b} {rest}." if not before.startswith("User") else \
+        f"{before}{a} and {b} at the park."
+    assert clauses(text) == (text,)
+
+
+@settings(max_examples=200, deadline=None, database=None)
+@given(_SUBJECT, st.integers(1, 100000), st.integers(1, 100000),
+       st.sampled_from(["euros", "cats", "km", "people"]),
+       st.sampled_from(["is between {a} and {b}", "paid {a} and {b}", "has {a} and {b}",
+                        "counted {a} and {b}"]))
+def test_two_numbers_joined_by_and_stay_whole(subject: str, a: int, b: int, unit: str,
+                                              verb: str) -> None:
+    """"between 900 and 1000 euros": a number after "and" opens no clause."""
+    text = f"{subject} {verb.format(a=a, b=b)} {unit}."
+    assert clauses(text) == (text,)
 
 
 def test_a_clause_restated_alone_keeps_its_subject() -> None:

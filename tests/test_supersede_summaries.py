@@ -1,0 +1,159 @@
+"""An update supersedes across two summaries (issue #37, item 3): a member of an older
+summary (a merge or a compression) that a member of a newer summary states otherwise
+points at the newest value, the older summary is restated without it (or goes cold when
+every member is stale), what else it said stays said; the plan (pure), then through the
+flows: in the supersession's own transaction, audited, undone with it, a dry run
+selects what the real run does and a second run changes nothing."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import timedelta
+
+import pytest
+from test_supersede import audits, by_external, dry_run_then_real, iso, state
+
+from reverie.flows.full_consolidation import full_consolidation
+from reverie.models.config import ConsolidationConfig, DedupConfig
+from reverie.models.records import MemoryView
+from reverie.models.store import Store
+from reverie.models.tables import Origin, Tier
+from reverie.tasks.supersede import plan_summary_updates
+
+from factories import AS_OF, ingest_records, undo_consolidation, view
+
+
+def _summary(sid: str, members: list[MemoryView], origin: Origin = Origin.DEDUP_SUMMARY,
+             content: str | None = None) -> tuple[MemoryView, list[MemoryView]]:
+    """A summary as the store holds it: dated by its oldest member, its members cold
+    under it."""
+    members = [replace(m, tier=Tier.COLD, superseded_by=sid) for m in members]
+    summary = view(sid, content=content or " ".join(m.content for m in members),
+                   entity=members[0].entity,
+                   origin=origin, created_at=min(m.created_at for m in members),
+                   protected=origin == Origin.COLD_LEARNING)
+    return summary, members
+
+
+def _said(mid: str, text: str, days: int) -> MemoryView:
+    return view(mid, content=text, created_at=AS_OF - timedelta(days=days))
+
+
+def test_an_older_summarys_member_points_at_a_newer_summarys_member() -> None:
+    """The older summary holds the old code and a second fact: its stale member points
+    at the newer summary's newest member, and it is restated for its other member."""
+    old = _summary("s1", [_said("a0", "The user's bike lock code is 4812.", 300),
+                          _said("a1", "The user's bike is a blue Trek.", 299)],
+                   content="The user's bike lock code is 4812. The user's bike is a blue Trek.")
+    new = _summary("s2", [_said("b0", "The user's bike lock code is 7730.", 100),
+                          _said("b1", "User's bike lock code: 7730 now.", 99)])
+    plans = plan_summary_updates("p", [old, new], [[], []], peers=[[(1, 0.5)], [(0, 0.5)]])
+    (plan,) = plans
+    assert (plan.newest_id, plan.member_ids) == ("b1", ("a0",))
+    assert plan.parameters["summary"] == "s1" and plan.similarities == {"a0": 0.5}
+    assert plan.priors == {"a0": (Tier.COLD, "active", "s1")}
+    (rest,) = plan.restated  # the older summary, less its stale member
+    assert rest.absorbed_ids == ("s1",) and rest.member_ids == ("a1",)
+    assert "4812" not in rest.content and "blue Trek" in rest.content
+    # Without the peers (the code before): nothing.
+    assert plan_summary_updates("p", [old, new], [[], []]) == []
+
+
+def test_an_older_summary_every_member_of_which_is_stale_goes_cold() -> None:
+    old = _summary("s1", [_said("a0", "The user's rent is 900 euros a month.", 300),
+                          _said("a1", "User pays 900 euros of rent every month.", 290)],
+                   origin=Origin.COMPRESSED)
+    new = _summary("s2", [_said("b0", "The user's rent is 1000 euros a month.", 100)])
+    (plan,) = plan_summary_updates("p", [old, new], [[], []], peers=[[(1, 0.4)], [(0, 0.4)]])
+    assert plan.newest_id == "b0" and plan.member_ids == ("a0", "a1", "s1")
+    assert plan.conflicts["s1"] == "summary" and plan.restated == ()
+
+
+def test_a_chain_of_summaries_points_every_older_member_at_the_newest() -> None:
+    """900 -> 950 -> 1000, each in a summary of its own; the oldest reaches only the
+    middle one: its member still points at 1000, not at the outdated 950."""
+    s1 = _summary("s1", [_said("a0", "The user's rent is 900 euros a month.", 300)])
+    s2 = _summary("s2", [_said("b0", "The user's rent is 950 euros a month.", 200)])
+    s3 = _summary("s3", [_said("c0", "The user's rent is 1000 euros a month.", 100)])
+    peers = [[(1, 0.6)], [(0, 0.6), (2, 0.6)], [(1, 0.6)]]
+    plans = plan_summary_updates("p", [s1, s2, s3], [[], [], []], peers=peers)
+    assert {p.newest_id for p in plans} == {"c0"}
+    assert sorted(m for p in plans for m in p.member_ids) == ["a0", "b0", "s1", "s2"]
+    # A second plan of the same store (its summaries as they were read) is the same.
+    assert plan_summary_updates("p", [s1, s2, s3], [[], [], []], peers=peers) == plans
+
+
+@pytest.mark.parametrize("newer, why", [
+    # the same value said again
+    ([_said("b0", "User's bike lock code: 4812.", 100)], "agrees"),
+    # older than the member: the other summary is the stale one
+    ([_said("b0", "The user's bike lock code is 7730.", 400)], "older"),
+    # another fact, another entity, an event
+    ([_said("b0", "The user's gym membership costs 7730 euros.", 100)], "other fact"),
+    ([view("b0", content="The user's bike lock code is 7730.", entity="Sam",
+           created_at=AS_OF - timedelta(days=100))], "entity"),
+])
+def test_no_update_between_summaries(newer: list[MemoryView], why: str) -> None:
+    old = _summary("s1", [_said("a0", "The user's bike lock code is 4812.", 300)])
+    plans = plan_summary_updates("p", [old, _summary("s2", newer)], [[], []],
+                                 peers=[[(1, 0.6)], [(0, 0.6)]])
+    assert all(p.parameters["summary"] != "s1" for p in plans), why
+
+
+def test_a_cold_note_is_never_rewritten_but_its_members_update() -> None:
+    note = _summary("n", [_said("a0", "The user's bike lock code is 4812.", 300)],
+                    origin=Origin.COLD_LEARNING)
+    newer_note = _summary("m", [_said("b0", "The user's bike lock code is 7730.", 100)],
+                          origin=Origin.COLD_LEARNING)
+    merge = _summary("s", [_said("c0", "User's bike lock code: 4812.", 250)])
+    assert plan_summary_updates("p", [note, newer_note], [[], []],
+                                peers=[[(1, 0.6)], [(0, 0.6)]]) == []
+    (plan,) = plan_summary_updates("p", [merge, newer_note], [[], []],
+                                   peers=[[(1, 0.6)], [(0, 0.6)]])
+    assert plan.newest_id == "b0" and plan.member_ids == ("c0", "s")
+
+
+# --- through the flows ------------------------------------------------------------------
+
+
+@pytest.mark.usefixtures("prefect_api")
+def test_an_older_summary_updated_by_a_newer_summary(store: Store) -> None:
+    """Both values were merged into summaries of their own by a run that searched no
+    updates (a release before them: both radii at 1.0). The next run points
+    the older members at the newest, the older summary goes cold; a dry run selects what
+    the real run does, a second run changes nothing, undo restores it."""
+    rows = [{"profile": "p", "id": f"o{k}", "content": text, "created_at": iso(300 - k)}
+            for k, text in enumerate(["The user's bike lock code is 4812.",
+                                      "The user's bike lock code is 4812 now.",
+                                      "User's bike lock code: 4812."])]
+    rows += [{"profile": "p", "id": f"n{k}", "content": text, "created_at": iso(100 - k)}
+             for k, text in enumerate(["The user's bike lock code is 7730.",
+                                       "The user's bike lock code is 7730 now.",
+                                       "User's bike lock code: 7730."])]
+    assert not ingest_records(store, rows).errors
+    blind = ConsolidationConfig(summarizer="rules", dedup=DedupConfig(
+        supersede_similarity=1.0, supersede_frame_similarity=1.0))
+    full_consolidation(profile="p", as_of=AS_OF - timedelta(days=50), config=blind)
+    mine = by_external(store)
+    older, newer = mine["o0"]["superseded_by"], mine["n0"]["superseded_by"]
+    assert older and newer and older != newer  # two summaries, one value each
+
+    rules = ConsolidationConfig(summarizer="rules")
+    dry_run_then_real(store, rules)
+    mine = by_external(store)
+    assert {mine[f"o{k}"]["superseded_by"] for k in range(3)} == {mine["n2"]["id"]}
+    (audit,) = audits(store)
+    assert audit["parameters"]["summary"] == older
+    memories = {r["id"]: r for r in state(store) if r["type"] == "memory"}
+    assert memories[older]["tier"] == Tier.COLD and memories[newer]["tier"] == Tier.HOT
+    hot = " ".join(r["content"] for r in memories.values() if r["tier"] == Tier.HOT)
+    assert "4812" not in hot and "7730" in hot
+
+    after = state(store)
+    full_consolidation(profile="p", as_of=AS_OF, config=rules)
+    assert state(store) == after  # a second run changes nothing
+
+    undo_consolidation(store, audit["id"], "p")
+    memories = {r["id"]: r for r in state(store) if r["type"] == "memory"}
+    assert memories[older]["tier"] == Tier.HOT
+    assert {by_external(store)[f"o{k}"]["superseded_by"] for k in range(3)} == {older}

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from reverie.benchmarks.api import wait_until_healthy
 
+from conftest import prefect_home
 from prefect_stack import new_store_url
 
 ALICE_TOKEN = "alice-token-0123456789abcdef"
@@ -65,7 +66,7 @@ def api_server(database_url: str, folder: Path, **extra: str) -> Iterator[Runnin
     port = free_port()
     log = folder / "api.log"
     # Its own Prefect home: a local server it starts for a run is this test's alone.
-    env = server_env(database_url, PREFECT_HOME=str(folder / "prefect"), **extra)
+    env = server_env(database_url, PREFECT_HOME=str(prefect_home(folder / "prefect")), **extra)
     with log.open("wb") as out:
         process = subprocess.Popen(
             [reverie(), "-v", "api", "--port", str(port)], stdout=out, stderr=out, env=env)

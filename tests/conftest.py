@@ -37,7 +37,21 @@ if os.environ.get("PREFECT_HOME", "") == os.environ.get("REVERIE_TEST_PREFECT_HO
     os.environ["PREFECT_HOME"] = tempfile.mkdtemp(prefix="reverie-test-prefect-")
     os.environ["REVERIE_TEST_PREFECT_HOME"] = os.environ["PREFECT_HOME"]
 
+# What a run makes once and its processes (xdist's workers inherit this) share, made by
+# the first that needs it: a migrated Prefect database (prefect_home) and, on
+# PostgreSQL, an empty store to copy (_create_postgres_store). The process that chose
+# the folder removes both at its end.
+if "REVERIE_TEST_RUN_DIR" not in os.environ:
+    import tempfile
+
+    os.environ["REVERIE_TEST_RUN_DIR"] = tempfile.mkdtemp(prefix="reverie-test-run-")
+    os.environ["REVERIE_TEST_RUN_OWNER"] = str(os.getpid())
+
+import concurrent.futures
 import shutil
+import sqlite3
+import subprocess
+import sys
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -52,6 +66,7 @@ from reverie.models.store import Store
 from factories import ingest_file
 
 TEST_POSTGRES = os.environ.get("REVERIE_TEST_POSTGRES")  # an admin URL, or unset
+RUN_DIR = Path(os.environ["REVERIE_TEST_RUN_DIR"])
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -87,6 +102,55 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     home = os.environ.get("REVERIE_TEST_PREFECT_HOME")
     if home and home == os.environ.get("PREFECT_HOME"):
         shutil.rmtree(home, ignore_errors=True)
+    for executor in _dropping:
+        executor.shutdown(wait=True)
+    if os.environ.get("REVERIE_TEST_RUN_OWNER") == str(os.getpid()):
+        if TEST_POSTGRES:
+            _drop_postgres_database(_postgres_url(_store_template_name()))
+        shutil.rmtree(RUN_DIR, ignore_errors=True)
+
+
+# Prefect migrates a new database from empty, about 3.5 s of CPU, at every start of a
+# server (or of a command's temporary one) in a home of its own: the suite does that
+# some fifty times per leg. A copy of a database Prefect migrated is the same database.
+MIGRATE_PREFECT_DB = (
+    "import asyncio\n"
+    "from prefect.server.database import provide_database_interface\n"
+    "asyncio.run(provide_database_interface().create_db())\n"
+)
+
+
+def prefect_home(home: Path) -> Path:
+    """``home``, made a fresh Prefect home whose database Prefect has already migrated
+    (once per run, by Prefect itself: ``create_db``, as a server's start does); a home
+    that already has a database is left as it is."""
+    from filelock import FileLock
+
+    home.mkdir(parents=True, exist_ok=True)
+    if (home / "prefect.db").exists():
+        return home
+    template = RUN_DIR / "prefect.db"
+    with FileLock(f"{template}.lock"):
+        if not template.exists():
+            making = template.parent / "making"
+            shutil.rmtree(making, ignore_errors=True)
+            env = {k: v for k, v in os.environ.items()
+                   if not k.startswith(("PREFECT_API_DATABASE", "PREFECT_API_URL"))}
+            subprocess.run([sys.executable, "-c", MIGRATE_PREFECT_DB], check=True,
+                           env={**env, "PREFECT_HOME": str(making)}, timeout=600,
+                           capture_output=True)
+            # SQLite's backup: one consistent file, whatever the journal left beside it.
+            source, copy = sqlite3.connect(making / "prefect.db"), sqlite3.connect(
+                f"{template}.part")
+            try:
+                source.backup(copy)
+            finally:
+                source.close()
+                copy.close()
+            os.replace(f"{template}.part", template)
+            shutil.rmtree(making, ignore_errors=True)
+    shutil.copyfile(template, home / "prefect.db")
+    return home
 
 
 # The tracer, and the lines each file of the store's code ran (in this process and,
@@ -198,17 +262,52 @@ def _reaches_store(item: pytest.Item, reaches: Callable[[object], bool]) -> bool
     return any(reaches(d.func) for d in _fixture_defs(item))
 
 
-def _create_postgres_database() -> str:
+def _postgres_url(name: str) -> str:
+    return TEST_POSTGRES.rsplit("/", 1)[0] + f"/{name}"  # type: ignore[union-attr]
+
+
+def _create_postgres_database(template: str = "template0") -> str:
     name = f"reverie_test_{uuid.uuid4().hex[:12]}"
     admin = create_engine(TEST_POSTGRES, isolation_level="AUTOCOMMIT")  # type: ignore[arg-type]
     with admin.connect() as conn:
-        # C collation: the database orders text as SQLite does.
+        # C collation: the database orders text as SQLite does (a copy keeps its
+        # template's).
         conn.execute(text(
             f"CREATE DATABASE {name} TEMPLATE template0 ENCODING 'UTF8' "
-            "LC_COLLATE 'C' LC_CTYPE 'C'"
+            "LC_COLLATE 'C' LC_CTYPE 'C'" if template == "template0"
+            else f"CREATE DATABASE {name} TEMPLATE {template}"
         ))
     admin.dispose()
-    return TEST_POSTGRES.rsplit("/", 1)[0] + f"/{name}"  # type: ignore[union-attr]
+    return _postgres_url(name)
+
+
+def _store_template_name() -> str:
+    return f"reverie_tmpl_{RUN_DIR.name.rsplit('-', 1)[-1].lower()}"
+
+
+def _create_postgres_store() -> str:
+    """A new PostgreSQL database holding an empty store, with an id of its own: a copy
+    of one that ``Store.create`` made once per run. Creating the schema in each new
+    database took about 1.2 s of the server's time, some 500 times per leg."""
+    from filelock import FileLock
+
+    template = _store_template_name()
+    with FileLock(str(RUN_DIR / "postgres-store.lock")):
+        if not (RUN_DIR / "postgres-store").exists():
+            made = _create_postgres_database()
+            Store(made).create()
+            dispose(made)  # a database is copied only while nobody is connected to it
+            admin = create_engine(TEST_POSTGRES, isolation_level="AUTOCOMMIT")  # type: ignore[arg-type]
+            with admin.connect() as conn:
+                conn.execute(text(
+                    f"ALTER DATABASE {made.rsplit('/', 1)[1]} RENAME TO {template}"))
+            admin.dispose()
+            (RUN_DIR / "postgres-store").write_text(template)
+    url = _create_postgres_database(template)
+    with Store(url).writing_all() as s:
+        s.execute(text("UPDATE store_meta SET value = :id WHERE key = 'store_id'"),
+                  {"id": uuid.uuid4().hex})
+    return url
 
 
 def _drop_postgres_database(url: str) -> None:
@@ -219,6 +318,20 @@ def _drop_postgres_database(url: str) -> None:
     admin.dispose()
 
 
+_dropping: list[concurrent.futures.ThreadPoolExecutor] = []
+
+
+def _drop_postgres_database_soon(url: str) -> None:
+    """Drop a test's database in this process's background thread: a drop waits about a
+    second on the server's disk, which the next test need not wait for. This process's
+    connections to it are closed first; whatever else holds one, the drop forces out.
+    The process waits for its drops at its end (pytest_unconfigure)."""
+    dispose(url)
+    if not _dropping:
+        _dropping.append(concurrent.futures.ThreadPoolExecutor(1, "drop-database"))
+    _dropping[0].submit(_drop_postgres_database, url)
+
+
 @pytest.fixture
 def new_store(tmp_path: Path) -> Iterator[Callable[[str], Store]]:
     """Make further empty stores (SQLite files, or PostgreSQL databases), cleaned up
@@ -227,7 +340,10 @@ def new_store(tmp_path: Path) -> Iterator[Callable[[str], Store]]:
     made: list[str] = []
 
     def make(name: str, create: bool = True) -> Store:
-        url = _create_postgres_database() if TEST_POSTGRES else f"sqlite:///{tmp_path / name}.db"
+        if TEST_POSTGRES:
+            url = _create_postgres_store() if create else _create_postgres_database()
+        else:
+            url = f"sqlite:///{tmp_path / name}.db"
         made.append(url)
         store = Store(url)
         if create:
@@ -237,7 +353,7 @@ def new_store(tmp_path: Path) -> Iterator[Callable[[str], Store]]:
     yield make
     for url in made:
         if TEST_POSTGRES:
-            _drop_postgres_database(url)
+            _drop_postgres_database_soon(url)
         else:
             dispose(url)
 

@@ -3,8 +3,8 @@ the store.
 
 ``make test`` runs the whole suite on SQLite, then on PostgreSQL only the tests whose
 outcome can depend on the back-end: those that reach the suite's store factory
-(``conftest._create_postgres_database``, or a read of ``TEST_POSTGRES``), through a
-fixture or a helper they call by name. A test that reaches neither does the very same
+(``conftest._create_postgres_database`` or ``_create_postgres_store``, or a read of
+``TEST_POSTGRES``), through a fixture or a helper they call by name. A test that reaches neither does the very same
 thing with ``REVERIE_TEST_POSTGRES`` set or not, so running it twice tested nothing
 more. The rule follows names, so a new test that takes the ``store`` fixture, or calls
 ``new_store_url``, is on both legs without anyone listing it; ``@pytest.mark.store``
@@ -31,7 +31,7 @@ PACKAGE = TESTS.parent
 STORE_SOURCES = (PACKAGE / "models" / "store.py", *sorted(
     p for p in (PACKAGE / "models" / "repositories").glob("*.py") if p.name != "__init__.py"))
 # What a test reads or calls to get a store on the back-end under test.
-BACKEND_NAMES = frozenset({"TEST_POSTGRES", "_create_postgres_database"})
+BACKEND_NAMES = frozenset({"TEST_POSTGRES", "_create_postgres_database", "_create_postgres_store"})
 
 
 def _names(code: types.CodeType) -> set[str]:

@@ -40,7 +40,13 @@ from reverie.models.db import dispose
 from reverie.models.store import Store
 from reverie.runner import event_delivery
 
-from conftest import TEST_POSTGRES, _create_postgres_database, _drop_postgres_database, clone_sample
+from conftest import (
+    TEST_POSTGRES,
+    _create_postgres_store,
+    _drop_postgres_database_soon,
+    clone_sample,
+    prefect_home,
+)
 
 FINAL = frozenset({"COMPLETED", "FAILED", "CRASHED", "CANCELLED"})
 POLL_SECONDS = 0.5
@@ -128,13 +134,13 @@ def write_prefect_file(folder: Path, edit: Callable[[dict[str, Any]], None]) -> 
 def new_store_url(folder: Path) -> Iterator[str]:
     """An empty store's URL (a SQLite file in ``folder``, or a fresh PostgreSQL database
     with REVERIE_TEST_POSTGRES set), dropped afterwards."""
-    url = _create_postgres_database() if TEST_POSTGRES else f"sqlite:///{folder}/store.db"
+    url = _create_postgres_store() if TEST_POSTGRES else f"sqlite:///{folder}/store.db"
     Store(url).create()
     try:
         yield url
     finally:
         if TEST_POSTGRES:
-            _drop_postgres_database(url)
+            _drop_postgres_database_soon(url)
         else:
             dispose(url)
 
@@ -497,7 +503,7 @@ def running_stack(
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
     port = free_port()
-    home, log = folder / "prefect-home", folder / "stack.log"
+    home, log = prefect_home(folder / "prefect-home"), folder / "stack.log"
     with environment(REVERIE_DATABASE_URL=store_url,
                      PREFECT_WORKER_QUERY_SECONDS=str(WORKER_QUERY_SECONDS)):
         processes = start_stack(port, home, log, prefect_file)

@@ -19,6 +19,7 @@ from reverie.deployments.serve import project_root, start_server, stop
 from reverie.models.errors import ConfigError
 from reverie.models.store import Store
 
+from conftest import prefect_home
 from prefect_stack import EVENT_SECONDS, Stack, free_port, wait_for
 
 pytestmark = pytest.mark.store_independent(
@@ -63,7 +64,7 @@ def test_a_failed_run_notifies_the_operators_block_and_a_clean_one_does_not(
 
     port = free_port()
     api = f"http://127.0.0.1:{port}/api"
-    home, log = tmp_path / "prefect", tmp_path / "server.log"
+    home, log = prefect_home(tmp_path / "prefect"), tmp_path / "server.log"
     server = start_server(port, home, log)
     # Reads of what the server did (its automation's firings, its runs); no worker here.
     reads = Stack(port, home, log, sample_store, [server])

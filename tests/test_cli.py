@@ -17,7 +17,7 @@ from reverie.deployments.cli import EXIT_ERROR, EXIT_OK, EXIT_REJECTED, main
 from reverie.models.repositories import memories as memories_repo
 from reverie.models.store import Store
 
-from conftest import clone_sample
+from conftest import clone_sample, prefect_home
 from factories import in_read, ingest_file
 
 
@@ -164,7 +164,7 @@ def test_a_run_without_a_prefect_api_leaves_its_whole_history_and_no_traceback(
     """The temporary server lives as long as the command: the command waits until it has
     recorded every task run, rather than exit while the last ones are being written."""
     store = clone_sample(sample_template, new_store("local"))
-    home = tmp_path / "prefect"
+    home = prefect_home(tmp_path / "prefect")
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_API")}
     env.update({"PREFECT_HOME": str(home), "REVERIE_DATABASE_URL": store.url})
     done = subprocess.run(

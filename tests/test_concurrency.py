@@ -27,6 +27,7 @@ from reverie.runner.profile_holds import (
 )
 from reverie.tasks import blocks
 
+from conftest import prefect_home
 from factories import acquire_leases, lease_holders, release_leases, renew_leases, run_history
 from prefect_stack import free_port
 
@@ -335,7 +336,7 @@ def test_a_profile_held_by_a_run_killed_with_its_server_comes_free_within_a_leas
     from prefect.client.orchestration import get_client
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    port, home, log = free_port(), tmp_path / "prefect", tmp_path / "server.log"
+    port, home, log = free_port(), prefect_home(tmp_path / "prefect"), tmp_path / "server.log"
     server = start_server(port, home, log)
     env = {**os.environ, "PREFECT_API_URL": f"http://127.0.0.1:{port}/api",
            "REVERIE_DATABASE_URL": sample_store.url, "REVERIE_LEASE_SECONDS": "5",

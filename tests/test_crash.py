@@ -26,7 +26,7 @@ from reverie.flows.decay import decay
 from reverie.models.export import export_jsonl
 from reverie.models.store import Store
 
-from conftest import TEST_POSTGRES, clone_sample
+from conftest import TEST_POSTGRES, clone_sample, prefect_home
 from factories import at_cosine, ingest_records
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("prefect_api")]
@@ -169,7 +169,8 @@ def test_a_command_killed_at_any_point_run_again_ends_like_an_uninterrupted_one(
     mark = tmp_path / "held"
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_API")}
     env.update({"MARK": str(mark), "HOLD": f"{kind}:{step}",
-                "PREFECT_HOME": str(tmp_path / "prefect"), "PREFECT_LOGGING_LEVEL": "ERROR",
+                "PREFECT_HOME": str(prefect_home(tmp_path / "prefect")),
+                "PREFECT_LOGGING_LEVEL": "ERROR",
                 # The temporary server's start, on a loaded machine: the harness's allowance.
                 "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120"})
     args = [*COMMANDS[flow][0], "--all", "--as-of", AS_OF.isoformat()]

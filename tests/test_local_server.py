@@ -24,7 +24,7 @@ from reverie.deployments import local_server
 from reverie.deployments.local_server import LocalServer, local_api, read_state, stop
 from reverie.models.store import Store
 
-from conftest import clone_sample
+from conftest import clone_sample, prefect_home
 
 pytestmark = pytest.mark.store_independent(
     "the shared local Prefect server's life cycle")
@@ -37,7 +37,7 @@ def local(sample_template: Path, new_store: Callable[[str], Store], tmp_path: Pa
           ) -> Iterator[Callable[..., subprocess.CompletedProcess[str]]]:
     """Run ``reverie`` as a user without PREFECT_API_URL would, in shared mode."""
     store = clone_sample(sample_template, new_store("local"))
-    home = tmp_path / "prefect"
+    home = prefect_home(tmp_path / "prefect")
     base = {k: v for k, v in os.environ.items()
             if not k.startswith(("PREFECT_API", "PREFECT_LOGGING"))}
     base.update({"PREFECT_HOME": str(home), "REVERIE_DATABASE_URL": store.url,

@@ -30,6 +30,7 @@ from reverie.models.db import copy_profiles, dispose
 from reverie.models.export import export_jsonl
 from reverie.models.store import Store
 
+from conftest import prefect_home
 from factories import ingest_records
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("prefect_api")]
@@ -96,7 +97,8 @@ def _summaries(exports: dict[str, str]) -> int:
 
 def _cli_env(tmp_path: Path, store: Store, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_API")}
-    env.update({"REVERIE_DATABASE_URL": store.url, "PREFECT_HOME": str(tmp_path / "prefect"),
+    env.update({"REVERIE_DATABASE_URL": store.url,
+                "PREFECT_HOME": str(prefect_home(tmp_path / "prefect")),
                 "PREFECT_LOGGING_LEVEL": "ERROR",
                 "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120", **extra})
     return env

@@ -22,7 +22,7 @@ from reverie.deployments.cli import main
 from reverie.models.config import ConsolidationConfig, LinkConfig, SearchConfig
 from reverie.models.errors import ConfigError
 
-from conftest import TEST_POSTGRES
+from conftest import TEST_POSTGRES, prefect_home
 
 
 def test_the_same_spec_gives_the_same_store() -> None:
@@ -242,7 +242,7 @@ def test_a_bench_ends_cleanly_with_no_traceback(tmp_path: Path, server: bool) ->
     command = [sys.executable, "-m", "reverie.deployments.cli", "bench", "synthetic",
                "--sizes", "300", "--no-baseline", "--ingest-sentences", "0",
                "--flow-list", "decay,lightweight", "--json", str(tmp_path / "b.json")]
-    env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect")}
+    env = {**os.environ, "PREFECT_HOME": str(prefect_home(tmp_path / "prefect"))}
     env.pop("PREFECT_API_URL", None)
     done = subprocess.run([*command, *(["--server"] if server else [])], env=env,
                           capture_output=True, text=True, timeout=600, cwd=tmp_path)

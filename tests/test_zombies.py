@@ -40,7 +40,7 @@ from reverie.deployments.serve import (
 from reverie.models.db import copy_profiles
 from reverie.models.store import Store
 
-from conftest import clone_sample
+from conftest import clone_sample, prefect_home
 from prefect_stack import (
     EVENT_SECONDS,
     RUN_SECONDS,
@@ -137,6 +137,7 @@ class Serve:
     def __init__(self, folder: Path, edit: Callable[[dict[str, Any]], None]) -> None:
         self.folder, self.port = folder, free_port()
         self.prefect_file = write_prefect_file(folder, edit)
+        prefect_home(folder / "home")
         self.out = folder / "serve.out"
         self.process: subprocess.Popen[bytes] | None = None
 

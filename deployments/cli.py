@@ -351,6 +351,7 @@ class SummarizerChoice(StrEnum):
 HISTORY_SHOWN = (1, 1000)  # status --limit: the API's consolidation status limit
 RECALL_K = (1, 10_000)  # recall -k: the API's k
 CONTEXT_CHARS = (0, 200_000)  # bench locomo --budget: the API's budget_chars
+API_WORKERS = (1, 16)  # api --workers: REVERIE_API_WORKERS's range
 # The benches' sizes: beyond these a run would take days or more memory than a machine
 # has, so a larger number is a slip of the keyboard.
 BENCH_PROFILES = (1, 1000)  # bench updates/synthetic/api --profiles
@@ -1621,7 +1622,13 @@ Host = Annotated[str, typer.Option("--host", metavar="HOST", help="address to li
 Port = Annotated[int, typer.Option("--port", metavar="N", min=1, max=65535, help="port")]
 
 
-def _api(host: Host = "127.0.0.1", port: Port = 8765) -> int:
+def _api(
+    host: Host = "127.0.0.1",
+    port: Port = 8765,
+    workers: Annotated[int | None, typer.Option(
+        "--workers", metavar="N", min=API_WORKERS[0], max=API_WORKERS[1],
+        help="server processes on the port (default REVERIE_API_WORKERS, 1)")] = None,
+) -> int:
     """Serve the agent HTTP API (JSON endpoints, OpenAPI at /openapi.json, MCP at /mcp);
     tokens: REVERIE_API_TOKENS, REVERIE_API_ADMIN_TOKEN or REVERIE_API_TOKENS_BLOCK."""
     from reverie.deployments.auth import load_tokens
@@ -1629,10 +1636,12 @@ def _api(host: Host = "127.0.0.1", port: Port = 8765) -> int:
     from reverie.models.settings import get_settings
 
     _store()  # a store that is not there: said now, not on each agent's call
-    tokens = load_tokens(get_settings())
-    print(f"reverie api on http://{host}:{port} (OpenAPI: /docs, MCP: /mcp)",
-          file=sys.stderr, flush=True)
-    serve(tokens, host, port)
+    settings = get_settings()
+    tokens = load_tokens(settings)  # refused now if missing, not in each worker
+    count = settings.api_workers if workers is None else workers
+    print(f"reverie api on http://{host}:{port} (OpenAPI: /docs, MCP: /mcp"
+          f"{f', {count} processes' if count > 1 else ''})", file=sys.stderr, flush=True)
+    serve(tokens, host, port, count)
     return EXIT_OK
 
 

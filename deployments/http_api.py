@@ -12,6 +12,7 @@ is off, and errors are logged by class only.
 
 import contextlib
 import logging
+import os
 import sys
 from collections.abc import AsyncIterator, Callable
 from typing import Annotated, Any, Literal
@@ -34,6 +35,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8765
+WORKER_HOST_ENV = "_REVERIE_API_WORKER_HOST"  # serve's host, for its worker processes
 GIL_SWITCH_SECONDS = 0.001  # the server process's; Python's default is 0.005 (see serve)
 
 Name = Annotated[str, Field(min_length=1, max_length=ops.MAX_PROFILE_CHARS)]
@@ -163,14 +165,17 @@ def _json(data: dict[str, Any]) -> Response:
 
 
 def build_app(tokens: Tokens, open_store: Callable[[], Store] = Store,
-              host: str = DEFAULT_HOST) -> _Guard:
+              host: str = DEFAULT_HOST, stateless: bool = False) -> _Guard:
+    """``stateless``: the MCP endpoint keeps no session between requests, so that any
+    of several server processes can answer any request of a client."""
     from reverie.deployments.mcp_server import build_mcp
     from reverie.engines.ranking import RecallCache
 
-    # One per server: every request's recall shares what earlier ones read.
+    # One per server process: every request's recall shares what earlier ones read.
     cache = RecallCache(get_settings().api_recall_cache_mib * 1024 * 1024)
     mcp = build_mcp(open_store, tokens, cache=cache)
-    mcp_app = mcp.streamable_http_app(streamable_http_path="/mcp", host=host)
+    mcp_app = mcp.streamable_http_app(streamable_http_path="/mcp", host=host,
+                                      stateless_http=stateless)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -273,16 +278,44 @@ def build_app(tokens: Tokens, open_store: Callable[[], Store] = Store,
     return _Guard(app, tokens, lambda: limit_store.settings.api_max_body_bytes)
 
 
-def serve(tokens: Tokens, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> None:
+def serve(tokens: Tokens, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
+          workers: int = 1) -> None:
+    """Serve on ``host``:``port``; ``workers`` above 1: that many server processes on
+    the one socket (uvicorn's), each loading the tokens, the model and its caches
+    itself (``worker_app``), with a stateless MCP endpoint."""
     import uvicorn
 
+    # httptools: uvicorn's C parser; h11's pure-Python one held the GIL for every
+    # request's parsing and response framing.
+    options: dict[str, Any] = {"host": host, "port": port, "access_log": False,
+                               "log_level": "warning", "lifespan": "on",
+                               "http": "httptools"}
+    if workers > 1:
+        # The processes are spawned, not forked: each imports its own OpenVINO and
+        # threads; this one only hands them the socket and restarts one that dies.
+        # They inherit the environment: the host is how the MCP endpoint tells its
+        # allowed Host headers (DNS rebinding protection on loopback).
+        os.environ[WORKER_HOST_ENV] = host
+        uvicorn.run(f"{__name__}:worker_app", factory=True, workers=workers, **options)
+        return
     app = build_app(tokens, host=host)
+    _switch_often()
+    uvicorn.run(app, **options)
+
+
+def worker_app() -> _Guard:
+    """One of ``serve``'s worker processes: its application, tokens read from the
+    settings as ``reverie api`` reads them."""
+    from reverie.deployments.auth import load_tokens
+
+    _switch_often()
+    return build_app(load_tokens(get_settings()),
+                     host=os.environ.get(WORKER_HOST_ENV, DEFAULT_HOST), stateless=True)
+
+
+def _switch_often() -> None:
     # A thread back from a short C call (a SQLite statement, the event loop's wake-up)
     # waits for the GIL until the holder lets go, by default after up to 5 ms; with 8
     # clients a recall makes dozens of such hand-overs. 1 ms: p95 at 8 clients 9-18%
     # lower in three interleaved A/B runs, CPU per call the same (benchmarks-history).
     sys.setswitchinterval(GIL_SWITCH_SECONDS)
-    # httptools: uvicorn's C parser; h11's pure-Python one held the GIL for every
-    # request's parsing and response framing.
-    uvicorn.run(app, host=host, port=port, access_log=False, log_level="warning",
-                lifespan="on", http="httptools")

@@ -280,6 +280,12 @@ class Settings(BaseSettings):
     )
     api_max_k: int = Field(
         100, ge=1, le=10_000, description="Most memories one recall returns.")
+    api_workers: int = Field(
+        1, ge=1, le=16,
+        description="Server processes of `reverie api` on its one port (`--workers`): "
+                    "each has its own model, recall cache and interpreter lock. Above 1 "
+                    "the MCP endpoint is stateless (no session kept between requests).",
+    )
     api_recall_cache_mib: int = Field(
         512, ge=0, le=65_536,
         description="Memory the agent servers may keep recently recalled profiles' "

@@ -19,6 +19,7 @@ from typer.core import TyperGroup
 from reverie.benchmarks.cli_start import MOVED, Sample, old_module, summarize
 from reverie.deployments.cli import (
     _COMMANDS,
+    API_WORKERS,
     BENCH_CALLS,
     BENCH_CLIENTS,
     BENCH_PROFILES,
@@ -115,6 +116,7 @@ def _refused(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
     (["status", "--limit"], HISTORY_SHOWN),
     (["recall", "q", "--profile", "p", "-k"], RECALL_K),
     (["bench", "locomo", "f.json", "--budget"], CONTEXT_CHARS),
+    (["api", "--workers"], API_WORKERS),
     (["bench", "updates", "--profiles"], BENCH_PROFILES),
     (["bench", "synthetic", "--profiles"], BENCH_PROFILES),
     (["bench", "synthetic", "--ingest-sentences"], INGEST_SENTENCES),
@@ -142,6 +144,17 @@ def test_number_options_take_their_bounds_and_refuse_one_past(
         err = _refused([*words, str(outside)], capsys)
         assert f"Invalid value for '{option}'" in err and says in err, err
         assert err.endswith("(--help for usage)")
+
+
+def test_api_workers_takes_the_settings_range() -> None:
+    from annotated_types import Ge, Le
+
+    from reverie.models.settings import Settings
+
+    metadata = Settings.model_fields["api_workers"].metadata
+    bounds = (next(m.ge for m in metadata if isinstance(m, Ge)),
+              next(m.le for m in metadata if isinstance(m, Le)))
+    assert bounds == API_WORKERS
 
 
 @pytest.mark.parametrize(("option", "bounds"), [

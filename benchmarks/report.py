@@ -616,7 +616,10 @@ METHOD = """\
   keep-alive connections, one each, since 2026-11-27's recall-p95 round; httpx before);
   recall and store latency as the client sees it, and the CPU per call of the server and
   of the clients. Store's sentences per second are compared with ingest's in the bench's
-  own process.
+  own process, on sentences drawn the same way, and its server's CPU per sentence with
+  ingest's. Until 2026-11-27's store-rate2 round each stored sentence also named its
+  call, which made it 41% longer in tokens than ingest's: shares before then are lower
+  for that reason too.
 - **`reverie bench locomo`** (`benchmarks/locomo.py`): answers still found in a 2,000-
   and a 1,000-character context after decay and full consolidation 90 days after each
   LoCoMo conversation's last session, hot memories and characters before and after, and

@@ -81,6 +81,7 @@ class Result:
     target: str | None = None
     verdict: str | None = None
     backend: str = "sqlite"  # where the store was: "sqlite" or "postgresql"
+    cpu_seconds: float | None = None  # of every thread of the process, where measured
 
     def as_json(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if v not in (None, [])}
@@ -490,8 +491,10 @@ def bench_ingest_throughput(sentences: int, stores: Stores) -> list[Result]:
         embedder.encode(texts)
     raw.notes.append(f"{sentences / raw.seconds:.0f} sentences/s")
     url = stores.new("ingest")
+    cpu = time.process_time()
     with measured("ingest + embed", sentences, 1) as row:
         report = _ingest(Store(url), [{"content": t, "profile": "ingest"} for t in texts])
+    row.cpu_seconds = round(time.process_time() - cpu, 4)
     stores.drop(url)
     row.baseline_seconds = raw.seconds
     row.notes.append(f"{report.stored / row.seconds:.0f} sentences/s, "

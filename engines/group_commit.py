@@ -66,7 +66,11 @@ class GroupCommit(Generic[T, R]):
         self._run = run
         self._limit = limit
         self._gather = gather
-        self._last = 1  # jobs in the group run last
+        # Callers seen at once when the last group ended: its jobs and those queued
+        # behind it. The next runner gathers for as many. The last group's size alone
+        # ratcheted down: 8 clients split 5 and 3 once, and each part then gathered
+        # only its own size, so the groups stayed at 5 and 3.
+        self._last = 1
         self.groups = 0  # groups run, and the jobs in them (to see that calls coalesce)
         self.jobs = 0
         self._changed = threading.Condition()
@@ -105,7 +109,6 @@ class GroupCommit(Generic[T, R]):
                     self._changed.notify_all()
                     raise
             group = self._group(key, job)
-            self._last = len(group)
             self.groups += 1
             self.jobs += len(group)
         try:
@@ -124,13 +127,15 @@ class GroupCommit(Generic[T, R]):
             with self._changed:
                 for j in group:
                     j.done = True
+                self._last = len(group) + len(self._queued.get(key, ()))
                 self._idle.append(slot)
                 self._changed.notify_all()
         return self._answer(job, runner=True)
 
     def _wait_for_more(self, key: Hashable) -> None:
-        """Until ``key`` has as many jobs waiting as the last group, or ``gather`` is
-        over; the caller holds the lock (released while waiting)."""
+        """Until ``key`` has as many jobs waiting as there were callers when the last
+        group ended, or ``gather`` is over; the caller holds the lock (released while
+        waiting)."""
         deadline = time.monotonic() + self._gather
         while len(self._queued.get(key, ())) < self._last:
             left = deadline - time.monotonic()

@@ -10,8 +10,8 @@ one send per ingest, since an API that is down would cost every chunk a deadline
 from __future__ import annotations
 
 import re
-from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -38,8 +38,10 @@ from reverie.models.repositories.memories import (
 from reverie.models.repositories.profiles import (
     count_stored,
     ensure_profiles,
+    ensure_profiles_each,
     lock_profiles,
     next_ingest_seqs,
+    take_ingest_seqs,
 )
 from reverie.models.store import Store
 from reverie.models.tables import Memory
@@ -317,49 +319,27 @@ class _Ingest:
         """``_commit_memories`` inside the caller's transaction ``s``: (updated,
         unchanged, events queued)."""
         at = self.at
-        updated = unchanged = queued = 0
-        profiles = {r["profile_id"] for r in new_rows} | {
-            rows[mid]["profile"] for mid, _ in changed
-        }
+        profiles = _touched(rows, new_rows, changed)
         ensure_profiles(s, profiles, at)
         # What this ingest writes is stamped, so that a run that took the profile
         # before it leaves these rows alone (models.store.ProfileTx.horizon).
         seqs = next_ingest_seqs(s, profiles)
-        for r in new_rows:
-            r["ingest_seq"] = seqs[r["profile_id"]]
-        if new_rows:
-            s.execute(insert(M), new_rows)
-            put_vectors(s, {r["id"]: vectors[r["id"]][0] for r in new_rows}, replace=False)
-        stored = stored_vectors(s, [mid for mid, _ in changed if mid in vectors])
-        revectored: dict[str, bytes | None] = {}
-        for mid, patch in changed:
-            current = s.get(Memory, mid)
-            if current is None:  # deleted between read and write: store it afresh
-                raise ConflictError(f"memory {mid} vanished during ingest; retry")
-            before = stored.get(mid)
-            blob = vectors[mid][0] if mid in vectors else before
-            if blob == before and all(getattr(current, k) == v for k, v in patch.items()):
-                unchanged += 1
-                continue
-            for key, value in patch.items():
-                setattr(current, key, value)
-            current.ingest_seq = seqs[current.profile_id]
-            if blob != before:
-                revectored[mid] = blob
-            updated += 1
-        put_vectors(s, revectored)
-        counts: dict[str, int] = defaultdict(int)
-        for r in new_rows:
-            counts[r["profile_id"]] += 1
+        updated, unchanged = _write_rows(s, new_rows, changed, vectors, seqs)
+        counts = _new_per_profile(new_rows)
         before_counts = count_stored(s, counts)
-        if self.queue_events:
-            every = self.store.settings.store_trigger_every
-            queued = outbox.add(s, [
-                e for name, n in sorted(counts.items())
-                for e in events.stored_events(
-                    name, before_counts[name], before_counts[name] + n, at, every)
-            ])
+        queued = outbox.add(s, self._stored_events(counts, before_counts))
         return updated, unchanged, queued
+
+    def _stored_events(self, counts: dict[str, int], before: Mapping[str, int]
+                       ) -> list[events.ProfileEvent]:
+        """The store-trigger events of ``counts`` new memories per profile, from the
+        store counts ``before`` (none unless events are queued)."""
+        if not self.queue_events:
+            return []
+        every = self.store.settings.store_trigger_every
+        return [e for name, n in sorted(counts.items())
+                for e in events.stored_events(name, before[name], before[name] + n,
+                                              self.at, every)]
 
     def _embeddings_for(
         self, rows: dict[str, dict[str, Any]], existing: dict[str, Any], progress: IngestProgress
@@ -423,6 +403,55 @@ class _Ingest:
         return out
 
 
+def _touched(rows: dict[str, dict[str, Any]], new_rows: list[dict[str, Any]],
+             changed: list[tuple[str, dict[str, Any]]]) -> set[str]:
+    """The profiles a chunk writes to."""
+    return {r["profile_id"] for r in new_rows} | {rows[mid]["profile"] for mid, _ in changed}
+
+
+def _new_per_profile(new_rows: list[dict[str, Any]]) -> dict[str, int]:
+    counts: dict[str, int] = defaultdict(int)
+    for r in new_rows:
+        counts[r["profile_id"]] += 1
+    return counts
+
+
+def _write_rows(
+    s: Session,
+    new_rows: list[dict[str, Any]],
+    changed: list[tuple[str, dict[str, Any]]],
+    vectors: dict[str, tuple[bytes, str]],
+    seqs: Mapping[str, int],
+) -> tuple[int, int]:
+    """Insert ``new_rows`` and apply ``changed``, stamped with their profile's ingest
+    number in ``seqs``: (updated, unchanged)."""
+    updated = unchanged = 0
+    for r in new_rows:
+        r["ingest_seq"] = seqs[r["profile_id"]]
+    if new_rows:
+        s.execute(insert(M), new_rows)
+        put_vectors(s, {r["id"]: vectors[r["id"]][0] for r in new_rows}, replace=False)
+    stored = stored_vectors(s, [mid for mid, _ in changed if mid in vectors])
+    revectored: dict[str, bytes | None] = {}
+    for mid, patch in changed:
+        current = s.get(Memory, mid)
+        if current is None:  # deleted between read and write: store it afresh
+            raise ConflictError(f"memory {mid} vanished during ingest; retry")
+        before = stored.get(mid)
+        blob = vectors[mid][0] if mid in vectors else before
+        if blob == before and all(getattr(current, k) == v for k, v in patch.items()):
+            unchanged += 1
+            continue
+        for key, value in patch.items():
+            setattr(current, key, value)
+        current.ingest_seq = seqs[current.profile_id]
+        if blob != before:
+            revectored[mid] = blob
+        updated += 1
+    put_vectors(s, revectored)
+    return updated, unchanged
+
+
 def _existing(s: Session, rows: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """The stored memories among ``rows``' ids: id, profile, content hash, vector id."""
     return {
@@ -438,14 +467,15 @@ def _existing(s: Session, rows: dict[str, dict[str, Any]]) -> dict[str, Any]:
 
 def _planned(
     rows: dict[str, dict[str, Any]], existing: dict[str, Any],
-    vectors: dict[str, tuple[bytes, str]],
+    vectors: dict[str, tuple[bytes, str]], defaults: dict[str, Any] | None = None,
 ) -> tuple[list[dict[str, Any]], list[tuple[str, dict[str, Any]]]]:
     """The rows to insert, and the patches of the memories stored already."""
     new_rows: list[dict[str, Any]] = []
     changed: list[tuple[str, dict[str, Any]]] = []
-    # Once per chunk: building the defaults constructs a model object, and per row
-    # that was over 40% of ingesting 100k memories with their vectors.
-    defaults = memory_defaults()
+    # Once per chunk (per group of store calls, given): building the defaults
+    # constructs a model object, and per row that was over 40% of ingesting 100k
+    # memories with their vectors.
+    defaults = memory_defaults() if defaults is None else defaults
     for mid, row in rows.items():
         values = row["values"]
         old = existing.get(mid)
@@ -546,21 +576,18 @@ def ingest_together(
         for sha, vector in zip(missing, matrix, strict=True):
             cached[sha] = to_blob(vector)
     vectors = _with_vectors(out, todo, cached, embedder.name)
-    plans = [(rows, *_planned(rows, existing, vectors)) for rows in rows_of]
+    defaults = memory_defaults()
+    plans = [(rows, *_planned(rows, existing, vectors, defaults)) for rows in rows_of]
     profiles = sorted({row["profile"] for row in everything.values()})
-    done: list[tuple[int, int, int]] = []
     try:
         with store.writing_all() as s:
             # Every profile's row locked first, in one order, as one ingest locks its
             # own: the calls' order of profiles could otherwise lock crosswise with
-            # another writer.
-            for run, (rows, _, _) in zip(runs, plans, strict=True):
-                # Each new profile made at the time of its first call, as alone.
-                ensure_profiles(s, {row["profile"] for row in rows.values()}, run.at)
+            # another writer. Each new profile is made at the time of its first call.
+            ensure_profiles_each(s, [({row["profile"] for row in rows.values()}, run.at)
+                                     for run, rows in zip(runs, rows_of, strict=True)])
             lock_profiles(s, profiles)
-            for run, (rows, new_rows, changed) in zip(runs, plans, strict=True):
-                done.append(run._commit_in(s, rows, new_rows, changed, vectors)
-                            if rows else (0, 0, 0))
+            done = _commit_calls(s, runs, plans, vectors)
     except InvalidValueError as exc:
         if _refused_value(exc.__cause__) is None:
             raise
@@ -568,6 +595,61 @@ def ingest_together(
     for run, (_, new_rows, _), counts in zip(runs, plans, done, strict=True):
         run._count(new_rows, *counts)
     return [run.report for run in runs]
+
+
+def _commit_calls(
+    s: Session, runs: list[_Ingest],
+    plans: list[tuple[dict[str, dict[str, Any]], list[dict[str, Any]],
+                      list[tuple[str, dict[str, Any]]]]],
+    vectors: dict[str, tuple[bytes, str]],
+) -> list[tuple[int, int, int]]:
+    """Each call's ``_commit_in`` in turn, in the caller's transaction ``s``, with what
+    one ingest does once per chunk done once per group: the ingest numbers (each call
+    its own, in order), the store counts and the outbox are read and written in one
+    statement each, not one per call. The rows, numbers, counts and events are those
+    of the calls ingested one after the other: (updated, unchanged, events queued) each.
+    """
+    touched = [_touched(rows, new_rows, changed) if rows else set()
+               for rows, new_rows, changed in plans]
+    seqs = take_ingest_seqs(s, Counter(p for names in touched for p in names))
+    counts = [_new_per_profile(new_rows) for _, new_rows, _ in plans]
+    total: Counter[str] = Counter()
+    for c in counts:
+        total.update(c)
+    # Profiles in no call's new rows keep their count, and are not read.
+    before = count_stored(s, {p: n for p, n in total.items() if n})
+    # Only new rows (what agents' calls mostly bring): every call's rows go in one
+    # insert per table, in the calls' order, as the calls' own inserts would put them.
+    # An update among them keeps each call's writes apart, in turn.
+    at_once = not any(changed for _, _, changed in plans)
+    every_new: list[dict[str, Any]] = []
+    done: list[tuple[int, int, int]] = []
+    queued: list[events.ProfileEvent] = []
+    for run, names, call_counts, (rows, new_rows, changed) in zip(
+            runs, touched, counts, plans, strict=True):
+        if not rows:
+            done.append((0, 0, 0))
+            continue
+        mine = {p: seqs[p] for p in names}
+        for p in names:
+            seqs[p] += 1  # the next call of the profile takes the next number
+        if at_once:
+            for r in new_rows:
+                r["ingest_seq"] = mine[r["profile_id"]]
+            every_new += new_rows
+            updated = unchanged = 0
+        else:
+            updated, unchanged = _write_rows(s, new_rows, changed, vectors, mine)
+        call_events = run._stored_events(call_counts, before)
+        for p, n in call_counts.items():
+            before[p] += n
+        queued += call_events
+        done.append((updated, unchanged, len(call_events)))
+    if every_new:
+        s.execute(insert(M), every_new)
+        put_vectors(s, {r["id"]: vectors[r["id"]][0] for r in every_new}, replace=False)
+    outbox.add(s, queued)
+    return done
 
 
 def _refused_value(exc: BaseException | None) -> str | None:

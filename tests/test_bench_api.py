@@ -6,9 +6,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from reverie.benchmarks.api import percentile
+from reverie.benchmarks.api import DEFAULT_CLIENTS, DEFAULT_SIZES, percentile, store_texts
+from reverie.benchmarks.synthetic import sentence
 from reverie.deployments.cli import EXIT_OK, main
 
 
@@ -17,6 +19,20 @@ def test_percentiles() -> None:
     assert percentile([], 95) == 0.0
     assert percentile([1.0, 2.0, 3.0, 4.0, 5.0], 50) == 3.0
     assert percentile(list(map(float, range(101))), 95) == 95.0
+
+
+@pytest.mark.store_independent("the bench makes its own SQLite stores")
+def test_store_rows_send_sentences_drawn_as_ingests_are() -> None:
+    """Store's share compares like with like: its sentences are drawn as ingest's (no
+    text of the bench's own around them, which made them 41% longer in tokens), and
+    none repeats within a size (a repeat would take its vector from the store's cache)."""
+    for size in DEFAULT_SIZES:
+        texts = store_texts(DEFAULT_CLIENTS, size, 64 * 16)
+        every = [t for row in texts.values() for t in row]
+        assert len(set(every)) == len(every) == 3 * 64 * 16
+        rng = np.random.default_rng(1000 + 8 + size)
+        assert texts[8] == [sentence(int(rng.integers(500)), int(rng.integers(5000)), k, rng)
+                            for k in range(64 * 16)]
 
 
 @pytest.mark.slow
@@ -30,7 +46,7 @@ def test_bench_api_runs_at_a_tiny_size(tmp_path: Path, capsys: pytest.CaptureFix
     assert "| recall | 40 | 3 |" in capsys.readouterr().out
     data = json.loads(out.read_text())
     assert data["command"].startswith("reverie bench api --sizes 40 --clients 1,3")
-    assert set(data["ingest"]) == {"raw_model", "ingest"}
+    assert set(data["ingest"]) == {"raw_model", "ingest", "ingest_cpu_ms_per_sentence"}
     rows = [(r["operation"], r["clients"]) for r in data["rows"]]
     assert rows == [("recall", 1), ("recall", 3), ("store", 1), ("store", 3)]
     for row in data["rows"]:
@@ -39,5 +55,7 @@ def test_bench_api_runs_at_a_tiny_size(tmp_path: Path, capsys: pytest.CaptureFix
         assert row["calls_per_second"] > 0
     store = data["rows"][-1]
     assert store["sentences_per_second"] > 0 and "of ingest" in store["notes"][-1]
+    assert store["server_cpu_ms_per_sentence"] > 0
+    assert any(n.startswith("CPU per sentence") for n in store["notes"])
     assert store["target"] == ">= 80% of ingest"
     assert table.read_text().startswith("ingest (in process):")

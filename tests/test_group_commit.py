@@ -215,12 +215,32 @@ def test_other_work_can_take_a_slot() -> None:
 
 
 def test_callers_answered_together_are_gathered_into_the_next_group() -> None:
-    """After a group of 4, the first caller back waits (up to ``gather``) for the other
-    three instead of running alone."""
+    """The callers seen at once are gathered: a group of 1 ends with 3 queued behind it,
+    so the next waits (up to ``gather``) for the first caller to come back and runs 4,
+    not 3 (groups gathered to the last group's size stayed split, at 5 and 3 of 8
+    clients); after that group of 4, the first caller back waits for the other three
+    instead of running alone."""
     run = Recorder()
     commit: GroupCommit[int, int] = GroupCommit(run, gather=5.0)
-    queued_behind_a_held_group(commit, run, 100, [1, 2, 3, 4])
-    assert run.groups[-1] != [100] and len(run.groups[-1]) == 4
+    began = time.monotonic()
+    run.release.clear()
+    # The first caller comes back a little later: without gathering, 1, 2 and 3 would
+    # have run without it.
+    lead = threading.Thread(target=lambda: (commit.submit(100), time.sleep(0.2),
+                                            commit.submit(104)))
+    lead.start()
+    assert run.entered.wait(10)
+    waiting = threading.Thread(target=lambda: run_threads(commit, [1, 2, 3]))
+    waiting.start()
+    deadline = time.monotonic() + 10
+    while len(commit._queued.get(None, ())) < 3:
+        assert time.monotonic() < deadline
+        time.sleep(0.005)
+    run.release.set()
+    lead.join(10)
+    waiting.join(20)
+    assert run.groups[0] == [100] and sorted(run.groups[1]) == [1, 2, 3, 104]
+    assert time.monotonic() - began < 4  # gathered as soon as the fourth was back
     began = time.monotonic()
 
     def back(i: int) -> int:

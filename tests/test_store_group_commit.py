@@ -17,7 +17,7 @@ from reverie.models import ingest as ingest_module
 from reverie.models.export import export_jsonl
 from reverie.models.ingest import IngestReport, ingest, ingest_together
 from reverie.models.store import Store
-from reverie.models.tables import OutboxEvent, Profile
+from reverie.models.tables import Memory, OutboxEvent, Profile
 
 from factories import embedder_of
 
@@ -68,23 +68,47 @@ def state(store: Store) -> dict[str, Any]:
                     for p in s.execute(select(Profile).order_by(Profile.id)).scalars()]
         events = [(e.profile_id, e.name, e.occurred_at, e.key)
                   for e in s.execute(select(OutboxEvent).order_by(OutboxEvent.seq)).scalars()]
-    return {"profiles": profiles, "events": events,
+        # Not exported: the ingest number each call's memories are stamped with.
+        numbers = sorted(s.execute(select(Memory.profile_id, Memory.content,
+                                          Memory.ingest_seq)).tuples().all())
+    return {"profiles": profiles, "events": events, "numbers": numbers,
             "exports": {p: export_jsonl(store.url, p) for p, *_ in profiles}}
 
 
+def new_only_calls() -> list[Call]:
+    """Store calls that bring only new memories (what agents' calls mostly do, and
+    what a group writes in one insert per table): two profiles, one of them new, a
+    call of a third in between, a refused record, and store-trigger thresholds
+    crossed by several calls of one profile."""
+    at = [T0 + timedelta(minutes=n) for n in range(5)]
+    return [
+        ([{"content": f"Alice noted item {k}"} for k in range(3)], "alice", at[0]),
+        ([{"content": "Dora bakes bread"}, {"importance": 2}], "dora", at[1]),
+        ([{"content": f"Alice noted thing {k}", "kind": "semantic"} for k in range(2)],
+         "alice", at[2]),
+        ([{"content": "Bob collects vinyl records"}], "bob", at[3]),
+        ([{"content": f"Dora noted step {k}"} for k in range(3)], "dora", at[4]),
+    ]
+
+
+@pytest.mark.parametrize("made", [calls, new_only_calls])
 def test_calls_written_together_equal_the_calls_one_by_one(
-        new_store: Callable[..., Store], monkeypatch: pytest.MonkeyPatch) -> None:
+        new_store: Callable[..., Store], monkeypatch: pytest.MonkeyPatch,
+        made: Callable[[], list[Call]]) -> None:
     monkeypatch.setenv("REVERIE_STORE_TRIGGER_EVERY", "2")
     alone, together = new_store("alone"), new_store("together")
     base(alone)
     base(together)
     embedder = embedder_of(alone)
     expected = [summary(ingest(alone, records, embedder, profile, at=at, queue_events=True,
-                               create=False)) for records, profile, at in calls()]
-    reports = ingest_together(together, calls(), embedder, queue_events=True)
+                               create=False)) for records, profile, at in made()]
+    reports = ingest_together(together, made(), embedder, queue_events=True)
     assert reports is not None
     assert [summary(r) for r in reports] == expected
-    assert expected[0]["errors"] and expected[2]["updated"] and expected[4]["unchanged"]
+    if made is calls:
+        assert expected[0]["errors"] and expected[2]["updated"] and expected[4]["unchanged"]
+    else:
+        assert expected[1]["errors"] and not any(r["updated"] for r in expected)
     assert sum(r["queued_events"] for r in expected) > 0
     assert state(together) == state(alone)
 

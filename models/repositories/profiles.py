@@ -12,14 +12,22 @@ from reverie.models.tables import Profile
 
 
 def ensure_profiles(s: Session, names: Iterable[str], at: datetime) -> None:
-    names = set(names)
-    if not names:
+    ensure_profiles_each(s, [(names, at)])
+
+
+def ensure_profiles_each(s: Session, wanted: Sequence[tuple[Iterable[str], datetime]]) -> None:
+    """``ensure_profiles`` of each (names, time) in turn, with one read: a profile new
+    to the store is made at the time of the first that names it."""
+    every = {name for names, _ in wanted for name in names}
+    if not every:
         return
     known = set(
-        s.execute(select(col(Profile.id)).where(col(Profile.id).in_(list(names)))).scalars()
+        s.execute(select(col(Profile.id)).where(col(Profile.id).in_(list(every)))).scalars()
     )
-    for name in sorted(names - known):
-        s.add(Profile(id=name, created_at=at))
+    for names, at in wanted:
+        for name in sorted(set(names) - known):
+            s.add(Profile(id=name, created_at=at))
+            known.add(name)
     s.flush()
 
 
@@ -56,13 +64,20 @@ def next_ingest_seqs(s: Session, names: Iterable[str]) -> dict[str, int]:
     own transaction, which holds the profile's row until it commits: ingests of a
     profile commit in the order of their numbers, so a run that reads the counter
     (``ingest_horizons``) sees every ingest numbered up to it and none after."""
+    return take_ingest_seqs(s, dict.fromkeys(names, 1))
+
+
+def take_ingest_seqs(s: Session, counts: Mapping[str, int]) -> dict[str, int]:
+    """``next_ingest_seqs`` of ``counts[name]`` ingests of each profile at once, in one
+    statement per profile: the number of the first; the others follow it."""
     out: dict[str, int] = {}
-    for name in sorted(set(names)):  # a fixed order: two ingests never lock crosswise
+    for name in sorted(counts):  # a fixed order: two ingests never lock crosswise
+        n = counts[name]
         out[name] = s.execute(
             update(Profile).where(col(Profile.id) == name)
-            .values(ingest_seq=Profile.ingest_seq + 1, write_seq=Profile.write_seq + 1)
+            .values(ingest_seq=Profile.ingest_seq + n, write_seq=Profile.write_seq + n)
             .returning(col(Profile.ingest_seq))
-        ).scalar_one()
+        ).scalar_one() - n + 1
     return out
 
 

@@ -428,9 +428,7 @@ def _write_rows(
     updated = unchanged = 0
     for r in new_rows:
         r["ingest_seq"] = seqs[r["profile_id"]]
-    if new_rows:
-        s.execute(insert(M), new_rows)
-        put_vectors(s, {r["id"]: vectors[r["id"]][0] for r in new_rows}, replace=False)
+    _insert_new(s, new_rows, vectors)
     stored = stored_vectors(s, [mid for mid, _ in changed if mid in vectors])
     revectored: dict[str, bytes | None] = {}
     for mid, patch in changed:
@@ -450,6 +448,14 @@ def _write_rows(
         updated += 1
     put_vectors(s, revectored)
     return updated, unchanged
+
+
+def _insert_new(s: Session, new_rows: list[dict[str, Any]],
+                vectors: dict[str, tuple[bytes, str]]) -> None:
+    """``new_rows`` (stamped already) and their vectors, one insert per table."""
+    if new_rows:
+        s.execute(insert(M), new_rows)
+        put_vectors(s, {r["id"]: vectors[r["id"]][0] for r in new_rows}, replace=False)
 
 
 def _existing(s: Session, rows: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -645,9 +651,7 @@ def _commit_calls(
             before[p] += n
         queued += call_events
         done.append((updated, unchanged, len(call_events)))
-    if every_new:
-        s.execute(insert(M), every_new)
-        put_vectors(s, {r["id"]: vectors[r["id"]][0] for r in every_new}, replace=False)
+    _insert_new(s, every_new, vectors)
     outbox.add(s, queued)
     return done
 

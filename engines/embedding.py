@@ -102,8 +102,8 @@ def get_embedder(
         found = _models.get(key)
     if found is not None:
         return found
-    # Not under ``_models_lock``: an export takes seconds, and other keys' callers
-    # need not wait for it.
+    # Not under ``_models_lock``: an export takes seconds, and callers of a model
+    # already loaded need not wait for it.
     with _loading_lock:
         with _models_lock:
             found = _models.get(key)

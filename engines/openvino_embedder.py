@@ -85,8 +85,8 @@ PROBES = (
 )
 # One export at a time in a process: torch.onnx keeps its state in globals, and a
 # second thread's export failed ("GLOBALS.in_onnx_export must be True"); a fresh
-# server whose first 8 recalls came at once kept PyTorch for good, at 3.5x the CPU
-# per recall. Reentrant: an export may look the folder up again (the racing test).
+# server whose first 8 recalls came at once kept PyTorch for good, at several times
+# the CPU per recall. Reentrant: an export may look the folder up again (the racing test).
 _exporting = threading.RLock()
 
 

@@ -531,10 +531,8 @@ def _s_verb(before: str, after: str = "") -> bool:
 def _plural(word: str, before: str) -> bool:
     """Whether ``word`` (after ``before``) reads as a bare plural noun: an "-s" word not
     counted by a number ("apples", not "900 euros")."""
-    b, w = before.lower(), word.lower()
-    return (word[:1].islower() and w.isalpha() and len(w) > 3 and w.endswith("s")
-            and not w.endswith("ss") and w not in _NOT_VERBS
-            and not (b[:1].isdigit() or b in _NUMBER_WORDS))
+    b = before.lower()
+    return _s_form(word) and not (b[:1].isdigit() or b in _NUMBER_WORDS)
 
 
 def _verb_at(text: str) -> int | None:
@@ -654,8 +652,13 @@ def _goes_on_as_verb(first: str, then: str, left: str, comma: bool = False) -> b
     if comma:
         return True  # ", and" splits anyway: the second clause is given the subject
     last, before = words[-1] if words else "", words[-2] if len(words) >= 2 else ""
+    # A number before a plural opens a noun phrase that may go on after the "and" ("2
+    # cats and dogs at home"); a unit that is no plural ends it ("900 km and takes").
+    # Counted, an "-is" word is a plural too ("2 crisis" is no English).
+    counted = (before[:1].isdigit() or before.lower() in _NUMBER_WORDS) \
+        and not last.lower().endswith("s")
     open_end = (len(words) >= 2 and last[:1].isupper()) or last[:1].isdigit() \
-        or before[:1].isdigit() or before.lower() in _NUMBER_WORDS or t.endswith("ing")
+        or counted or t.endswith("ing")
     if not open_end:
         return False
     at = _verb_at(left)

@@ -69,6 +69,7 @@ from reverie.tasks.supersede import (
     superseded_ids,
     values,
     with_frame_pairs,
+    with_frame_radius,
 )
 
 OPERATION = Origin.DEDUP_SUMMARY
@@ -364,9 +365,9 @@ def find_stale_summaries(
     if not summaries:
         return []
     originals = originals_of(tx, [s.id for s in summaries])
-    return plan_summary_updates(
+    return with_frame_radius(plan_summary_updates(
         profile, [(s, [o for o in originals[s.id] if o.origin not in SUMMARY_ORIGINS])
-                  for s in summaries], near, vetoed, peers)
+                  for s in summaries], near, vetoed, peers), config)
 
 
 def dedup(store: Store, args: StepArgs) -> StepReport:

@@ -53,7 +53,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence, Set
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from enum import Enum
 from functools import lru_cache
@@ -1020,6 +1020,15 @@ def plan_summary_updates(
             break
         target = now
     return reverse + forward
+
+
+def with_frame_radius(plans: Sequence[SupersedePlan], config: DedupConfig) -> list[SupersedePlan]:
+    """``plans`` of summaries, each with a member only the second radius found (below
+    ``supersede_similarity``) audited as such, as ``plan_supersessions`` audits its own."""
+    return [p if min(p.similarities.values(), default=1.0) >= config.supersede_similarity
+            else replace(p, parameters={**p.parameters,
+                                        "frame_similarity": config.supersede_frame_similarity})
+            for p in plans]
 
 
 def _onward(

@@ -190,6 +190,12 @@ def test_a_summary_and_a_newer_memory_of_one_frame_are_found_down_to_the_frame_r
     assert _found([summary, newer], below(CONFIG.supersede_similarity), off) == ([], [], [])
     (plan,) = plan_summary_updates("p", [(summary, members)], [[(newer, at)]])
     assert plan.newest_id == "n0" and plan.member_ids == ("a0", "a1", "s1")
+    # The audit says the second radius found it; a pair the first found says nothing.
+    (audited,) = supersede.with_frame_radius([plan], CONFIG)
+    assert audited.parameters == {**plan.parameters, "frame_similarity": at}
+    (first,) = plan_summary_updates("p", [(summary, members)],
+                                    [[(newer, CONFIG.supersede_similarity)]])
+    assert supersede.with_frame_radius([first], CONFIG) == [first]
 
 
 @pytest.mark.parametrize("texts", _FRAMED)

@@ -13,13 +13,15 @@ from contextlib import AbstractContextManager, contextmanager
 from enum import StrEnum
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from reverie.models.config import ConsolidationConfig, preset
 from reverie.models.timestamps import DAY_SECONDS
+
+if TYPE_CHECKING:
+    from reverie.models.config import ConsolidationConfig
 
 DATABASE_URL_VARIABLE = "REVERIE_DATABASE_URL"
 
@@ -295,8 +297,9 @@ class Settings(BaseSettings):
     api_recall_cache_mib: int = Field(
         512, ge=0, le=65_536,
         description="Memory the agent servers may keep recently recalled profiles' "
-        "vectors and search index in, in MiB (about 30 MiB per 10k memories and recall "
-        "depth; least recently used first out; 0: read them on every recall). An entry "
+        "vectors and search index in, with the memories their hits read whole, in MiB "
+        "(about 30 MiB per 10k memories and recall depth, and about 2 KiB per memory "
+        "shown; least recently used first out; 0: read them on every recall). An entry "
         "holds while its profile's write count holds: every write transaction of a "
         "profile, from any process, counts, so a cached answer is the answer of the "
         "store as it is.",
@@ -317,6 +320,10 @@ class Settings(BaseSettings):
         return self
 
     def consolidation_config(self) -> ConsolidationConfig:
+        # Imported here: the knobs' models are some 20 pydantic classes, and a command
+        # that only reads the store (`reverie get`, `status`, `export`) never needs them.
+        from reverie.models.config import preset
+
         return preset(self.preset)
 
 

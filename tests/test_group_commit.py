@@ -298,3 +298,101 @@ def test_a_runner_interrupted_while_gathering_gives_its_slot_back() -> None:
     commit._changed.wait = original  # type: ignore[method-assign]
     assert not commit._queued and commit._idle == [0]
     assert commit.submit(4) == 8
+
+
+def test_turns_go_in_the_order_the_groups_formed() -> None:
+    """Two groups in flight (two slots): the second reaches its turn first but writes
+    only after the first has written."""
+    written: list[int] = []
+    first_may_write = threading.Event()
+    second_waits = threading.Event()
+
+    def run(_slot: int, items: list[int]) -> list[int | Failure]:
+        if items == [1]:
+            assert second_waits.wait(10)
+            first_may_write.wait(10)
+        else:
+            second_waits.set()
+        with commit.turn():
+            written.append(items[0])
+        return [i * 2 for i in items]
+
+    commit: GroupCommit[int, int] = GroupCommit(run, slots=2)
+    got: dict[int, int] = {}
+    one = threading.Thread(target=lambda: got.__setitem__(1, commit.submit(1)))
+    one.start()
+    deadline = time.monotonic() + 10
+    while commit._formed < 1:
+        assert time.monotonic() < deadline
+        time.sleep(0.005)
+    two = threading.Thread(target=lambda: got.__setitem__(2, commit.submit(2)))
+    two.start()
+    time.sleep(0.2)
+    assert written == []  # the second group waits for the first's turn
+    first_may_write.set()
+    one.join(10)
+    two.join(10)
+    assert written == [1, 2] and got == {1: 2, 2: 4}
+
+
+def test_a_group_that_ends_without_its_turn_lets_the_next_write() -> None:
+    """A group that fails before writing (or never writes) gives its turn up when it
+    ends; the next group is not left waiting."""
+    written: list[int] = []
+    second_waits = threading.Event()
+
+    def run(_slot: int, items: list[int]) -> list[int | Failure]:
+        if items == [1]:
+            assert second_waits.wait(10)
+            time.sleep(0.1)
+            raise ValueError("before its turn")
+        second_waits.set()
+        with commit.turn():
+            written.append(items[0])
+        return [i * 2 for i in items]
+
+    commit: GroupCommit[int, int] = GroupCommit(run, slots=2)
+    got: dict[int, object] = {}
+
+    def submit(i: int) -> None:
+        try:
+            got[i] = commit.submit(i)
+        except ValueError as exc:
+            got[i] = exc
+
+    one = threading.Thread(target=submit, args=(1,))
+    one.start()
+    deadline = time.monotonic() + 10
+    while commit._formed < 1:
+        assert time.monotonic() < deadline
+        time.sleep(0.005)
+    two = threading.Thread(target=submit, args=(2,))
+    two.start()
+    one.join(10)
+    two.join(10)
+    assert isinstance(got[1], ValueError) and got[2] == 4 and written == [2]
+    assert commit.submit(3) == 6  # later groups still find their turn
+
+
+def test_turn_is_only_for_a_running_group() -> None:
+    commit: GroupCommit[int, int] = GroupCommit(Recorder())
+    with pytest.raises(RuntimeError, match="turn"):
+        with commit.turn():
+            pass
+
+
+@pytest.mark.parametrize(("slots", "share"), [(1, 8), (2, 4)])
+def test_a_runner_gathers_its_share_of_the_callers_seen(slots: int, share: int) -> None:
+    """With 8 callers seen when the last group ended, a runner of one slot waits for all
+    8; of two slots, for 4 (the other 4 make the next group, in flight beside it)."""
+    run = Recorder()
+    commit: GroupCommit[int, int] = GroupCommit(run, slots=slots, gather=0.5)
+    commit._last = 8
+    began = time.monotonic()
+    assert run_threads(commit, [1, 2, 3, 4]) == {i: i * 2 for i in (1, 2, 3, 4)}
+    waited = time.monotonic() - began
+    assert sorted(run.groups[0]) == [1, 2, 3, 4]
+    if share == 4:
+        assert waited < 0.4  # its share came: no need to wait out the gathering
+    else:
+        assert waited >= 0.45  # waited for callers that never came

@@ -12,6 +12,7 @@ trigger's events), ``recall.search.recall``, ``repositories.runs.end_session``,
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import os
@@ -19,8 +20,7 @@ import subprocess
 import sys
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from datetime import datetime
 from enum import StrEnum
@@ -179,11 +179,10 @@ class _StoreCall:
     at: datetime
 
 
-def _write_calls(store: Store, queue_events: bool, turn: Callable[[], AbstractContextManager[None]],
-                 _slot: int, group: list[_StoreCall]) -> list[IngestReport | Failure]:
+def _write_calls(store: Store, queue_events: bool, _slot: int,
+                 group: list[_StoreCall]) -> list[IngestReport | Failure]:
     """The store calls of one group, together if ``ingest_together`` can, else one by
-    one in their order, each with its own report or error; writes in the group's
-    ``turn`` (groups in flight at once commit in the order they formed)."""
+    one in their order, each with its own report or error."""
     from reverie.engines.embedding import embedder_for
     from reverie.models.ingest import ingest, ingest_together
 
@@ -191,22 +190,20 @@ def _write_calls(store: Store, queue_events: bool, turn: Callable[[], AbstractCo
     if len(group) > 1:
         try:
             reports = ingest_together(store, [(c.records, c.profile, c.at) for c in group],
-                                      embedder, queue_events, turn)
+                                      embedder, queue_events)
         except Exception:  # noqa: BLE001 - nothing was written: each call alone says why
             reports = None
         if reports is not None:
             return list(reports)
         log.info("a group of %d store calls is stored call by call", len(group))
     answers: list[IngestReport | Failure] = []
-    with turn():
-        for c in group:
-            try:
-                # An agent's call never creates a store: a mistyped URL is an error
-                # naming it.
-                answers.append(ingest(store, c.records, embedder, c.profile, at=c.at,
-                                      queue_events=queue_events, create=False))
-            except Exception as exc:  # noqa: BLE001 - the call's own error, raised by it
-                answers.append(Failure(exc))
+    for c in group:
+        try:
+            # An agent's call never creates a store: a mistyped URL is an error naming it.
+            answers.append(ingest(store, c.records, embedder, c.profile, at=c.at,
+                                  queue_events=queue_events, create=False))
+        except Exception as exc:  # noqa: BLE001 - the call's own error, raised by it
+            answers.append(Failure(exc))
     return answers
 
 
@@ -217,17 +214,6 @@ STORE_CALL_URLS = 16
 _store_calls: OrderedDict[tuple[str, bool], GroupCommit[_StoreCall, IngestReport]] = (
     OrderedDict())
 _store_calls_lock = threading.Lock()
-
-
-def _store_group_commit(store: Store, queue_events: bool
-                        ) -> GroupCommit[_StoreCall, IngestReport]:
-    def run(slot: int, group: list[_StoreCall]) -> list[IngestReport | Failure]:
-        return _write_calls(store, queue_events, made.turn, slot, group)
-
-    made: GroupCommit[_StoreCall, IngestReport] = GroupCommit(
-        run, slots=store.settings.api_store_groups,
-        gather=store.settings.api_store_gather_ms / 1000)
-    return made
 
 
 def _stored_together(store: Store, records: list[dict[str, Any]], name: str,
@@ -243,7 +229,8 @@ def _stored_together(store: Store, records: list[dict[str, Any]], name: str,
     with _store_calls_lock:
         calls = _store_calls.get(key)
         if calls is None:
-            calls = _store_group_commit(store, queue_events)
+            calls = GroupCommit(functools.partial(_write_calls, store, queue_events),
+                                gather=store.settings.api_store_gather_ms / 1000)
             _store_calls[key] = calls
             while len(_store_calls) > STORE_CALL_URLS:
                 _store_calls.popitem(last=False)

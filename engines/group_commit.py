@@ -55,13 +55,7 @@ class GroupCommit(Generic[T, R]):
     ``run`` itself reaches every caller of the group. ``slots`` groups may run at once
     (each with its own slot number, ``0 .. slots - 1``); ``limit`` bounds a group's
     total ``size`` (a caller's own job always goes in); ``key`` keeps jobs that may
-    not be run together apart. ``take_slot``/``give_slot`` let other work use a slot.
-
-    With several slots, a gathering runner waits for its share of the callers seen
-    (``ceil(callers / slots)``), so that groups run staggered: one embeds while the one
-    before writes and answers. ``run`` may write in its group's ``turn()``: turns go
-    in the order the groups formed, each after the one before has ended or given its
-    turn up."""
+    not be run together apart. ``take_slot``/``give_slot`` let other work use a slot."""
 
     def __init__(self, run: Callable[[int, list[T]], Sequence[R | Failure]], slots: int = 1,
                  limit: int | None = None, gather: float = 0.0) -> None:
@@ -77,21 +71,11 @@ class GroupCommit(Generic[T, R]):
         # ratcheted down: 8 clients split 5 and 3 once, and each part then gathered
         # only its own size, so the groups stayed at 5 and 3.
         self._last = 1
-        self._slots = slots
-        self._running = 0  # jobs in groups running now
-        # Turns: groups are numbered as they form; ``_turn`` is the number whose turn
-        # it is, ``_ended`` the later numbers done already (a group that ended
-        # without writing, or out of order).
-        self._formed = 0
-        self._turn = 1
-        self._ended: set[int] = set()
-        self._mine = threading.local()
         self.groups = 0  # groups run, and the jobs in them (to see that calls coalesce)
         self.jobs = 0
         self._changed = threading.Condition()
         self._idle = list(range(slots))
         self._queued: dict[Hashable, list[_Job[T]]] = {}
-        self._gathering: set[Hashable] = set()  # keys a runner is gathering for
         self._seq = 0
 
     def submit(self, item: T, key: Hashable = None, size: int = 1) -> R:
@@ -102,9 +86,7 @@ class GroupCommit(Generic[T, R]):
             if self._gather:
                 self._changed.notify_all()  # a runner may be gathering
             try:
-                # While a runner gathers for this key, its callers join it rather
-                # than take another slot (two runners would gather the same jobs).
-                while not job.taken and (not self._idle or key in self._gathering):
+                while not job.taken and not self._idle:
                     self._changed.wait()
                 if job.taken:
                     while not job.done:
@@ -117,26 +99,18 @@ class GroupCommit(Generic[T, R]):
                     self._withdraw(key, job)
                 raise
             slot = self._idle.pop()
-            if self._gather and -(-self._last // self._slots) > 1:
-                self._gathering.add(key)
+            if self._gather and self._last > 1:
                 try:
                     self._wait_for_more(key)
                 except BaseException:
                     # Interrupted while gathering: the slot back, the job withdrawn.
-                    self._gathering.discard(key)
                     self._withdraw(key, job)
                     self._idle.append(slot)
                     self._changed.notify_all()
                     raise
-                self._gathering.discard(key)
-                self._changed.notify_all()  # callers behind the share may take a slot
             group = self._group(key, job)
             self.groups += 1
             self.jobs += len(group)
-            self._running += len(group)
-            self._formed += 1
-            number = self._formed
-        self._mine.number = number
         try:
             answers = self._run(slot, [j.item for j in group])
             if len(answers) != len(group):
@@ -150,52 +124,20 @@ class GroupCommit(Generic[T, R]):
             for j in group:
                 j.error = exc
         finally:
-            self._mine.number = None
             with self._changed:
                 for j in group:
                     j.done = True
-                self._running -= len(group)
-                # Every caller in flight: this group's, those queued, and those of the
-                # groups still running (with several slots, the others' share).
-                self._last = len(group) + len(self._queued.get(key, ())) + self._running
+                self._last = len(group) + len(self._queued.get(key, ()))
                 self._idle.append(slot)
-                self._end_turn(number)
                 self._changed.notify_all()
         return self._answer(job, runner=True)
-
-    @contextmanager
-    def turn(self) -> Iterator[None]:
-        """Inside ``run``: wait until every group formed before this one has ended or
-        left its turn, then hold the turn (its writes commit in the groups' order)."""
-        number = getattr(self._mine, "number", None)
-        if number is None:
-            raise RuntimeError("turn() is for run, in the thread running a group")
-        with self._changed:
-            while self._turn < number:
-                self._changed.wait()
-        try:
-            yield
-        finally:
-            with self._changed:
-                self._end_turn(number)
-                self._changed.notify_all()
-
-    def _end_turn(self, number: int) -> None:
-        """``number`` is done with its turn; the caller holds the lock."""
-        if number < self._turn:
-            return  # left its turn already
-        self._ended.add(number)
-        while self._turn in self._ended:
-            self._ended.discard(self._turn)
-            self._turn += 1
 
     def _wait_for_more(self, key: Hashable) -> None:
         """Until ``key`` has as many jobs waiting as there were callers when the last
         group ended, or ``gather`` is over; the caller holds the lock (released while
         waiting)."""
         deadline = time.monotonic() + self._gather
-        share = -(-self._last // self._slots)
-        while len(self._queued.get(key, ())) < share:
+        while len(self._queued.get(key, ())) < self._last:
             left = deadline - time.monotonic()
             if left <= 0:
                 return

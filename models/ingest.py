@@ -12,7 +12,6 @@ from __future__ import annotations
 import re
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -547,7 +546,6 @@ def _with_vectors(
 def ingest_together(
     store: Store, calls: Sequence[tuple[list[dict[str, Any]], str, datetime]],
     embedder: Embedder, queue_events: bool = False,
-    turn: Callable[[], AbstractContextManager[None]] = nullcontext,
 ) -> list[IngestReport] | None:
     """Several store calls (records, profile, time of the call), in their order, with
     one read, one embedding and one transaction, each reported as if it had been
@@ -557,8 +555,7 @@ def ingest_together(
     None, with nothing written, where that cannot be promised, and the caller ingests
     the calls one by one: a call with edges or more than ``INGEST_CHUNK`` memories, a
     memory named by two calls (the later would update what the earlier stores), or a
-    value the database refuses (the chunk is then stored record by record). The write
-    happens in ``turn()`` (the caller's order among groups written concurrently)."""
+    value the database refuses (the chunk is then stored record by record)."""
     runs = [_Ingest(store, embedder, at, False, queue_events) for _, _, at in calls]
     rows_of: list[dict[str, dict[str, Any]]] = []
     for run, (records, profile, _) in zip(runs, calls, strict=True):
@@ -589,7 +586,7 @@ def ingest_together(
     plans = [(rows, *_planned(rows, existing, vectors, defaults)) for rows in rows_of]
     profiles = sorted({row["profile"] for row in everything.values()})
     try:
-        with turn(), store.writing_all() as s:
+        with store.writing_all() as s:
             # Every profile's row locked first, in one order, as one ingest locks its
             # own: the calls' order of profiles could otherwise lock crosswise with
             # another writer. Each new profile is made at the time of its first call.

@@ -278,13 +278,6 @@ class Settings(BaseSettings):
         description="How long a store call waits for the calls of other clients to be "
                     "written with it, once calls have come together (0: never waits).",
     )
-    api_store_groups: int = Field(
-        1, ge=1, le=4,
-        description="Groups of store calls in flight at once: with 2, one group embeds "
-                    "while the one before it writes and answers (each group then holds "
-                    "its share of the callers); writes commit in the order the groups "
-                    "formed.",
-    )
     api_max_k: int = Field(
         100, ge=1, le=10_000, description="Most memories one recall returns.")
     api_workers: int = Field(

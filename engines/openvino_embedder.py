@@ -22,7 +22,6 @@ import hashlib
 import json
 import logging
 import os
-import queue
 import shutil
 import sys
 import tempfile
@@ -380,52 +379,36 @@ class OpenVinoEmbedder:
                    chosen: Iterable[list[int]], done: Callable[[int], None] | None) -> None:
         """Every bucket through every request, several in flight; the caller holds
         ``_lock``."""
-        # The next batch goes to whichever request is done first. Taken in turn, a
-        # request that was done waited for the one before it: a store group's batches
-        # differ in size (1 to 50 rows of 128), and a stream then stood idle.
-        running: dict[int, list[int]] = {}
-        finished: queue.SimpleQueue[int] = queue.SimpleQueue()
+        # Request k takes batches k, k + n, ...: before it starts its next batch, its
+        # last one is waited for and copied out.
+        running: list[list[int] | None] = [None] * len(self._requests)
 
-        def collect(k: int) -> None:
-            bucket = running.pop(k)
-            requests[k].wait()  # done already: raises what the inference raised
-            out[bucket] = requests[k].get_output_tensor(0).data[: len(bucket)]
-            if done is not None:
-                done(len(bucket))
-
-        def next_finished() -> int:
-            while True:
-                try:
-                    return finished.get(timeout=1.0)
-                except queue.Empty:
-                    # Should a callback not come (an inference that failed), the
-                    # request's own state says whether it is done.
-                    for k in running:
-                        if requests[k].wait_for(0):
-                            return k
+        def collect(k: int, requests: list[ov.InferRequest]) -> None:
+            bucket = running[k]
+            if bucket is not None:
+                requests[k].wait()
+                out[bucket] = requests[k].get_output_tensor(0).data[: len(bucket)]
+                running[k] = None
+                if done is not None:
+                    done(len(bucket))
 
         held = [self._take() for _ in self._requests]
         requests = [self._requests[k] for k in held]
         try:
-            idle = list(range(len(requests)))
-            for bucket in chosen:
-                while not idle:
-                    k = next_finished()
-                    if k in running:  # else a late word of a batch collected already
-                        collect(k)
-                        idle.append(k)
-                k = idle.pop()
+            n = len(requests)
+            for number, bucket in enumerate(chosen):
+                collect(number % n, requests)
                 ids = np.array([tokens[i] for i in bucket], dtype=np.int64)
-                requests[k].set_callback(lambda _data, k=k: finished.put(k), None)
-                requests[k].start_async({"input_ids": ids, "attention_mask": np.ones_like(ids)})
-                running[k] = bucket
-            while running:
-                k = next_finished()
-                if k in running:
-                    collect(k)
+                requests[number % n].start_async(
+                    {"input_ids": ids, "attention_mask": np.ones_like(ids)})
+                running[number % n] = bucket
+            # Oldest first, so that progress hears of the batches in order.
+            for later in range(1, n + 1):
+                collect((len(buckets) - 1 + later) % n, requests)
         finally:
             # After a failure, no request may still be running into the next call.
-            for k in running:
-                requests[k].wait()
+            for k, pending in enumerate(running):
+                if pending is not None:
+                    requests[k].wait()
             for k in held:
                 self._give(k)

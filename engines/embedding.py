@@ -32,6 +32,9 @@ log = logging.getLogger(__name__)
 
 _models: dict[tuple[str, int, EmbeddingBackend, str], Embedder] = {}
 _models_lock = threading.Lock()
+# Held while a model loads: a server's first concurrent calls wait for one load, and
+# do not compile the model once each.
+_loading_lock = threading.Lock()
 
 
 class Embedder(Protocol):
@@ -97,10 +100,15 @@ def get_embedder(
         return load_torch(path, batch_size)
     with _models_lock:
         found = _models.get(key)
-    if found is None:
-        # Loaded outside the lock: an export takes seconds and itself loads the PyTorch
-        # model through load_torch, which takes the lock.
-        found = load(path, batch_size, chosen, Path(cache_dir))
+    if found is not None:
+        return found
+    # Not under ``_models_lock``: an export takes seconds, and callers of a model
+    # already loaded need not wait for it.
+    with _loading_lock:
         with _models_lock:
-            found = _models.setdefault(key, found)
+            found = _models.get(key)
+        if found is None:
+            found = load(path, batch_size, chosen, Path(cache_dir))
+            with _models_lock:
+                found = _models.setdefault(key, found)
     return found

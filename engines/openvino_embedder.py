@@ -83,6 +83,11 @@ PROBES = (
     "We moved from Ubuntu 20.04 to Debian 12 in March 2025 because of the glibc bug.",
     " ".join(f"step {i} checks the queue, retries twice and logs the outcome." for i in range(60)),
 )
+# One export at a time in a process: torch.onnx keeps its state in globals, and a
+# second thread's export failed ("GLOBALS.in_onnx_export must be True"); a fresh
+# server whose first 8 recalls came at once kept PyTorch for good, at several times
+# the CPU per recall. Reentrant: an export may look the folder up again (the racing test).
+_exporting = threading.RLock()
 
 
 def precision(core: ov.Core) -> str:
@@ -180,6 +185,15 @@ def cached_model(
     final = cache_folder(path, cache_dir)
     if (final / MANIFEST).exists():
         return final
+    with _exporting:
+        # Another thread of this process may have exported it while this one waited.
+        if (final / MANIFEST).exists():
+            return final
+        return _export_checked(path, cache_dir, final, reference)
+
+
+def _export_checked(path: Path, cache_dir: Path, final: Path,
+                    reference: Callable[[], TorchEmbedder] | None) -> Path:
     check_layout(path)
     torch_model = (reference or (lambda: load_torch(path, 64)))()
     cache_dir.mkdir(parents=True, exist_ok=True)

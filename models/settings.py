@@ -289,8 +289,9 @@ class Settings(BaseSettings):
     api_recall_cache_mib: int = Field(
         512, ge=0, le=65_536,
         description="Memory the agent servers may keep recently recalled profiles' "
-        "vectors and search index in, in MiB (about 30 MiB per 10k memories and recall "
-        "depth; least recently used first out; 0: read them on every recall). An entry "
+        "vectors and search index in, with the memories their hits read whole, in MiB "
+        "(about 30 MiB per 10k memories and recall depth, and about 2 KiB per memory "
+        "shown; least recently used first out; 0: read them on every recall). An entry "
         "holds while its profile's write count holds: every write transaction of a "
         "profile, from any process, counts, so a cached answer is the answer of the "
         "store as it is.",

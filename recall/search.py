@@ -68,8 +68,16 @@ def recall(
         if not candidates.memories:
             return []
         [found] = passages(candidates, vector, k)
-        views, _ = snapshot(tx, (Tier.HOT, Tier.COLD), shown_ids(candidates, found))
-    hits = hits_from(candidates, found, {v.id: v for v in views})
+        wanted = shown_ids(candidates, found)
+        # A cached entry's memories read before are the same rows: read only the others.
+        known = {i: candidates.shown[i] for i in wanted if i in candidates.shown}
+        missing = [i for i in wanted if i not in known]
+        if missing:
+            views, _ = snapshot(tx, (Tier.HOT, Tier.COLD), missing)
+            known.update((v.id, v) for v in views)
+            if cache is not None:
+                candidates.shown.update((v.id, v) for v in views)
+    hits = hits_from(candidates, found, known)
     if track and hits:
         with store.writing(profile) as tx:
             record_access(tx, [h.memory.id for h in hits], at or utcnow(),

@@ -64,8 +64,12 @@ from reverie.tasks.supersede import (
     is_event,
     plan_summary_updates,
     plan_supersessions,
+    summary_frame_groups,
     summary_groups,
     superseded_ids,
+    values,
+    with_frame_pairs,
+    with_frame_radius,
 )
 
 OPERATION = Origin.DEDUP_SUMMARY
@@ -309,7 +313,8 @@ def stale_summary_pairs(
     update candidates within ``supersede_similarity`` of it (with the cosine), and the
     other summaries within it (by position among those returned, with the cosine): a
     search within groups of one entity, among texts that state a number or a name, so
-    only the summaries found need their originals read."""
+    only the summaries found need their originals read. Texts of one frame are searched
+    down to ``supersede_frame_similarity``, as among plain memories."""
     summaries, s_vectors = chosen_rows(
         memories, vectors, lambda m: m.id not in leaving and is_update_source(m, as_of))
     if not summaries:
@@ -317,8 +322,16 @@ def stale_summary_pairs(
     plain, p_vectors = chosen_rows(
         memories, vectors, lambda m: is_update_candidate(m, as_of) and m.id not in leaving)
     both = np.concatenate([s_vectors, p_vectors]) if len(plain) else s_vectors
+    texts = [values(m.content) for m in (*summaries, *plain)]
     found = radius_neighbours(both, config.supersede_similarity, search=search,
-                              groups=summary_groups(summaries, plain))
+                              groups=summary_groups(summaries, plain, texts))
+    if config.supersede_frame_similarity < config.supersede_similarity:
+        # The same words around their values, as among plain memories: a summary that
+        # says "works at Google" and "working for Stripe" may be further apart than the
+        # first radius (``tasks.supersede.frame``); the word test still decides.
+        found = with_frame_pairs(found, radius_neighbours(
+            both, config.supersede_frame_similarity, search=search,
+            groups=summary_frame_groups(summaries, plain, texts)))
     kept: list[int] = []
     out_near: list[list[tuple[MemoryView, float]]] = []
     near_summaries: list[list[tuple[int, float]]] = []
@@ -352,9 +365,9 @@ def find_stale_summaries(
     if not summaries:
         return []
     originals = originals_of(tx, [s.id for s in summaries])
-    return plan_summary_updates(
+    return with_frame_radius(plan_summary_updates(
         profile, [(s, [o for o in originals[s.id] if o.origin not in SUMMARY_ORIGINS])
-                  for s in summaries], near, vetoed, peers)
+                  for s in summaries], near, vetoed, peers), config)
 
 
 def dedup(store: Store, args: StepArgs) -> StepReport:

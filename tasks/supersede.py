@@ -53,7 +53,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence, Set
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from enum import Enum
 from functools import lru_cache
@@ -287,7 +287,7 @@ def plan_supersessions(
             vectors, config.supersede_similarity, search=search, groups=groups,
             cells=found_cells)
         if config.supersede_frame_similarity < config.supersede_similarity:
-            neighbours = _with_frame_pairs(
+            neighbours = with_frame_pairs(
                 neighbours, radius_neighbours(
                     vectors, config.supersede_frame_similarity, search=search,
                     groups=frame_groups(candidates, texts), cells=found_cells))
@@ -418,7 +418,7 @@ def frame_groups(candidates: Sequence[MemoryView], texts: Sequence[Values]) -> n
     return out
 
 
-def _with_frame_pairs(near: Neighbours, framed: Neighbours) -> Neighbours:
+def with_frame_pairs(near: Neighbours, framed: Neighbours) -> Neighbours:
     """``near`` with each row's pairs of one frame it lacks after its own (they are
     below its radius, so the order stays best first)."""
     indices, similarities = list(near.indices), list(near.similarities)
@@ -531,10 +531,8 @@ def _s_verb(before: str, after: str = "") -> bool:
 def _plural(word: str, before: str) -> bool:
     """Whether ``word`` (after ``before``) reads as a bare plural noun: an "-s" word not
     counted by a number ("apples", not "900 euros")."""
-    b, w = before.lower(), word.lower()
-    return (word[:1].islower() and w.isalpha() and len(w) > 3 and w.endswith("s")
-            and not w.endswith("ss") and w not in _NOT_VERBS
-            and not (b[:1].isdigit() or b in _NUMBER_WORDS))
+    b = before.lower()
+    return _s_form(word) and not (b[:1].isdigit() or b in _NUMBER_WORDS)
 
 
 def _verb_at(text: str) -> int | None:
@@ -654,8 +652,13 @@ def _goes_on_as_verb(first: str, then: str, left: str, comma: bool = False) -> b
     if comma:
         return True  # ", and" splits anyway: the second clause is given the subject
     last, before = words[-1] if words else "", words[-2] if len(words) >= 2 else ""
+    # A number before a plural opens a noun phrase that may go on after the "and" ("2
+    # cats and dogs at home"); a unit that is no plural ends it ("900 km and takes").
+    # Counted, an "-is" word is a plural too ("2 crisis" is no English).
+    counted = (before[:1].isdigit() or before.lower() in _NUMBER_WORDS) \
+        and not last.lower().endswith("s")
     open_end = (len(words) >= 2 and last[:1].isupper()) or last[:1].isdigit() \
-        or before[:1].isdigit() or before.lower() in _NUMBER_WORDS or t.endswith("ing")
+        or counted or t.endswith("ing")
     if not open_end:
         return False
     at = _verb_at(left)
@@ -767,15 +770,31 @@ def restatement(profile: str, older: MemoryView, newest: MemoryView) -> SummaryP
     )
 
 
-def summary_groups(summaries: Sequence[MemoryView], plain: Sequence[MemoryView]) -> np.ndarray:
-    """Per row of ``[*summaries, *plain]``, a group number: one per entity, for the
-    search that pairs older summaries with newer memories (``plan_stale_summaries``);
-    -1 for a text that states no number and no name."""
+def summary_groups(summaries: Sequence[MemoryView], plain: Sequence[MemoryView],
+                   texts: Sequence[Values] | None = None) -> np.ndarray:
+    """Per row of ``[*summaries, *plain]`` (``texts``: their ``values``), a group
+    number: one per entity, for the search that pairs older summaries with newer
+    memories (``plan_stale_summaries``); -1 for a text that states no number and no
+    name."""
+    rows = (*summaries, *plain)
+    texts = texts if texts is not None else [values(m.content) for m in rows]
     numbered: dict[str, int] = {}
     return np.array([
-        numbered.setdefault(m.entity or "", len(numbered)) if may_conflict(values(m.content))
-        else -1 for m in (*summaries, *plain)
+        numbered.setdefault(m.entity or "", len(numbered)) if may_conflict(v) else -1
+        for m, v in zip(rows, texts, strict=True)
     ], dtype=np.int64)
+
+
+def summary_frame_groups(summaries: Sequence[MemoryView], plain: Sequence[MemoryView],
+                         texts: Sequence[Values]) -> np.ndarray:
+    """``frame_groups`` of ``[*summaries, *plain]`` (``texts``: their ``values``), for
+    the second, lower radius of the search of summaries (``supersede_frame_similarity``),
+    as among plain memories; -1 too for a frame no summary states (its pairs would be
+    of plain memories only, which that search drops)."""
+    groups = frame_groups((*summaries, *plain), texts)
+    with_summary = np.unique(groups[: len(summaries)])
+    groups[~np.isin(groups, with_summary[with_summary >= 0])] = -1
+    return groups
 
 
 def plan_stale_summaries(
@@ -886,6 +905,7 @@ REVERSE_RULE = RULE + " (a newer summary's member)"
 def plan_outdated_by_summaries(
     profile: str, summaries: Sequence[tuple[MemoryView, Sequence[MemoryView]]],
     near: Sequence[Sequence[tuple[MemoryView, float]]], vetoed: Set[str] = frozenset(),
+    peers: Sequence[Sequence[tuple[int, float]]] | None = None,
 ) -> list[SupersedePlan]:
     """Supersessions of hot memories a member of a summary updates: pure.
 
@@ -897,22 +917,31 @@ def plan_outdated_by_summaries(
     value hot), and what else it said stays hot, restated. A member that a hot memory
     newer still states otherwise is no update of anything (``plan_stale_summaries``
     makes it stale), nor is an event."""
+    facts_ = [[m for m in members if not is_event(m)] for _, members in summaries]
     updated: dict[str, tuple[MemoryView, MemoryView, MemoryView, str, float]] = {}
-    for (summary, members), found in zip(summaries, near, strict=True):
-        facts_ = [m for m in members if not is_event(m)]
+    for i, ((summary, _), found) in enumerate(zip(summaries, near, strict=True)):
+        # The members of the other summaries near this one (``peers``: by position)
+        # update what its hot neighbours said as much as its own, and outdate its own:
+        # two summaries that reach one older memory, the older summary's member stale
+        # by the newer's, leave it pointing at the newest value, or hot when it says
+        # that value again.
+        mine = [(m, summary) for m in facts_[i]] + [
+            (m, summaries[k][0]) for k, _ in (peers[i] if peers else ()) if k != i
+            for m in facts_[k]]
+        newer = [*found, *((m, 0.0) for m, _ in mine)]
         for older, cos in found:
-            for m in facts_:
+            for m, by in mine:
                 if newest_first(m) <= newest_first(older) or (m.entity or "") != (
                         older.entity or "") or m.kind != older.kind:
                     continue
                 kind = conflict(older.content, m.content) or clause_conflict(
                     older.content, m.content)
-                if kind is None or _outdated_member(m, found):
+                if kind is None or _outdated_member(m, newer):
                     continue
                 best = updated.get(older.id)
-                if best is None or (newest_first(m), summary.id) > (
+                if best is None or (newest_first(m), by.id) > (
                         newest_first(best[1]), best[2].id):
-                    updated[older.id] = (older, m, summary, kind, cos)
+                    updated[older.id] = (older, m, by, kind, cos)
     by_member: dict[str, list[str]] = {}
     for oid, (_, m, _, _, _) in updated.items():
         by_member.setdefault(m.id, []).append(oid)
@@ -938,7 +967,8 @@ def plan_outdated_by_summaries(
 
 
 def _outdated_member(member: MemoryView, near: Sequence[tuple[MemoryView, float]]) -> bool:
-    """Whether a hot memory newer than ``member`` states its fact otherwise."""
+    """Whether a memory of ``near`` (hot, or another summary's member) newer than
+    ``member`` states its fact otherwise."""
     return any(
         newest_first(other) > newest_first(member) and (other.entity or "") == (
             member.entity or "") and other.kind == member.kind
@@ -959,7 +989,7 @@ def plan_summary_updates(
     (``plan_stale_summaries``), the first's outdated memories no longer counting as
     newer values. Cold notes take part in the first only, and as the newer side of the
     second: they are protected, never rewritten."""
-    reverse = plan_outdated_by_summaries(profile, summaries, near, vetoed)
+    reverse = plan_outdated_by_summaries(profile, summaries, near, vetoed, peers)
     gone = superseded_ids(reverse)
     rewritable = [i for i, (s, _) in enumerate(summaries)
                   if s.origin != Origin.COLD_LEARNING and not s.protected]
@@ -990,6 +1020,15 @@ def plan_summary_updates(
             break
         target = now
     return reverse + forward
+
+
+def with_frame_radius(plans: Sequence[SupersedePlan], config: DedupConfig) -> list[SupersedePlan]:
+    """``plans`` of summaries, each with a member only the second radius found (below
+    ``supersede_similarity``) audited as such, as ``plan_supersessions`` audits its own."""
+    return [p if min(p.similarities.values(), default=1.0) >= config.supersede_similarity
+            else replace(p, parameters={**p.parameters,
+                                        "frame_similarity": config.supersede_frame_similarity})
+            for p in plans]
 
 
 def _onward(

@@ -10,9 +10,12 @@ import json
 import logging
 import os
 import random
+import shutil
 import subprocess
 import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -76,6 +79,7 @@ def test_loading_openvino_neither_forks_nor_phones_home(ov_cache: Path, tmp_path
     # and a home of its own, where the telemetry keeps its client id.
     script = f"""
 import os, sys, threading, time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 forks = []
 os.register_at_fork(before=lambda: forks.append(threading.current_thread().name))
@@ -395,8 +399,43 @@ def test_two_exports_racing_leave_one_complete_export(
     assert OpenVinoEmbedder(MODEL, 64, tmp_path).encode(["ok"]).shape == (1, DIMENSION)
 
 
+def test_threads_of_one_process_export_once_between_them(
+    ov_cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """torch.onnx keeps its state in globals: two threads exporting at once failed, and
+    a server's first concurrent recalls fell back to PyTorch for good. The export here
+    copies the session's (the real one takes seconds); the check after it is real."""
+    (done,) = [p for p in ov_cache.iterdir() if (p / MANIFEST).exists()]
+    running, calls, most = [0], [0], [0]
+    lock = threading.Lock()
+
+    def copying_export(path: Path, folder: Path, reference: TorchEmbedder) -> None:
+        with lock:
+            running[0] += 1
+            calls[0] += 1
+            most[0] = max(most[0], running[0])
+        time.sleep(0.2)  # long enough for every thread to arrive meanwhile
+        for name in ("model.xml", "model.bin", "tokenizer.json"):
+            shutil.copyfile(done / name, folder / name)
+        with lock:
+            running[0] -= 1
+
+    monkeypatch.setattr(openvino_embedder, "export", copying_export)
+    start = threading.Barrier(4)
+
+    def first_use() -> Path:
+        start.wait()
+        return cached_model(MODEL, tmp_path)
+
+    with ThreadPoolExecutor(4) as pool:
+        folders = set(pool.map(lambda _: first_use(), range(4)))
+    assert (calls[0], most[0]) == (1, 1)
+    assert len(folders) == 1 and [p.name for p in tmp_path.iterdir()] == [folders.pop().name]
+
+
 INGEST_WITHOUT_TORCH = """
 import sys
+import threading
 from reverie.engines.embedding import embedder_for
 from reverie.models.ingest import ingest
 from reverie.models.store import Store
@@ -442,6 +481,8 @@ def test_bench_embedding_compares_both_backends_from_the_cli(
 
 EXPORT = """
 import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from reverie.engines.torch_embedder import default_model_path
 from reverie.engines.openvino_embedder import cached_model

@@ -39,6 +39,7 @@ from reverie.models.backup import backup_lines, restore
 from reverie.models.config import ConsolidationConfig, ForgetConfig
 from reverie.models.store import Store
 from reverie.models.tables import Profile
+from reverie.recall import search as search_module
 from reverie.recall.search import recall
 
 from factories import AS_OF, at_cosine, axis, end_session, ingest_records, undo_consolidation
@@ -265,7 +266,7 @@ def test_every_write_transaction_counts_as_a_write_of_its_profile(
 
 
 def test_recall_with_the_cache_gives_what_recall_without_it_gives_and_sees_every_write(
-    store: Store, new_store,  # type: ignore[no-untyped-def]
+    store: Store, new_store, monkeypatch: pytest.MonkeyPatch,  # type: ignore[no-untyped-def]
 ) -> None:
     assert not ingest_records(store, [
         {"profile": "p", "id": f"m{k}", "content": f"the deploy runs on day {k} of the week"}
@@ -281,7 +282,19 @@ def test_recall_with_the_cache_gives_what_recall_without_it_gives_and_sees_every
                 assert cached == plain
 
     both()
+    # The second time, the cached recalls read no memory whole: their hits' memories
+    # were kept with the entry. Only the uncached ones read.
+    reads: list[int] = []
+
+    def counted(*args: Any, **kw: Any) -> Any:
+        reads.append(1)
+        return read_whole(*args, **kw)
+
+    read_whole = search_module.snapshot
+    monkeypatch.setattr(search_module, "snapshot", counted)
     both()
+    assert len(reads) == 2 * len(queries)
+    monkeypatch.undo()
     assert cache.hits and len(cache) == 2
     # A write through another Store (as another process's would be: its own engine
     # and transaction) is seen by the next recall.

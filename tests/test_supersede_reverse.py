@@ -102,6 +102,13 @@ from factories import AS_OF, ingest_records, undo_consolidation, view
     ("User met Anna and friends at the park.", ("User met Anna and friends at the park.",)),
     ("User collects stamps and coins from Portugal.",
      ("User collects stamps and coins from Portugal.",)),
+    # a number before a plural opens a noun phrase the "and" goes on with; a unit that
+    # is no plural ends it
+    ("Maya has 2 cats and dogs at home.", ("Maya has 2 cats and dogs at home.",)),
+    ("The trip is 900 km and takes a day.", ("The trip is 900 km", "The trip takes a day.")),
+    # "-us", "-is", "-ics" words are no plurals: the verb after ", and" has the subject
+    ("User studies physics, and teaches kids.", ("User studies physics",
+                                                "User teaches kids.")),
     ("The user likes the apples and the pears from Spain.",
      ("The user likes the apples and the pears from Spain.",)),
     # a clause opening with its verb has no subject to give
@@ -156,6 +163,18 @@ def test_two_numbers_joined_by_and_stay_whole(subject: str, a: int, b: int, unit
                                               verb: str) -> None:
     """"between 900 and 1000 euros": a number after "and" opens no clause."""
     text = f"{subject} {verb.format(a=a, b=b)} {unit}."
+    assert clauses(text) == (text,)
+
+
+@settings(max_examples=200, deadline=None, database=None)
+@given(_SUBJECT, st.sampled_from(["has", "keeps", "owns", "feeds"]),
+       st.one_of(st.integers(2, 1000).map(str), st.sampled_from(["two", "three", "twelve"])),
+       _PLURAL, _PLURAL, _TAIL)
+def test_counted_plurals_joined_by_and_stay_whole(subject: str, verb: str, number: str,
+                                                  first: str, second: str, tail: str) -> None:
+    """"2 cats and dogs at home": a number before a plural opens a noun phrase, and the
+    "-s" word after the "and" goes on with it, whatever the words are."""
+    text = f"{subject} {verb} {number} {first} and {second}{tail}."
     assert clauses(text) == (text,)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import timedelta
 
+import numpy as np
 import pytest
 from test_supersede import audits, by_external, dry_run_then_real, iso, state
 
@@ -18,9 +19,13 @@ from reverie.models.config import ConsolidationConfig, DedupConfig
 from reverie.models.records import MemoryView
 from reverie.models.store import Store
 from reverie.models.tables import Origin, Tier
+from reverie.tasks import supersede
+from reverie.tasks.dedup import stale_summary_pairs
 from reverie.tasks.supersede import plan_summary_updates
 
-from factories import AS_OF, ingest_records, undo_consolidation, view
+from factories import AS_OF, at_cosine, axis, below, ingest_records, undo_consolidation, view
+
+CONFIG = DedupConfig()
 
 
 def _summary(sid: str, members: list[MemoryView], origin: Origin = Origin.DEDUP_SUMMARY,
@@ -111,6 +116,104 @@ def test_a_cold_note_is_never_rewritten_but_its_members_update() -> None:
     (plan,) = plan_summary_updates("p", [merge, newer_note], [[], []],
                                    peers=[[(1, 0.6)], [(0, 0.6)]])
     assert plan.newest_id == "b0" and plan.member_ids == ("c0", "s")
+
+
+_RENT = {900: "The user's rent is 900 euros.", 950: "The user's rent is 950 euros.",
+         1000: "The user's rent is 1000 euros."}
+
+
+@pytest.mark.parametrize("reaches_both", [False, True])
+def test_two_summaries_race_for_one_older_memory(reaches_both: bool) -> None:
+    """An older hot memory (900) near a summary of 950, itself outdated by another
+    summary's 1000: the 950 member updates nothing, the older memory points at the
+    newest value (reached through the peer or directly), and the 950 summary goes
+    cold pointing at it too."""
+    older = _said("o", _RENT[900], 400)
+    s1 = _summary("s1", [_said("a0", _RENT[950], 300)])
+    s2 = _summary("s2", [_said("b0", _RENT[1000], 100)])
+    near = [[(older, 0.6)], [(older, 0.5)] if reaches_both else []]
+    plans = plan_summary_updates("p", [s1, s2], near, peers=[[(1, 0.6)], [(0, 0.6)]])
+    moved = {m: p.newest_id for p in plans for m in p.member_ids}
+    assert moved == {"o": "b0", "a0": "b0", "s1": "b0"}
+    (reverse,) = [p for p in plans if "o" in p.member_ids]
+    assert reverse.parameters["summary"] == "s2"
+    # Without the peers (the code before), the older memory pointed at the stale 950.
+    (alone,) = plan_summary_updates("p", [s1, s2], [[(older, 0.6)], []])
+    assert alone.newest_id == "a0" and alone.member_ids == ("o",)
+
+
+def test_an_older_memory_that_says_the_newest_value_stays_hot() -> None:
+    """1000 in an old hot memory, 950 in a summary after it, 1000 again in a newer one:
+    the 950 member is outdated, so it updates nothing; the older memory says the
+    current value and is no stale fact."""
+    older = _said("o", _RENT[1000], 400)
+    s1 = _summary("s1", [_said("a0", _RENT[950], 300)])
+    s2 = _summary("s2", [_said("b0", _RENT[1000], 100)])
+    plans = plan_summary_updates("p", [s1, s2], [[(older, 0.6)], []],
+                                 peers=[[(1, 0.6)], [(0, 0.6)]])
+    assert {m: p.newest_id for p in plans for m in p.member_ids} == {"a0": "b0", "s1": "b0"}
+
+
+_FRAMED = [
+    ("The user works at Google.", "The user has been working for Stripe since last month."),
+    ("The user's rent is 900 euros a month.", "Rent: 1000 euros a month now."),
+]
+
+
+def _found(memories: list[MemoryView], cosine: float, config: DedupConfig = CONFIG,
+           ) -> tuple[list[str], list[list[str]], list[list[int]]]:
+    """``stale_summary_pairs`` of ``memories`` (the first on axis 0, the others at
+    ``cosine`` to it), by id."""
+    vectors = np.stack([axis(0), *(at_cosine(cosine, other=1 + k)
+                                   for k in range(len(memories) - 1))])
+    summaries, near, peers = stale_summary_pairs(memories, vectors, AS_OF, config)
+    return ([s.id for s in summaries], [[m.id for m, _ in n] for n in near],
+            [[k for k, _ in p] for p in peers])
+
+
+@pytest.mark.parametrize("texts", _FRAMED)
+def test_a_summary_and_a_newer_memory_of_one_frame_are_found_down_to_the_frame_radius(
+        texts: tuple[str, str]) -> None:
+    """Summary against hot memory: the same words around two values are searched down
+    to ``supersede_frame_similarity``, as among plain memories, and the word test
+    still decides: the stale member points at the newer value."""
+    assert supersede.frame(supersede.values(texts[0])) == supersede.frame(
+        supersede.values(texts[1])) is not None
+    summary, members = _summary("s1", [_said("a0", texts[0], 300),
+                                       _said("a1", texts[0], 299)], content=texts[0])
+    newer = _said("n0", texts[1], 10)
+    at = CONFIG.supersede_frame_similarity
+    assert _found([summary, newer], at) == (["s1"], [["n0"]], [[]])
+    assert _found([summary, newer], below(at)) == ([], [], [])
+    # At or above the first radius, no second search.
+    off = DedupConfig(supersede_frame_similarity=CONFIG.supersede_similarity)
+    assert _found([summary, newer], below(CONFIG.supersede_similarity), off) == ([], [], [])
+    (plan,) = plan_summary_updates("p", [(summary, members)], [[(newer, at)]])
+    assert plan.newest_id == "n0" and plan.member_ids == ("a0", "a1", "s1")
+    # The audit says the second radius found it; a pair the first found says nothing.
+    (audited,) = supersede.with_frame_radius([plan], CONFIG)
+    assert audited.parameters == {**plan.parameters, "frame_similarity": at}
+    (first,) = plan_summary_updates("p", [(summary, members)],
+                                    [[(newer, CONFIG.supersede_similarity)]])
+    assert supersede.with_frame_radius([first], CONFIG) == [first]
+
+
+@pytest.mark.parametrize("texts", _FRAMED)
+def test_two_summaries_of_one_frame_are_found_down_to_the_frame_radius(
+        texts: tuple[str, str]) -> None:
+    old = _summary("s1", [_said("a0", texts[0], 300)], content=texts[0])
+    new = _summary("s2", [_said("b0", texts[1], 100)], content=texts[1])
+    at = CONFIG.supersede_frame_similarity
+    assert _found([old[0], new[0]], at) == (["s1", "s2"], [[], []], [[1], [0]])
+    assert _found([old[0], new[0]], below(at)) == ([], [], [])
+
+
+def test_other_frames_are_not_searched_below_the_first_radius() -> None:
+    """"moved" is no frame of where one lives: between the radii the pair is not found."""
+    summary, _ = _summary("s1", [_said("a0", "User is now living in Madrid.", 300)])
+    newer = _said("n0", "User moved the dentist appointment to 17 April.", 10)
+    assert _found([summary, newer], 0.3) == ([], [], [])
+    assert _found([summary, newer], CONFIG.supersede_similarity) == (["s1"], [["n0"]], [[]])
 
 
 # --- through the flows ------------------------------------------------------------------

@@ -30,13 +30,15 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import cache
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import faiss
 import numpy as np
-from threadpoolctl import ThreadpoolController
 
 from reverie.models.config import SearchConfig
+
+if TYPE_CHECKING:
+    from threadpoolctl import ThreadpoolController
 
 # Query rows per range search, and rows per side of a block of products: bounds
 # the memory FAISS allocates for results, and a block's similarities (64 MB).
@@ -154,7 +156,11 @@ def _hits(
 @cache
 def _blas() -> ThreadpoolController:
     # Found on first use: looking up the loaded libraries at import would be a side
-    # effect, and each lookup costs about a millisecond.
+    # effect, and each lookup costs about a millisecond. Imported here too: a search
+    # by FAISS alone (`reverie recall`) never needs it, and its import was about 1.5%
+    # of that command's CPU.
+    from threadpoolctl import ThreadpoolController
+
     return ThreadpoolController()
 
 

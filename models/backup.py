@@ -75,7 +75,6 @@ from reverie.models.validation import (
     decode_json,
     decode_utf8,
 )
-from reverie.models.vectors import check_stored
 
 FORMAT = "reverie_backup"
 VERSION = 2
@@ -481,6 +480,10 @@ def _decode(
     elif name == "edge":
         check_edge_row(row, at)
     elif name == "memoryvector":
+        # Imported by the restore that checks a vector: the backup's writer (`reverie
+        # export`) would otherwise import numpy for nothing.
+        from reverie.models.vectors import check_stored
+
         try:
             check_stored(row["embedding"])
         except ValueError as exc:

@@ -13,13 +13,15 @@ from contextlib import AbstractContextManager, contextmanager
 from enum import StrEnum
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from reverie.models.config import ConsolidationConfig, preset
 from reverie.models.timestamps import DAY_SECONDS
+
+if TYPE_CHECKING:
+    from reverie.models.config import ConsolidationConfig
 
 DATABASE_URL_VARIABLE = "REVERIE_DATABASE_URL"
 
@@ -312,6 +314,10 @@ class Settings(BaseSettings):
         return self
 
     def consolidation_config(self) -> ConsolidationConfig:
+        # Imported here: the knobs' models are some 20 pydantic classes, and a command
+        # that only reads the store (`reverie get`, `status`, `export`) never needs them.
+        from reverie.models.config import preset
+
         return preset(self.preset)
 
 

@@ -19,15 +19,15 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from reverie.models.errors import RecordError
 from reverie.models.ids import given_id
 from reverie.models.text import clean_text, has_visible_text
 from reverie.models.timestamps import in_record_range, parse_timestamp
-from reverie.models.vectors import normalise
+
+if TYPE_CHECKING:
+    import numpy as np
 
 PROFILE_NAME = re.compile(r"^[\w.@:+\-]{1,128}$")
 MAX_SHORT_TEXT = 256
@@ -296,6 +296,11 @@ def _parse_memory(
 
     embedding = None
     if obj.get("embedding") is not None:
+        # Here, not at the top: a backup's writer (`reverie export`) imports this module
+        # for its checks and has no vector to check; numpy's import was about a seventh
+        # of its start.
+        from reverie.models.vectors import normalise
+
         try:
             embedding = normalise(obj["embedding"], dimension)
         except ValueError as exc:

@@ -41,6 +41,7 @@ from reverie.deployments.cli import (
 )
 from reverie.deployments.executable import unswept
 from reverie.models.config import SummarizerName
+from reverie.models.store import Store
 
 
 def _eager() -> TyperGroup:
@@ -88,6 +89,31 @@ def test_the_command_module_leaves_the_store_and_prefect_unimported() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120, check=True)
     assert done.stdout.strip() == "[]"
+
+
+# A short command's own path imports only what its reads need: numpy (84 modules, about
+# a seventh of `get`'s start) only where vectors are decoded or checked, and the
+# consolidation knobs (models.config, which the argparse CLI imported at its top) only
+# where a config is asked for.
+READS_WITHOUT_NUMPY = (
+    ("get", "maya-001"),
+    ("export", "--profile", "maya"),
+    ("export", "--profile", "maya", "--canonical"),
+    ("consolidations", "--profile", "maya"),
+    ("status",),
+)
+
+
+def test_short_reads_run_without_importing_numpy_or_the_knobs(sample_store: Store) -> None:
+    code = ("import atexit, sys; atexit.register(lambda: print([m for m in ('numpy', "
+            "'reverie.models.config') if m in sys.modules], file=sys.stderr)); "
+            "from reverie.deployments.executable import console; console()")
+    env = {**os.environ, "REVERIE_DATABASE_URL": sample_store.url}
+    for words in READS_WITHOUT_NUMPY:
+        done = subprocess.run([sys.executable, "-c", code, *words], env=env,
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0 and done.stdout, (words, done.stderr[-2000:])
+        assert done.stderr.splitlines()[-1] == "[]", words
 
 
 def _parsed(argv: list[str]) -> dict[str, Any]:

@@ -7,9 +7,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from dataclasses import fields as dataclass_fields
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
 from pydantic_core import from_json
 from sqlalchemy import (
     ColumnElement,
@@ -49,7 +48,14 @@ from reverie.models.tables import (
     Tombstone,
     table_of,
 )
-from reverie.models.vectors import from_blobs
+
+if TYPE_CHECKING:
+    import numpy as np
+
+# numpy (and ``models.vectors``, which needs it) is imported by the reads that decode
+# vectors or compute on columns, not at the top: `reverie get` imports this module for
+# one row, and numpy's import (84 modules) was about a seventh of its start's CPU
+# (issue #39 item 3).
 
 M = table_of(Memory)
 V = table_of(MemoryVector)
@@ -234,6 +240,8 @@ def snapshot(
 ) -> tuple[list[MemoryView], np.ndarray]:
     """The profile's memories in ``tiers`` and their vectors, row-aligned: ordered by id,
     or only ``ids_`` in their order."""
+    from reverie.models.vectors import from_blobs
+
     with collector_paused():
         if ids_ is None:
             query = (
@@ -286,6 +294,8 @@ class Outline:
 def outline(tx: ProfileTx, tiers: Sequence[str]) -> tuple[list[Outline], np.ndarray]:
     """``snapshot`` narrowed to ``Outline``'s columns and the vectors, ordered by id: a
     recall reads the whole profile, but builds whole memories only for its hits."""
+    from reverie.models.vectors import from_blobs
+
     query = (
         select(M.c.id, M.c.tier, M.c.superseded_by, M.c.origin, V.c.embedding)
         .select_from(WITH_VECTOR)
@@ -302,6 +312,8 @@ def outline(tx: ProfileTx, tiers: Sequence[str]) -> tuple[list[Outline], np.ndar
 
 def relevance_inputs(tx: ProfileTx) -> RelevanceInputs:
     """What relevance is computed from, for the profile's live hot memories."""
+    import numpy as np
+
     # Times as the driver gives them (SQLite: text), converted by numpy in one call
     # rather than parsed row by row.
     query = (
@@ -353,6 +365,8 @@ def relevance_inputs(tx: ProfileTx) -> RelevanceInputs:
 
 
 def vector(tx: ProfileTx, memory_id: str) -> np.ndarray | None:
+    from reverie.models.vectors import from_blobs
+
     blob = tx.session.execute(
         select(V.c.embedding).select_from(WITH_VECTOR)
         .where(M.c.profile_id == tx.profile).where(V.c.memory_id == memory_id)

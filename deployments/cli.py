@@ -351,7 +351,7 @@ class SummarizerChoice(StrEnum):
 HISTORY_SHOWN = (1, 1000)  # status --limit: the API's consolidation status limit
 RECALL_K = (1, 10_000)  # recall -k: the API's k
 CONTEXT_CHARS = (0, 200_000)  # bench locomo --budget: the API's budget_chars
-API_WORKERS = (1, 16)  # api --workers: REVERIE_API_WORKERS's range
+API_WORKERS = (1, 16)  # api and mcp --workers: REVERIE_API_WORKERS's (and MCP_'s) range
 # The benches' sizes: beyond these a run would take days or more memory than a machine
 # has, so a larger number is a slip of the keyboard.
 BENCH_PROFILES = (1, 1000)  # bench updates/synthetic/api --profiles
@@ -360,6 +360,7 @@ BENCH_CLIENTS = (1, 1024)  # bench api --clients, each: one thread per client
 BENCH_CALLS = (1, 1_000_000)  # bench api --requests and --store-requests, per row
 STORE_BATCH = (1, 10_000)  # bench api --store-batch: the store endpoint's memories per call
 INGEST_SENTENCES = (0, 1_000_000)  # bench synthetic/api --ingest-sentences (0 skips it)
+INGEST_RUNS = (1, 50)  # bench api --ingest-runs: pairs of runs, each of every sentence
 EMBEDDING_SENTENCES = (16, 1_000_000)  # bench embedding --sentences: 16 make one batch
 # events flush --timeout: 0 sends once, without waiting; an hour outlasts any restart of
 # the API that waiting could ride out.
@@ -1547,8 +1548,14 @@ def _bench_api(
         help="sentences per store call")] = 16,
     ingest_sentences: Annotated[int, typer.Option(
         "--ingest-sentences", metavar="N", min=INGEST_SENTENCES[0], max=INGEST_SENTENCES[1],
-        help="sentences for ingest's in-process throughput, store's yardstick "
-        "(0 skips it)")] = 2048,
+        help="sentences per run for ingest's in-process throughput, store's yardstick "
+        "(0 skips it)")] = 4096,
+    ingest_runs: Annotated[int, typer.Option(
+        "--ingest-runs", metavar="N", min=INGEST_RUNS[0], max=INGEST_RUNS[1],
+        help="runs of ingest and of the raw model each, alternating; the medians")] = 3,
+    workers: Annotated[int, typer.Option(
+        "--workers", metavar="N", min=API_WORKERS[0], max=API_WORKERS[1],
+        help="server processes of `reverie api` (its --workers)")] = 1,
     json_out: Annotated[Path | None, typer.Option(
         "--json", metavar="OUT", help="write the results as JSON")] = None,
     markdown: MarkdownOut = None,
@@ -1566,7 +1573,7 @@ def _bench_api(
               f"{row.calls_per_second:7.1f} calls/s  errors {row.errors}", flush=True)
 
     result = bench_api(size_list, client_list, profiles, requests, store_requests, store_batch,
-                       ingest_sentences, command_line, progress)
+                       ingest_sentences, command_line, progress, workers, ingest_runs)
     text = render_api(result)
     print(text)
     if json_out:
@@ -1652,18 +1659,29 @@ def _mcp(
     = Transport.STDIO,
     host: Host = "127.0.0.1",
     port: Port = 8765,
+    workers: Annotated[int | None, typer.Option(
+        "--workers", metavar="N", min=API_WORKERS[0], max=API_WORKERS[1],
+        help="over http: server processes on the port (default REVERIE_MCP_WORKERS, 1)")]
+    = None,
 ) -> int:
     """Serve Reverie's tools over MCP: stdio for a local agent (token: REVERIE_MCP_TOKEN),
     or streamable HTTP at /mcp."""
     from reverie.deployments.auth import load_tokens
     from reverie.models.settings import get_settings
 
+    if transport is Transport.STDIO and workers not in (None, 1):
+        # One agent spawns one stdio server: there is no port to share.
+        raise ReverieError("--workers: only with --transport http")
     _store()  # a store that is not there: said now, not on each agent's call
-    tokens = load_tokens(get_settings())
+    settings = get_settings()
+    tokens = load_tokens(settings)
     if transport is Transport.HTTP:
         from reverie.deployments.http_api import serve
 
-        serve(tokens, host, port)
+        count = settings.mcp_workers if workers is None else workers
+        print(f"reverie mcp on http://{host}:{port}/mcp"
+              f"{f' ({count} processes)' if count > 1 else ''}", file=sys.stderr, flush=True)
+        serve(tokens, host, port, count)
         return EXIT_OK
     from reverie.deployments.mcp_server import run_stdio
 

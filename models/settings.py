@@ -288,6 +288,12 @@ class Settings(BaseSettings):
                     "each has its own model, recall cache and interpreter lock. Above 1 "
                     "the MCP endpoint is stateless (no session kept between requests).",
     )
+    mcp_workers: int = Field(
+        1, ge=1, le=16,
+        description="Server processes of `reverie mcp --transport http` on its one port "
+                    "(`--workers`), as `REVERIE_API_WORKERS` for `reverie api`: above 1 "
+                    "the MCP endpoint is stateless. Not used over stdio.",
+    )
     api_recall_cache_mib: int = Field(
         512, ge=0, le=65_536,
         description="Memory the agent servers may keep recently recalled profiles' "

@@ -7,7 +7,7 @@ import os
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,14 +62,17 @@ def reverie() -> str:
 
 
 @contextmanager
-def api_server(database_url: str, folder: Path, **extra: str) -> Iterator[Running]:
+def api_server(database_url: str, folder: Path, *, command: Sequence[str] = ("api",),
+               **extra: str) -> Iterator[Running]:
+    """``reverie -v <command> --port P`` (``reverie api``, or e.g. ``mcp --transport
+    http``) on ``database_url``, with ``extra`` in its environment."""
     port = free_port()
     log = folder / "api.log"
     # Its own Prefect home: a local server it starts for a run is this test's alone.
     env = server_env(database_url, PREFECT_HOME=str(prefect_home(folder / "prefect")), **extra)
     with log.open("wb") as out:
         process = subprocess.Popen(
-            [reverie(), "-v", "api", "--port", str(port)], stdout=out, stderr=out, env=env)
+            [reverie(), "-v", *command, "--port", str(port)], stdout=out, stderr=out, env=env)
     url = f"http://127.0.0.1:{port}"
     try:
         wait_until_healthy(process, url, log, 120)

@@ -3,7 +3,8 @@ each with its own model and recall cache, as real processes. Any process answers
 request: the MCP SDK's client stores, recalls and gets over the stateless endpoint, a
 memory stored through one connection is recalled through fresh ones, and concurrent
 store calls from both processes lose nothing. (The whole agent session over MCP is
-test_mcp's, on one process.)"""
+test_mcp's, on one process.) `reverie mcp --transport http --workers 2` serves the same
+stateless endpoint from two processes, driven here by the MCP SDK's client."""
 
 from __future__ import annotations
 
@@ -105,3 +106,36 @@ def test_any_process_recalls_what_another_stored_and_none_loses_a_store(api: Run
 def test_the_log_holds_no_memory_content(api: Running) -> None:
     log = Path(api.log).read_text(errors="replace")
     assert "courier" not in log and "flowerpot" not in log
+
+
+@pytest.fixture(scope="module")
+def mcp_http(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
+    folder = tmp_path_factory.mktemp("mcp-workers")
+    with agent_store(folder) as url, api_server(
+            url, folder, command=("mcp", "--transport", "http", "--workers", "2")) as running:
+        yield running
+
+
+def test_mcp_over_http_with_two_workers(mcp_http: Running) -> None:
+    # Each session is a fresh connection, which the kernel hands to either process: a
+    # memory stored in one session is found, and refused to another token, in the next.
+    texts = {f"n{k}": f"Parcel {k} goes to the neighbour at number {k + 10}" for k in range(6)}
+
+    async def main() -> None:
+        for name, text in texts.items():
+            async with over_http(mcp_http, ALICE_TOKEN) as session:
+                stored = await tool(session, "store", profile="alice",
+                                    memories=[{"id": name, "content": text}])
+                assert stored["stored"] == 1
+        for name, text in texts.items():
+            async with over_http(mcp_http, ALICE_TOKEN) as session:
+                hits = await tool(session, "recall", profile="alice", query=text, k=1)
+                assert hits["hits"][0]["external_id"] == name
+                got = await tool(session, "get", profile="alice", id=name)
+                assert got["content"] == text
+        async with over_http(mcp_http, BOB_TOKEN) as session:
+            assert (await refused(session, "get", profile="alice", id="n0")).startswith("403")
+
+    anyio.run(main)
+    assert len(workers(mcp_http)) == 2
+    assert "Parcel" not in Path(mcp_http.log).read_text(errors="replace")

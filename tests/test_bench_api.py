@@ -41,12 +41,17 @@ def test_bench_api_runs_at_a_tiny_size(tmp_path: Path, capsys: pytest.CaptureFix
     out, table = tmp_path / "api.json", tmp_path / "api.md"
     args = ["bench", "api", "--sizes", "40", "--clients", "1,3", "--profiles", "2",
             "--requests", "6", "--store-requests", "3", "--store-batch", "2",
-            "--ingest-sentences", "16", "--json", str(out), "--markdown", str(table)]
+            "--ingest-sentences", "16", "--ingest-runs", "2", "--json", str(out),
+            "--markdown", str(table)]
     assert main(args) == EXIT_OK
     assert "| recall | 40 | 3 |" in capsys.readouterr().out
     data = json.loads(out.read_text())
     assert data["command"].startswith("reverie bench api --sizes 40 --clients 1,3")
-    assert set(data["ingest"]) == {"raw_model", "ingest", "ingest_cpu_ms_per_sentence"}
+    assert set(data["ingest"]) == {
+        "raw_model", "ingest", "raw_cpu_ms_per_sentence", "ingest_cpu_ms_per_sentence",
+        "sentences", "runs", "wall_ratio", "wall_ratio_min", "wall_ratio_max", "cpu_ratio",
+        "cpu_ratio_min", "cpu_ratio_max", "judged_on", "target", "verdict"}
+    assert (data["ingest"]["runs"], data["ingest"]["sentences"], data["workers"]) == (2, 16, 1)
     rows = [(r["operation"], r["clients"]) for r in data["rows"]]
     assert rows == [("recall", 1), ("recall", 3), ("store", 1), ("store", 3)]
     for row in data["rows"]:
@@ -59,3 +64,23 @@ def test_bench_api_runs_at_a_tiny_size(tmp_path: Path, capsys: pytest.CaptureFix
     assert any(n.startswith("CPU per sentence") for n in store["notes"])
     assert store["target"] == ">= 80% of ingest"
     assert table.read_text().startswith("ingest (in process):")
+    assert "verdict on the median wall ratio" in table.read_text().splitlines()[0]
+
+
+@pytest.mark.slow
+@pytest.mark.store_independent("the bench makes its own SQLite stores")
+def test_bench_api_counts_the_cpu_of_every_worker(tmp_path: Path) -> None:
+    """With `--workers 2` the model runs in the two worker processes, not in the
+    supervisor the bench starts: the server's CPU must be theirs too."""
+    out = tmp_path / "api.json"
+    args = ["bench", "api", "--sizes", "40", "--clients", "2", "--profiles", "2",
+            "--requests", "4", "--store-requests", "4", "--store-batch", "8",
+            "--ingest-sentences", "0", "--workers", "2", "--json", str(out)]
+    assert main(args) == EXIT_OK
+    data = json.loads(out.read_text())
+    assert data["workers"] == 2 and data["ingest"] == {}
+    store = next(r for r in data["rows"] if r["operation"] == "store")
+    assert store["errors"] == 0
+    # The model alone takes about 1.3 ms of CPU per sentence here; the supervisor,
+    # which only hands the socket over, a few microseconds per call.
+    assert store["server_cpu_ms_per_sentence"] > 0.3

@@ -29,6 +29,7 @@ from reverie.deployments.cli import (
     EXIT_ERROR,
     FLUSH_SECONDS,
     HISTORY_SHOWN,
+    INGEST_RUNS,
     INGEST_SENTENCES,
     RECALL_K,
     SHORT,
@@ -143,6 +144,9 @@ def _refused(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
     (["recall", "q", "--profile", "p", "-k"], RECALL_K),
     (["bench", "locomo", "f.json", "--budget"], CONTEXT_CHARS),
     (["api", "--workers"], API_WORKERS),
+    (["mcp", "--transport", "http", "--workers"], API_WORKERS),
+    (["bench", "api", "--workers"], API_WORKERS),
+    (["bench", "api", "--ingest-runs"], INGEST_RUNS),
     (["bench", "updates", "--profiles"], BENCH_PROFILES),
     (["bench", "synthetic", "--profiles"], BENCH_PROFILES),
     (["bench", "synthetic", "--ingest-sentences"], INGEST_SENTENCES),
@@ -172,15 +176,22 @@ def test_number_options_take_their_bounds_and_refuse_one_past(
         assert err.endswith("(--help for usage)")
 
 
-def test_api_workers_takes_the_settings_range() -> None:
+@pytest.mark.parametrize("setting", ["api_workers", "mcp_workers"])
+def test_workers_take_the_settings_range(setting: str) -> None:
     from annotated_types import Ge, Le
 
     from reverie.models.settings import Settings
 
-    metadata = Settings.model_fields["api_workers"].metadata
+    metadata = Settings.model_fields[setting].metadata
     bounds = (next(m.ge for m in metadata if isinstance(m, Ge)),
               next(m.le for m in metadata if isinstance(m, Le)))
     assert bounds == API_WORKERS
+
+
+def test_mcp_over_stdio_refuses_workers(capsys: pytest.CaptureFixture[str]) -> None:
+    # Checked before the store is looked for: no store is needed to be told.
+    assert main(["mcp", "--workers", "2"]) == EXIT_ERROR
+    assert "--workers: only with --transport http" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(("option", "bounds"), [

@@ -10,10 +10,13 @@ import pytest
 
 from reverie.benchmarks import speed
 from reverie.benchmarks.speed import (
+    IngestRuns,
     Result,
     check_links,
     check_search,
     exact_pairs,
+    ingest_ratio_notes,
+    ingest_summary,
     judge,
     peak_rss,
 )
@@ -151,6 +154,34 @@ def test_recall_and_ingest_verdicts() -> None:
     slow = Result("ingest + embed", 2048, 10.0, baseline_seconds=8.9)
     judge(slow)
     assert slow.verdict == "missed: 89.0% of raw model"
+    # Interleaved runs: the verdict is on the median of the pairs' ratios, not on the
+    # ratio of the median times.
+    pairs = Result("ingest + embed", 2048, 10.0, baseline_seconds=9.5, share=0.89)
+    judge(pairs)
+    assert pairs.verdict == "missed: 89.0% of raw model"
+
+
+def test_interleaved_ingest_runs_are_judged_on_the_median_pair() -> None:
+    # Pairs: 0.95, 0.80 (a pair the load hit), 0.913; the ratio of the median times
+    # would be 2.0 / 2.3 = 0.87.
+    runs = IngestRuns(1000, raw_wall=(1.9, 2.0, 2.1), raw_cpu=(3.8, 3.9, 4.0),
+                      ingest_wall=(2.0, 2.5, 2.3), ingest_cpu=(4.0, 4.1, 4.2))
+    summary = ingest_summary(runs)
+    assert summary["runs"] == 3 and summary["sentences"] == 1000
+    assert (summary["wall_ratio"], summary["wall_ratio_min"],
+            summary["wall_ratio_max"]) == (0.913, 0.8, 0.95)
+    assert (summary["cpu_ratio"], summary["cpu_ratio_min"],
+            summary["cpu_ratio_max"]) == (0.9512, 0.95, 0.9524)
+    assert (summary["raw_model"], summary["ingest"]) == (500.0, 434.8)
+    assert (summary["raw_cpu_ms_per_sentence"], summary["ingest_cpu_ms_per_sentence"]) == (
+        3.9, 4.1)
+    assert summary["judged_on"] == "median wall ratio"
+    notes = ingest_ratio_notes(summary)
+    assert notes[0] == ("91.3% of the raw model's rate, median of 3 interleaved pairs of "
+                        "1,000 sentences (80.0%-95.0%)")
+    assert notes[-1] == "verdict on the median wall ratio"
+    with pytest.raises(ValueError):  # a run without its pair is no ratio
+        ingest_summary(IngestRuns(1000, (1.0, 1.0), (1.0, 1.0), (1.0,), (1.0,)))
 
 
 def test_peak_rss_sees_an_allocation_inside_the_block() -> None:
@@ -187,6 +218,8 @@ def test_bench_synthetic_from_the_cli_writes_every_step_and_flow(tmp_path: Path)
     assert rows["dedup"]["recall"] == 1.0 and rows["dedup"]["baseline_seconds"] >= 0
     assert rows["cluster"]["recall"] == 1.0
     assert rows["ingest + embed"]["baseline_seconds"] > 0
+    assert 0 < rows["ingest + embed"]["share"] and "median of 3 interleaved pairs of 64" in (
+        rows["ingest + embed"]["notes"][1])
     assert "| dedup | 400 |" in table.read_text()
     assert table.read_text().startswith("Stores: SQLite files.")
     assert {r["backend"] for r in data["results"]} == {"sqlite"}

@@ -43,7 +43,6 @@ from reverie.engines.similarity import (
 from reverie.engines.wording import Summarizer, content_words
 from reverie.models.config import DedupConfig, SearchConfig
 from reverie.models.records import MemoryView, SummaryPlan
-from reverie.models.repositories.bulk import collector_paused
 from reverie.models.repositories.memories import snapshot
 from reverie.models.repositories.summaries import (
     apply_supersessions,
@@ -374,9 +373,7 @@ def dedup(store: Store, args: StepArgs) -> StepReport:
     """Supersede older statements of an updated fact (older summaries' among them),
     then merge near-duplicates of one profile into summaries; what either replaces goes
     cold."""
-    # The plans are plain data, with no cycles to collect: at 100k the collector walked
-    # the whole heap four times while the values were worked out (1.1 s of CPU).
-    with store.reading(args.profile, args.horizon) as tx, collector_paused():
+    with store.reading(args.profile, args.horizon) as tx:
         memories, vectors = snapshot(tx)
         undone = undone_supersessions(tx)
         updates = find_updates(args.profile, memories, vectors, args.as_of,

@@ -57,10 +57,11 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from enum import Enum
 from functools import lru_cache
+from itertools import pairwise
 
 import numpy as np
 
-from reverie.engines.llm import _COMMON, _OPENING_WORDS, facts, kept_names
+from reverie.engines.llm import _COMMON, _OPENING_WORDS, facts
 from reverie.engines.similarity import (
     DEFAULT_SEARCH,
     Neighbours,
@@ -156,27 +157,34 @@ _NOT_STEMMED = frozenset(COMMON_WORDS | _NUMBER_WORDS.keys() | NOISE)
 
 
 @lru_cache(maxsize=65536)
+def content_stem(word: str) -> str:
+    """A content word's stem, or the verb it stands for ("moved" is "live")."""
+    return SYNONYMS.get(word) or stem(word)
+
+
+@lru_cache(maxsize=65536)
 def values(text: str) -> Values:
-    # Set operations where they can do: dedup works out every update candidate's
-    # values (63k texts at 100k memories), and word-by-word tests were half the time.
+    # Set operations and C-level maps where they can do: dedup works out every update
+    # candidate's values (63k texts at 100k memories), and word-by-word tests in
+    # generators were half the time.
     found = facts(text)
     words = found.words
     numbers = set(found.numbers)
     tokens = _WORDS.findall(_DIGIT_RUN.sub(" 0 ", text.lower()))
     counted = _NUMBER_WORDS.keys() & tokens
     numbers.update(_NUMBER_WORDS[w] for w in counted)
-    names = kept_names([found]) - NOT_NAMES
+    # ``kept_names`` of this one text.
+    names = (found.names | (found.openers - found.lower - _OPENING_WORDS)) - NOT_NAMES
     # A unit is the word after a number ("900 euros", "two cats"): it goes with the value.
-    units = frozenset(
-        stem(tokens[i + 1]) for i, w in enumerate(tokens[:-1])
-        if (w == "0" or w in counted) and tokens[i + 1] not in COMMON_WORDS
-        and tokens[i + 1] in found.lower  # "3 March": a date, not three of something
-    ) if counted or "0" in tokens else frozenset()
-    stems = frozenset(
-        SYNONYMS.get(w) or stem(w) for w in words - _NOT_STEMMED - found.names
-        if len(w) >= 3 and w.isalpha()
-    ) - units
-    relations = frozenset(s for s in map(stem, words) if s in _STEMMED_RELATIONS)
+    units = frozenset(map(stem, [
+        after for word, after in pairwise(tokens)
+        if (word == "0" or word in counted) and after not in COMMON_WORDS
+        and after in found.lower  # "3 March": a date, not three of something
+    ])) if counted or "0" in tokens else frozenset()
+    stems = frozenset(map(content_stem, [
+        w for w in words - _NOT_STEMMED - found.names if len(w) >= 3 and w.isalpha()
+    ])) - units
+    relations = _STEMMED_RELATIONS.intersection(map(stem, words))
     return Values(frozenset(numbers), frozenset(names), words, stems, relations, units,
                   found.lower)
 

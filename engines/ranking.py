@@ -142,9 +142,14 @@ class Candidates(Generic[R]):
     @property
     def nbytes(self) -> int:
         """About what keeping them costs, searchable built, memories read whole so far."""
-        shown = sum(SHOWN_ROW_BYTES + 4 * len(v.content) for v in list(self.shown.values()))
+        shown = sum(map(shown_bytes, list(self.shown.values())))
         return (self.vectors.nbytes + self.key_vectors.nbytes + self.searchable.search.nbytes
                 + shown)
+
+
+def shown_bytes(view: MemoryView) -> int:
+    """About what keeping one memory read whole costs."""
+    return SHOWN_ROW_BYTES + 4 * len(view.content)
 
 
 def tiers_for(deep: bool) -> tuple[str, ...]:
@@ -295,6 +300,13 @@ def rank(candidates: Candidates[R], queries: np.ndarray, k: int) -> list[list[tu
     return out
 
 
+@dataclass
+class _Entry:
+    seq: int
+    candidates: Candidates[Ranked]
+    nbytes: int  # the candidates' when put, with what they remembered since
+
+
 class RecallCache:
     """The candidates of recently recalled profiles, kept by a long-lived process (the
     agent servers), up to ``budget_bytes``, least recently used first out.
@@ -303,25 +315,26 @@ class RecallCache:
     every write transaction of the profile) is the one it was read at; a recall reads
     the count in its own snapshot (one row) and the entry's memories must match it, so
     a write by any process is seen by the next recall. Without a cache a recall reads
-    the whole profile's vectors each time (15 MB at 10k memories)."""
+    the whole profile's vectors each time (15 MB at 10k memories). The memories an
+    entry's hits read whole (``remember``) count toward the budget as they come."""
 
     def __init__(self, budget_bytes: int) -> None:
         self.budget_bytes = budget_bytes
         self._lock = threading.Lock()
-        self._entries: OrderedDict[tuple[str, str, bool], tuple[int, Candidates[Ranked]]] = (
-            OrderedDict())
+        self._entries: OrderedDict[tuple[str, str, bool], _Entry] = OrderedDict()
+        self._total = 0
         self.hits = self.misses = 0
 
     def get(self, url: str, profile: str, deep: bool, seq: int) -> Candidates[Ranked] | None:
         key = (url, profile, deep)
         with self._lock:
             entry = self._entries.get(key)
-            if entry is None or entry[0] != seq:
+            if entry is None or entry.seq != seq:
                 self.misses += 1
                 return None
             self._entries.move_to_end(key)
             self.hits += 1
-            return entry[1]
+            return entry.candidates
 
     def put(self, url: str, profile: str, deep: bool, seq: int,
             candidates: Candidates[Ranked]) -> None:
@@ -331,14 +344,49 @@ class RecallCache:
         key = (url, profile, deep)
         with self._lock:
             held = self._entries.get(key)
-            if held is not None and held[0] > seq:
+            if held is not None and held.seq > seq:
                 return  # a newer state is held already (an older read finished later)
-            self._entries[key] = (seq, candidates)
+            if held is not None:
+                self._total -= held.nbytes
+            self._entries[key] = _Entry(seq, candidates, size)
             self._entries.move_to_end(key)
-            total = sum(c.nbytes for _, c in self._entries.values())
-            while total > self.budget_bytes and len(self._entries) > 1:
-                _, (_, dropped) = self._entries.popitem(last=False)
-                total -= dropped.nbytes
+            self._total += size
+            self._trim()
+
+    def remember(self, url: str, profile: str, deep: bool, candidates: Candidates[Ranked],
+                 views: Sequence[MemoryView]) -> None:
+        """``views``, read whole for hits on ``candidates``, kept with them while they
+        are the entry held (the same rows: every write bumps the write count). Over the
+        budget, the least recently used entries go first; alone, the entry forgets
+        what it remembered (the next hits read their memories again)."""
+        key = (url, profile, deep)
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None or entry.candidates is not candidates:
+                return  # not kept (too large, or replaced meanwhile): nothing to add to
+            new = [v for v in views if v.id not in candidates.shown]
+            candidates.shown.update((v.id, v) for v in new)
+            grown = sum(map(shown_bytes, new))
+            entry.nbytes += grown
+            self._total += grown
+            self._entries.move_to_end(key)
+            self._trim()
+            if self._total > self.budget_bytes:
+                forgotten = sum(map(shown_bytes, candidates.shown.values()))
+                candidates.shown.clear()
+                entry.nbytes -= forgotten
+                self._total -= forgotten
+
+    def _trim(self) -> None:
+        while self._total > self.budget_bytes and len(self._entries) > 1:
+            _, dropped = self._entries.popitem(last=False)
+            self._total -= dropped.nbytes
+
+    @property
+    def nbytes(self) -> int:
+        """What the entries held cost, by the budget's count."""
+        with self._lock:
+            return self._total
 
     def __len__(self) -> int:
         return len(self._entries)

@@ -70,13 +70,14 @@ def recall(
         [found] = passages(candidates, vector, k)
         wanted = shown_ids(candidates, found)
         # A cached entry's memories read before are the same rows: read only the others.
-        known = {i: candidates.shown[i] for i in wanted if i in candidates.shown}
+        # One ``get`` each: the cache may forget them meanwhile (``RecallCache.remember``).
+        known = {i: v for i in wanted if (v := candidates.shown.get(i)) is not None}
         missing = [i for i in wanted if i not in known]
         if missing:
             views, _ = snapshot(tx, (Tier.HOT, Tier.COLD), missing)
             known.update((v.id, v) for v in views)
             if cache is not None:
-                candidates.shown.update((v.id, v) for v in views)
+                cache.remember(store.url, tx.profile, deep, candidates, views)
     hits = hits_from(candidates, found, known)
     if track and hits:
         with store.writing(profile) as tx:

@@ -27,6 +27,7 @@ from sqlalchemy import Engine, event, select
 
 from reverie.deployments import operations as ops
 from reverie.deployments.auth import Principal
+from reverie.engines import ranking
 from reverie.engines.ranking import RecallCache
 from reverie.flows.cluster import cluster
 from reverie.flows.cold_notes import consolidate_cold
@@ -321,7 +322,7 @@ def test_the_cache_keeps_to_its_budget_least_recently_used_out(store: Store) -> 
                                           for k in range(20)]).errors
     one = RecallCache(1 << 30)
     recall(store, "a", "note", cache=one)
-    size = next(iter(one._entries.values()))[1].nbytes  # noqa: SLF001
+    size = one.nbytes
     cache = RecallCache(2 * size + size // 2)
     for name in ("a", "b", "a", "c"):
         recall(store, name, "note", cache=cache)
@@ -361,3 +362,37 @@ def test_the_server_sees_a_write_made_by_another_process(tmp_path: Path) -> None
 def fastapi_json(data: dict[str, Any]) -> Any:
     """``data`` as FastAPI's default response encoding writes it, read back."""
     return json.loads(json.dumps(jsonable_encoder(data)))
+
+
+def test_memories_read_whole_for_hits_count_toward_the_budget(store: Store) -> None:
+    """A cached entry keeps the memories its hits read whole; as they come, they count:
+    over the budget, older entries go first, then what the entry itself remembered. The
+    hits stay those of recall without a cache."""
+    for name in ("a", "b"):
+        assert not ingest_records(store, [
+            {"profile": name, "content": f"{name} note {k}: " + "word " * (40 + k)}
+            for k in range(24)]).errors
+    probe = RecallCache(1 << 30)
+    recall(store, "a", "note", k=1, cache=probe)
+    base = probe.nbytes  # the entry of a, with the one memory its hit read
+    queries = [f"note {k}" for k in range(24)]
+    roomy = RecallCache(1 << 30)
+    for q in queries:
+        recall(store, "a", q, k=5, cache=roomy)
+    grown = roomy.nbytes
+    assert grown > base + 12 * ranking.SHOWN_ROW_BYTES  # it did remember many
+    assert roomy.nbytes == sum(e.candidates.nbytes for e in roomy._entries.values())  # noqa: SLF001
+
+    # Room for b's entry and a's with a few memories read whole, not all of them.
+    tight = RecallCache(2 * base + (grown - base) // 2)
+    recall(store, "b", "note", k=1, cache=tight)
+    for q in queries:
+        assert recall(store, "a", q, k=5, cache=tight) == recall(store, "a", q, k=5)
+        assert tight.nbytes <= tight.budget_bytes
+        assert tight.nbytes == sum(
+            e.candidates.nbytes for e in tight._entries.values())  # noqa: SLF001
+    assert [k[1] for k in tight._entries] == ["a"]  # noqa: SLF001  b went first
+    alone = RecallCache(base + 3 * ranking.SHOWN_ROW_BYTES)
+    for q in queries:
+        recall(store, "a", q, k=5, cache=alone)
+        assert alone.nbytes <= alone.budget_bytes and len(alone) == 1

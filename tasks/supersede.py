@@ -705,11 +705,43 @@ def _goes_on_as_verb(first: str, then: str, left: str, comma: bool = False) -> b
                                  or _s_form(verb.group(0)))
 
 
+def _a_clause(right: str) -> bool:
+    """Whether the words after a ", and" that ``_opens_clause`` does not read as going
+    on make a clause of their own: a pronoun opens them ("she eagerly agreed", "it's
+    made"), or a verb that is no "-s" word comes within a subject's length ("both
+    acknowledged", "support I got was"). Else they are a list's last item ("love,
+    faith, and strength", "doing research, preparing emotionally, and gathering
+    documents", "family, and nature walks": an "-s" word there is a plural)."""
+    tokens = _TOKEN.findall(right)[: _SUBJECT_WORDS + 2]
+    if not tokens:
+        return False
+    if re.split(r"['’]", tokens[0].lower())[0] in _PRONOUNS:
+        return True
+    return any(not _s_form(t) and _finite(t)
+               for t in tokens[1: _SUBJECT_WORDS + 1])
+
+
+def _ends_a_list(left: str) -> bool:
+    """Whether ``left``, the words before a ", and", ends in a list of things: its part
+    after its last comma opens with a word in lower case that is no verb ("bought
+    apples, pears", "love, nature walks"; not "lives in Oslo, works at Google", whose
+    next item is a clause of the same subject, nor "lives in Lisbon, Portugal")."""
+    head, comma, tail = left.rpartition(",")
+    before = _TOKEN.findall(head)[-1:]
+    words = _TOKEN.findall(tail)
+    if not comma or not before or not words or not words[0][:1].islower():
+        return False
+    if _s_form(words[0]) and _s_form(before[0]):
+        return True  # the second of two plurals ("apples, pears"), never the verb
+    return not _finite(words[0], before[0], words[1] if len(words) > 1 else "")
+
+
 def _split_and(sentence: str) -> list[str]:
     """One sentence's clauses: split at an "and" that opens another clause; one that
     goes on with the same subject is given it ("Maya lives in Lisbon and works
     remotely": "Maya works remotely"), so a clause restated alone still says whose fact
-    it is. A ", and" always splits, as a list's last item does."""
+    it is. A ", and" splits where a clause follows (``_a_clause``), not before a list's
+    last item."""
     out: list[str] = []
     start, given = 0, ""
     for m in _AND.finditer(sentence):
@@ -726,8 +758,10 @@ def _split_and(sentence: str) -> list[str]:
             continue  # no subject to give it: one clause
         if how is Continuation.SUBJECT and _verb_at(left) is None and not m.group(1):
             continue  # "Tom and Anna went hiking": the left has no verb of its own
-        if how is None and not m.group(1):
-            continue
+        if how is None and not (m.group(1) and _a_clause(right)):
+            continue  # "tomatoes, beans, and peppers": a list's last item, no clause
+        if how is Continuation.VERB and m.group(1) and _ends_a_list(left):
+            continue  # "apples, pears, and canned food": an "-ed" word of the last item
         out.append(left)
         start, given = m.end(), (subject + " " if subject else "")
     out.append(given + sentence[start:].strip())

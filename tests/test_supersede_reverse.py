@@ -123,6 +123,35 @@ def test_clauses(text: str, expected: tuple[str, ...]) -> None:
     assert clauses(text) == expected
 
 
+@pytest.mark.parametrize("text, expected", [
+    # a ", and" before a list's last item opens no clause ...
+    ("Caroline received a necklace symbolizing love, faith, and strength.",
+     ("Caroline received a necklace symbolizing love, faith, and strength.",)),
+    ("Caroline recommends doing research, preparing emotionally, and gathering documents.",
+     ("Caroline recommends doing research, preparing emotionally, and gathering documents.",)),
+    ("The user bought apples, pears, and canned food.",
+     ("The user bought apples, pears, and canned food.",)),
+    # after a list of the subject's verbs, or a place's apposition, the verb goes on
+    ("User lives in Oslo, works at Google, and pays 900 euros rent.",
+     ("User lives in Oslo, works at Google", "User pays 900 euros rent.")),
+    ("Maya lives in Lisbon, Portugal, and works remotely.",
+     ("Maya lives in Lisbon, Portugal", "Maya works remotely.")),
+    # ... a pronoun or a finite verb after it does
+    ("Jon offered to show Gina a dance routine, and she eagerly agreed.",
+     ("Jon offered to show Gina a dance routine", "she eagerly agreed.")),
+    ("Maria offered to help, and both acknowledged the importance of it.",
+     ("Maria offered to help", "both acknowledged the importance of it.")),
+    ("Mental health is important to me, and it's made such an improvement!",
+     ("Mental health is important to me", "it's made such an improvement!")),
+    ("I struggled with mental health, and support I got was really helpful.",
+     ("I struggled with mental health", "support I got was really helpful.")),
+])
+def test_a_comma_and_splits_only_before_a_clause(text: str, expected: tuple[str, ...]) -> None:
+    assert clauses(text) == expected
+
+
+
+
 _WORD = st.from_regex(r"[a-z]{3,8}", fullmatch=True)
 _NAME = st.from_regex(r"[A-Z][a-z]{2,7}", fullmatch=True)
 _PLURAL = _WORD.filter(lambda w: not w.endswith("s")).map(lambda w: w + "s").filter(
@@ -176,6 +205,24 @@ def test_counted_plurals_joined_by_and_stay_whole(subject: str, verb: str, numbe
     "-s" word after the "and" goes on with it, whatever the words are."""
     text = f"{subject} {verb} {number} {first} and {second}{tail}."
     assert clauses(text) == (text,)
+
+
+_ITEM = st.sampled_from(["love", "faith", "strength", "good food", "the kids", "music",
+                         "nature walks", "resume building", "canned food", "decor",
+                         "spending time with friends", "listening to music"])
+
+
+@settings(max_examples=200, deadline=None, database=None)
+@given(_SUBJECT, _VERB, st.lists(_ITEM, min_size=3, max_size=5, unique=True), _TAIL)
+def test_a_list_with_a_serial_comma_stays_whole(subject: str, verb: str, items: list[str],
+                                                tail: str) -> None:
+    """"love, faith, and strength": the last item after ", and" is no clause, and a
+    statement restated without an outdated one keeps the list whole."""
+    listed = ", ".join(items[:-1]) + ", and " + items[-1]
+    text = f"{subject} {verb} {listed}{tail}."
+    assert clauses(text) == (text,)
+    rent = "The user's rent is 900 euros."
+    assert without_outdated(f"{rent} {text}", ["The user's rent is now 1000 euros."]) == text
 
 
 def test_a_clause_restated_alone_keeps_its_subject() -> None:

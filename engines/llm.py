@@ -492,9 +492,12 @@ def kept_names(known: Sequence[Facts]) -> frozenset[str]:
     a sentence with a capital unless they are common opening words or written in lower
     case in some source ("Leo" of "Leo skips homework" is a name; "The", "Every" and
     "Tracking" of "Tracking is on; we use tracking" are not)."""
-    names = frozenset().union(*(k.names for k in known))
-    openers = frozenset().union(*(k.openers for k in known))
-    lower = frozenset().union(*(k.lower for k in known))
+    if len(known) == 1:  # one text's (dedup asks for each of 63k at 100k memories)
+        names, openers, lower = known[0].names, known[0].openers, known[0].lower
+    else:
+        names = frozenset().union(*(k.names for k in known))
+        openers = frozenset().union(*(k.openers for k in known))
+        lower = frozenset().union(*(k.lower for k in known))
     return names | (openers - lower - _OPENING_WORDS)
 
 

@@ -61,7 +61,7 @@ from itertools import pairwise
 
 import numpy as np
 
-from reverie.engines.llm import _COMMON, _OPENING_WORDS, facts
+from reverie.engines.llm import _COMMON, _OPENING_WORDS, facts, kept_names
 from reverie.engines.similarity import (
     DEFAULT_SEARCH,
     Neighbours,
@@ -173,8 +173,7 @@ def values(text: str) -> Values:
     tokens = _WORDS.findall(_DIGIT_RUN.sub(" 0 ", text.lower()))
     counted = _NUMBER_WORDS.keys() & tokens
     numbers.update(_NUMBER_WORDS[w] for w in counted)
-    # ``kept_names`` of this one text.
-    names = (found.names | (found.openers - found.lower - _OPENING_WORDS)) - NOT_NAMES
+    names = kept_names([found]) - NOT_NAMES
     # A unit is the word after a number ("900 euros", "two cats"): it goes with the value.
     units = frozenset(map(stem, [
         after for word, after in pairwise(tokens)

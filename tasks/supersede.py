@@ -86,6 +86,9 @@ _NUMBER_WORDS = {
      "eighty": "80", "ninety": "90", "hundred": "100", "dozen": "12", "once": "1",
      "twice": "2", "single": "1", "couple": "2", "both": "2"}
 _WORDS = re.compile(r"[a-z]+|0")
+# The same, with the punctuation that parts two words kept as a word of its own: "deploy
+# plan (topic" names no kind of topic (``one_word_swapped``).
+_WORDS_AND_BREAKS = re.compile(r"[a-z]+|0|[.,;:!?()\[\]\"/]")
 _DIGIT_RUN = re.compile(r"[\d][\d,._]*")
 # At least this share of the shorter statement's other content words must be in the
 # longer one.
@@ -187,9 +190,10 @@ def values(text: str) -> Values:
         w for w in words - _NOT_STEMMED - found.names if len(w) >= 3 and w.isalpha()
     ])) - units
     relations = _STEMMED_RELATIONS.intersection(map(stem, words))
-    ends = ["", *tokens, ""]
+    parted = _WORDS_AND_BREAKS.findall(_DIGIT_RUN.sub(" 0 ", text.lower()))
+    ends = ["", *parted, ""]
     sequence = tuple(
-        (s, ends[i], ends[i + 2]) for i, t in enumerate(tokens)
+        (s, ends[i], ends[i + 2]) for i, t in enumerate(parted)
         if len(t) >= 3 and t not in _NOT_STEMMED and t not in names
         and (s := content_stem(t)) in stems
     )

@@ -115,6 +115,11 @@ def test_two_things_said_in_the_same_words_but_one_do_not_conflict(older: str, n
     # The same thing: nothing swapped.
     ("The kitchen lamp uses a 40 watt bulb.", "The kitchen lamp uses a 60 watt bulb.",
      "number"),
+    # The swapped word is the thing itself, not which of the next: a bracket parts them.
+    ("The manager worked on the deploy plan (topic 1.19, note 246).",
+     "The manager worked on the deploy schedule (topic 1.15, note 35).", "number"),
+    ("The user's plan, gym: 30 euros a month.", "The user's membership, gym: 35 euros a month.",
+     "number"),
 ])
 def test_a_swap_that_is_not_another_thing_still_conflicts(a: str, b: str, kind: str) -> None:
     assert conflict(a, b) == kind

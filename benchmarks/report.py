@@ -300,8 +300,10 @@ def updates_targets(data: dict[str, Any], run: Run) -> list[Target]:
         Target(Bench.UPDATES, f"{key}|nothing else lost",
                "every distractor and every other fact of an updated memory still answered "
                f"from the hot tier, on {on}",
-               f"distractors {data['distractors_found']} of {data['distractors']}, other facts "
-               f"{data['other_facts_found']} of {data['other_facts']}",
+               f"distractors {data['distractors_found']} of {data['distractors']}"
+               + (f" (different things {data['different_things_found']} of "
+                  f"{data['different_things']})" if "different_things" in data else "")
+               + f", other facts {data['other_facts_found']} of {data['other_facts']}",
                "met" if kept_met else "missed",
                run.date, run.commit, run.machine, run.command, run.file),
     ]

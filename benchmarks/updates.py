@@ -158,6 +158,23 @@ DISTRACTORS: tuple[tuple[str, str, str], ...] = (
 )
 
 
+# Two things of one kind said in the same words but one, with different values, the
+# second a month after the first: neither updates the other (``tasks.supersede``'s
+# ``one_word_swapped``). Each thing's own question must find its own value first in the
+# hot tier.
+DIFFERENT_THINGS: tuple[tuple[tuple[str, str, str], tuple[str, str, str]], ...] = (
+    (("The kitchen lamp uses a 40 watt bulb.", "Which bulb does the kitchen lamp use?", "40"),
+     ("The bedroom lamp uses a 60 watt bulb.", "Which bulb does the bedroom lamp use?", "60")),
+    (("The front door code is 4512.", "What is the code of the front door?", "4512"),
+     ("The garage door code is 7781.", "What is the code of the garage door?", "7781")),
+    (("The user's morning run is 5 km.", "How long is the user's morning run?", "5"),
+     ("The user's evening run is 12 km.", "How long is the user's evening run?", "12")),
+    (("The blue car needs 40 litres of fuel.", "How much fuel does the blue car need?", "40"),
+     ("The red car needs 55 litres of fuel.", "How much fuel does the red car need?", "55")),
+    (("The budget meeting is in room 12.", "Which room is the budget meeting in?", "12"),
+     ("The design meeting is in room 31.", "Which room is the design meeting in?", "31")),
+)
+
 @dataclass(frozen=True)
 class Gap:
     """An update chain a plain chain does not exercise (#37 item 3's gaps): ``older``
@@ -213,6 +230,10 @@ GAPS: tuple[Gap, ...] = (
 )
 
 
+def different_questions() -> frozenset[str]:
+    return frozenset(q for pair in DIFFERENT_THINGS for _, q, _ in pair)
+
+
 @dataclass
 class Chain:
     profile: str
@@ -231,9 +252,10 @@ Question = tuple[str, str, str]  # profile, question, value
 
 def build(profiles: int, start: datetime) -> tuple[dict[str, list[dict[str, Any]]], list[Chain],
                                                     list[Question], list[Question]]:
-    """The bench's memories per profile, its chains, its distractor questions and the
-    questions of the other facts older memories state besides an updated value.
-    Deterministic."""
+    """The bench's memories per profile, its chains, its distractor questions (the
+    different things' among them: ``DIFFERENT_THINGS``, which ``different_questions``
+    tells apart) and the questions of the other facts older memories state besides an
+    updated value. Deterministic."""
     records: dict[str, list[dict[str, Any]]] = {}
     chains: list[Chain] = []
     distractors: list[Question] = []
@@ -262,6 +284,12 @@ def build(profiles: int, start: datetime) -> tuple[dict[str, list[dict[str, Any]
             rows.append({"id": f"distractor-{d}", "content": text, "kind": "semantic",
                          "created_at": at.isoformat()})
             distractors.append((profile, question, value))
+        for d, pair in enumerate(DIFFERENT_THINGS):
+            for i, (text, question, value) in enumerate(pair):
+                at = start + timedelta(days=40 * i + 7 * d + p + 2)
+                rows.append({"id": f"different-{d}-{i}", "content": text, "kind": "semantic",
+                             "created_at": at.isoformat()})
+                distractors.append((profile, question, value))
         for g, gap in enumerate(GAPS):
             ids = []
             first, then = gap.values[::-1] if gap.reverse else gap.values
@@ -453,6 +481,9 @@ class UpdatesResult:
     distractors_found: int = 0
     distractors_missed: list[str] = field(default_factory=list)
     distractors: int = 0
+    # Of the distractors, those of ``DIFFERENT_THINGS``.
+    different: int = 0
+    different_found: int = 0
     hot_before: int = 0
     hot_after: int = 0
     # Other facts of updated memories (``GAPS``) stated among hot recall's first
@@ -486,6 +517,8 @@ class UpdatesResult:
             "stale_summaries": sum(c.stale_summary for c in self.chains),
             "stale_hot": sum(c.stale_hot for c in self.chains),
             "distractors": self.distractors, "distractors_found": self.distractors_found,
+            "different_things": self.different,
+            "different_things_found": self.different_found,
             "hot_before": self.hot_before, "hot_after": self.hot_after,
             "other_facts": self.kept, "other_facts_found": self.kept_found,
             "reverse_chains": self.reverse, "reverse_in_summary": self.reverse_in_summary,
@@ -511,6 +544,7 @@ def bench_updates(
         raise InputError("bench updates needs at least one profile")
     config = config or ConsolidationConfig()
     records, chains, distractors, kept = build(profiles, start)
+    different = different_questions()
     blind = config.model_copy(update={"dedup": config.dedup.model_copy(
         update={"supersede_similarity": 1.0, "supersede_frame_similarity": 1.0})})
     result = UpdatesResult(profiles, offset_days, summarizer_for(config.summarizer).mode)
@@ -558,10 +592,13 @@ def bench_updates(
                     result.hot_after += len(candidates_for(store, profile, False).memories)
                     result.chains += [_judge(store, embedder, c) for c in mine]
                     for _, question, value in (d for d in distractors if d[0] == profile):
+                        found = _hot_states(store, embedder, profile, question, value)
                         result.distractors += 1
-                        if _hot_states(store, embedder, profile, question, value):
-                            result.distractors_found += 1
-                        else:
+                        result.distractors_found += found
+                        if question in different:
+                            result.different += 1
+                            result.different_found += found
+                        if not found:
                             result.distractors_missed.append(f"{profile}: {question}")
                     for _, question, value in (k for k in kept if k[0] == profile):
                         result.kept += 1
@@ -696,7 +733,9 @@ def render_updates(result: UpdatesResult) -> str:
         f"{data['joined']}, of which stating an older value without the newest: "
         f"{data['stale_summaries']}; chains with a hot memory stating an older value "
         f"without the newest: {data['stale_hot']}; distractors still answered from the hot tier: "
-        f"{data['distractors_found']}/{data['distractors']}; other facts of updated "
+        f"{data['distractors_found']}/{data['distractors']} (different things of one "
+        f"wording: {data['different_things_found']}/{data['different_things']}); other "
+        f"facts of updated "
         f"memories in hot recall's first {KEPT_HITS} hits: "
         f"{data['other_facts_found']}/{data['other_facts']}; reverse chains (the newest "
         f"value in a summary when the older came): {data['reverse_in_summary']}/"

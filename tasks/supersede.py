@@ -86,6 +86,9 @@ _NUMBER_WORDS = {
      "eighty": "80", "ninety": "90", "hundred": "100", "dozen": "12", "once": "1",
      "twice": "2", "single": "1", "couple": "2", "both": "2"}
 _WORDS = re.compile(r"[a-z]+|0")
+# The same, with the punctuation that parts two words kept as a word of its own: "deploy
+# plan (topic" names no kind of topic (``one_word_swapped``).
+_WORDS_AND_BREAKS = re.compile(r"[a-z]+|0|[.,;:!?()\[\]\"/]")
 _DIGIT_RUN = re.compile(r"[\d][\d,._]*")
 # At least this share of the shorter statement's other content words must be in the
 # longer one.
@@ -112,6 +115,9 @@ class Values:
     relations: frozenset[str]  # whose fact: RELATIONS named, stemmed
     units: frozenset[str] = frozenset()  # what the numbers count or measure, stemmed
     lower: frozenset[str] = frozenset()  # words written in lower case
+    # ``stems`` in the text's order, as often as said, each with the words (or "0", a
+    # number) just before and after it (``one_word_swapped``).
+    sequence: tuple[tuple[str, str, str], ...] = ()
 
 
 _SUFFIXES = ("ing", "ed", "es", "s")
@@ -184,8 +190,15 @@ def values(text: str) -> Values:
         w for w in words - _NOT_STEMMED - found.names if len(w) >= 3 and w.isalpha()
     ])) - units
     relations = _STEMMED_RELATIONS.intersection(map(stem, words))
+    parted = _WORDS_AND_BREAKS.findall(_DIGIT_RUN.sub(" 0 ", text.lower()))
+    ends = ["", *parted, ""]
+    sequence = tuple(
+        (s, ends[i], ends[i + 2]) for i, t in enumerate(parted)
+        if len(t) >= 3 and t not in _NOT_STEMMED and t not in names
+        and (s := content_stem(t)) in stems
+    )
     return Values(frozenset(numbers), frozenset(names), words, stems, relations, units,
-                  found.lower)
+                  found.lower, sequence)
 
 
 def conflict(a: str, b: str) -> str | None:
@@ -228,6 +241,8 @@ def conflicting(va: Values, vb: Values) -> str | None:
         return kind  # numbers of the same thing ("2 cats", "three cats"), nothing else said
     if not shared:
         return None
+    if one_word_swapped(va.sequence, vb.sequence):
+        return None
     longer = max(sb, sa, key=len)
     # One only adds words to the other ("lives in Oslo these days, in a small flat"), or
     # half the words of each agree. A number must always agree on half of both: it
@@ -236,6 +251,25 @@ def conflicting(va: Values, vb: Values) -> str | None:
     # and works remotely" updates.
     adds = kind == "name" and shorter <= longer
     return kind if adds or shared >= CONTEXT_SHARE * len(longer) else None
+
+
+def one_word_swapped(a: tuple[tuple[str, str, str], ...],
+                     b: tuple[tuple[str, str, str], ...]) -> bool:
+    """Whether two texts say the same content words in the same order but one, each
+    its own between the same two words and naming which of a thing the next one is:
+    "the kitchen lamp uses a 40 watt bulb" and "the bedroom lamp uses a 60 watt bulb"
+    are two lamps, not one value updated. A paraphrase of an update words it otherwise
+    around the word it does not share ("the internet costs 29 euros", "the internet
+    connection is 33 euros"; "moved the appointment", "rescheduled the appointment"),
+    or adds words, or orders them anew."""
+    if len(a) != len(b) or len(a) < 2:
+        return False
+    swapped = [(x, y) for x, y in zip(a, b, strict=True) if x[0] != y[0]]
+    if len(swapped) != 1:
+        return False
+    (_, before, after), (_, before_b, after_b) = swapped[0]
+    return (before, after) == (before_b, after_b) and len(after) >= 3 \
+        and after not in _NOT_STEMMED
 
 
 def same_fact_different_value(a: MemoryView, b: MemoryView) -> bool:

@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from reverie.benchmarks.updates import (
+    DIFFERENT_THINGS,
     GAPS,
     KINDS,
     REVERSE_KINDS,
@@ -85,7 +86,7 @@ def test_no_conflict(a: str, b: str) -> None:
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.sampled_from(KINDS + REVERSE_KINDS), st.data())
+@given(st.sampled_from(KINDS + REVERSE_KINDS + SUMMARY_KINDS), st.data())
 def test_the_bench_paraphrases_conflict_exactly_when_the_value_differs(kind, data) -> None:
     t1 = data.draw(st.sampled_from(kind.templates))
     t2 = data.draw(st.sampled_from(kind.templates))
@@ -93,6 +94,52 @@ def test_the_bench_paraphrases_conflict_exactly_when_the_value_differs(kind, dat
     v2 = data.draw(st.sampled_from(kind.values))
     found = conflict(t1.format(v=v1), t2.format(v=v2))
     assert (found is not None) == (v1 != v2)
+
+
+@pytest.mark.parametrize("older, newer", [(a[0], b[0]) for a, b in DIFFERENT_THINGS])
+def test_two_things_said_in_the_same_words_but_one_do_not_conflict(older: str, newer: str) -> None:
+    assert conflict(older, newer) is None
+    assert conflict(newer, older) is None
+
+
+@pytest.mark.parametrize("a, b, kind", [
+    # The one word each says alone is not followed by the same content word: a paraphrase.
+    ("The user's internet costs 29 euros a month.",
+     "The user's internet connection is 33 euros a month.", "number"),
+    ("User moved the dentist appointment to 10 March.",
+     "User rescheduled the dentist appointment for 17 April.", "number"),
+    # Two words swapped, not one; a swapped name is the value itself.
+    ("The kitchen lamp uses a 40 watt bulb.", "The bedroom lamp needs a 60 watt bulb.",
+     "number"),
+    ("Anna is now the user's manager.", "Jonas is now the user's manager.", "name"),
+    # The same thing: nothing swapped.
+    ("The kitchen lamp uses a 40 watt bulb.", "The kitchen lamp uses a 60 watt bulb.",
+     "number"),
+    # The swapped word is the thing itself, not which of the next: a bracket parts them.
+    ("The manager worked on the deploy plan (topic 1.19, note 246).",
+     "The manager worked on the deploy schedule (topic 1.15, note 35).", "number"),
+    ("The user's plan, gym: 30 euros a month.", "The user's membership, gym: 35 euros a month.",
+     "number"),
+])
+def test_a_swap_that_is_not_another_thing_still_conflicts(a: str, b: str, kind: str) -> None:
+    assert conflict(a, b) == kind
+    assert conflict(b, a) == kind
+
+
+def test_two_things_of_one_wording_neither_supersede_nor_lose_a_value_in_a_merge() -> None:
+    """The bedroom lamp, a month after the kitchen lamp and the hall lamp, leaves them
+    hot: no supersession; near enough to merge, the summary states every value."""
+    lamps = ["The kitchen lamp uses a 40 watt bulb.", "The hall lamp uses a 25 watt bulb.",
+             "The bedroom lamp uses a 60 watt bulb."]
+    memories, vectors = chain(lamps, [0.95, 0.95, 1.0])
+    assert find_updates("p", memories, vectors, AS_OF, CONFIG) == []
+    found = find_duplicates(memories, vectors, AS_OF, CONFIG)
+    (plan,) = plan_merges("p", found, {}, CONFIG)
+    assert all(lamp.rstrip(".") in plan.content for lamp in lamps)
+    rent = ["The kitchen lamp uses a 40 watt bulb.", "The kitchen lamp uses a 60 watt bulb."]
+    memories, vectors = chain(rent, [0.9, 1.0])
+    (update,) = find_updates("p", memories, vectors, AS_OF, CONFIG)
+    assert update.member_ids == ("m0",)
 
 
 # --- the plan -----------------------------------------------------------------------
@@ -329,6 +376,8 @@ def test_the_bench_chains_answer_the_newest_value() -> None:
     assert [c for c in result.chains if not c.newest] == []
     assert not any(c.joined or c.stale_hot for c in result.chains)
     assert result.distractors_found == result.distractors
+    # Two things said in the same words but one: each still answers its own question.
+    assert result.different == 2 * len(DIFFERENT_THINGS) == result.different_found
     # An updated memory's other fact, and a summary's, are still in hot recall.
     assert result.kept == len(GAPS) and result.kept_found == result.kept
 

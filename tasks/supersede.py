@@ -993,19 +993,23 @@ def plan_outdated_by_summaries(
     newer still states otherwise is no update of anything (``plan_stale_summaries``
     makes it stale), nor is an event."""
     facts_ = [[m for m in members if not is_event(m)] for _, members in summaries]
-    updated: dict[str, tuple[MemoryView, MemoryView, MemoryView, str, float]] = {}
+    cosines = [{m.id: cos for m, cos in found} for found in near]
+    # older id -> (older, newest member, its summary, conflict, cosine, the summary the
+    # cosine is to): the newest member's own summary where it found the older memory too,
+    # else the one that did.
+    updated: dict[str, tuple[MemoryView, MemoryView, MemoryView, str, float, str]] = {}
     for i, ((summary, _), found) in enumerate(zip(summaries, near, strict=True)):
         # The members of the other summaries near this one (``peers``: by position)
         # update what its hot neighbours said as much as its own, and outdate its own:
         # two summaries that reach one older memory, the older summary's member stale
         # by the newer's, leave it pointing at the newest value, or hot when it says
         # that value again.
-        mine = [(m, summary) for m in facts_[i]] + [
-            (m, summaries[k][0]) for k, _ in (peers[i] if peers else ()) if k != i
-            for m in facts_[k]]
+        mine = [(m, i) for m in facts_[i]] + [
+            (m, k) for k, _ in (peers[i] if peers else ()) if k != i for m in facts_[k]]
         newer = [*found, *((m, 0.0) for m, _ in mine)]
         for older, cos in found:
-            for m, by in mine:
+            for m, k in mine:
+                by = summaries[k][0]
                 if newest_first(m) <= newest_first(older) or (m.entity or "") != (
                         older.entity or "") or m.kind != older.kind:
                     continue
@@ -1016,9 +1020,11 @@ def plan_outdated_by_summaries(
                 best = updated.get(older.id)
                 if best is None or (newest_first(m), by.id) > (
                         newest_first(best[1]), best[2].id):
-                    updated[older.id] = (older, m, by, kind, cos)
+                    to_by = cosines[k].get(older.id)
+                    updated[older.id] = (older, m, by, kind, cos, summary.id) \
+                        if to_by is None else (older, m, by, kind, to_by, by.id)
     by_member: dict[str, list[str]] = {}
-    for oid, (_, m, _, _, _) in updated.items():
+    for oid, (_, m, *_) in updated.items():
         by_member.setdefault(m.id, []).append(oid)
     plans: list[SupersedePlan] = []
     for mid in sorted(by_member):
@@ -1034,7 +1040,8 @@ def plan_outdated_by_summaries(
             similarities={o: updated[o][4] for o in moved},
             conflicts={o: updated[o][3] for o in moved},
             parameters={**_with_restated({"rule": REVERSE_RULE, "mode": "rules"}, restated),
-                        "summary": summary.id},
+                        "summary": summary.id, **_found_near(
+                            {o: updated[o][5] for o in moved}, summary.id)},
             priors={o.id: (o.tier, o.lifecycle, o.superseded_by) for o in olds},
             newest=newest, members=tuple(sorted(olds, key=newest_first)), restated=restated,
         ))
@@ -1050,6 +1057,13 @@ def _outdated_member(member: MemoryView, near: Sequence[tuple[MemoryView, float]
         and (conflict(member.content, other.content)
              or clause_conflict(member.content, other.content)) is not None
         for other, _ in near)
+
+
+def _found_near(near: dict[str, str], summary: str) -> dict[str, dict[str, str]]:
+    """The audit's note of the members whose similarity is to another summary than the
+    newest value's (it did not find them: the other, whose member it outdates, did)."""
+    other = {o: s for o, s in near.items() if s != summary}
+    return {"similar_to": other} if other else {}
 
 
 def plan_summary_updates(

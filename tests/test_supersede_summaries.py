@@ -137,6 +137,13 @@ def test_two_summaries_race_for_one_older_memory(reaches_both: bool) -> None:
     assert moved == {"o": "b0", "a0": "b0", "s1": "b0"}
     (reverse,) = [p for p in plans if "o" in p.member_ids]
     assert reverse.parameters["summary"] == "s2"
+    # Its similarity is to the newest value's summary where that found it too, else to
+    # the summary that did, named.
+    if reaches_both:
+        assert reverse.similarities == {"o": 0.5} and "similar_to" not in reverse.parameters
+    else:
+        assert reverse.similarities == {"o": 0.6}
+        assert reverse.parameters["similar_to"] == {"o": "s1"}
     # Without the peers (the code before), the older memory pointed at the stale 950.
     (alone,) = plan_summary_updates("p", [s1, s2], [[(older, 0.6)], []])
     assert alone.newest_id == "a0" and alone.member_ids == ("o",)

@@ -137,6 +137,16 @@ KINDS: tuple[FactKind, ...] = (
          "The user's household has {v} cats."),
         ("2", "three", "4", "five", "6", "seven", "8"),
     ),
+    # A change said as one, by whoever made it ("the gym raised ... to").
+    FactKind(
+        "changed", "How much is the service charge on the user's flat?",
+        ("The service charge on the user's flat is {v} euros a month.",
+         "The user's landlord raised the service charge to {v} euros.",
+         "User's service charge went up to {v} euros a month.",
+         "The landlord lowered the user's service charge to {v} euros a month.",
+         "The user pays {v} euros a month of service charge now."),
+        ("39", "42", "45", "35", "49", "52", "29"),
+    ),
 )
 
 # Other facts of the same kinds, near the chains: none of them is an update of one.
@@ -173,6 +183,13 @@ DIFFERENT_THINGS: tuple[tuple[tuple[str, str, str], tuple[str, str, str]], ...] 
      ("The red car needs 55 litres of fuel.", "How much fuel does the red car need?", "55")),
     (("The budget meeting is in room 12.", "Which room is the budget meeting in?", "12"),
      ("The design meeting is in room 31.", "Which room is the design meeting in?", "31")),
+    # Two days, each with its own amount: two events, not one value updated.
+    (("Maya ran 5 km on Monday.", "How far did Maya run on Monday?", "5"),
+     ("Maya ran 8 km on Tuesday.", "How far did Maya run on Tuesday?", "8")),
+    (("The user paid 120 euros for groceries on 3 May.",
+      "How much did the user pay for groceries on 3 May?", "120"),
+     ("The user paid 85 euros for groceries on 10 June.",
+      "How much did the user pay for groceries on 10 June?", "85")),
 )
 
 @dataclass(frozen=True)

@@ -90,6 +90,13 @@ _WORDS = re.compile(r"[a-z]+|0")
 # plan (topic" names no kind of topic (``one_word_swapped``).
 _WORDS_AND_BREAKS = re.compile(r"[a-z]+|0|[.,;:!?()\[\]\"/]")
 _DIGIT_RUN = re.compile(r"[\d][\d,._]*")
+_MONTHS = "January|February|March|April|May|June|July|August|September|October|November|December"
+# The day a statement says something happened on: a weekday or a date after "on".
+_ON_DAY = re.compile(
+    rf"\bon (?:(?:Monday|Tuesday|Wednesday|Thursday|Friday|Saturday|Sunday)\b"
+    rf"|\d{{1,2}}(?:st|nd|rd|th)? (?:{_MONTHS})\b|(?:{_MONTHS}) \d{{1,2}}(?:st|nd|rd|th)?\b)")
+# Units of a time of day: "at 10 am" on another day is the same appointment moved.
+_CLOCK_UNITS = frozenset({"am", "pm", "o'clock", "oclock", "h"})
 # At least this share of the shorter statement's other content words must be in the
 # longer one.
 CONTEXT_SHARE = 0.5
@@ -118,6 +125,7 @@ class Values:
     # ``stems`` in the text's order, as often as said, each with the words (or "0", a
     # number) just before and after it (``one_word_swapped``).
     sequence: tuple[tuple[str, str, str], ...] = ()
+    days: frozenset[str] = frozenset()  # the days it happened on ("on monday", "on 3 may")
 
 
 _SUFFIXES = ("ing", "ed", "es", "s")
@@ -135,8 +143,12 @@ def stem(word: str) -> str:
 
 
 # Words that add nothing to which fact a statement is about: reporting verbs, time
-# words and "new" ("User said the rent is 950 euros per month now").
-NOISE = frozenset(
+# words, "new" ("User said the rent is 950 euros per month now") and the verbs that say a
+# value changed ("the landlord raised the rent to 950 euros" is what the rent is now).
+CHANGE_VERBS = frozenset(
+    "raised raises increased increases decreased decreases lowered lowers reduced reduces "
+    "rose updated adjusted bumped".split())
+NOISE = CHANGE_VERBS | frozenset(
     "said says mentioned mention told tell tells reported noted now currently recently lately "
     "these days since last next this spring summer autumn fall winter started start starting "
     "keep keeps kept own owns owned "
@@ -189,7 +201,10 @@ def values(text: str) -> Values:
     stems = frozenset(map(content_stem, [
         w for w in words - _NOT_STEMMED - found.names if len(w) >= 3 and w.isalpha()
     ])) - units
-    relations = _STEMMED_RELATIONS.intersection(map(stem, words))
+    # Whose fact it is, but not who changed it: "the user's landlord raised the rent"
+    # states the user's rent.
+    relations = _STEMMED_RELATIONS.intersection(map(stem, words)) - {
+        stem(word) for word, after in pairwise(tokens) if after in CHANGE_VERBS}
     parted = _WORDS_AND_BREAKS.findall(_DIGIT_RUN.sub(" 0 ", text.lower()))
     ends = ["", *parted, ""]
     sequence = tuple(
@@ -197,8 +212,9 @@ def values(text: str) -> Values:
         if len(t) >= 3 and t not in _NOT_STEMMED and t not in names
         and (s := content_stem(t)) in stems
     )
+    days = frozenset(d.lower() for d in _ON_DAY.findall(text))
     return Values(frozenset(numbers), frozenset(names), words, stems, relations, units,
-                  found.lower, sequence)
+                  found.lower, sequence, days)
 
 
 def conflict(a: str, b: str) -> str | None:
@@ -221,6 +237,10 @@ def conflicting(va: Values, vb: Values) -> str | None:
         kind = "number"
         # Numbers of different things ("2 goldfish", "3 cats") are not one value.
         if va.units and vb.units and not va.units & vb.units:
+            return None
+        # Two days, each with its own amount: two events ("Maya ran 5 km on Monday",
+        # "Maya ran 8 km on Tuesday"), not a new value of one fact.
+        if va.days and vb.days and va.days != vb.days and (va.units & vb.units) - _CLOCK_UNITS:
             return None
     elif va.names - vb.words and vb.names - va.words:
         kind = "name"

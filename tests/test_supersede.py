@@ -87,6 +87,8 @@ def test_different_values_of_one_fact_conflict(a: str, b: str, kind: str) -> Non
     ("The user has 2 goldfish in a tank.", "The user has 3 cats."),
     ("User's sister works at Deloitte.", "The user works at Siemens."),
     ("The user's sister is Anna.", "The user's brother is Tom."),
+    ("The user sleeps 7 hours a night.", "The user's baby sleeps 12 hours a night."),
+    ("The user's flatmate pays 450 euros.", "The user pays 500 euros."),
     ("The user's rent is 900 euros.", "The user's deposit is 1800 euros."),
     ("The user's car service is booked for 14 February.", "The dentist appointment is on 3 March."),
     # two days, each with its own amount: two events

@@ -108,7 +108,7 @@ RELATIONS = frozenset(
     "colleague colleagues coworker neighbour neighbor cousin aunt uncle grandmother "
     "grandfather grandma grandpa niece nephew roommate landlord boss manager team "
     "baby babies toddler grandson granddaughter grandchild grandchildren stepson "
-    "stepdaughter stepmother stepfather spouse flatmate housemate classmate teammate "
+    "stepdaughter stepmother stepfather spouse flatmate teammate "
     "company dog cat pet".split()
 )
 

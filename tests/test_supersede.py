@@ -59,6 +59,8 @@ CONFIG = DedupConfig()
     ("The dentist appointment is on 3 March.", "User moved the dentist appointment to 10 March.",
      "number"),
     ("The user has 2 cats.", "User now has 3 cats at home.", "number"),
+    # No word of a relation's stem ("housemate" would make "household" one).
+    ("The user has 2 cats.", "The user's household has 3 cats.", "number"),
     ("The user's manager is Anna.", "Tomas is now the user's manager.", "name"),
     # A verb that says the value changed, and who changed it, say which fact it is.
     ("The user's rent is 900 euros a month.", "The user's landlord raised the rent to 950 euros.",

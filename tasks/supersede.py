@@ -107,6 +107,8 @@ RELATIONS = frozenset(
     "kid kids wife husband partner girlfriend boyfriend fiance fiancee friend friends "
     "colleague colleagues coworker neighbour neighbor cousin aunt uncle grandmother "
     "grandfather grandma grandpa niece nephew roommate landlord boss manager team "
+    "baby babies toddler grandson granddaughter grandchild grandchildren stepson "
+    "stepdaughter stepmother stepfather spouse flatmate teammate "
     "company dog cat pet".split()
 )
 

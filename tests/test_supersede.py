@@ -59,6 +59,8 @@ CONFIG = DedupConfig()
     ("The dentist appointment is on 3 March.", "User moved the dentist appointment to 10 March.",
      "number"),
     ("The user has 2 cats.", "User now has 3 cats at home.", "number"),
+    # No word of a relation's stem ("housemate" would make "household" one).
+    ("The user has 2 cats.", "The user's household has 3 cats.", "number"),
     ("The user's manager is Anna.", "Tomas is now the user's manager.", "name"),
     # A verb that says the value changed, and who changed it, say which fact it is.
     ("The user's rent is 900 euros a month.", "The user's landlord raised the rent to 950 euros.",
@@ -87,6 +89,8 @@ def test_different_values_of_one_fact_conflict(a: str, b: str, kind: str) -> Non
     ("The user has 2 goldfish in a tank.", "The user has 3 cats."),
     ("User's sister works at Deloitte.", "The user works at Siemens."),
     ("The user's sister is Anna.", "The user's brother is Tom."),
+    ("The user sleeps 7 hours a night.", "The user's baby sleeps 12 hours a night."),
+    ("The user's flatmate pays 450 euros.", "The user pays 500 euros."),
     ("The user's rent is 900 euros.", "The user's deposit is 1800 euros."),
     ("The user's car service is booked for 14 February.", "The dentist appointment is on 3 March."),
     # two days, each with its own amount: two events

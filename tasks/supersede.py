@@ -148,9 +148,10 @@ def stem(word: str) -> str:
 # words, "new" ("User said the rent is 950 euros per month now") and the verbs that say a
 # value changed ("the landlord raised the rent to 950 euros" is what the rent is now).
 CHANGE_VERBS = frozenset(
-    "raised raises increased increases decreased decreases lowered lowers reduced reduces "
-    "rose updated adjusted bumped".split())
+    "raise raised raises increase increased increases decrease decreased decreases lowered "
+    "lowers reduced reduces rose updated adjusted bumped".split())
 NOISE = CHANGE_VERBS | frozenset(
+    "got get gets "
     "said says mentioned mention told tell tells reported noted now currently recently lately "
     "these days since last next this spring summer autumn fall winter started start starting "
     "keep keeps kept own owns owned "

@@ -69,6 +69,8 @@ CONFIG = DedupConfig()
      "The user's rent went up again, it is 1000 euros now.", "number"),
     ("The gym membership costs 40 euros.", "The gym lowered the membership to 35 euros.",
      "number"),
+    ("The user's salary is 50000 euros a year.",
+     "The user got a raise, the salary is now 55000 euros.", "number"),
     # A day changed with a time of day: one appointment moved; one day, two amounts.
     ("The meeting is on Monday at 10 am.", "The meeting is on Tuesday at 11 am.", "number"),
     ("Maya ran 5 km on Monday.", "Maya ran 8 km on Monday.", "number"),

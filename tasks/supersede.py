@@ -564,13 +564,15 @@ _SUBJECT_WORDS = 4
 _PRONOUNS = frozenset("he she they we i you it".split())
 
 
-def _finite(token: str, before: str = "", after: str = "") -> bool:
+def _finite(token: str, before: str = "", after: str = "", first: bool = False) -> bool:
     """Whether ``token``, between the words ``before`` and ``after``, reads as a finite
-    verb (``_AUXILIARIES``, "-ed", an "-s" word in a verb's place: ``_s_verb``)."""
+    verb (``_AUXILIARIES``, "-ed", an "-s" word in a verb's place: ``_s_verb``).
+    ``first``: it opens a sentence, where a capital says nothing."""
     t = token.lower()
-    # "-eed" is rather a noun or a base form ("the need for", "speed", "proceed").
+    # "-eed" is rather a noun or a base form ("the need for", "speed", "proceed"); within
+    # a sentence, a capital is a name's ("Anna and Ted at the park").
     if t in _AUXILIARIES or (t.endswith("ed") and not t.endswith("eed") and len(t) > 3
-                             and t.isalpha()):
+                             and t.isalpha() and (first or not token[:1].isupper())):
         return True
     return _s_form(token) and _s_verb(before, after)
 
@@ -641,7 +643,8 @@ def _subject(clause: str, goes_on: str) -> str | None:
     header = _HEADER.match(clause)
     body = clause[header.end():] if header else clause
     first = _TOKEN.match(body)
-    if first is None or _finite(first.group(0)) or first.group(0).lower() in _SUBORDINATORS:
+    if first is None or _finite(first.group(0), first=True) \
+            or first.group(0).lower() in _SUBORDINATORS:
         return None  # it opens with its verb, or inside another clause ("When ...")
     at = _verb_at(body)
     if at is None:

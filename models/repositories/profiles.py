@@ -24,11 +24,25 @@ def ensure_profiles_each(s: Session, wanted: Sequence[tuple[Iterable[str], datet
     known = set(
         s.execute(select(col(Profile.id)).where(col(Profile.id).in_(list(every)))).scalars()
     )
+    rows = []
     for names, at in wanted:
         for name in sorted(set(names) - known):
-            s.add(Profile(id=name, created_at=at))
+            rows.append({"id": name, "created_at": at, "store_count": 0, "session_count": 0,
+                         "ingest_seq": 0, "write_seq": 0})
             known.add(name)
-    s.flush()
+    if not rows:
+        return
+    # Two processes' first stores of one new profile may both find it missing (on
+    # PostgreSQL they write side by side): the second waits for the first and adds
+    # nothing, instead of failing on the key.
+    if s.get_bind().dialect.name == "postgresql":
+        from sqlalchemy.dialects import postgresql
+
+        s.execute(postgresql.insert(Profile).on_conflict_do_nothing(index_elements=["id"]), rows)
+    else:
+        from sqlalchemy.dialects import sqlite
+
+        s.execute(sqlite.insert(Profile).on_conflict_do_nothing(index_elements=["id"]), rows)
 
 
 def count_stored(s: Session, stored: Mapping[str, int]) -> dict[str, int]:

@@ -85,9 +85,8 @@ _NUMBER_WORDS = {
 } | {"thirty": "30", "forty": "40", "fifty": "50", "sixty": "60", "seventy": "70",
      "eighty": "80", "ninety": "90", "hundred": "100", "dozen": "12", "once": "1",
      "twice": "2", "single": "1", "couple": "2", "both": "2"}
-_WORDS = re.compile(r"[a-z]+|0")
-# The same, with the punctuation that parts two words kept as a word of its own: "deploy
-# plan (topic" names no kind of topic (``one_word_swapped``).
+# Words (a number is "0"), and the punctuation that parts two words as a word of its own:
+# "deploy plan (topic" names no kind of topic (``one_word_swapped``).
 _WORDS_AND_BREAKS = re.compile(r"[a-z]+|0|[.,;:!?()\[\]\"/]")
 _DIGIT_RUN = re.compile(r"[\d][\d,._]*")
 _MONTHS = "January|February|March|April|May|June|July|August|September|October|November|December"
@@ -191,7 +190,8 @@ def values(text: str) -> Values:
     found = facts(text)
     words = found.words
     numbers = set(found.numbers)
-    tokens = _WORDS.findall(_DIGIT_RUN.sub(" 0 ", text.lower()))
+    parted = _WORDS_AND_BREAKS.findall(_DIGIT_RUN.sub(" 0 ", text.lower()))
+    tokens = [t for t in parted if t.isalpha() or t == "0"]
     counted = _NUMBER_WORDS.keys() & tokens
     numbers.update(_NUMBER_WORDS[w] for w in counted)
     names = kept_names([found]) - NOT_NAMES
@@ -208,7 +208,6 @@ def values(text: str) -> Values:
     # states the user's rent.
     relations = _STEMMED_RELATIONS.intersection(map(stem, words)) - {
         stem(word) for word, after in pairwise(tokens) if after in CHANGE_VERBS}
-    parted = _WORDS_AND_BREAKS.findall(_DIGIT_RUN.sub(" 0 ", text.lower()))
     ends = ["", *parted, ""]
     sequence = tuple(
         (s, ends[i], ends[i + 2]) for i, t in enumerate(parted)

@@ -5,6 +5,7 @@ restores, a second run and a dry run agree; and the bench's chains answer the ne
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 
 import numpy as np
@@ -728,7 +729,7 @@ def values_word_by_word(text: str) -> tuple[frozenset[str], ...]:
     found = llm.Facts(*facts_word_by_word(text))
     words = frozenset(found.words)
     numbers = set(found.numbers)
-    tokens = supersede._WORDS.findall(supersede._DIGIT_RUN.sub(" 0 ", text.lower()))
+    tokens = re.findall(r"[a-z]+|0", supersede._DIGIT_RUN.sub(" 0 ", text.lower()))
     numbers |= {supersede._NUMBER_WORDS[w] for w in tokens if w in supersede._NUMBER_WORDS}
     names = kept_names([found]) - supersede.NOT_NAMES
     units = frozenset(

@@ -8,7 +8,8 @@ from datetime import datetime
 from sqlalchemy import bindparam, select, update
 from sqlmodel import Session, col
 
-from reverie.models.tables import Profile
+from reverie.models.repositories.bulk import insert_rows
+from reverie.models.tables import Profile, table_of
 
 
 def ensure_profiles(s: Session, names: Iterable[str], at: datetime) -> None:
@@ -24,25 +25,16 @@ def ensure_profiles_each(s: Session, wanted: Sequence[tuple[Iterable[str], datet
     known = set(
         s.execute(select(col(Profile.id)).where(col(Profile.id).in_(list(every)))).scalars()
     )
-    rows = []
+    rows: list[dict[str, object]] = []
     for names, at in wanted:
         for name in sorted(set(names) - known):
             rows.append({"id": name, "created_at": at, "store_count": 0, "session_count": 0,
                          "ingest_seq": 0, "write_seq": 0})
             known.add(name)
-    if not rows:
-        return
     # Two processes' first stores of one new profile may both find it missing (on
     # PostgreSQL they write side by side): the second waits for the first and adds
     # nothing, instead of failing on the key.
-    if s.get_bind().dialect.name == "postgresql":
-        from sqlalchemy.dialects import postgresql
-
-        s.execute(postgresql.insert(Profile).on_conflict_do_nothing(index_elements=["id"]), rows)
-    else:
-        from sqlalchemy.dialects import sqlite
-
-        s.execute(sqlite.insert(Profile).on_conflict_do_nothing(index_elements=["id"]), rows)
+    insert_rows(s, table_of(Profile), rows, on_conflict="ON CONFLICT (id) DO NOTHING")
 
 
 def count_stored(s: Session, stored: Mapping[str, int]) -> dict[str, int]:

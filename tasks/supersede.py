@@ -58,6 +58,7 @@ from datetime import datetime
 from enum import Enum
 from functools import lru_cache
 from itertools import pairwise
+from typing import NamedTuple
 
 import numpy as np
 
@@ -1002,6 +1003,19 @@ def _restated_summary(
 REVERSE_RULE = RULE + " (a newer summary's member)"
 
 
+class _Outdated(NamedTuple):
+    """An older hot memory a summary's member updates (``plan_outdated_by_summaries``)."""
+
+    older: MemoryView
+    newest: MemoryView  # the member that states the newest value
+    summary: MemoryView  # the summary it stands under
+    conflict: str
+    cosine: float
+    # The summary ``cosine`` is to: ``summary`` where it found the older memory too,
+    # else the one that did.
+    cosine_to: str
+
+
 def plan_outdated_by_summaries(
     profile: str, summaries: Sequence[tuple[MemoryView, Sequence[MemoryView]]],
     near: Sequence[Sequence[tuple[MemoryView, float]]], vetoed: Set[str] = frozenset(),
@@ -1019,10 +1033,7 @@ def plan_outdated_by_summaries(
     makes it stale), nor is an event."""
     facts_ = [[m for m in members if not is_event(m)] for _, members in summaries]
     cosines = [{m.id: cos for m, cos in found} for found in near]
-    # older id -> (older, newest member, its summary, conflict, cosine, the summary the
-    # cosine is to): the newest member's own summary where it found the older memory too,
-    # else the one that did.
-    updated: dict[str, tuple[MemoryView, MemoryView, MemoryView, str, float, str]] = {}
+    updated: dict[str, _Outdated] = {}
     for i, ((summary, _), found) in enumerate(zip(summaries, near, strict=True)):
         # The members of the other summaries near this one (``peers``: by position)
         # update what its hot neighbours said as much as its own, and outdate its own:
@@ -1044,29 +1055,29 @@ def plan_outdated_by_summaries(
                     continue
                 best = updated.get(older.id)
                 if best is None or (newest_first(m), by.id) > (
-                        newest_first(best[1]), best[2].id):
+                        newest_first(best.newest), best.summary.id):
                     to_by = cosines[k].get(older.id)
-                    updated[older.id] = (older, m, by, kind, cos, summary.id) \
-                        if to_by is None else (older, m, by, kind, to_by, by.id)
+                    updated[older.id] = _Outdated(older, m, by, kind, cos, summary.id) \
+                        if to_by is None else _Outdated(older, m, by, kind, to_by, by.id)
     by_member: dict[str, list[str]] = {}
-    for oid, (_, m, *_) in updated.items():
-        by_member.setdefault(m.id, []).append(oid)
+    for oid, entry in updated.items():
+        by_member.setdefault(entry.newest.id, []).append(oid)
     plans: list[SupersedePlan] = []
     for mid in sorted(by_member):
         moved = sorted(by_member[mid])
-        newest, summary = updated[moved[0]][1], updated[moved[0]][2]
+        newest, summary = updated[moved[0]].newest, updated[moved[0]].summary
         cid = ids.consolidation_id(profile, OPERATION, f"{mid}|{','.join(moved)}")
         if cid in vetoed:
             continue
-        olds = [updated[o][0] for o in moved]
+        olds = [updated[o].older for o in moved]
         restated = tuple(r for o in olds if (r := restatement(profile, o, newest)) is not None)
         plans.append(SupersedePlan(
             consolidation_id=cid, newest_id=mid, member_ids=tuple(moved),
-            similarities={o: updated[o][4] for o in moved},
-            conflicts={o: updated[o][3] for o in moved},
+            similarities={o: updated[o].cosine for o in moved},
+            conflicts={o: updated[o].conflict for o in moved},
             parameters={**_with_restated({"rule": REVERSE_RULE, "mode": "rules"}, restated),
                         "summary": summary.id, **_found_near(
-                            {o: updated[o][5] for o in moved}, summary.id)},
+                            {o: updated[o].cosine_to for o in moved}, summary.id)},
             priors={o.id: (o.tier, o.lifecycle, o.superseded_by) for o in olds},
             newest=newest, members=tuple(sorted(olds, key=newest_first)), restated=restated,
         ))

@@ -80,6 +80,22 @@ def pending_keys(store: Store) -> list[str]:
         return list(s.execute(select(OutboxEvent.key).order_by(OutboxEvent.seq)).scalars())
 
 
+def test_an_event_queued_again_stays_once_as_first_queued(store: Store) -> None:
+    """A retried write queues its events again (same keys): the outbox keeps the first,
+    on either store, and the new rows beside it go in."""
+    first = events.ProfileEvent("reverie.memories.stored", "p", "p:stored:50", {"n": 50}, T)
+    again = events.ProfileEvent("reverie.memories.stored", "p", "p:stored:50", {"n": 51}, T)
+    other = events.ProfileEvent("reverie.memories.stored", "p", "p:stored:100", {"n": 100}, T)
+    with writing(store.url) as s:
+        outbox.add(s, [first])
+    with writing(store.url) as s:
+        assert outbox.add(s, [again, other]) == 2
+    assert pending_keys(store) == ["p:stored:50", "p:stored:100"]
+    with reading(store.url) as s:
+        payloads = s.execute(select(OutboxEvent.payload).order_by(OutboxEvent.seq)).scalars()
+        assert list(payloads) == [{"n": 50}, {"n": 100}]
+
+
 class FakeApi:
     """The configured Prefect API, seen from our lowest-level send: it records each
     batch of event keys offered, and takes it when ``answer`` is None."""

@@ -170,8 +170,8 @@ DISTRACTORS: tuple[tuple[str, str, str], ...] = (
 
 # Two things of one kind said in the same words but one, with different values, the
 # second a month after the first: neither updates the other (``tasks.supersede``'s
-# ``one_word_swapped``). Each thing's own question must find its own value first in the
-# hot tier.
+# ``one_word_swapped``; for a thing of the owner beside the owner, ``owned_unsaid``).
+# Each thing's own question must find its own value first in the hot tier.
 DIFFERENT_THINGS: tuple[tuple[tuple[str, str, str], tuple[str, str, str]], ...] = (
     (("The kitchen lamp uses a 40 watt bulb.", "Which bulb does the kitchen lamp use?", "40"),
      ("The bedroom lamp uses a 60 watt bulb.", "Which bulb does the bedroom lamp use?", "60")),
@@ -190,6 +190,13 @@ DIFFERENT_THINGS: tuple[tuple[tuple[str, str, str], tuple[str, str, str]], ...] 
       "How much did the user pay for groceries on 3 May?", "120"),
      ("The user paid 85 euros for groceries on 10 June.",
       "How much did the user pay for groceries on 10 June?", "85")),
+    # A thing of the owner, said in the owner's own words: the owner's fact stays.
+    (("The user weighs 80 kg.", "How much does the user weigh?", "80"),
+     ("The user's suitcase weighs 20 kg.", "How much does the user's suitcase weigh?",
+      "20")),
+    (("The user is called Sam.", "What is the user called?", "Sam"),
+     ("The user's boat is called Seabird.", "What is the name of the user's boat?",
+      "Seabird")),
 )
 
 @dataclass(frozen=True)

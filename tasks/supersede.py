@@ -128,6 +128,11 @@ class Values:
     # number) just before and after it (``one_word_swapped``).
     sequence: tuple[tuple[str, str, str], ...] = ()
     days: frozenset[str] = frozenset()  # the days it happened on ("on monday", "on 3 may")
+    # Who the statement opens with ("user" of "The user weighs ..."), and the thing of
+    # theirs it opens with, stemmed ("suitc" of "The user's suitcase weighs ..."; ""
+    # when it opens with its owner alone, or with who changed the value: ``opening``).
+    owner: str = ""
+    owned: str = ""
 
 
 _SUFFIXES = ("ing", "ed", "es", "s")
@@ -217,7 +222,32 @@ def values(text: str) -> Values:
     )
     days = frozenset(d.lower() for d in _ON_DAY.findall(text))
     return Values(frozenset(numbers), frozenset(names), words, stems, relations, units,
-                  found.lower, sequence, days)
+                  found.lower, sequence, days, *opening(parted))
+
+
+def opening(parted: Sequence[str]) -> tuple[str, str]:
+    """``Values.owner`` and ``Values.owned`` of a text's words and breaks: "the user's
+    monthly rent" is the user's rent; "the user's landlord raised ..." is the user's own
+    fact, the landlord only changed it (as in ``values``' relations)."""
+    start = 1 if parted[:1] in (["the"], ["a"]) else 0
+    owner = parted[start] if len(parted) > start and parted[start].isalpha() else ""
+    if not owner or parted[start + 1:start + 2] != ["s"]:  # "user's": "user", "s"
+        return owner, ""
+    rest = parted[start + 2:]
+    for i, word in enumerate(rest):
+        if not word.isalpha():
+            break
+        if len(word) >= 3 and word not in _NOT_STEMMED:
+            agent = rest[i + 1:i + 2] and rest[i + 1] in CHANGE_VERBS
+            return owner, "" if agent else content_stem(word)
+    return owner, ""
+
+
+def owned_unsaid(va: Values, vb: Values) -> bool:
+    """Whether ``va`` opens with a thing of the owner ``vb`` opens with, and ``vb`` does
+    not say that thing: "the user's suitcase weighs 20 kg" is not what "the user weighs
+    80 kg" says."""
+    return bool(va.owned) and va.owner == vb.owner and va.owned not in vb.stems
 
 
 def conflict(a: str, b: str) -> str | None:
@@ -263,6 +293,11 @@ def conflicting(va: Values, vb: Values) -> str | None:
     if kind == "number" and va.units & vb.units and not shorter:
         return kind  # numbers of the same thing ("2 cats", "three cats"), nothing else said
     if not shared:
+        return None
+    # One says a thing of the owner the other opens with, the other says none: two
+    # owners' facts. When each names its own thing unsaid by the other, they may be one
+    # thing in two words ("the user's flat", "the user's apartment"): the words decide.
+    if owned_unsaid(va, vb) != owned_unsaid(vb, va):
         return None
     if one_word_swapped(va.sequence, vb.sequence):
         return None

@@ -75,6 +75,12 @@ CONFIG = DedupConfig()
     # A day changed with a time of day: one appointment moved; one day, two amounts.
     ("The meeting is on Monday at 10 am.", "The meeting is on Tuesday at 11 am.", "number"),
     ("Maya ran 5 km on Monday.", "Maya ran 8 km on Monday.", "number"),
+    # The owner's thing is the other's fact too, said otherwise ("weight", "weighs"), or
+    # changed by someone ("the user's landlord raised ..."), or said by both.
+    ("The user weighs 80 kg.", "The user's weight is 78 kg.", "number"),
+    ("The user's landlord raised the service charge to 42 euros.",
+     "The user pays 45 euros a month of service charge now.", "number"),
+    ("User's phone plan costs 25 euros.", "The user's new phone plan costs 32 euros.", "number"),
 ])
 def test_different_values_of_one_fact_conflict(a: str, b: str, kind: str) -> None:
     assert conflict(a, b) == kind
@@ -99,6 +105,10 @@ def test_different_values_of_one_fact_conflict(a: str, b: str, kind: str) -> Non
     # two days, each with its own amount: two events
     ("Maya ran 5 km on Monday.", "Maya ran 8 km on Tuesday."),
     ("The user paid 900 euros of rent on 1 March.", "The user paid 950 euros of rent on 1 April."),
+    # a thing of the owner, beside the owner's own fact or another thing of theirs
+    ("Maya weighs 60 kg.", "Maya's backpack weighs 9 kg."),
+    ("The user's weight is 80 kg.", "The user's suitcase weighs 20 kg."),
+    ("The user is called Sam.", "The user's boat is called Seabird."),
 ])
 def test_no_conflict(a: str, b: str) -> None:
     assert conflict(a, b) is None

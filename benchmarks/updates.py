@@ -190,6 +190,11 @@ DIFFERENT_THINGS: tuple[tuple[tuple[str, str, str], tuple[str, str, str]], ...] 
       "How much did the user pay for groceries on 3 May?", "120"),
      ("The user paid 85 euros for groceries on 10 June.",
       "How much did the user pay for groceries on 10 June?", "85")),
+    # Two kinds of one thing, each named by the word after it.
+    (("The user's favourite book is Dune.", "What is the user's favourite book?", "Dune"),
+     ("The user's favourite film is Alien.", "What is the user's favourite film?", "Alien")),
+    (("Maya's favourite band is Radiohead.", "What is Maya's favourite band?", "Radiohead"),
+     ("Maya's favourite painter is Monet.", "Who is Maya's favourite painter?", "Monet")),
     # A thing of the owner, said in the owner's own words: the owner's fact stays.
     (("The user weighs 80 kg.", "How much does the user weigh?", "80"),
      ("The user's suitcase weighs 20 kg.", "How much does the user's suitcase weigh?",

@@ -177,6 +177,9 @@ SYNONYMS = {
     "works": "work", "working": "work", "worked": "work", "work": "work", "joined": "work",
     "boss": "manager", "reports": "manager",
 }
+# Words that pick one of a kind by liking ("favourite film", "dream job"): the word after
+# names which (``one_word_swapped``).
+PREFERENCES = frozenset("favourite favorite preferred best worst dream ideal".split())
 _STEMMED_RELATIONS: frozenset[str] = frozenset()  # filled below, once stem is defined
 # Words that are never a statement's content word (``Values.stems``).
 _NOT_STEMMED = frozenset(COMMON_WORDS | _NUMBER_WORDS.keys() | NOISE)
@@ -319,15 +322,18 @@ def one_word_swapped(a: tuple[tuple[str, str, str], ...],
     are two lamps, not one value updated. A paraphrase of an update words it otherwise
     around the word it does not share ("the internet costs 29 euros", "the internet
     connection is 33 euros"; "moved the appointment", "rescheduled the appointment"),
-    or adds words, or orders them anew."""
+    or adds words, or orders them anew. After a word of preference the swapped word
+    is which of them: "the user's favourite film is Amelie" and "... favourite band is
+    Radiohead" are two favourites (after other words it may be the same thing said
+    otherwise: "the deploy plan", "the deploy schedule")."""
     if len(a) != len(b) or len(a) < 2:
         return False
     swapped = [(x, y) for x, y in zip(a, b, strict=True) if x[0] != y[0]]
     if len(swapped) != 1:
         return False
     (_, before, after), (_, before_b, after_b) = swapped[0]
-    return (before, after) == (before_b, after_b) and len(after) >= 3 \
-        and after not in _NOT_STEMMED
+    return (before, after) == (before_b, after_b) and (
+        len(after) >= 3 and after not in _NOT_STEMMED or before in PREFERENCES)
 
 
 def same_fact_different_value(a: MemoryView, b: MemoryView) -> bool:

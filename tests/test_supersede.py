@@ -109,6 +109,8 @@ def test_different_values_of_one_fact_conflict(a: str, b: str, kind: str) -> Non
     ("Maya weighs 60 kg.", "Maya's backpack weighs 9 kg."),
     ("The user's weight is 80 kg.", "The user's suitcase weighs 20 kg."),
     ("The user is called Sam.", "The user's boat is called Seabird."),
+    # two kinds of one thing: the swapped word follows the same content word
+    ("Priya's favourite film is Amelie.", "Priya's favourite band is Radiohead."),
 ])
 def test_no_conflict(a: str, b: str) -> None:
     assert conflict(a, b) is None

@@ -137,6 +137,16 @@ KINDS: tuple[FactKind, ...] = (
          "The user's household has {v} cats."),
         ("2", "three", "4", "five", "6", "seven", "8"),
     ),
+    # An age, said as a number of years or as a birthday passed.
+    FactKind(
+        "age", "How old is the user?",
+        ("The user is {v} years old.",
+         "User turned {v} this spring.",
+         "The user's age is {v}.",
+         "The user is now aged {v}.",
+         "User said they are {v} years old now."),
+        ("34", "35", "36", "37", "38", "39", "40"),
+    ),
     # A change said as one, by whoever made it ("the gym raised ... to").
     FactKind(
         "changed", "How much is the service charge on the user's flat?",

@@ -164,6 +164,8 @@ NOISE = CHANGE_VERBS | frozenset(
     "weekly year yearly day daily".split()
 )
 COMMON_WORDS = _COMMON | _OPENING_WORDS
+# Words after a number that say when, not what it counts.
+_NOT_UNITS = frozenset("last next this now ago again still since these".split())
 # Adjectives that open statements with a capital and are no names ("Old partitions").
 NOT_NAMES = frozenset("old new current previous former latest recent".split())
 # A few verbs of the facts that change most, said in other words ("moved to" a city is
@@ -208,11 +210,14 @@ def values(text: str) -> Values:
     units = frozenset(map(stem, [
         after for word, after in pairwise(tokens)
         if (word == "0" or word in counted) and after not in COMMON_WORDS
+        and after not in _NOT_UNITS  # "turned 35 last week"
         and after in found.lower  # "3 March": a date, not three of something
     ])) if counted or "0" in tokens else frozenset()
     stems = frozenset(map(content_stem, [
         w for w in words - _NOT_STEMMED - found.names if len(w) >= 3 and w.isalpha()
     ])) - units
+    if age_said(tokens):  # "is 34 years old", "turned 35", "aged 36": one fact, the age
+        stems = stems - _AGE_STEMS | {_AGE}
     # Whose fact it is, but not who changed it: "the user's landlord raised the rent"
     # states the user's rent.
     relations = _STEMMED_RELATIONS.intersection(map(stem, words)) - {
@@ -226,6 +231,31 @@ def values(text: str) -> Values:
     days = frozenset(d.lower() for d in _ON_DAY.findall(text))
     return Values(frozenset(numbers), frozenset(names), words, stems, relations, units,
                   found.lower, sequence, days, *opening(parted))
+
+
+_AGE = "ag"  # the stem of "age"
+_AGE_STEMS = frozenset({"old", "turn", "aged", _AGE, "birth"})
+_TURNED = frozenset({"turn", "turns", "turned", "turning"})
+_AGE_CUES = _TURNED | {"aged", "age", "old", "birthday"}
+
+
+def age_said(tokens: Sequence[str]) -> bool:
+    """Whether words (a number is "0") state an age: "0 years old", "turned 0", "aged
+    0", "age is 0", "0 th birthday"."""
+    if _AGE_CUES.isdisjoint(tokens):  # most texts: dedup asks it of 63k at 100k memories
+        return False
+
+    def number(word: str) -> bool:
+        return word == "0" or word in _NUMBER_WORDS
+
+    for i, word in enumerate(tokens):
+        one, two = (tokens[i + 1:i + 3] + ["", ""])[:2]
+        if number(word) and (one in ("year", "years") and two == "old"
+                             or one in ("th", "st", "nd", "rd") and two == "birthday") \
+                or word in _TURNED | {"aged"} and number(one) \
+                or word == "age" and one in ("is", "of", "was") and number(two):
+            return True
+    return False
 
 
 def opening(parted: Sequence[str]) -> tuple[str, str]:

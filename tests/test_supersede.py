@@ -81,6 +81,10 @@ CONFIG = DedupConfig()
     ("The user's landlord raised the service charge to 42 euros.",
      "The user pays 45 euros a month of service charge now.", "number"),
     ("User's phone plan costs 25 euros.", "The user's new phone plan costs 32 euros.", "number"),
+    # An age, however said ("turned 35 last week": "last" counts nothing).
+    ("The user is 34 years old.", "The user turned 35 last week.", "number"),
+    ("User celebrated the 35th birthday.", "The user is aged 36.", "number"),
+    ("The user's age is 37.", "The user is 34 years old.", "number"),
 ])
 def test_different_values_of_one_fact_conflict(a: str, b: str, kind: str) -> None:
     assert conflict(a, b) == kind
@@ -111,6 +115,10 @@ def test_different_values_of_one_fact_conflict(a: str, b: str, kind: str) -> Non
     ("The user is called Sam.", "The user's boat is called Seabird."),
     # two kinds of one thing: the swapped word follows the same content word
     ("Priya's favourite film is Amelie.", "Priya's favourite band is Radiohead."),
+    # an age against another number of years, or a number said with "turned"
+    ("The user is 34 years old.", "The user's car is 10 years old."),
+    ("The user's age is 37.", "The user's son is 5 years old."),
+    ("The user turned 35 last week.", "The user turned the heating to 21 degrees."),
 ])
 def test_no_conflict(a: str, b: str) -> None:
     assert conflict(a, b) is None
@@ -747,13 +755,16 @@ def values_word_by_word(text: str) -> tuple[frozenset[str], ...]:
     units = frozenset(
         stem(tokens[i + 1]) for i, w in enumerate(tokens[:-1])
         if (w == "0" or w in supersede._NUMBER_WORDS)
-        and tokens[i + 1] not in supersede.COMMON_WORDS and tokens[i + 1] in found.lower)
+        and tokens[i + 1] not in supersede.COMMON_WORDS and tokens[i + 1] in found.lower
+        and tokens[i + 1] not in supersede._NOT_UNITS)
     stems = frozenset(
         supersede.SYNONYMS.get(w) or stem(w) for w in words
         if len(w) >= 3 and w.isalpha() and w not in supersede.COMMON_WORDS
         and w not in found.names and w not in supersede._NUMBER_WORDS
         and w not in supersede.NOISE
     ) - units
+    if supersede.age_said(tokens):
+        stems = stems - supersede._AGE_STEMS | {supersede._AGE}
     relations = frozenset(stem(w) for w in words if stem(w) in supersede._STEMMED_RELATIONS)
     return (frozenset(numbers), frozenset(names), words, stems, relations, units,
             frozenset(found.lower))
@@ -761,10 +772,11 @@ def values_word_by_word(text: str) -> tuple[frozenset[str], ...]:
 
 # Pieces of what the word-by-word code tells apart: capitals opening a sentence or not,
 # possessives (the long s folds to s), digits and thousands, number words and units,
-# relations, synonyms, noise words and non-ASCII capitals.
+# relations, synonyms, noise words, ages and non-ASCII capitals.
 PIECES = ("The ", "the ", "User's ", "user’S ", "Anna", "McDonald ", "I ", "x''Abc ",
           "Rock'N'roll ", "ſ", "ǅ", "Élise ", "1,200 ", "09:00 ", "two ", "Dozen ",
           "cats", "euros ", "3 March", "sister ", "moved ", "works ", "said ", "now ",
+          "last ", " years old", "turned ", "aged ", "age is ", "th birthday",
           ". ", "; ", ", and ", "(", "“", "\n", "-", " ", "a", "Z", "'", "’", "s", "S", "7")
 
 

@@ -249,7 +249,7 @@ def age_said(tokens: Sequence[str]) -> bool:
         return word == "0" or word in _NUMBER_WORDS
 
     for i, word in enumerate(tokens):
-        one, two = (tokens[i + 1:i + 3] + ["", ""])[:2]
+        one, two = (*tokens[i + 1:i + 3], "", "")[:2]
         if number(word) and (one in ("year", "years") and two == "old"
                              or one in ("th", "st", "nd", "rd") and two == "birthday") \
                 or word in _TURNED | {"aged"} and number(one) \

@@ -71,6 +71,12 @@ def states(text: str, value: str) -> bool:
     return any(have[i:i + len(want)] == want for i in range(len(have) - len(want) + 1))
 
 
+def left_behind(text: str, value: str) -> bool:
+    """Whether ``text`` says ``value`` as the one it replaces, in the bench's own
+    wordings of it ("switched from the Pixel to ...", "sold the Pixel phone and ...")."""
+    return states(text, f"from the {value} to") or states(text, f"sold the {value}")
+
+
 @dataclass(frozen=True)
 class FactKind:
     """One kind of fact: how its memories are worded (``{v}`` is the value), the
@@ -146,6 +152,16 @@ KINDS: tuple[FactKind, ...] = (
          "The user is now aged {v}.",
          "User said they are {v} years old now."),
         ("34", "35", "36", "37", "38", "39", "40"),
+    ),
+    # A new value said beside the one it replaces ("{p}": the chain's value before).
+    FactKind(
+        "replaced", "Which phone does the user have?",
+        ("The user's phone is a {v}.",
+         "User switched from the {p} to a {v} phone.",
+         "The user sold the {p} phone and bought a {v}.",
+         "User has a {v} phone now.",
+         "The user's current phone is a {v}."),
+        ("Pixel", "Galaxy", "Nokia", "Fairphone", "Xperia", "Motorola", "Huawei"),
     ),
     # A change said as one, by whoever made it ("the gym raised ... to").
     FactKind(
@@ -308,10 +324,13 @@ def build(profiles: int, start: datetime) -> tuple[dict[str, list[dict[str, Any]
             ids = []
             for i, value in enumerate(values):
                 template = kind.templates[(p + k + i) % len(kind.templates)]
+                if i == 0 and "{p}" in template:  # nothing before the first to replace
+                    template = kind.templates[0]
                 at = start + timedelta(days=35 * i + 3 * k + p)
                 mid = f"{kind.name}-{i}"
                 ids.append(mid)
-                rows.append({"id": mid, "content": template.format(v=value),
+                rows.append({"id": mid, "content": template.format(
+                                 v=value, p=values[i - 1] if i else value),
                              "kind": "semantic", "created_at": at.isoformat()})
             chains.append(Chain(profile, kind.name, kind.question, values, ids))
         for k, kind in enumerate(REVERSE_KINDS):
@@ -719,8 +738,10 @@ def _judge(store: Store, embedder: Any, chain: Chain) -> ChainResult:
     best = next((m for m in ranked if any(states(m.content, v) for v in chain.values)), None)
     top = ranked[0].content if ranked else ""
     text = best.content if best is not None else ""
-    answered = states(text, newest) and not any(states(text, v) for v in older if v != newest)
-    first = states(top, newest) and not any(states(top, v) for v in older if v != newest)
+    answered = states(text, newest) and not any(
+        states(text, v) and not left_behind(text, v) for v in older if v != newest)
+    first = states(top, newest) and not any(
+        states(top, v) and not left_behind(top, v) for v in older if v != newest)
     joined = stale = False
     with store.reading(chain.profile) as tx:
         memories, _ = snapshot(tx, (Tier.HOT, Tier.COLD))

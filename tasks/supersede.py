@@ -133,6 +133,9 @@ class Values:
     # when it opens with its owner alone, or with who changed the value: ``opening``).
     owner: str = ""
     owned: str = ""
+    # Names it says are no longer the value: "sold the Skoda", "quit Google", "switched
+    # from Jira to Linear" (``left_behind``).
+    dropped: frozenset[str] = frozenset()
 
 
 _SUFFIXES = ("ing", "ed", "es", "s")
@@ -230,7 +233,55 @@ def values(text: str) -> Values:
     )
     days = frozenset(d.lower() for d in _ON_DAY.findall(text))
     return Values(frozenset(numbers), frozenset(names), words, stems, relations, units,
-                  found.lower, sequence, days, *opening(parted))
+                  found.lower, sequence, days, *opening(parted),
+                  left_behind(parted, names) if names else frozenset())
+
+
+# Verbs after which a name is what the statement leaves behind.
+LEAVING = frozenset("sold quit left ditched dropped replaced cancelled canceled".split())
+# Verbs that say a value changed "from" one "to" another.
+SWITCHES = frozenset(
+    "moved switched changed migrated transferred upgraded relocated went".split())
+_LEAVING_CUES = LEAVING | {"from"}
+_DETERMINERS = frozenset("the a an my his her their our its old previous former".split())
+
+
+def left_behind(parted: Sequence[str], names: Set[str]) -> frozenset[str]:
+    """``Values.dropped`` of a text's words and breaks: a name right after a verb of
+    leaving (an article between), or after "from" in a clause of change when "to" and
+    another name follow ("moved ... from Jira to Linear"; not "an offer from Google",
+    nor "flew from Berlin to Rome")."""
+    if _LEAVING_CUES.isdisjoint(parted):  # most texts (dedup: 63k at 100k memories)
+        return frozenset()
+
+    def name_at(i: int) -> str | None:
+        while i < len(parted) and parted[i] in _DETERMINERS:
+            i += 1
+        return parted[i] if i < len(parted) and parted[i] in names else None
+
+    dropped = set()
+    for i, word in enumerate(parted):
+        if word in LEAVING and (name := name_at(i + 1)):
+            dropped.add(name)
+        elif word == "from" and (name := name_at(i + 1)) and _switched(parted[:i]):
+            for j in range(i + 2, len(parted)):
+                if not parted[j].isalpha():
+                    break  # the clause ends
+                if parted[j] == "to" and name_at(j + 1) not in (None, name):
+                    dropped.add(name)
+                    break
+    return frozenset(dropped)
+
+
+def _switched(before: Sequence[str]) -> bool:
+    """Whether the clause that ends with ``before`` says a change: "moved sprint
+    planning (from ...)", not "flew (from Berlin to Rome)"."""
+    for word in reversed(before):
+        if not word.isalpha():
+            return False
+        if word in SWITCHES:
+            return True
+    return False
 
 
 _AGE = "ag"  # the stem of "age"
@@ -270,7 +321,8 @@ def opening(parted: Sequence[str]) -> tuple[str, str]:
     for i, word in enumerate(rest):
         if not word.isalpha():
             break
-        if len(word) >= 3 and word not in _NOT_STEMMED:
+        if len(word) >= 3 and word not in _NOT_STEMMED and word not in NOT_NAMES:
+            # ("the user's current phone": "current" says which phone, not what)
             agent = rest[i + 1:i + 2] and rest[i + 1] in CHANGE_VERBS
             return owner, "" if agent else content_stem(word)
     return owner, ""
@@ -298,6 +350,14 @@ def may_conflict(v: Values) -> bool:
 def conflicting(va: Values, vb: Values) -> str | None:
     """``conflict`` of two texts' values (symmetric: ``shorter`` and ``longer`` of equal
     lengths are then compared for equality)."""
+    # One says the other's name is left behind ("Priya's car is a Skoda", "Priya sold
+    # the Skoda and bought a Tesla"): the name ties them when both open with one owner
+    # or share a word ("the standup is on Monday", "the team moved the standup from
+    # Monday to Tuesday"); not "Anna sold the Skoda".
+    if (va.dropped or vb.dropped) and va.relations == vb.relations \
+            and ((va.names - va.dropped) & vb.dropped or (vb.names - vb.dropped) & va.dropped) \
+            and (va.owner == vb.owner or va.stems & vb.stems):
+        return "name"
     kind = None
     if va.numbers - vb.numbers and vb.numbers - va.numbers:
         kind = "number"

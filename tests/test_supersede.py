@@ -132,7 +132,12 @@ def test_the_bench_paraphrases_conflict_exactly_when_the_value_differs(kind, dat
     t2 = data.draw(st.sampled_from(kind.templates))
     v1 = data.draw(st.sampled_from(kind.values))
     v2 = data.draw(st.sampled_from(kind.values))
-    found = conflict(t1.format(v=v1), t2.format(v=v2))
+    # A wording that names the value it replaces ("{p}") replaces the other's, or, said
+    # of the same value, a third.
+    def before(v: str, other: str) -> str:
+        return other if other != v else next(x for x in kind.values if x != v)
+
+    found = conflict(t1.format(v=v1, p=before(v1, v2)), t2.format(v=v2, p=before(v2, v1)))
     assert (found is not None) == (v1 != v2)
 
 
@@ -641,6 +646,14 @@ def straightforward_plan(
                    reverse=True)
     claimed = np.zeros(len(candidates), dtype=bool)
     plans = []
+
+    def either(i: int, j: int) -> str | None:
+        """The values disagree, or two clauses do (a statement of two facts), the
+        first in the candidates' order compared with the second."""
+        a, b = sorted((i, j))
+        return conflict(candidates[a].content, candidates[b].content) or \
+            supersede.clause_conflict(candidates[a].content, candidates[b].content)
+
     for top in order:
         if claimed[top]:
             continue
@@ -657,8 +670,8 @@ def straightforward_plan(
                 m = candidates[j]
                 if (m.entity or "") != (newest.entity or "") or m.kind != newest.kind:
                     continue
-                kind = conflict(candidates[at].content, m.content)
-                if kind is None or conflict(newest.content, m.content) is None:
+                kind = either(at, j)
+                if kind is None or either(top, j) is None:
                     continue
                 kinds[j] = kind
                 chain.append(j)
@@ -699,7 +712,8 @@ def test_the_plan_is_the_straightforward_plan(n: int, seed: int, search: SearchC
         memories.append(view(
             f"m{i:02d}",
             content=templates[rng.integers(len(templates))].format(
-                v=kind.values[rng.integers(len(kind.values))]),
+                v=kind.values[rng.integers(len(kind.values))],
+                p=kind.values[rng.integers(len(kind.values))]),
             entity=[None, "", "Sam"][rng.integers(3)],
             kind=["semantic", "preference"][rng.integers(2)],
             created_at=AS_OF - timedelta(days=int(rng.integers(13)))))

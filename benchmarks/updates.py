@@ -191,6 +191,8 @@ DISTRACTORS: tuple[tuple[str, str, str], ...] = (
      "14 February"),
     ("User enjoys hiking on weekends with friends.", "What does the user do on weekends?",
      "hiking"),
+    # A name of the user's own, beside the words of where the user works.
+    ("The user is called Sam at work.", "What is the user called at work?", "Sam"),
 )
 
 

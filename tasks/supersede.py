@@ -136,6 +136,9 @@ class Values:
     # Names it says are no longer the value: "sold the Skoda", "quit Google", "switched
     # from Jira to Linear" (``left_behind``).
     dropped: frozenset[str] = frozenset()
+    # Whether a name is said as what something is called ("is called Sam"): a name of
+    # its own, not where one works or lives.
+    naming: bool = False
 
 
 _SUFFIXES = ("ing", "ed", "es", "s")
@@ -234,7 +237,13 @@ def values(text: str) -> Values:
     days = frozenset(d.lower() for d in _ON_DAY.findall(text))
     return Values(frozenset(numbers), frozenset(names), words, stems, relations, units,
                   found.lower, sequence, days, *opening(parted),
-                  left_behind(parted, names) if names else frozenset())
+                  left_behind(parted, names) if names else frozenset(),
+                  bool(names) and not NAMING.isdisjoint(tokens) and any(
+                      word in NAMING and after in names for word, after in pairwise(tokens)))
+
+
+# Verbs that give what something is called.
+NAMING = frozenset("called named nicknamed".split())
 
 
 # Verbs after which a name is what the statement leaves behind.
@@ -368,7 +377,7 @@ def conflicting(va: Values, vb: Values) -> str | None:
         # "Maya ran 8 km on Tuesday"), not a new value of one fact.
         if va.days and vb.days and va.days != vb.days and (va.units & vb.units) - _CLOCK_UNITS:
             return None
-    elif va.names - vb.words and vb.names - va.words:
+    elif va.names - vb.words and vb.names - va.words and va.naming == vb.naming:
         kind = "name"
     if kind is None or va.relations != vb.relations:
         return None

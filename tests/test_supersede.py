@@ -81,6 +81,8 @@ CONFIG = DedupConfig()
     ("The user's landlord raised the service charge to 42 euros.",
      "The user pays 45 euros a month of service charge now.", "number"),
     ("User's phone plan costs 25 euros.", "The user's new phone plan costs 32 euros.", "number"),
+    # What a thing is called, called otherwise.
+    ("The user's boat is called Seabird.", "The user's boat is called Wave now.", "name"),
     # An age, however said ("turned 35 last week": "last" counts nothing).
     ("The user is 34 years old.", "The user turned 35 last week.", "number"),
     ("User celebrated the 35th birthday.", "The user is aged 36.", "number"),
@@ -115,6 +117,8 @@ def test_different_values_of_one_fact_conflict(a: str, b: str, kind: str) -> Non
     ("The user is called Sam.", "The user's boat is called Seabird."),
     # two kinds of one thing: the swapped word follows the same content word
     ("Priya's favourite film is Amelie.", "Priya's favourite band is Radiohead."),
+    # a name the user is called, beside the words of where the user works
+    ("The user is called Sam at work.", "The user works at Google."),
     # an age against another number of years, or a number said with "turned"
     ("The user is 34 years old.", "The user's car is 10 years old."),
     ("The user's age is 37.", "The user's son is 5 years old."),

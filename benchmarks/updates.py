@@ -71,7 +71,7 @@ def states(text: str, value: str) -> bool:
     return any(have[i:i + len(want)] == want for i in range(len(have) - len(want) + 1))
 
 
-def left_behind(text: str, value: str) -> bool:
+def said_as_replaced(text: str, value: str) -> bool:
     """Whether ``text`` says ``value`` as the one it replaces, in the bench's own
     wordings of it ("switched from the Pixel to ...", "sold the Pixel phone and ...")."""
     return states(text, f"from the {value} to") or states(text, f"sold the {value}")
@@ -741,9 +741,9 @@ def _judge(store: Store, embedder: Any, chain: Chain) -> ChainResult:
     top = ranked[0].content if ranked else ""
     text = best.content if best is not None else ""
     answered = states(text, newest) and not any(
-        states(text, v) and not left_behind(text, v) for v in older if v != newest)
+        states(text, v) and not said_as_replaced(text, v) for v in older if v != newest)
     first = states(top, newest) and not any(
-        states(top, v) and not left_behind(top, v) for v in older if v != newest)
+        states(top, v) and not said_as_replaced(top, v) for v in older if v != newest)
     joined = stale = False
     with store.reading(chain.profile) as tx:
         memories, _ = snapshot(tx, (Tier.HOT, Tier.COLD))

@@ -238,12 +238,17 @@ def values(text: str) -> Values:
     return Values(frozenset(numbers), frozenset(names), words, stems, relations, units,
                   found.lower, sequence, days, *opening(parted),
                   left_behind(parted, names) if names else frozenset(),
-                  bool(names) and not NAMING.isdisjoint(tokens) and any(
-                      word in NAMING and after in names for word, after in pairwise(tokens)))
+                  bool(names) and names_something(tokens, names))
 
 
 # Verbs that give what something is called.
 NAMING = frozenset("called named nicknamed".split())
+
+
+def names_something(tokens: Sequence[str], names: Set[str]) -> bool:
+    """``Values.naming``: one of ``names`` right after a verb of naming."""
+    return not NAMING.isdisjoint(tokens) and any(
+        word in NAMING and after in names for word, after in pairwise(tokens))
 
 
 # Verbs after which a name is what the statement leaves behind.
@@ -295,8 +300,9 @@ def _switched(before: Sequence[str]) -> bool:
 
 _AGE = "ag"  # the stem of "age"
 _AGE_STEMS = frozenset({"old", "turn", "aged", _AGE, "birth"})
-_TURNED = frozenset({"turn", "turns", "turned", "turning"})
-_AGE_CUES = _TURNED | {"aged", "age", "old", "birthday"}
+# Words after which a number is an age ("turned 35", "aged 36").
+_AGE_VERBS = frozenset({"turn", "turns", "turned", "turning", "aged"})
+_AGE_CUES = _AGE_VERBS | {"age", "old", "birthday"}
 
 
 def age_said(tokens: Sequence[str]) -> bool:
@@ -312,7 +318,7 @@ def age_said(tokens: Sequence[str]) -> bool:
         one, two = (*tokens[i + 1:i + 3], "", "")[:2]
         if number(word) and (one in ("year", "years") and two == "old"
                              or one in ("th", "st", "nd", "rd") and two == "birthday") \
-                or word in _TURNED | {"aged"} and number(one) \
+                or word in _AGE_VERBS and number(one) \
                 or word == "age" and one in ("is", "of", "was") and number(two):
             return True
     return False

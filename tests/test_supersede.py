@@ -81,6 +81,13 @@ CONFIG = DedupConfig()
     ("The user's landlord raised the service charge to 42 euros.",
      "The user pays 45 euros a month of service charge now.", "number"),
     ("User's phone plan costs 25 euros.", "The user's new phone plan costs 32 euros.", "number"),
+    # A name the newer one leaves behind: after a verb of leaving, or "from" in a
+    # clause of change with "to" and another name after it.
+    ("Priya's car is a grey Skoda Octavia.", "Priya sold the Skoda and bought a Tesla.",
+     "name"),
+    ("The user works at Google.", "The user quit Google and joined Meta.", "name"),
+    ("The user plans sprints in Jira.", "The user moved sprint planning from Jira to Linear.",
+     "name"),
     # What a thing is called, called otherwise.
     ("The user's boat is called Seabird.", "The user's boat is called Wave now.", "name"),
     # An age, however said ("turned 35 last week": "last" counts nothing).
@@ -117,6 +124,13 @@ def test_different_values_of_one_fact_conflict(a: str, b: str, kind: str) -> Non
     ("The user is called Sam.", "The user's boat is called Seabird."),
     # two kinds of one thing: the swapped word follows the same content word
     ("Priya's favourite film is Amelie.", "Priya's favourite band is Radiohead."),
+    # "from" with no change, or no other name after "to"; another owner's leaving; a
+    # name both leave behind
+    ("The user lives in Berlin.", "The user flew from Berlin to Rome for a conference."),
+    ("The user works at Google.", "The user got an offer from Google."),
+    ("The user lives in Berlin.", "The user moved from Berlin to the coast."),
+    ("Priya's car is a Skoda.", "Anna sold the Skoda."),
+    ("User switched from the Pixel to a Galaxy.", "The user sold the Pixel and bought a Galaxy."),
     # a name the user is called, beside the words of where the user works
     ("The user is called Sam at work.", "The user works at Google."),
     # an age against another number of years, or a number said with "turned"

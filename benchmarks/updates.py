@@ -73,8 +73,10 @@ def states(text: str, value: str) -> bool:
 
 def said_as_replaced(text: str, value: str) -> bool:
     """Whether ``text`` says ``value`` as the one it replaces, in the bench's own
-    wordings of it ("switched from the Pixel to ...", "sold the Pixel phone and ...")."""
-    return states(text, f"from the {value} to") or states(text, f"sold the {value}")
+    wordings of it ("switched from the Pixel to ...", "sold the Pixel phone and ...",
+    "a new manager, Anna, after Tomas retired")."""
+    return states(text, f"from the {value} to") or states(text, f"sold the {value}") \
+        or states(text, f"after {value} retired")
 
 
 @dataclass(frozen=True)
@@ -113,7 +115,7 @@ KINDS: tuple[FactKind, ...] = (
          "User's new manager at work is {v}.",
          "{v} is now the user's manager.",
          "The user said their manager is {v} now.",
-         "User has a new manager, {v}."),
+         "User got a new manager, {v}, after {p} retired."),
         ("Anna", "Tomas", "Priya", "Keith", "Marisol", "Jonas", "Leila"),
     ),
     FactKind(
@@ -162,6 +164,16 @@ KINDS: tuple[FactKind, ...] = (
          "User has a {v} phone now.",
          "The user's current phone is a {v}."),
         ("Pixel", "Galaxy", "Nokia", "Fairphone", "Xperia", "Motorola", "Huawei"),
+    ),
+    # One thing named in two words ("flat", "apartment").
+    FactKind(
+        "size", "How big is the user's flat?",
+        ("The user's flat is {v} square metres.",
+         "The user's apartment is {v} square metres.",
+         "User's apartment has {v} square metres now.",
+         "The user said the flat is {v} square metres.",
+         "The user's apartment measures {v} square metres."),
+        ("48", "55", "62", "70", "41", "85", "93"),
     ),
     # A change said as one, by whoever made it ("the gym raised ... to").
     FactKind(

@@ -161,7 +161,10 @@ def stem(word: str) -> str:
 CHANGE_VERBS = frozenset(
     "raise raised raises increase increased increases decrease decreased decreases lowered "
     "lowers reduced reduces rose updated adjusted bumped".split())
-NOISE = CHANGE_VERBS | frozenset(
+# Verbs by which someone leaves a role, said of them (``retired``): like a change verb,
+# they say the value changed, not which fact it is.
+RETIRING = frozenset("retired resigned".split())
+NOISE = CHANGE_VERBS | RETIRING | frozenset(
     "got get gets "
     "said says mentioned mention told tell tells reported noted now currently recently lately "
     "these days since last next this spring summer autumn fall winter started start starting "
@@ -184,6 +187,9 @@ SYNONYMS = {
     "job": "work", "employed": "work", "employer": "work", "employs": "work",
     "works": "work", "working": "work", "worked": "work", "work": "work", "joined": "work",
     "boss": "manager", "reports": "manager",
+    # One home in two words: "the user's flat is 62 square metres" and "the user's
+    # apartment is 70 square metres" are not two flats, as two lamps are two lamps.
+    "apartment": "flat", "apartments": "flat",
 }
 # Words that pick one of a kind by liking ("favourite film", "dream job"): the word after
 # names which (``one_word_swapped``).
@@ -235,9 +241,11 @@ def values(text: str) -> Values:
         and (s := content_stem(t)) in stems
     )
     days = frozenset(d.lower() for d in _ON_DAY.findall(text))
+    dropped = left_behind(parted, names) if names else frozenset()
+    if relations and names and not RETIRING.isdisjoint(parted):
+        dropped |= retired(parted, names)
     return Values(frozenset(numbers), frozenset(names), words, stems, relations, units,
-                  found.lower, sequence, days, *opening(parted),
-                  left_behind(parted, names) if names else frozenset(),
+                  found.lower, sequence, days, *opening(parted), dropped,
                   bool(names) and names_something(tokens, names))
 
 
@@ -285,6 +293,30 @@ def left_behind(parted: Sequence[str], names: Set[str]) -> frozenset[str]:
                     dropped.add(name)
                     break
     return frozenset(dropped)
+
+
+# The words that open a clause saying someone left a role, after the new value ("a new
+# manager, Dr Lindqvist, after Dr Okafor retired").
+_SINCE = frozenset("after since when because once as".split())
+
+
+def retired(parted: Sequence[str], names: Set[str]) -> frozenset[str]:
+    """The names ``parted`` says left a role, in a clause of their own opened by "after",
+    "since", "when", ...: "Priya got a new manager, Dr Lindqvist, after Dr Okafor
+    retired" no longer has Dr Okafor as manager. Not a name that opens its statement
+    ("Dr Okafor retired" says nothing of who replaced him), and ``values`` asks only
+    for statements of whose fact it is (a manager, a landlord): "Priya moved to Oslo
+    after Anna retired" says nothing of where Anna lives."""
+    out = set()
+    for i, word in enumerate(parted):
+        if word not in RETIRING:
+            continue
+        j = i - 1
+        while j >= 0 and parted[j] in names:
+            j -= 1
+        if j < i - 1 and j >= 0 and parted[j] in _SINCE:
+            out.add(parted[i - 1])
+    return frozenset(out)
 
 
 def _switched(before: Sequence[str]) -> bool:

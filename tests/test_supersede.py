@@ -88,6 +88,16 @@ CONFIG = DedupConfig()
     ("The user works at Google.", "The user quit Google and joined Meta.", "name"),
     ("The user plans sprints in Jira.", "The user moved sprint planning from Jira to Linear.",
      "name"),
+    # A name that left a role, in a clause after the one who took it over.
+    ("Priya's manager is Dr Okafor.",
+     "Priya got a new manager, Dr Lindqvist, after Dr Okafor retired.", "name"),
+    ("The user's landlord is Mr Berg.",
+     "The user has a new landlord, Ms Ito, since Mr Berg resigned.", "name"),
+    # One home in two words.
+    ("The user's flat costs 900 euros a month.",
+     "The user's apartment costs 950 euros a month.", "number"),
+    ("The user's apartment is 62 square metres.", "The user's flat is 55 square metres.",
+     "number"),
     # What a thing is called, called otherwise.
     ("The user's boat is called Seabird.", "The user's boat is called Wave now.", "name"),
     # An age, however said ("turned 35 last week": "last" counts nothing).
@@ -131,6 +141,11 @@ def test_different_values_of_one_fact_conflict(a: str, b: str, kind: str) -> Non
     ("The user lives in Berlin.", "The user moved from Berlin to the coast."),
     ("Priya's car is a Skoda.", "Anna sold the Skoda."),
     ("User switched from the Pixel to a Galaxy.", "The user sold the Pixel and bought a Galaxy."),
+    # a retiring name that opens its statement, or in a statement of no one's role
+    ("Priya's manager is Dr Okafor.", "Dr Okafor retired last spring."),
+    ("Anna lives in Oslo.", "Priya moved to Oslo after Anna retired."),
+    # a flat is no other thing's flat
+    ("The user's apartment is 62 square metres.", "The user's rent is 900 euros a month."),
     # a name the user is called, beside the words of where the user works
     ("The user is called Sam at work.", "The user works at Google."),
     # an age against another number of years, or a number said with "turned"

@@ -242,7 +242,7 @@ def values(text: str) -> Values:
     )
     days = frozenset(d.lower() for d in _ON_DAY.findall(text))
     dropped = left_behind(parted, names) if names else frozenset()
-    if relations and names and not RETIRING.isdisjoint(parted):
+    if relations and names:  # only a statement of whose fact it is (``retired``)
         dropped |= retired(parted, names)
     return Values(frozenset(numbers), frozenset(names), words, stems, relations, units,
                   found.lower, sequence, days, *opening(parted), dropped,
@@ -307,14 +307,16 @@ def retired(parted: Sequence[str], names: Set[str]) -> frozenset[str]:
     ("Dr Okafor retired" says nothing of who replaced him), and ``values`` asks only
     for statements of whose fact it is (a manager, a landlord): "Priya moved to Oslo
     after Anna retired" says nothing of where Anna lives."""
+    if RETIRING.isdisjoint(parted):  # most texts, as in ``left_behind``
+        return frozenset()
     out = set()
     for i, word in enumerate(parted):
         if word not in RETIRING:
             continue
-        j = i - 1
+        j = i - 1  # back over the name ("dr okafor") to the word before it
         while j >= 0 and parted[j] in names:
             j -= 1
-        if j < i - 1 and j >= 0 and parted[j] in _SINCE:
+        if 0 <= j < i - 1 and parted[j] in _SINCE:
             out.add(parted[i - 1])
     return frozenset(out)
 

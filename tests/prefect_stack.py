@@ -359,6 +359,37 @@ class Stack:
         return wait_for(final, timeout, f"flow run {run_id} to finish",
                         progress=state, diagnose=diagnose)
 
+    def wait_completed(self, run_id: Any, timeout: float = RUN_SECONDS,
+                       steps: Callable[[], Any] | None = None) -> Any:
+        """The run once COMPLETED; failing, if it ended otherwise, with how it got there:
+        its states with their times and whole messages, its subflow runs, the crash
+        automations' firings and the stack's log (a run crashed by the unresponsive
+        automation on a loaded machine, or by its process dying, reads differently)."""
+        run = self.wait_final(run_id, timeout, steps)
+        if run.state_type.value != "COMPLETED":
+            raise AssertionError(self.describe_ending(run))
+        return run
+
+    def describe_ending(self, run: Any) -> str:
+        from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterParentFlowRunId
+
+        from reverie.deployments.crash_detection import (
+            NOT_STARTED_AUTOMATION,
+            UNRESPONSIVE_AUTOMATION,
+        )
+
+        with self.client() as client:
+            states = client.read_flow_run_states(run.id)
+            children = client.read_flow_runs(flow_run_filter=FlowRunFilter(
+                parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[run.id])))
+        lines = [f"flow run {run.name} ({run.id}) ended {run.state.name}:"]
+        lines += [f"  {s.timestamp} {s.name}: {s.message or ''}".rstrip()
+                  for s in sorted(states, key=lambda s: s.timestamp)]
+        return "\n".join([*lines, "its subflow " + self.describe_runs(children),
+                          self.describe_automation(UNRESPONSIVE_AUTOMATION),
+                          self.describe_automation(NOT_STARTED_AUTOMATION),
+                          "stack log (end):\n" + self.log_tail()])
+
     def deliver_events(self, timeout: float = EVENT_SECONDS) -> None:
         """Wait until the store's outbox is empty, sending what waits in it meanwhile, as
         `reverie serve` does every EVENT_FLUSH_SECONDS: an ingest or a session end sends

@@ -168,7 +168,7 @@ def test_another_stores_events_never_start_this_stacks_runs(
         (run,) = stack.wait_runs(automation, "twin", 1, EVENT_DEPLOYMENTS)
         assert run.parameters["store_id"] == stack.store.id
         stack.wait_firings(automation, "twin", 1)
-        assert stack.wait_final(run.id).state_type.value == "COMPLETED", stack.log_tail()
+        stack.wait_completed(run.id)
 
 
 def test_session_ends_trigger_full_consolidation(stack: Stack) -> None:
@@ -196,7 +196,6 @@ def _decay_runs_of(stack: Stack, replay_id: Any) -> list[Any]:
 def test_a_backfill_replays_each_profile_in_order_and_ends_as_sequential_runs(
     stack: Stack, new_store: Callable[[str], Store]
 ) -> None:
-    from prefect.client.schemas.objects import StateType
 
     from reverie.models.export import export_jsonl
 
@@ -212,8 +211,7 @@ def test_a_backfill_replays_each_profile_in_order_and_ends_as_sequential_runs(
     again = backfill("decay", start, whens[-1], timedelta(days=1), profiles, stack.store)
     assert again.runs == [] and sorted(again.running) == profiles
     for run_id in first.runs:
-        done = stack.wait_final(run_id, steps=lambda r=run_id: len(_decay_runs_of(stack, r)))
-        assert done.state_type == StateType.COMPLETED
+        stack.wait_completed(run_id, steps=lambda r=run_id: len(_decay_runs_of(stack, r)))
     # Each profile's dates ran one after another, in as_of order.
     for run_id in first.runs:
         runs = sorted(_decay_runs_of(stack, run_id), key=lambda r: r.start_time)
@@ -244,7 +242,6 @@ def test_backfills_of_two_flows_replay_in_schedule_order_whichever_is_asked_firs
     profile (#38 item 4): the store ends as decay then full, date by date, run one at a
     time, leave it. Asked in this order, the full replay is made first: without the
     replays' turns it ran full on a date before that date's decay."""
-    from prefect.client.schemas.objects import StateType
 
     from reverie.models.export import export_jsonl
 
@@ -264,7 +261,7 @@ def test_backfills_of_two_flows_replay_in_schedule_order_whichever_is_asked_firs
                  whens[-1].isoformat(), "--profile", profile, "--wait", "--json"]) == EXIT_OK
     decay = json.loads(capsys.readouterr().out)
     assert len(decay["runs"]) == 1 and decay["ended"] == {decay["runs"][0]: "COMPLETED"}
-    assert stack.wait_final(full.runs[0]).state_type == StateType.COMPLETED
+    stack.wait_completed(full.runs[0])
     history = sorted((r for r in run_history(stack.store, profile=profile, limit=None)
                       if r.as_of in whens), key=lambda r: r.started_at)
     assert [(r.as_of, r.flow) for r in history] == [
@@ -286,21 +283,20 @@ def test_backfills_of_two_flows_replay_in_schedule_order_whichever_is_asked_firs
 
 
 def test_a_manual_run_for_a_date_equals_the_scheduled_run_for_it(stack: Stack) -> None:
-    from prefect.client.schemas.objects import StateType
     from prefect.deployments import run_deployment
     from prefect.states import Scheduled
 
     when = datetime(2025, 8, 15)
     manual = run_deployment("lightweight-consolidation/on-demand", timeout=0,
                             parameters={"profile": "support-bot", "as_of": when.isoformat()})
-    assert stack.wait_final(manual.id).state_type == StateType.COMPLETED
+    stack.wait_completed(manual.id)
     with stack.client() as client:
         deployment = client.read_deployment_by_name("lightweight-consolidation/on-demand")
         scheduled = client.create_flow_run_from_deployment(
             deployment.id, parameters={"profile": "support-bot"},
             state=Scheduled(scheduled_time=when),
         )
-    assert stack.wait_final(scheduled.id).state_type == StateType.COMPLETED
+    stack.wait_completed(scheduled.id)
     runs = [r for r in run_history(stack.store, profile="support-bot", limit=None)
             if r.flow == "lightweight-consolidation"]
     assert {r.as_of for r in runs} == {when}
@@ -310,13 +306,13 @@ def test_a_manual_run_for_a_date_equals_the_scheduled_run_for_it(stack: Stack) -
 
 
 def test_two_concurrent_runs_for_one_profile_never_overlap(stack: Stack) -> None:
-    from prefect.client.schemas.objects import StateType
     from prefect.deployments import run_deployment
 
     params = {"profile": "leo-tutor", "as_of": "2025-09-01T00:00:00Z"}
     runs = [run_deployment("full-consolidation/nightly", parameters=params, timeout=0,
                            idempotency_key=f"concurrency-test-{i}") for i in range(2)]
-    assert all(stack.wait_final(r.id).state_type == StateType.COMPLETED for r in runs)
+    for r in runs:
+        stack.wait_completed(r.id)
     history = sorted(
         (r for r in run_history(stack.store, profile="leo-tutor", limit=None)
          if r.flow == "full-consolidation"),

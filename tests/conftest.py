@@ -11,6 +11,17 @@ from __future__ import annotations
 
 import os
 
+# One thread for PyTorch, BLAS and FAISS in every test process and what it starts, set
+# before numpy or torch is imported (they read these once). `make test` runs four test
+# processes on two cores; each computing with two threads, OpenMP's threads spun while
+# waiting for a core another process held: the same 600 texts took 13-21 s of CPU to
+# embed with two threads against 5-6 s with one, on a loaded machine. Results do not
+# depend on it: tests/test_similarity.py and test_reproducible.py compare one thread
+# with two, setting these for the process they start.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("MKL_NUM_THREADS", "1")
+
 # Before Prefect or sentence-transformers are imported anywhere.
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")

@@ -49,6 +49,13 @@ from conftest import (
 )
 
 FINAL = frozenset({"COMPLETED", "FAILED", "CRASHED", "CANCELLED"})
+# The crash automation's window for these stacks' runs (serve's default: 90 s). A run's
+# heartbeat is one more event through the server's pipeline, and on 2 loaded cores a hop
+# of it has taken over 40 s (below): a window of 90 s against heartbeats every 30 s
+# leaves 60 s of lag before a live run is set Crashed, and CI (2e9e0de, on a host 2.5x
+# slower) saw a backfill's replay end Crashed. tests/test_zombies.py holds the automation
+# itself, on a stack of its own.
+UNRESPONSIVE_SECONDS = 600
 POLL_SECONDS = 0.5
 # The worker polls its pool this often: runs start within seconds of being scheduled.
 WORKER_QUERY_SECONDS = 2
@@ -536,7 +543,8 @@ def running_stack(
     port = free_port()
     home, log = prefect_home(folder / "prefect-home"), folder / "stack.log"
     with environment(REVERIE_DATABASE_URL=store_url,
-                     PREFECT_WORKER_QUERY_SECONDS=str(WORKER_QUERY_SECONDS)):
+                     PREFECT_WORKER_QUERY_SECONDS=str(WORKER_QUERY_SECONDS),
+                     REVERIE_UNRESPONSIVE_SECONDS=str(UNRESPONSIVE_SECONDS)):
         processes = start_stack(port, home, log, prefect_file)
         try:
             with temporary_settings({PREFECT_API_URL: f"http://127.0.0.1:{port}/api"}):

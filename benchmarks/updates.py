@@ -175,6 +175,16 @@ KINDS: tuple[FactKind, ...] = (
          "The user's apartment measures {v} square metres."),
         ("48", "55", "62", "70", "41", "85", "93"),
     ),
+    # What someone likes best: one of a kind at a time, a value in lower case.
+    FactKind(
+        "taste", "What is the user's favourite food?",
+        ("The user's favourite food is {v}.",
+         "User said their favourite food is {v} now.",
+         "These days the user's favourite food is {v}.",
+         "The user's favourite food these days: {v}.",
+         "User's favourite food is {v} at the moment."),
+        ("sushi", "ramen", "curry", "paella", "dumplings", "lasagne", "falafel"),
+    ),
     # A change said as one, by whoever made it ("the gym raised ... to").
     FactKind(
         "changed", "How much is the service charge on the user's flat?",
@@ -235,6 +245,8 @@ DIFFERENT_THINGS: tuple[tuple[tuple[str, str, str], tuple[str, str, str]], ...] 
      ("The user's favourite film is Alien.", "What is the user's favourite film?", "Alien")),
     (("Maya's favourite band is Radiohead.", "What is Maya's favourite band?", "Radiohead"),
      ("Maya's favourite painter is Monet.", "Who is Maya's favourite painter?", "Monet")),
+    (("Maya's favourite colour is teal.", "What is Maya's favourite colour?", "teal"),
+     ("Maya's favourite flower is the tulip.", "What is Maya's favourite flower?", "tulip")),
     # A thing of the owner, said in the owner's own words: the owner's fact stays.
     (("The user weighs 80 kg.", "How much does the user weigh?", "80"),
      ("The user's suitcase weighs 20 kg.", "How much does the user's suitcase weigh?",

@@ -139,6 +139,11 @@ class Values:
     # Whether a name is said as what something is called ("is called Sam"): a name of
     # its own, not where one works or lives.
     naming: bool = False
+    # What someone likes best, when the statement says it ("the user's favourite food
+    # is ramen"): whose (the word before "'s", "" for "my", "their", ...), of what kind
+    # of thing (stemmed), and the value's content words, stemmed (``preferred``).
+    liking: tuple[str, str] = ("", "")
+    preferred: frozenset[str] = frozenset()
 
 
 _SUFFIXES = ("ing", "ed", "es", "s")
@@ -246,7 +251,7 @@ def values(text: str) -> Values:
         dropped |= retired(parted, names)
     return Values(frozenset(numbers), frozenset(names), words, stems, relations, units,
                   found.lower, sequence, days, *opening(parted), dropped,
-                  bool(names) and names_something(tokens, names))
+                  bool(names) and names_something(tokens, names), *preferred(parted))
 
 
 # Verbs that give what something is called.
@@ -321,6 +326,55 @@ def retired(parted: Sequence[str], names: Set[str]) -> frozenset[str]:
     return frozenset(out)
 
 
+# Verbs that say what a thing is, as "is" does; a colon does too ("favourite food: ramen").
+_BEING = frozenset("is are was were remains became becomes :".split())
+_POSSESSIVES = frozenset("my his her their our your".split())
+
+
+def preferred(parted: Sequence[str]) -> tuple[tuple[str, str], frozenset[str]]:
+    """``Values.liking`` and ``Values.preferred`` of a text's words and breaks: what
+    someone likes best, said as what it is. "The user's favourite food is ramen" and
+    "ramen is the user's favourite food these days" are the user's food: ramen (a value
+    in lower case, which ``values`` does not see as a name). Only one thing can be
+    someone's favourite of a kind, so another value of it is an update; "the user likes
+    ramen" may be said of many things and states none."""
+    if PREFERENCES.isdisjoint(parted):  # most texts, as in ``left_behind``
+        return ("", ""), frozenset()
+    for i, word in enumerate(parted):
+        if word not in PREFERENCES:
+            continue
+        j = i + 1  # the kind of thing: the words after, up to a verb of being
+        while j < len(parted) and parted[j].isalpha() and parted[j] not in _BEING:
+            j += 1
+        thing = [content_stem(w) for w in parted[i + 1:j] if w not in _NOT_STEMMED]
+        if not thing:
+            continue
+        if i >= 2 and parted[i - 1] == "s":  # whose: "the user's", "Maya's"
+            owner, start = parted[i - 2], i - 3
+        elif i >= 1 and parted[i - 1] in _POSSESSIVES | {"the"}:  # "their", unsaid
+            owner, start = "", i - 2
+        else:
+            continue
+        if start >= 0 and parted[start] == "the":
+            start -= 1
+        if j < len(parted) and parted[j] in _BEING:  # "... favourite food is ramen"
+            end = j + 1
+            while end < len(parted) and parted[end].isalpha():
+                end += 1
+            said = parted[j + 1:end]
+        elif start >= 0 and parted[start] in _BEING:  # "ramen is the user's favourite food"
+            first = start
+            while first > 0 and parted[first - 1].isalpha():
+                first -= 1
+            said = parted[first:start]
+        else:
+            continue
+        value = frozenset(content_stem(w) for w in said if w not in _NOT_STEMMED)
+        if value:
+            return (owner, ",".join(thing)), value
+    return ("", ""), frozenset()
+
+
 def _switched(before: Sequence[str]) -> bool:
     """Whether the clause that ends with ``before`` says a change: "moved sprint
     planning (from ...)", not "flew (from Berlin to Rome)"."""
@@ -385,20 +439,37 @@ def owned_unsaid(va: Values, vb: Values) -> bool:
 
 
 def conflict(a: str, b: str) -> str | None:
-    """Which kind of value two texts about one fact disagree on ("number", "name"),
+    """Which kind of value two texts about one fact disagree on ("number", "name",
+    "preference"),
     or None when they do not (the same values, one adds a value, or not one fact)."""
     return conflicting(values(a), values(b))
 
 
 def may_conflict(v: Values) -> bool:
     """Whether a text can disagree with any other: ``conflicting`` needs both to state
-    a number, or both a name."""
-    return bool(v.numbers or v.names)
+    a number, or both a name, or both what someone likes best."""
+    return bool(v.numbers or v.names or v.preferred)
 
 
 def conflicting(va: Values, vb: Values) -> str | None:
     """``conflict`` of two texts' values (symmetric: ``shorter`` and ``longer`` of equal
     lengths are then compared for equality)."""
+    return _values_conflict(va, vb) or _preference_conflict(va, vb)
+
+
+def _preference_conflict(va: Values, vb: Values) -> str | None:
+    """Two values, nothing in common, of what one owner likes best of one kind of thing
+    (``preferred``): "the user's favourite food is sushi", "... is ramen". The owner
+    the same, and whose fact it is (a sister's favourite is hers)."""
+    (owner_a, thing_a), (owner_b, thing_b) = va.liking, vb.liking
+    if not (va.preferred and vb.preferred) or thing_a != thing_b \
+            or va.relations != vb.relations or va.preferred & vb.preferred:
+        return None
+    # "their favourite food" is the favourite of whom the statement opens with.
+    return "preference" if (owner_a or va.owner) == (owner_b or vb.owner) else None
+
+
+def _values_conflict(va: Values, vb: Values) -> str | None:
     # One says the other's name is left behind ("Priya's car is a Skoda", "Priya sold
     # the Skoda and bought a Tesla"): the name ties them when both open with one owner
     # or share a word ("the standup is on Monday", "the team moved the standup from
@@ -640,13 +711,16 @@ def frame(v: Values) -> str | None:
     words around different values; ``conflicting`` still decides."""
     if not v.stems:
         return None
+    stems = v.stems
     if v.numbers and v.units:
         kind = "number:" + ",".join(sorted(v.units))
     elif v.names:
         kind = "name"
+    elif v.preferred:  # the value is a content word: the frame is the words around it
+        kind, stems = "preference:" + v.liking[1], v.stems - v.preferred
     else:
         return None
-    return kind + "|" + ",".join(sorted(v.stems))
+    return kind + "|" + ",".join(sorted(stems))
 
 
 def frame_groups(candidates: Sequence[MemoryView], texts: Sequence[Values]) -> np.ndarray:

@@ -104,6 +104,17 @@ CONFIG = DedupConfig()
     ("The user is 34 years old.", "The user turned 35 last week.", "number"),
     ("User celebrated the 35th birthday.", "The user is aged 36.", "number"),
     ("The user's age is 37.", "The user is 34 years old.", "number"),
+    # What someone likes best, in lower case: one of a kind at a time, however said
+    # (after "is" or a colon, or before "is"; "their" is the favourite of the opener).
+    ("The user's favourite food is sushi.", "The user's favourite food is ramen.", "preference"),
+    ("User said their favourite food is ramen now.", "The user's favourite food is sushi.",
+     "preference"),
+    ("Ramen is the user's favourite food these days.", "The user's favourite food is sushi.",
+     "preference"),
+    ("The user's favourite food these days: pad thai.", "The user's favourite food is sushi.",
+     "preference"),
+    ("Maya's favourite colour is blue.", "Maya's favourite colour is dark green now.",
+     "preference"),
 ])
 def test_different_values_of_one_fact_conflict(a: str, b: str, kind: str) -> None:
     assert conflict(a, b) == kind
@@ -152,6 +163,14 @@ def test_different_values_of_one_fact_conflict(a: str, b: str, kind: str) -> Non
     ("The user is 34 years old.", "The user's car is 10 years old."),
     ("The user's age is 37.", "The user's son is 5 years old."),
     ("The user turned 35 last week.", "The user turned the heating to 21 degrees."),
+    # what someone likes best: of another kind of thing, of someone else, a value one
+    # only adds to, or liking said of many things
+    ("The user's favourite food is sushi.", "The user's favourite drink is green tea."),
+    ("The user's favourite food is sushi.", "The user's sister's favourite food is ramen."),
+    ("The user's favourite food is sushi.", "The user's son's favourite food is pasta."),
+    ("The user's favourite food is sushi.", "The user's favourite food is sushi with ginger."),
+    ("The user likes sushi.", "The user likes ramen."),
+    ("The user's favourite food is sushi.", "The user had ramen for lunch."),
 ])
 def test_no_conflict(a: str, b: str) -> None:
     assert conflict(a, b) is None

@@ -328,7 +328,8 @@ def retired(parted: Sequence[str], names: Set[str]) -> frozenset[str]:
 
 # Verbs that say what a thing is, as "is" does; a colon does too ("favourite food: ramen").
 _BEING = frozenset("is are was were remains became becomes :".split())
-_POSSESSIVES = frozenset("my his her their our your".split())
+# Words before a favourite that leave its owner unsaid ("their favourite food").
+_UNSAID_OWNER = frozenset("my his her their our your the".split())
 
 
 def preferred(parted: Sequence[str]) -> tuple[tuple[str, str], frozenset[str]]:
@@ -351,7 +352,7 @@ def preferred(parted: Sequence[str]) -> tuple[tuple[str, str], frozenset[str]]:
             continue
         if i >= 2 and parted[i - 1] == "s":  # whose: "the user's", "Maya's"
             owner, start = parted[i - 2], i - 3
-        elif i >= 1 and parted[i - 1] in _POSSESSIVES | {"the"}:  # "their", unsaid
+        elif i >= 1 and parted[i - 1] in _UNSAID_OWNER:
             owner, start = "", i - 2
         else:
             continue

@@ -196,7 +196,6 @@ def _decay_runs_of(stack: Stack, replay_id: Any) -> list[Any]:
 def test_a_backfill_replays_each_profile_in_order_and_ends_as_sequential_runs(
     stack: Stack, new_store: Callable[[str], Store]
 ) -> None:
-
     from reverie.models.export import export_jsonl
 
     start, days, profiles = datetime(2025, 9, 1), 10, ["leo-tutor", "maya"]
@@ -242,7 +241,6 @@ def test_backfills_of_two_flows_replay_in_schedule_order_whichever_is_asked_firs
     profile (#38 item 4): the store ends as decay then full, date by date, run one at a
     time, leave it. Asked in this order, the full replay is made first: without the
     replays' turns it ran full on a date before that date's decay."""
-
     from reverie.models.export import export_jsonl
 
     start, days, profile = datetime(2025, 10, 1), 3, "support-bot"

@@ -278,32 +278,26 @@ def test_products_in_one_thread_find_what_the_libraries_threads_find(
     and the library's thread count is given back, also to callers in other threads."""
     # The suite's processes compute with one thread (conftest): the library gets two here.
     with similarity._blas().limit(limits=2, user_api="blas"):
-        _products_in_one_thread_find_what_the_libraries_threads_find(monkeypatch)
-
-
-def _products_in_one_thread_find_what_the_libraries_threads_find(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    vectors = clustered(3000)
-    cells = SearchConfig(exact_limit=1000, rows_per_cell=50)
-    groups = np.arange(len(vectors)) % 7
-    searched = [similarity_pairs(vectors, 0.8), similarity_pairs(vectors, 0.8, cells),
-                similarity_pairs(vectors, 0.6, cells, groups),
-                nearest_within(vectors, range(0, 3000, 3), 0.6, 5, cells).indices]
-    before = _blas_threads()
-    with ThreadPoolExecutor(4) as pool:
-        list(pool.map(lambda _: similarity.products(vectors[:500], vectors[:300].T), range(16)))
-    assert _blas_threads() == before == [2] * len(before) and len(before) >= 1
-    monkeypatch.setattr(similarity, "products", lambda a, b: a @ b)
-    plain = [similarity_pairs(vectors, 0.8), similarity_pairs(vectors, 0.8, cells),
-             similarity_pairs(vectors, 0.6, cells, groups),
-             nearest_within(vectors, range(0, 3000, 3), 0.6, 5, cells).indices]
-    assert len(searched[1][0]) > 1000
-    for ours, theirs in zip(searched[:3], plain[:3], strict=True):
-        assert all(np.array_equal(a, b) for a, b in zip(ours, theirs, strict=True))
-    assert all(np.array_equal(a, b) for a, b in zip(searched[3], plain[3], strict=True))
-    assert np.allclose(similarity.products(vectors[:50], vectors[:40].T),
-                       vectors[:50] @ vectors[:40].T, atol=float(similarity.MARGIN) / 10)
+        vectors = clustered(3000)
+        cells = SearchConfig(exact_limit=1000, rows_per_cell=50)
+        groups = np.arange(len(vectors)) % 7
+        searched = [similarity_pairs(vectors, 0.8), similarity_pairs(vectors, 0.8, cells),
+                    similarity_pairs(vectors, 0.6, cells, groups),
+                    nearest_within(vectors, range(0, 3000, 3), 0.6, 5, cells).indices]
+        before = _blas_threads()
+        with ThreadPoolExecutor(4) as pool:
+            list(pool.map(lambda _: similarity.products(vectors[:500], vectors[:300].T), range(16)))
+        assert _blas_threads() == before == [2] * len(before) and len(before) >= 1
+        monkeypatch.setattr(similarity, "products", lambda a, b: a @ b)
+        plain = [similarity_pairs(vectors, 0.8), similarity_pairs(vectors, 0.8, cells),
+                 similarity_pairs(vectors, 0.6, cells, groups),
+                 nearest_within(vectors, range(0, 3000, 3), 0.6, 5, cells).indices]
+        assert len(searched[1][0]) > 1000
+        for ours, theirs in zip(searched[:3], plain[:3], strict=True):
+            assert all(np.array_equal(a, b) for a, b in zip(ours, theirs, strict=True))
+        assert all(np.array_equal(a, b) for a, b in zip(searched[3], plain[3], strict=True))
+        assert np.allclose(similarity.products(vectors[:50], vectors[:40].T),
+                           vectors[:50] @ vectors[:40].T, atol=float(similarity.MARGIN) / 10)
 
 
 def test_cells_worked_out_ahead_find_what_the_search_finds_itself() -> None:

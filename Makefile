@@ -55,8 +55,12 @@ endif
 TEST_POSTGRES ?= postgresql+psycopg2://reverie:reverie@127.0.0.1:5432/postgres
 TEST_WORKERS ?= 2
 TEST_LOGS := .reverie/test-logs
-SQLITE_LEG := $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup
-POSTGRES_LEG := REVERIE_TEST_POSTGRES=$(TEST_POSTGRES) REVERIE_TEST_STORE_COVERAGE=1 $(SQLITE_LEG)
+# Each leg's every test time goes to a JUnit file beside the logs: where the suite's time
+# goes, beyond the slowest few it prints.
+PYTEST := $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup
+SQLITE_LEG := $(PYTEST) --junitxml=$(TEST_LOGS)/sqlite.xml
+POSTGRES_LEG := REVERIE_TEST_POSTGRES=$(TEST_POSTGRES) REVERIE_TEST_STORE_COVERAGE=1 \
+	$(PYTEST) --junitxml=$(TEST_LOGS)/postgres.xml
 
 postgres:
 	./.ci/postgres

@@ -78,6 +78,11 @@ OUTSIDE_NAMES = {
     # An example value of REVERIE_ALERT_BLOCK: a Prefect block type's slug and a block
     # name the user makes; it only looks like a flow/deployment name.
     "slack-webhook/ops",
+    # The thread counts of the numeric libraries, which tests/conftest.py sets to one: the
+    # libraries read them, Reverie does not.
+    "OMP_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "MKL_NUM_THREADS",
 }
 # Programs other than reverie, prefect and make that the README tells a user to run.
 # Their own command lines are not loaded here; what they are given of Reverie's (the
@@ -513,11 +518,16 @@ def make_variables() -> dict[str, str]:
 
 def test_make_test_runs_the_suite_on_sqlite_and_on_postgresql() -> None:
     targets, variables = makefile(), make_variables()
-    sqlite, postgres = variables["SQLITE_LEG"], variables["POSTGRES_LEG"]
-    assert "-m pytest" in sqlite and " -n " in sqlite and "REVERIE_TEST_POSTGRES" not in sqlite
+    pytest_, sqlite, postgres = (variables[name] for name in ("PYTEST", "SQLITE_LEG",
+                                                                "POSTGRES_LEG"))
+    assert "-m pytest" in pytest_ and " -n " in pytest_
+    assert sqlite.startswith(pytest_) and "REVERIE_TEST_POSTGRES" not in sqlite
     # The PostgreSQL leg checks its trace of the store's code (tests/legs.py).
-    assert postgres.startswith("REVERIE_TEST_POSTGRES=") and postgres.endswith(sqlite)
+    assert postgres.startswith("REVERIE_TEST_POSTGRES=") and pytest_ in postgres
     assert "REVERIE_TEST_STORE_COVERAGE=1" in postgres
+    # Each leg keeps its every test's time, in a file of its own.
+    junit = [re.findall(r"--junitxml=(\S+)", leg) for leg in (sqlite, postgres)]
+    assert all(len(files) == 1 for files in junit) and junit[0] != junit[1]
     # `make test` runs both legs (side by side); each can run alone.
     recipe = "\n".join(targets["test"])
     assert "$(SQLITE_LEG)" in recipe and "$(POSTGRES_LEG)" in recipe

@@ -115,6 +115,8 @@ CONFIG = DedupConfig()
      "preference"),
     ("Maya's favourite colour is blue.", "Maya's favourite colour is dark green now.",
      "preference"),
+    ("User's favourite food is sushi at the moment.",
+     "User's favourite food is ramen at the moment.", "preference"),
 ])
 def test_different_values_of_one_fact_conflict(a: str, b: str, kind: str) -> None:
     assert conflict(a, b) == kind

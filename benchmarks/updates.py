@@ -185,6 +185,16 @@ KINDS: tuple[FactKind, ...] = (
          "User's favourite food is {v} at the moment."),
         ("sushi", "ramen", "curry", "paella", "dumplings", "lasagne", "falafel"),
     ),
+    # What colour a thing is: a value in lower case, said after the thing.
+    FactKind(
+        "colour", "What colour is the user's car?",
+        ("The user's car is {v}.",
+         "User said their car is {v} now.",
+         "These days the user's car is {v}.",
+         "The user's car: {v}.",
+         "The user's car is {v} at the moment."),
+        ("red", "blue", "green", "black", "white", "grey", "yellow"),
+    ),
     # A change said as one, by whoever made it ("the gym raised ... to").
     FactKind(
         "changed", "How much is the service charge on the user's flat?",
@@ -247,6 +257,9 @@ DIFFERENT_THINGS: tuple[tuple[tuple[str, str, str], tuple[str, str, str]], ...] 
      ("Maya's favourite painter is Monet.", "Who is Maya's favourite painter?", "Monet")),
     (("Maya's favourite colour is teal.", "What is Maya's favourite colour?", "teal"),
      ("Maya's favourite flower is the tulip.", "What is Maya's favourite flower?", "tulip")),
+    # Two rooms of one home, each its own colour.
+    (("The user's kitchen is yellow.", "What colour is the user's kitchen?", "yellow"),
+     ("The user's bedroom is blue.", "What colour is the user's bedroom?", "blue")),
     # A thing of the owner, said in the owner's own words: the owner's fact stays.
     (("The user weighs 80 kg.", "How much does the user weigh?", "80"),
      ("The user's suitcase weighs 20 kg.", "How much does the user's suitcase weigh?",

@@ -144,6 +144,9 @@ class Values:
     # of thing (stemmed), and the value's content words, stemmed (``preferred``).
     liking: tuple[str, str] = ("", "")
     preferred: frozenset[str] = frozenset()
+    # The colours it says things are: (the thing, stemmed; the colour), ("car", "red") of
+    # "the user's car is red" (``coloured``).
+    hues: frozenset[tuple[str, str]] = frozenset()
 
 
 _SUFFIXES = ("ing", "ed", "es", "s")
@@ -230,9 +233,12 @@ def values(text: str) -> Values:
         and after not in _NOT_UNITS  # "turned 35 last week"
         and after in found.lower  # "3 March": a date, not three of something
     ])) if counted or "0" in tokens else frozenset()
+    liking, favourite = preferred(parted)
+    # A favourite colour is a favourite ("Maya's favourite colour is blue"), not a thing's.
+    hues = frozenset() if favourite else coloured(parted)
     stems = frozenset(map(content_stem, [
         w for w in words - _NOT_STEMMED - found.names if len(w) >= 3 and w.isalpha()
-    ])) - units
+    ])) - units - {content_stem(colour) for _, colour in hues}
     if age_said(tokens):  # "is 34 years old", "turned 35", "aged 36": one fact, the age
         stems = stems - _AGE_STEMS | {_AGE}
     # Whose fact it is, but not who changed it: "the user's landlord raised the rent"
@@ -251,7 +257,7 @@ def values(text: str) -> Values:
         dropped |= retired(parted, names)
     return Values(frozenset(numbers), frozenset(names), words, stems, relations, units,
                   found.lower, sequence, days, *opening(parted), dropped,
-                  bool(names) and names_something(tokens, names), *preferred(parted))
+                  bool(names) and names_something(tokens, names), liking, favourite, hues)
 
 
 # Verbs that give what something is called.
@@ -380,6 +386,39 @@ def preferred(parted: Sequence[str]) -> tuple[tuple[str, str], frozenset[str]]:
     return ("", ""), frozenset()
 
 
+_SHADES = frozenset("dark light pale bright deep".split())
+# Colours, a closed set of values in lower case. Not gold or silver: a "gold medal" and a
+# "silver medal" are two medals as often as one medal updated.
+COLOURS = frozenset(
+    "red blue green black white yellow orange purple pink brown grey gray beige navy teal "
+    "turquoise maroon violet".split())
+
+
+def coloured(parted: Sequence[str]) -> frozenset[tuple[str, str]]:
+    """``Values.hues`` of a text's words and breaks: each colour said as what a thing is,
+    with that thing, the content word nearest before the verb ("the user's car is red",
+    "the car is now blue": ("car", "red"), ("car", "blue")). A thing has one colour at a
+    time, so the same thing in another colour is an update; another thing ("the
+    kitchen", "the bedroom") is not. A colour before its thing says which one ("the
+    blue car", "the red car": two cars) or what kind ("green tea"), and stays a word."""
+    if COLOURS.isdisjoint(parted):  # most texts, as in ``left_behind``
+        return frozenset()
+    hues = set()
+    for i, word in enumerate(parted):
+        if word not in COLOURS:
+            continue
+        j = i - 1
+        while j >= 0 and (parted[j] in NOISE or parted[j] in _SHADES):  # "is now dark red"
+            j -= 1
+        if j < 1 or parted[j] not in _BEING:
+            continue
+        thing = next((w for w in reversed(parted[:j]) if len(w) >= 3 and w.isalpha()
+                      and w not in _NOT_STEMMED and w not in COLOURS), None)
+        if thing is not None:
+            hues.add((content_stem(thing), word))
+    return frozenset(hues)
+
+
 def _switched(before: Sequence[str]) -> bool:
     """Whether the clause that ends with ``before`` says a change: "moved sprint
     planning (from ...)", not "flew (from Berlin to Rome)"."""
@@ -445,15 +484,15 @@ def owned_unsaid(va: Values, vb: Values) -> bool:
 
 def conflict(a: str, b: str) -> str | None:
     """Which kind of value two texts about one fact disagree on ("number", "name",
-    "preference"),
-    or None when they do not (the same values, one adds a value, or not one fact)."""
+    "preference", "colour"), or None when they do not (the same values, one adds a
+    value, or not one fact)."""
     return conflicting(values(a), values(b))
 
 
 def may_conflict(v: Values) -> bool:
     """Whether a text can disagree with any other: ``conflicting`` needs both to state
-    a number, or both a name, or both what someone likes best."""
-    return bool(v.numbers or v.names or v.preferred)
+    a number, or both a name, or both what someone likes best, or both a colour."""
+    return bool(v.numbers or v.names or v.preferred or v.hues)
 
 
 def conflicting(va: Values, vb: Values) -> str | None:
@@ -495,6 +534,8 @@ def _values_conflict(va: Values, vb: Values) -> str | None:
             return None
     elif va.names - vb.words and vb.names - va.words and va.naming == vb.naming:
         kind = "name"
+    elif _recoloured(va.hues, vb.hues):
+        kind = "colour"
     if kind is None or va.relations != vb.relations:
         return None
     # A name (the subject "Gina" opening both, "Rome" in one) is no content word; a
@@ -527,6 +568,13 @@ def _values_conflict(va: Values, vb: Values) -> str | None:
     # and works remotely" updates.
     adds = kind == "name" and shorter <= longer
     return kind if adds or shared >= CONTEXT_SHARE * len(longer) else None
+
+
+def _recoloured(a: frozenset[tuple[str, str]], b: frozenset[tuple[str, str]]) -> bool:
+    """Whether a thing both texts colour has no colour in common in them ("a red car",
+    "the car is blue")."""
+    return any({c for t, c in a if t == thing}.isdisjoint({c for t, c in b if t == thing})
+               for thing in {t for t, _ in a} & {t for t, _ in b})
 
 
 def one_word_swapped(a: tuple[tuple[str, str, str], ...],
@@ -723,6 +771,8 @@ def frame(v: Values) -> str | None:
         kind = "name"
     elif v.preferred:  # the value is a content word: the frame is the words around it
         kind, stems = "preference:" + v.liking[1], v.stems - v.preferred
+    elif v.hues:
+        kind = "colour:" + ",".join(sorted({thing for thing, _ in v.hues}))
     else:
         return None
     return kind + "|" + ",".join(sorted(stems))

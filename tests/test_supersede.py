@@ -117,6 +117,11 @@ CONFIG = DedupConfig()
      "preference"),
     ("User's favourite food is sushi at the moment.",
      "User's favourite food is ramen at the moment.", "preference"),
+    # What colour a thing is (a value in lower case, too).
+    ("The user's car is red.", "The user's car is blue now.", "colour"),
+    ("The user's car is red.", "These days the user's car is dark blue.", "colour"),
+    ("The user's kitchen is yellow.", "User said the kitchen is white now.", "colour"),
+    ("The user's sister's car is red.", "The user's sister's car is green now.", "colour"),
 ])
 def test_different_values_of_one_fact_conflict(a: str, b: str, kind: str) -> None:
     assert conflict(a, b) == kind
@@ -173,6 +178,14 @@ def test_different_values_of_one_fact_conflict(a: str, b: str, kind: str) -> Non
     ("The user's favourite food is sushi.", "The user's favourite food is sushi with ginger."),
     ("The user likes sushi.", "The user likes ramen."),
     ("The user's favourite food is sushi.", "The user had ramen for lunch."),
+    # colours of different things, or of someone else's, or the same colour said again;
+    # a colour before its thing says which one or what kind, not what colour it is now
+    ("The user's car is red.", "The user's bike is blue."),
+    ("The user's kitchen is yellow.", "The user's bedroom is blue."),
+    ("Maya's front door is red.", "Maya's back door is green."),
+    ("The user's sister's car is red.", "The user's car is blue."),
+    ("The user's car is red.", "The user's car is red and fast."),
+    ("The user drives a red car.", "The user drives a blue car."),
 ])
 def test_no_conflict(a: str, b: str) -> None:
     assert conflict(a, b) is None

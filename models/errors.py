@@ -121,6 +121,12 @@ class HoldUnavailableError(TransientError):
     A later attempt may find them."""
 
 
+class ServerStartError(TransientError):
+    """The temporary orchestration server a command starts for itself did not answer
+    in time (a loaded machine): nothing was run. The same command again may find the
+    machine quieter; a longer start-up allowance or a running server avoids it."""
+
+
 class WrongStoreError(ReverieError):
     """A run started by one store's event would work on another store: refused."""
 

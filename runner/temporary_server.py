@@ -24,6 +24,9 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+import httpx
+
+from reverie.models.errors import ServerStartError
 from reverie.runner.event_delivery import api_configured
 
 T = TypeVar("T")
@@ -52,7 +55,19 @@ def keep_with_this_process() -> None:
         server = SubprocessASGIServer()
         if server.running:
             return
-        _bind_children_to(os.getpid(), lambda: server.start())
+        try:
+            _bind_children_to(os.getpid(), lambda: server.start())
+        except (httpx.HTTPError, RuntimeError) as exc:
+            # Prefect waits for the server's health check, and gives up with a
+            # RuntimeError (no answer in PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS)
+            # or, on a loaded machine, with the check's own read timeout: a traceback
+            # either way, where the command owes one line saying what to do.
+            raise ServerStartError(
+                "Prefect's temporary server did not answer in time "
+                f"({str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__}); "
+                "nothing ran. Run the command again, raise "
+                "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS, or point PREFECT_API_URL "
+                "at a running server (`reverie serve`)") from exc
 
 
 def bound_to_this_process(start: Callable[[], T]) -> T:

@@ -185,6 +185,34 @@ def test_a_run_without_a_prefect_api_leaves_its_whole_history_and_no_traceback(
     assert set(states) == {"COMPLETED"}
 
 
+def test_a_temporary_server_that_does_not_answer_in_time_is_one_line_and_runs_nothing(
+    sample_template: Path, new_store: Callable[[str], Store], tmp_path: Path
+) -> None:
+    """Prefect gives up on its temporary server with a RuntimeError (or, loaded, the
+    health check's read timeout): the command says so in one line, exit 2, and the store
+    is as it was. An allowance of 0 s is one no server meets."""
+    from reverie.models.export import export_jsonl
+
+    store = clone_sample(sample_template, new_store("unanswered"))
+    before = {p: export_jsonl(store.url, p) for p in store.profiles()}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_API")}
+    env.update({"PREFECT_HOME": str(prefect_home(tmp_path / "prefect")),
+                "REVERIE_DATABASE_URL": store.url, "REVERIE_LOCAL_SERVER": "temporary",
+                "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "0"})
+    done = subprocess.run(
+        [sys.executable, "-m", "reverie.deployments.cli", "consolidate", "full", "--all",
+         "--as-of", "2025-07-01"],
+        env=env, cwd=Path(__file__).resolve().parent.parent, capture_output=True, text=True,
+        timeout=300,
+    )
+    assert done.returncode == EXIT_ERROR, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    (said,) = [line for line in done.stderr.splitlines() if line.startswith("reverie: ")]
+    assert "temporary server did not answer in time" in said and "nothing ran" in said
+    assert "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS" in said
+    assert {p: export_jsonl(store.url, p) for p in store.profiles()} == before
+
+
 def test_the_demo_module_leaves_prefect_unimported_so_its_log_level_applies() -> None:
     # The demo sets Prefect's console level before Prefect is first imported; an import
     # of Prefect at the top of the module would print every task run at INFO.

@@ -62,9 +62,9 @@ def keep_with_this_process() -> None:
             # RuntimeError (no answer in PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS)
             # or, on a loaded machine, with the check's own read timeout: a traceback
             # either way, where the command owes one line saying what to do.
+            reason = (str(exc).splitlines() or [type(exc).__name__])[0][:200]
             raise ServerStartError(
-                "Prefect's temporary server did not answer in time "
-                f"({str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__}); "
+                f"Prefect's temporary server did not answer in time ({reason}); "
                 "nothing ran. Run the command again, raise "
                 "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS, or point PREFECT_API_URL "
                 "at a running server (`reverie serve`)") from exc

@@ -367,10 +367,12 @@ def preferred(parted: Sequence[str]) -> tuple[tuple[str, str], frozenset[str]]:
         if j < len(parted) and parted[j] in _BEING:  # "... favourite food is ramen"
             # The value's words, up to the first word of no content after them: "ramen
             # at the moment" is ramen ("moment" in both of two values made them one).
-            end = j + 1
-            while end < len(parted) and parted[end].isalpha() and not (
-                    parted[end] in _NOT_STEMMED and any(
-                        w not in _NOT_STEMMED for w in parted[j + 1:end])):
+            end, content = j + 1, False
+            while end < len(parted) and parted[end].isalpha():
+                if parted[end] not in _NOT_STEMMED:
+                    content = True
+                elif content:
+                    break
                 end += 1
             said = parted[j + 1:end]
         elif start >= 0 and parted[start] in _BEING:  # "ramen is the user's favourite food"

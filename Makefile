@@ -44,8 +44,8 @@ endif
 
 # The whole suite runs on SQLite, in two processes, tests that share a module's server
 # kept on one (tests/legs.py), the longest work handed out first; on a real PostgreSQL,
-# also in two processes, the tests that reach the store (tests/legs.py), tracing the
-# store's code: that leg fails naming any repository function no test ran.
+# also in two processes, the tests that reach the store (tests/legs.py), noting the
+# calls of the store's code: that leg fails naming any repository function no test called.
 # `make test` runs the two legs side by side: much of the suite waits on Prefect
 # servers, workers and automations rather than computing, so four processes on two
 # cores finish sooner than two legs in turn. The SQLite leg prints as it goes; the

@@ -70,6 +70,16 @@ from pathlib import Path
 import pytest
 from sqlalchemy import create_engine, text
 
+# The PostgreSQL leg notes which of the store's functions its tests call (tests/legs.py),
+# in each test process, from before the store's code is first imported. Only where asked
+# (make test): a run of some modules would rightly find functions it did not call.
+if os.environ.get("REVERIE_TEST_POSTGRES") and os.environ.get("REVERIE_TEST_STORE_COVERAGE") == "1":
+    from legs import StoreCalls
+
+    STORE_CALLS: StoreCalls | None = StoreCalls().install()
+else:
+    STORE_CALLS = None
+
 from reverie.demo.run import SAMPLE_STORE
 from reverie.models.db import copy_profiles, dispose
 from reverie.models.store import Store
@@ -93,20 +103,8 @@ def pytest_configure(config: pytest.Config) -> None:
     # waiting on it with the other process idle.
     if hasattr(config.option, "loadscopereorder"):
         config.option.loadscopereorder = False
-    # The PostgreSQL leg's trace of the store's code (tests/legs.py), in each test
-    # process, from before the first test runs. Only where asked (make test): a run of
-    # some modules would rightly find functions it did not run.
-    if TEST_POSTGRES and os.environ.get("REVERIE_TEST_STORE_COVERAGE") == "1":
-        import coverage
-
-        from legs import STORE_SOURCES
-
-        tracer = None
-        # xdist's controller runs no test: it only gathers its workers' lines.
-        if hasattr(config, "workerinput") or not config.getoption("numprocesses", None):
-            tracer = coverage.Coverage(data_file=None, include=[str(p) for p in STORE_SOURCES])
-            tracer.start()
-        config.stash[STORE_TRACE] = (tracer, {})
+    if STORE_CALLS is not None:
+        config.stash[STORE_TRACE] = set()
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -164,33 +162,27 @@ def prefect_home(home: Path) -> Path:
     return home
 
 
-# The tracer, and the lines each file of the store's code ran (in this process and,
-# in xdist's controller, in its workers).
-STORE_TRACE = pytest.StashKey[tuple[object | None, dict[str, set[int]]]]()
+# The store's functions called (in this process and, in xdist's controller, in its
+# workers).
+STORE_TRACE = pytest.StashKey[set[str]]()
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    trace = session.config.stash.get(STORE_TRACE, None)
-    if trace is None:
+    called = session.config.stash.get(STORE_TRACE, None)
+    if called is None or STORE_CALLS is None:
         return
-    tracer, lines = trace
-    if tracer is not None:
-        tracer.stop()  # type: ignore[attr-defined]
-        data = tracer.get_data()  # type: ignore[attr-defined]
-        for name in data.measured_files():
-            lines.setdefault(name, set()).update(data.lines(name) or ())
+    called |= STORE_CALLS.called
     workeroutput = getattr(session.config, "workeroutput", None)
     if workeroutput is not None:  # an xdist worker: its controller checks
-        workeroutput["store_lines"] = {k: sorted(v) for k, v in lines.items()}
+        workeroutput["store_calls"] = sorted(called)
         return
     if exitstatus not in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
         return
     from legs import STORE_SOURCES, public_functions, unexercised
 
-    executed = {Path(k).resolve(): v for k, v in lines.items()}
-    functions = [f for p in STORE_SOURCES for f in public_functions(p.resolve(), p.read_text())]
-    missing = unexercised(functions, executed)
+    functions = [f for p in STORE_SOURCES for f in public_functions(p, p.read_text())]
+    missing = unexercised(functions, called)
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     if missing:
         if reporter is not None:
@@ -205,11 +197,10 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node: object, error: object) -> None:
-    trace = node.config.stash.get(STORE_TRACE, None)  # type: ignore[attr-defined]
-    output = getattr(node, "workeroutput", {}).get("store_lines")
-    if trace is not None and output:
-        for name, numbers in output.items():
-            trace[1].setdefault(name, set()).update(numbers)
+    called = node.config.stash.get(STORE_TRACE, None)  # type: ignore[attr-defined]
+    output = getattr(node, "workeroutput", {}).get("store_calls")
+    if called is not None and output:
+        called.update(output)
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups

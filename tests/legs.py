@@ -11,14 +11,18 @@ more. The rule follows names, so a new test that takes the ``store`` fixture, or
 adds a test by hand and ``@pytest.mark.store_independent(reason)`` takes one off.
 
 A name-following rule can miss a path (a helper reached through an attribute of an
-object), so the PostgreSQL leg also traces the store's own code in every test process:
-the run fails (conftest's ``pytest_sessionfinish``) naming each public function of
-``models/store.py`` and ``models/repositories/`` that no test ran there.
+object), so the PostgreSQL leg also notes each call of the store's own code in every
+test process: the run fails (conftest's ``pytest_sessionfinish``) naming each public
+function of ``models/store.py`` and ``models/repositories/`` that no test called there.
 """
 
 from __future__ import annotations
 
 import ast
+import functools
+import importlib.abc
+import importlib.machinery
+import sys
 import types
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -146,11 +150,10 @@ def longest_first(items: Sequence[Any]) -> list[Any]:
 
 @dataclass(frozen=True)
 class Function:
-    """A public function of the store's code: where its body lies in its file."""
+    """A public function of the store's code: its file and its (qualified) name."""
 
     path: Path
     name: str
-    body: range
 
     def __str__(self) -> str:
         where = self.path.relative_to(PACKAGE) if self.path.is_relative_to(PACKAGE) else self.path
@@ -164,8 +167,7 @@ def public_functions(path: Path, source: str) -> list[Function]:
 
     def add(node: ast.AST, prefix: str) -> None:
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and not node.name.startswith("_"):
-            body = range(node.body[0].lineno, (node.end_lineno or node.lineno) + 1)
-            found.append(Function(path, prefix + node.name, body))
+            found.append(Function(path, prefix + node.name))
 
     for node in tree.body:
         add(node, "")
@@ -175,6 +177,85 @@ def public_functions(path: Path, source: str) -> list[Function]:
     return found
 
 
-def unexercised(functions: Iterable[Function], executed: Mapping[Path, set[int]]) -> list[str]:
-    """The functions none of whose body lines ran."""
-    return [str(f) for f in functions if not executed.get(f.path, set()) & set(f.body)]
+def unexercised(functions: Iterable[Function], called: set[str]) -> list[str]:
+    """The functions not called, by their names as ``str(Function)`` writes them."""
+    return [str(f) for f in functions if str(f) not in called]
+
+
+def _module_name(path: Path) -> str:
+    return ".".join(("reverie", *path.relative_to(PACKAGE).with_suffix("").parts))
+
+
+class StoreCalls(importlib.abc.MetaPathFinder):
+    """Notes which public functions of the store's code this process calls.
+
+    Each store module, as it is first imported, has its public functions and methods
+    replaced by wrappers that note their name: code that imports one by name gets the
+    wrapper. A tracer (coverage) did this by line and slowed every Python call of the
+    leg by a half, store code or not; a wrapper costs only the store's own calls.
+    Installed before the store's code is first imported (conftest's first lines), or a
+    function taken by name before then runs unnoted, and the check names it."""
+
+    def __init__(self) -> None:
+        self.called: set[str] = set()
+        self._sources = {_module_name(p): p for p in STORE_SOURCES}
+
+    def install(self) -> StoreCalls:
+        already = sorted(set(self._sources) & set(sys.modules))
+        if already:
+            raise RuntimeError(f"the store's code was imported before its calls could be "
+                               f"noted: {', '.join(already)}")
+        sys.meta_path.insert(0, self)
+        return self
+
+    def find_spec(self, fullname: str, path: Sequence[str] | None,
+                  target: types.ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
+        if fullname not in self._sources:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path, target)
+        if spec is not None and spec.loader is not None:
+            spec.loader = _NotingLoader(spec.loader, self._note)
+        return spec
+
+    def _note(self, module: types.ModuleType) -> None:
+        source = self._sources[module.__name__]
+        for function in public_functions(source, source.read_text()):
+            owner_name, _, method = function.name.rpartition(".")
+            owner: Any = module if not owner_name else vars(module)[owner_name]
+            name = method or function.name
+            setattr(owner, name, self._wrapped(vars(owner)[name], str(function)))
+
+    def _wrapped(self, member: Any, name: str) -> Any:
+        if isinstance(member, property):
+            return property(self._wrapped(member.fget, name), member.fset, member.fdel,
+                            member.__doc__)
+        if isinstance(member, staticmethod | classmethod):
+            return type(member)(self._wrapped(member.__func__, name))
+        if not isinstance(member, types.FunctionType):
+            raise TypeError(f"{name} is a {type(member).__name__}: its calls cannot be noted")
+        called = self.called
+
+        @functools.wraps(member)
+        def noted(*args: Any, **kwargs: Any) -> Any:
+            called.add(name)
+            return member(*args, **kwargs)
+
+        return noted
+
+
+class _NotingLoader(importlib.abc.Loader):
+    """A module's own loader, then the wrapping of its functions."""
+
+    def __init__(self, loader: importlib.abc.Loader,
+                 note: Callable[[types.ModuleType], None]) -> None:
+        self._loader, self._note = loader, note
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType | None:
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        self._loader.exec_module(module)
+        self._note(module)
+
+    def __getattr__(self, name: str) -> Any:  # get_source and the like, for tracebacks
+        return getattr(self._loader, name)

@@ -227,6 +227,19 @@ class Stack:
         with self.client() as client:
             return client.read_workers_for_work_pool(WORK_POOL)
 
+    @contextmanager
+    def pool_paused(self) -> Iterator[None]:
+        """The stack's work pool paused: runs made meanwhile stay queued, none starts."""
+        from prefect.client.schemas.actions import WorkPoolUpdate
+
+        with self.client() as client:
+            client.update_work_pool(WORK_POOL, WorkPoolUpdate(is_paused=True))
+        try:
+            yield
+        finally:
+            with self.client() as client:
+                client.update_work_pool(WORK_POOL, WorkPoolUpdate(is_paused=False))
+
     def events(self, names: Sequence[str] = (), resource: str | None = None) -> list[Any]:
         """Events the server stored (it stores what it receives within seconds), oldest
         first: those named ``names`` (any, if none), about ``resource`` (any, if None)."""

@@ -103,8 +103,6 @@ def pytest_configure(config: pytest.Config) -> None:
     # waiting on it with the other process idle.
     if hasattr(config.option, "loadscopereorder"):
         config.option.loadscopereorder = False
-    if STORE_CALLS is not None:
-        config.stash[STORE_TRACE] = set()
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -162,17 +160,12 @@ def prefect_home(home: Path) -> Path:
     return home
 
 
-# The store's functions called (in this process and, in xdist's controller, in its
-# workers).
-STORE_TRACE = pytest.StashKey[set[str]]()
-
-
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    called = session.config.stash.get(STORE_TRACE, None)
-    if called is None or STORE_CALLS is None:
+    if STORE_CALLS is None:
         return
-    called |= STORE_CALLS.called
+    # This process's calls and, in xdist's controller, those its workers sent.
+    called = STORE_CALLS.called
     workeroutput = getattr(session.config, "workeroutput", None)
     if workeroutput is not None:  # an xdist worker: its controller checks
         workeroutput["store_calls"] = sorted(called)
@@ -197,10 +190,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node: object, error: object) -> None:
-    called = node.config.stash.get(STORE_TRACE, None)  # type: ignore[attr-defined]
     output = getattr(node, "workeroutput", {}).get("store_calls")
-    if called is not None and output:
-        called.update(output)
+    if STORE_CALLS is not None and output:
+        STORE_CALLS.called.update(output)
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups

@@ -113,7 +113,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         executor.shutdown(wait=True)
     if os.environ.get("REVERIE_TEST_RUN_OWNER") == str(os.getpid()):
         if TEST_POSTGRES:
-            _drop_postgres_database(_postgres_url(_store_template_name()))
+            for kind in TEMPLATES:
+                _drop_postgres_database(_postgres_url(_template_name(kind)))
         shutil.rmtree(RUN_DIR, ignore_errors=True)
 
 
@@ -275,33 +276,61 @@ def _create_postgres_database(template: str = "template0") -> str:
     return _postgres_url(name)
 
 
-def _store_template_name() -> str:
-    return f"reverie_tmpl_{RUN_DIR.name.rsplit('-', 1)[-1].lower()}"
+def _template_name(kind: str) -> str:
+    return f"reverie_{kind}_{RUN_DIR.name.rsplit('-', 1)[-1].lower()}"
 
 
-def _create_postgres_store() -> str:
-    """A new PostgreSQL database holding an empty store, with an id of its own: a copy
-    of one that ``Store.create`` made once per run. Creating the schema in each new
-    database took about 1.2 s of the server's time, some 500 times per leg."""
+TEMPLATES = ("tmpl", "prefect")  # the store's, Prefect's
+
+
+def _copy_of_template(kind: str, make: Callable[[str], None]) -> str:
+    """A new PostgreSQL database copied from this run's template of ``kind``, which the
+    first process to need it makes (``make`` fills a new empty database) and renames."""
     from filelock import FileLock
 
-    template = _store_template_name()
-    with FileLock(str(RUN_DIR / "postgres-store.lock")):
-        if not (RUN_DIR / "postgres-store").exists():
+    template = _template_name(kind)
+    with FileLock(str(RUN_DIR / f"postgres-{kind}.lock")):
+        if not (RUN_DIR / f"postgres-{kind}").exists():
             made = _create_postgres_database()
-            Store(made).create()
+            make(made)
             dispose(made)  # a database is copied only while nobody is connected to it
             admin = create_engine(TEST_POSTGRES, isolation_level="AUTOCOMMIT")  # type: ignore[arg-type]
             with admin.connect() as conn:
                 conn.execute(text(
                     f"ALTER DATABASE {made.rsplit('/', 1)[1]} RENAME TO {template}"))
             admin.dispose()
-            (RUN_DIR / "postgres-store").write_text(template)
-    url = _create_postgres_database(template)
+            (RUN_DIR / f"postgres-{kind}").write_text(template)
+    return _create_postgres_database(template)
+
+
+def _create_postgres_store() -> str:
+    """A new PostgreSQL database holding an empty store, with an id of its own: a copy
+    of one that ``Store.create`` made once per run. Creating the schema in each new
+    database took about 1.2 s of the server's time, some 500 times per leg."""
+    url = _copy_of_template("tmpl", lambda made: Store(made).create())
     with Store(url).writing_all() as s:
         s.execute(text("UPDATE store_meta SET value = :id WHERE key = 'store_id'"),
                   {"id": uuid.uuid4().hex})
     return url
+
+
+def _migrate_prefect_database(url: str) -> None:
+    from reverie.deployments.serve import PREFECT_DATABASE_VARIABLE, prefect_database_url
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_API_URL")}
+    subprocess.run([sys.executable, "-c", MIGRATE_PREFECT_DB], check=True, timeout=600,
+                   env={**env, PREFECT_DATABASE_VARIABLE: prefect_database_url(url)},
+                   capture_output=True)
+
+
+def prefect_database() -> str | None:
+    """Prefect's own database for a test's stack: on the SQLite leg none (the server
+    keeps SQLite in its home, serve's default); on the PostgreSQL leg a new PostgreSQL
+    database, as a platform runs it, already migrated (a copy of one Prefect migrated
+    once per run). Prefect's SQLite under the load of `make test` answered an
+    automation's run-deployment action 503 "database is locked", and a triggered run
+    was never made (CI of 3615453)."""
+    return _copy_of_template("prefect", _migrate_prefect_database) if TEST_POSTGRES else None
 
 
 def _drop_postgres_database(url: str) -> None:

@@ -45,6 +45,7 @@ from conftest import (
     _create_postgres_store,
     _drop_postgres_database_soon,
     clone_sample,
+    prefect_database,
     prefect_home,
 )
 
@@ -179,8 +180,9 @@ class Stack:
     """A running stack: its API, its store, its log, and reads of what it did."""
 
     def __init__(self, port: int, home: Path, log: Path, store: Store,
-                 processes: list[Any]) -> None:
+                 processes: list[Any], prefect_database: str | None = None) -> None:
         self.port, self.home, self.log, self.store = port, home, log, store
+        self.prefect_database = prefect_database  # None: SQLite in its home
         self.processes = processes  # server first, then the worker
         self.api = f"http://127.0.0.1:{port}/api"
         self.ui = f"http://127.0.0.1:{port}"
@@ -196,9 +198,8 @@ class Stack:
         stop([self.processes[0]])
 
     def start_server(self) -> None:
-        """The server again: same home (its old database), same port; answering on
-        return."""
-        self.processes[0] = start_server(self.port, self.home, self.log)
+        """The server again: same home and database, same port; answering on return."""
+        self.processes[0] = start_server(self.port, self.home, self.log, self.prefect_database)
 
     def log_tail(self, chars: int = 3000) -> str:
         return self.log.read_text(errors="replace")[-chars:]
@@ -550,22 +551,29 @@ def running_stack(
 ) -> Iterator[Stack]:
     """A stack on a free port, its Prefect home and log in ``folder``, its flow runs on
     the store at ``store_url``, deploying ``prefect_file`` (default: the project's
-    prefect.yaml). This process's Prefect client points at it meanwhile."""
+    prefect.yaml). Prefect's own database is ``prefect_database()``'s: SQLite in the
+    home, or on the PostgreSQL leg a PostgreSQL database, dropped afterwards. This
+    process's Prefect client points at the stack meanwhile."""
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
     port = free_port()
     home, log = prefect_home(folder / "prefect-home"), folder / "stack.log"
-    with environment(REVERIE_DATABASE_URL=store_url,
-                     PREFECT_WORKER_QUERY_SECONDS=str(WORKER_QUERY_SECONDS),
-                     REVERIE_UNRESPONSIVE_SECONDS=str(UNRESPONSIVE_SECONDS)):
-        processes = start_stack(port, home, log, prefect_file)
-        try:
-            with temporary_settings({PREFECT_API_URL: f"http://127.0.0.1:{port}/api"}):
-                stack = Stack(port, home, log, Store(store_url), processes)
-                stack.wait_ready()
-                yield stack
-        finally:
-            stop(processes)
+    database = prefect_database()
+    try:
+        with environment(REVERIE_DATABASE_URL=store_url,
+                         PREFECT_WORKER_QUERY_SECONDS=str(WORKER_QUERY_SECONDS),
+                         REVERIE_UNRESPONSIVE_SECONDS=str(UNRESPONSIVE_SECONDS)):
+            processes = start_stack(port, home, log, prefect_file, database)
+            try:
+                with temporary_settings({PREFECT_API_URL: f"http://127.0.0.1:{port}/api"}):
+                    stack = Stack(port, home, log, Store(store_url), processes, database)
+                    stack.wait_ready()
+                    yield stack
+            finally:
+                stop(processes)
+    finally:
+        if database:
+            _drop_postgres_database_soon(database)
 
 
 @contextmanager

@@ -10,14 +10,17 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
+from contextlib import closing
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import create_engine, text
 
 from reverie.deployments.backfill import backfill
 from reverie.deployments.cli import EXIT_OK, main
@@ -71,6 +74,19 @@ def test_every_deployment_is_there_with_its_schedule(stack: Stack) -> None:
         "cold-tier/tiering": [("0 6 * * *", False)],
         "full-consolidation/nightly": [("0 3 * * *", True)],
     }
+    # The server keeps them in the leg's database for Prefect: PostgreSQL on the
+    # PostgreSQL leg, as a platform runs it; SQLite in its home otherwise.
+    if stack.prefect_database:
+        engine = create_engine(stack.prefect_database)
+        try:
+            with engine.connect() as conn:
+                stored = {n for (n,) in conn.execute(text("SELECT name FROM deployment"))}
+        finally:
+            engine.dispose()
+    else:
+        with closing(sqlite3.connect(stack.home / "prefect.db")) as conn:
+            stored = {n for (n,) in conn.execute("SELECT name FROM deployment")}
+    assert stored == {d.name for d in deployments.values()}
 
 
 def test_every_deployment_describes_its_parameters_and_refuses_malformed_runs(

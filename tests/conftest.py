@@ -128,6 +128,16 @@ MIGRATE_PREFECT_DB = (
 )
 
 
+def _migrate_prefect(**settings: str) -> None:
+    """Prefect's own migration, in a process of its own, of the database ``settings``
+    name (a home's SQLite, or PREFECT_API_DATABASE_CONNECTION_URL's); nothing of this
+    process's Prefect API or database settings leaks into it."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PREFECT_API_DATABASE", "PREFECT_API_URL"))}
+    subprocess.run([sys.executable, "-c", MIGRATE_PREFECT_DB], check=True,
+                   env={**env, **settings}, timeout=600, capture_output=True)
+
+
 def prefect_home(home: Path) -> Path:
     """``home``, made a fresh Prefect home whose database Prefect has already migrated
     (once per run, by Prefect itself: ``create_db``, as a server's start does); a home
@@ -142,11 +152,7 @@ def prefect_home(home: Path) -> Path:
         if not template.exists():
             making = template.parent / "making"
             shutil.rmtree(making, ignore_errors=True)
-            env = {k: v for k, v in os.environ.items()
-                   if not k.startswith(("PREFECT_API_DATABASE", "PREFECT_API_URL"))}
-            subprocess.run([sys.executable, "-c", MIGRATE_PREFECT_DB], check=True,
-                           env={**env, "PREFECT_HOME": str(making)}, timeout=600,
-                           capture_output=True)
+            _migrate_prefect(PREFECT_HOME=str(making))
             # SQLite's backup: one consistent file, whatever the journal left beside it.
             source, copy = sqlite3.connect(making / "prefect.db"), sqlite3.connect(
                 f"{template}.part")
@@ -280,7 +286,9 @@ def _template_name(kind: str) -> str:
     return f"reverie_{kind}_{RUN_DIR.name.rsplit('-', 1)[-1].lower()}"
 
 
-TEMPLATES = ("tmpl", "prefect")  # the store's, Prefect's
+# The kinds of database a run makes once and copies: an empty store, Prefect's own.
+STORE_TEMPLATE, PREFECT_TEMPLATE = "tmpl", "prefect"
+TEMPLATES = (STORE_TEMPLATE, PREFECT_TEMPLATE)
 
 
 def _copy_of_template(kind: str, make: Callable[[str], None]) -> str:
@@ -307,7 +315,7 @@ def _create_postgres_store() -> str:
     """A new PostgreSQL database holding an empty store, with an id of its own: a copy
     of one that ``Store.create`` made once per run. Creating the schema in each new
     database took about 1.2 s of the server's time, some 500 times per leg."""
-    url = _copy_of_template("tmpl", lambda made: Store(made).create())
+    url = _copy_of_template(STORE_TEMPLATE, lambda made: Store(made).create())
     with Store(url).writing_all() as s:
         s.execute(text("UPDATE store_meta SET value = :id WHERE key = 'store_id'"),
                   {"id": uuid.uuid4().hex})
@@ -317,10 +325,7 @@ def _create_postgres_store() -> str:
 def _migrate_prefect_database(url: str) -> None:
     from reverie.deployments.serve import PREFECT_DATABASE_VARIABLE, prefect_database_url
 
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_API_URL")}
-    subprocess.run([sys.executable, "-c", MIGRATE_PREFECT_DB], check=True, timeout=600,
-                   env={**env, PREFECT_DATABASE_VARIABLE: prefect_database_url(url)},
-                   capture_output=True)
+    _migrate_prefect(**{PREFECT_DATABASE_VARIABLE: prefect_database_url(url)})
 
 
 def prefect_database() -> str | None:
@@ -330,7 +335,9 @@ def prefect_database() -> str | None:
     once per run). Prefect's SQLite under the load of `make test` answered an
     automation's run-deployment action 503 "database is locked", and a triggered run
     was never made (CI of 3615453)."""
-    return _copy_of_template("prefect", _migrate_prefect_database) if TEST_POSTGRES else None
+    if not TEST_POSTGRES:
+        return None
+    return _copy_of_template(PREFECT_TEMPLATE, _migrate_prefect_database)
 
 
 def _drop_postgres_database(url: str) -> None:

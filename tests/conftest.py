@@ -5,6 +5,8 @@ Stores are SQLite files, or with ``REVERIE_TEST_POSTGRES`` set to an admin URL o
 PostgreSQL server, fresh PostgreSQL databases. ``make test`` runs the whole suite on
 SQLite, in parallel processes, then on PostgreSQL the tests that reach a store
 (tests/legs.py says which, and checks that they run all of the store's code).
+Test stacks keep Prefect's own database on PostgreSQL wherever the run has one
+(prefect_database).
 """
 
 from __future__ import annotations
@@ -87,6 +89,10 @@ from reverie.models.store import Store
 from factories import ingest_file
 
 TEST_POSTGRES = os.environ.get("REVERIE_TEST_POSTGRES")  # an admin URL, or unset
+# The admin URL the tests make their PostgreSQL databases with: the PostgreSQL leg's, or
+# on the SQLite leg of `make test` REVERIE_TEST_PREFECT_POSTGRES, where the stacks keep
+# Prefect's own database (prefect_database); unset, every database is SQLite.
+POSTGRES_ADMIN = TEST_POSTGRES or os.environ.get("REVERIE_TEST_PREFECT_POSTGRES")
 RUN_DIR = Path(os.environ["REVERIE_TEST_RUN_DIR"])
 
 
@@ -112,7 +118,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     for executor in _dropping:
         executor.shutdown(wait=True)
     if os.environ.get("REVERIE_TEST_RUN_OWNER") == str(os.getpid()):
-        if TEST_POSTGRES:
+        if POSTGRES_ADMIN:
             for kind in TEMPLATES:
                 _drop_postgres_database(_postgres_url(_template_name(kind)))
         shutil.rmtree(RUN_DIR, ignore_errors=True)
@@ -264,12 +270,12 @@ def _reaches_store(item: pytest.Item, reaches: Callable[[object], bool]) -> bool
 
 
 def _postgres_url(name: str) -> str:
-    return TEST_POSTGRES.rsplit("/", 1)[0] + f"/{name}"  # type: ignore[union-attr]
+    return POSTGRES_ADMIN.rsplit("/", 1)[0] + f"/{name}"  # type: ignore[union-attr]
 
 
 def _create_postgres_database(template: str = "template0") -> str:
     name = f"reverie_test_{uuid.uuid4().hex[:12]}"
-    admin = create_engine(TEST_POSTGRES, isolation_level="AUTOCOMMIT")  # type: ignore[arg-type]
+    admin = create_engine(POSTGRES_ADMIN, isolation_level="AUTOCOMMIT")  # type: ignore[arg-type]
     with admin.connect() as conn:
         # C collation: the database orders text as SQLite does (a copy keeps its
         # template's).
@@ -302,7 +308,7 @@ def _copy_of_template(kind: str, make: Callable[[str], None]) -> str:
             made = _create_postgres_database()
             make(made)
             dispose(made)  # a database is copied only while nobody is connected to it
-            admin = create_engine(TEST_POSTGRES, isolation_level="AUTOCOMMIT")  # type: ignore[arg-type]
+            admin = create_engine(POSTGRES_ADMIN, isolation_level="AUTOCOMMIT")  # type: ignore[arg-type]
             with admin.connect() as conn:
                 conn.execute(text(
                     f"ALTER DATABASE {made.rsplit('/', 1)[1]} RENAME TO {template}"))
@@ -329,20 +335,23 @@ def _migrate_prefect_database(url: str) -> None:
 
 
 def prefect_database() -> str | None:
-    """Prefect's own database for a test's stack: on the SQLite leg none (the server
-    keeps SQLite in its home, serve's default); on the PostgreSQL leg a new PostgreSQL
-    database, as a platform runs it, already migrated (a copy of one Prefect migrated
-    once per run). Prefect's SQLite under the load of `make test` answered an
-    automation's run-deployment action 503 "database is locked", and a triggered run
-    was never made (CI of 3615453)."""
-    if not TEST_POSTGRES:
+    """Prefect's own database for a test's stack: a new PostgreSQL database, as a
+    platform runs it, already migrated (a copy of one Prefect migrated once per run);
+    None (the server keeps SQLite in its home, serve's default) only where the run has
+    no PostgreSQL (`make test-sqlite`). Under the load of `make test` (four test
+    processes and their servers on two cores) Prefect's SQLite stayed locked for minutes:
+    an automation's run-deployment action failed 503 "database is locked" through all
+    its client's retries, and a triggered run was never made (CI of 3615453 on the
+    PostgreSQL leg, of 1826de2 on the SQLite leg). Serve's default stays tested where a
+    user meets it, one stack at a time: test_serve, test_cli's temporary servers, demo."""
+    if not POSTGRES_ADMIN:
         return None
     return _copy_of_template(PREFECT_TEMPLATE, _migrate_prefect_database)
 
 
 def _drop_postgres_database(url: str) -> None:
     dispose(url)
-    admin = create_engine(TEST_POSTGRES, isolation_level="AUTOCOMMIT")  # type: ignore[arg-type]
+    admin = create_engine(POSTGRES_ADMIN, isolation_level="AUTOCOMMIT")  # type: ignore[arg-type]
     with admin.connect() as conn:
         conn.execute(text(f"DROP DATABASE IF EXISTS {url.rsplit('/', 1)[1]} WITH (FORCE)"))
     admin.dispose()

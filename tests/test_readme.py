@@ -531,6 +531,8 @@ def test_make_test_runs_the_suite_on_sqlite_and_on_postgresql() -> None:
     # `make test` runs both legs (side by side); each can run alone.
     recipe = "\n".join(targets["test"])
     assert "$(SQLITE_LEG)" in recipe and "$(POSTGRES_LEG)" in recipe
+    # Under its load the SQLite leg's stacks keep Prefect's database on PostgreSQL too.
+    assert "REVERIE_TEST_PREFECT_POSTGRES=$(TEST_POSTGRES) $(SQLITE_LEG)" in recipe
     assert targets["test-sqlite"] == ["$(SQLITE_LEG)"]
     assert targets["test-postgres"] == ["$(POSTGRES_LEG)"]
     assert "postgres" in targets and "chromium" in targets

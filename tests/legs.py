@@ -35,7 +35,9 @@ PACKAGE = TESTS.parent
 STORE_SOURCES = (PACKAGE / "models" / "store.py", *sorted(
     p for p in (PACKAGE / "models" / "repositories").glob("*.py") if p.name != "__init__.py"))
 # What a test reads or calls to get a store on the back-end under test.
-BACKEND_NAMES = frozenset({"TEST_POSTGRES", "_create_postgres_database", "_create_postgres_store"})
+# (POSTGRES_ADMIN: the admin URL the suite's PostgreSQL databases are made with.)
+BACKEND_NAMES = frozenset({"TEST_POSTGRES", "POSTGRES_ADMIN", "_create_postgres_database",
+                           "_create_postgres_store"})
 
 
 def _names(code: types.CodeType) -> set[str]:

@@ -273,18 +273,23 @@ def _postgres_url(name: str) -> str:
     return POSTGRES_ADMIN.rsplit("/", 1)[0] + f"/{name}"  # type: ignore[union-attr]
 
 
+def _as_admin(statement: str) -> None:
+    """One statement on the admin URL, outside a transaction (as CREATE, ALTER and DROP
+    DATABASE must run)."""
+    admin = create_engine(POSTGRES_ADMIN, isolation_level="AUTOCOMMIT")  # type: ignore[arg-type]
+    try:
+        with admin.connect() as conn:
+            conn.execute(text(statement))
+    finally:
+        admin.dispose()
+
+
 def _create_postgres_database(template: str = "template0") -> str:
     name = f"reverie_test_{uuid.uuid4().hex[:12]}"
-    admin = create_engine(POSTGRES_ADMIN, isolation_level="AUTOCOMMIT")  # type: ignore[arg-type]
-    with admin.connect() as conn:
-        # C collation: the database orders text as SQLite does (a copy keeps its
-        # template's).
-        conn.execute(text(
-            f"CREATE DATABASE {name} TEMPLATE template0 ENCODING 'UTF8' "
-            "LC_COLLATE 'C' LC_CTYPE 'C'" if template == "template0"
-            else f"CREATE DATABASE {name} TEMPLATE {template}"
-        ))
-    admin.dispose()
+    # C collation: the database orders text as SQLite does (a copy keeps its template's).
+    _as_admin(f"CREATE DATABASE {name} TEMPLATE template0 ENCODING 'UTF8' "
+              "LC_COLLATE 'C' LC_CTYPE 'C'" if template == "template0"
+              else f"CREATE DATABASE {name} TEMPLATE {template}")
     return _postgres_url(name)
 
 
@@ -308,11 +313,7 @@ def _copy_of_template(kind: str, make: Callable[[str], None]) -> str:
             made = _create_postgres_database()
             make(made)
             dispose(made)  # a database is copied only while nobody is connected to it
-            admin = create_engine(POSTGRES_ADMIN, isolation_level="AUTOCOMMIT")  # type: ignore[arg-type]
-            with admin.connect() as conn:
-                conn.execute(text(
-                    f"ALTER DATABASE {made.rsplit('/', 1)[1]} RENAME TO {template}"))
-            admin.dispose()
+            _as_admin(f"ALTER DATABASE {made.rsplit('/', 1)[1]} RENAME TO {template}")
             (RUN_DIR / f"postgres-{kind}").write_text(template)
     return _create_postgres_database(template)
 
@@ -351,10 +352,7 @@ def prefect_database() -> str | None:
 
 def _drop_postgres_database(url: str) -> None:
     dispose(url)
-    admin = create_engine(POSTGRES_ADMIN, isolation_level="AUTOCOMMIT")  # type: ignore[arg-type]
-    with admin.connect() as conn:
-        conn.execute(text(f"DROP DATABASE IF EXISTS {url.rsplit('/', 1)[1]} WITH (FORCE)"))
-    admin.dispose()
+    _as_admin(f"DROP DATABASE IF EXISTS {url.rsplit('/', 1)[1]} WITH (FORCE)")
 
 
 _dropping: list[concurrent.futures.ThreadPoolExecutor] = []

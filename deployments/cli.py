@@ -1281,6 +1281,11 @@ def _recall(
             # A summary shows the members that matched; the whole is one `get` away.
             tag += (f" {m.origin}: {len(h.members)} member(s) that matched "
                     f"(reverie get {m.id}: the whole summary)")
+        else:
+            # Its day, as the members of a summary show theirs: two hot statements of
+            # one fact ("the manager is Dr Okafor", "Dr Okafor retired") are read by
+            # which came later.
+            tag += f" {m.created_at.day} {m.created_at:%B %Y}"
         body = h.text.replace("\n", "\n       ")
         print(f"{h.score:.3f}  {m.id}{ext} {m.kind} {tag}\n       {body}")
     return EXIT_OK

@@ -8,6 +8,7 @@ import sqlite3
 import subprocess
 import sys
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -65,6 +66,12 @@ def test_get_recall_export_and_blocks(
     assert main(["recall", "how does Ana like to travel", "--profile", "ana", "--json"]) == EXIT_OK
     hits = json.loads(capsys.readouterr().out)
     assert hits[0]["external_id"] == "t1" and "embedding" not in hits[0]
+    # The text shows the day a memory was stored, so two statements of one fact read in
+    # order.
+    assert main(["recall", "how does Ana like to travel", "--profile", "ana"]) == EXIT_OK
+    at = datetime.fromisoformat(hits[0]["created_at"])
+    assert f"preference [hot] {at.day} {at:%B %Y}\n       Ana prefers trains to planes" in (
+        capsys.readouterr().out)
 
     out_file = tmp_path / "ana.jsonl"
     assert main(["export", "--profile", "ana", "--canonical", "--output", str(out_file)]) == EXIT_OK

@@ -64,15 +64,23 @@ def prefect_home() -> Path:
     return Path(get_current_settings().home).expanduser()
 
 
+# The servers whose lease this process renews (one thread each).
+_leased: set[int] = set()
+
+
 def use_local_api() -> str | None:
     """Point this process at a Prefect API before a local flow runs: the shared local
-    server (started if none answers) or, with ``REVERIE_LOCAL_SERVER=temporary``,
-    Prefect's per-command one. Returns the shared server's UI address, or None."""
+    server (started if none answers, also when this process used one that stopped) or,
+    with ``REVERIE_LOCAL_SERVER=temporary``, Prefect's per-command one. Returns the
+    shared server's UI address, or None."""
     from reverie.models.settings import get_settings
-    from reverie.runner.event_delivery import api_configured
+    from reverie.runner.event_delivery import api_configured, pointed_by_us
     from reverie.runner.temporary_server import keep_with_this_process
 
-    if api_configured():
+    # A long-lived process (``reverie api``, ``reverie mcp``) pointed at the shared server
+    # before comes through again: the server may have stopped since (``reverie server
+    # stop``, idle, killed), and is then started again.
+    if api_configured() and not pointed_by_us():
         return None
     settings = get_settings()
     if settings.local_server == "temporary":
@@ -88,7 +96,9 @@ def use_local_api() -> str | None:
                   f"it stops after {_duration(server.idle_seconds)} unused, or with "
                   "`reverie server stop`", file=sys.stderr)
         _touch(home)
-    _keep_touching(home, server)
+    if server.pid not in _leased:
+        _leased.add(server.pid)
+        _keep_touching(home, server)
     _point_prefect_at(server.api_url)
     return server.url
 
@@ -98,10 +108,10 @@ def local_api() -> Iterator[str | None]:
     """``use_local_api`` for the flow runs inside the ``with``, without Prefect's flow-run
     heartbeats when the API is a local server (shared or temporary); a configured
     ``PREFECT_API_URL`` keeps them (see ``runner.runtime.without_heartbeats``)."""
-    from reverie.runner.event_delivery import api_configured
+    from reverie.runner.event_delivery import api_configured, pointed_by_us
     from reverie.runner.runtime import without_heartbeats
 
-    configured = api_configured()
+    configured = api_configured() and not pointed_by_us()
     url = use_local_api()
     if configured:
         yield url
@@ -171,7 +181,10 @@ def _point_prefect_at(api_url: str) -> None:
     # Through the environment, so that child processes (Dask workers) use it too, and
     # a refreshed global context, so that every thread of this process does (Prefect's
     # events worker runs in its own, outside any settings context a `with` would open).
+    from reverie.runner.event_delivery import pointed_at
+
     os.environ["PREFECT_API_URL"] = api_url
+    pointed_at(api_url)
     # The local server speaks plain HTTP on loopback, so there is no certificate to check;
     # without this each of Prefect's clients (four in a command) still loads the whole CA
     # bundle for one, about 20 ms of CPU each.

@@ -414,7 +414,7 @@ def session_end(
     """``reverie session-end``: count the session; its events (full consolidation
     follows through the deployment triggers) queued and sent."""
     from reverie.models.repositories.runs import end_session
-    from reverie.runner.event_delivery import api_configured, deliver, wanted
+    from reverie.runner.event_delivery import deliver, wanted
 
     name = _allowed(store, who, profile)
     session_id = None if session is None else _an_id(session, "session")
@@ -425,7 +425,7 @@ def session_end(
     if queue_events:
         deliver(store.url)
     return {"profile": name, "session": session_id, "session_count": count,
-            "consolidation_follows": queue_events and api_configured()}
+            "consolidation_follows": queue_events and _operator_api()}
 
 
 def undo(store: Store, who: Principal, profile: object, ident: object) -> dict[str, Any]:
@@ -503,7 +503,6 @@ def consolidate(
 
         config = get_settings().consolidation_config().model_copy(
             update={"summarizer": "llm" if use_llm else "rules"})
-    _operator_api()  # before this process points Prefect at a local server
     if dry_run:
         from reverie.deployments.cli import run_flow
 
@@ -520,15 +519,14 @@ def consolidate(
 # --- starting runs ------------------------------------------------------------------------
 
 _LOCAL_API_LOCK = threading.Lock()
-_OPERATOR_API: list[bool] = []  # whether PREFECT_API_URL was set before we set it
 
 
 def _operator_api() -> bool:
-    if not _OPERATOR_API:
-        from reverie.runner.event_delivery import api_configured
+    """Whether a Prefect API is configured, not the local server this process pointed
+    itself at for a run (which has no deployments)."""
+    from reverie.runner.event_delivery import api_configured, pointed_by_us
 
-        _OPERATOR_API.append(api_configured())
-    return _OPERATOR_API[0]
+    return api_configured() and not pointed_by_us()
 
 
 def launch(flow: str, parameters: Mapping[str, Any]) -> dict[str, Any]:
@@ -583,10 +581,11 @@ def _local_api_if_none() -> None:
     from a request's thread would outlive the process."""
     from reverie.deployments.local_server import use_local_api
     from reverie.models.settings import environment
-    from reverie.runner.event_delivery import api_configured
 
-    if api_configured():
+    if _operator_api():
         return
+    # Each time, not once: the shared server may have stopped since the last call, and
+    # is then started again.
     with _LOCAL_API_LOCK, environment("REVERIE_LOCAL_SERVER", "shared"):
         use_local_api()
 

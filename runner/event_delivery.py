@@ -103,7 +103,24 @@ def api_configured() -> bool:
 def wanted() -> bool:
     """Whether the store should keep events at all: without an API nobody would ever
     send them, and a local-only store's outbox would grow forever."""
-    return get_settings().emit_events and api_configured()
+    # The shared local server a process pointed itself at records runs; nothing there
+    # acts on events.
+    return get_settings().emit_events and api_configured() and not pointed_by_us()
+
+
+# The API address this process set for itself: the shared local server
+# (``deployments.local_server``). A long-lived process (``reverie api``, ``reverie mcp``)
+# must tell it apart from an operator's API, which has the deployments and automations.
+_POINTED: list[str] = []
+
+
+def pointed_at(url: str) -> None:
+    _POINTED[:] = [url]
+
+
+def pointed_by_us() -> bool:
+    """Whether this process's Prefect API is the local server it pointed itself at."""
+    return bool(_POINTED) and os.environ.get("PREFECT_API_URL") == _POINTED[0]
 
 
 def send(events: Sequence[ProfileEvent], url: str) -> BaseException | None:

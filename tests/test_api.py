@@ -4,6 +4,7 @@ fuzz of /openapi.json finds no 5xx; the log holds no memory content."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +20,7 @@ from agent_server import (
     Running,
     api_server,
     bearer,
+    reverie,
 )
 
 from reverie.models.db import create_store
@@ -227,24 +229,51 @@ def test_a_real_consolidation_is_a_flow_run_returned_at_once(
     run by a process of its own: the call answers before the run is over."""
     import time
 
+    def completes(data: dict[str, Any]) -> str:
+        assert data["state"] in ("Pending", "Scheduled")
+        assert data["ui_url"].endswith(f"/runs/flow-run/{data['run_id']}")
+        api_url = data["ui_url"].split("/runs/")[0] + "/api"
+        deadline = time.monotonic() + 240
+        state = None
+        while time.monotonic() < deadline:
+            state = httpx.get(f"{api_url}/flow_runs/{data['run_id']}", timeout=10).json()[
+                "state"]["type"]
+            if state in ("COMPLETED", "FAILED", "CRASHED"):
+                break
+            time.sleep(1)
+        return str(state)
+
     r = call(api, "POST", "/v1/profiles/alice/consolidate", ALICE_TOKEN,
              {"mode": "lightweight"})
     assert r.status_code == 200, r.text
-    data = r.json()
-    assert data["state"] in ("Pending", "Scheduled")
-    assert data["ui_url"].endswith(f"/runs/flow-run/{data['run_id']}")
-    api_url = data["ui_url"].split("/runs/")[0] + "/api"
-    deadline = time.monotonic() + 240
-    state = None
-    while time.monotonic() < deadline:
-        state = httpx.get(f"{api_url}/flow_runs/{data['run_id']}", timeout=10).json()[
-            "state"]["type"]
-        if state in ("COMPLETED", "FAILED", "CRASHED"):
-            break
-        time.sleep(1)
-    assert state == "COMPLETED"
+    first = r.json()
+    assert completes(first) == "COMPLETED"
     status = call(api, "GET", "/consolidate/status?profile=alice", ALICE_TOKEN).json()
     assert status["last"].get("lightweight-consolidation")
+
+    # The local server records runs and has no deployments nor automations: a session's
+    # end promises no consolidation, and the calls queue no events nothing would act on.
+    ended = call(api, "POST", "/v1/profiles/alice/session-end", ALICE_TOKEN, {}).json()
+    assert ended["consolidation_follows"] is False
+    stored = call(api, "POST", "/v1/profiles/alice/memories", ALICE_TOKEN,
+                  {"memories": [{"content": "alice walks to work"}]})
+    assert stored.status_code == 200, stored.text
+    waiting = subprocess.run([reverie(), "events", "--json"], env=api.env,
+                             capture_output=True, text=True, timeout=120)
+    assert waiting.returncode == 0, waiting.stderr
+    assert json.loads(waiting.stdout) == [], waiting.stdout
+
+    # The local server stopped (`reverie server stop`, idle, killed) is started again
+    # by the next run, not a 500 for every call until the API restarts.
+    stop = subprocess.run([reverie(), "server", "stop"], env=api.env, capture_output=True,
+                          text=True, timeout=120)
+    assert stop.returncode == 0 and "stopped" in stop.stdout, stop.stdout + stop.stderr
+    r = call(api, "POST", "/v1/profiles/alice/consolidate", ALICE_TOKEN,
+             {"mode": "lightweight"})
+    assert r.status_code == 200, r.text
+    again = r.json()
+    assert again["ui_url"] != first["ui_url"] or again["run_id"] != first["run_id"]
+    assert completes(again) == "COMPLETED"
 
 
 BLOCK_TOKEN = "carol-token-from-a-secret-0123456789"

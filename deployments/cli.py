@@ -1688,8 +1688,20 @@ def _mcp(
               f"{f' ({count} processes)' if count > 1 else ''}", file=sys.stderr, flush=True)
         serve(tokens, host, port, count)
         return EXIT_OK
+    from reverie.deployments.auth import UnauthorizedError
     from reverie.deployments.mcp_server import run_stdio
+    from reverie.models.errors import ConfigError
 
+    # Over stdio the token is the process's own: a missing or wrong one is said once, at
+    # start (the agent's client shows it), not as a 401 on every call.
+    token = settings.mcp_token
+    try:
+        tokens.authenticate(token.get_secret_value() if token else None)
+    except UnauthorizedError:
+        raise ConfigError(
+            "REVERIE_MCP_TOKEN: " + ("not one of the configured tokens" if token else "not set")
+            + "; set it, in the MCP client's configuration of the server, to a token of "
+            "REVERIE_API_TOKENS or REVERIE_API_ADMIN_TOKEN") from None
     run_stdio(tokens)
     return EXIT_OK
 

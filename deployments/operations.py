@@ -416,8 +416,12 @@ def session_end(
     from reverie.models.repositories.runs import end_session
     from reverie.runner.event_delivery import deliver, wanted
 
-    name = _allowed(store, who, profile)
+    name = _allowed(store, who, profile, must_exist=False)
     session_id = None if session is None else _an_id(session, "session")
+    if _new(store, who, name):
+        # A first session that stored nothing: nothing to count or consolidate yet.
+        return {"profile": name, "session": session_id, "session_count": 0,
+                "consolidation_follows": False}
     queue_events = wanted()
     with store.writing(name) as tx:
         count = end_session(tx, session_id, utcnow(), store.settings.session_trigger_every,
@@ -442,18 +446,30 @@ def undo(store: Store, who: Principal, profile: object, ident: object) -> dict[s
 def consolidation_status(
     store: Store, who: Principal, profile: object, limit: object = 20
 ) -> dict[str, Any]:
-    """AutoMem's status for the profile: the last run of each flow, and the history."""
-    from reverie.deployments.status import as_json, collect
+    """AutoMem's status for the profile: the last run of each flow, the scheduled runs
+    that cover it, and the history. A profile the token names that the store does not
+    hold yet has none."""
+    from reverie.deployments.status import Status, as_json, collect, scheduled_runs
 
-    name = _allowed(store, who, profile)
+    name = _allowed(store, who, profile, must_exist=False)
     most = _count(limit, "limit", 1, 1000)
-    data = as_json(collect(store, name, most))
+    status = Status(next_runs=scheduled_runs()) if _new(store, who, name) else collect(
+        store, name, most)
+    data = as_json(status)
     last = data["last"].get(name, {})
     return {
         "profile": name,
         "last": {flow: run.get("finished_at") for flow, run in last.items()},
         "last_runs": last,
-        "next": data["next"],
+        # Only the runs that cover this profile, each said of it alone: a schedule's
+        # selector may name profiles the token does not cover.
+        "next": None if status.next_runs is None else {
+            flow: [{"at": when.isoformat(), "profile": None if selector is None else name}
+                   for when, selector in runs
+                   if selector is None or selector == name
+                   or (isinstance(selector, list) and name in selector)]
+            for flow, runs in status.next_runs.items()
+        },
         "history": data["history"],
     }
 

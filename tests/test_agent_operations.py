@@ -98,3 +98,33 @@ def test_the_idle_trigger_counts_recalls_as_activity() -> None:
               if t["name"] == "lightweight-when-idle"]
     activity = {"reverie.memory.stored", "reverie.memory.recalled"}
     assert set(idle["after"]) == set(idle["expect"]) == activity
+
+
+def test_a_profile_the_token_names_before_its_first_store_reads_as_empty(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An agent whose first session stored nothing can still end it and ask for its
+    status; an admin token names no profile, so an unknown one stays a 404."""
+    from datetime import datetime
+
+    from reverie.deployments import status
+
+    new = Principal(frozenset({"newcomer"}))
+    assert ops.session_end(store, new, "newcomer", "s1") == {
+        "profile": "newcomer", "session": "s1", "session_count": 0,
+        "consolidation_follows": False}
+    at = datetime(2026, 1, 1, 3)
+    monkeypatch.setattr(status, "scheduled_runs", lambda: {
+        "decay": [(at, None), (at, "other"), (at, ["other", "newcomer"]), (at, "newcomer")]})
+    said = ops.consolidation_status(store, new, "newcomer")
+    assert said["last"] == {} and said["history"] == []
+    # Only the runs that cover the profile, none naming another.
+    assert said["next"] == {"decay": [
+        {"at": at.isoformat(), "profile": None},
+        {"at": at.isoformat(), "profile": "newcomer"},
+        {"at": at.isoformat(), "profile": "newcomer"}]}
+    assert not store.has_profile("newcomer")  # reading wrote nothing
+    admin = Principal(frozenset(), admin=True)
+    for operation in (ops.session_end, ops.consolidation_status):
+        with pytest.raises(NotFoundError):
+            operation(store, admin, "newcomer")

@@ -6,6 +6,7 @@ refused for another profile's token, and the HTTP endpoint for no or a wrong tok
 from __future__ import annotations
 
 import json
+import subprocess
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -154,8 +155,12 @@ def test_a_whole_session_over_stdio(database: tuple[str, Path]) -> None:
         async with over_stdio(url, BOB_TOKEN) as session:
             await agent_session(session, "bob")
             await every_tool_refused(session, "alice")
-        async with over_stdio(url, WRONG_TOKEN) as session:
-            text = await refused(session, "recall", profile="bob", query="x")
-            assert text.startswith("401")
 
     anyio.run(main)
+    # A missing or wrong token is said at start, naming the setting, never the token.
+    for token in ("", WRONG_TOKEN):
+        env = server_env(url, REVERIE_MCP_TOKEN=token)
+        done = subprocess.run([reverie(), "mcp"], env=env, stdin=subprocess.DEVNULL,
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode != 0 and "REVERIE_MCP_TOKEN: not" in done.stderr, done.stderr
+        assert "Traceback" not in done.stderr and (not token or token not in done.stderr)

@@ -22,6 +22,7 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import Message, Receive, Scope, Send
 
 from reverie.deployments import operations as ops
@@ -36,6 +37,8 @@ log = logging.getLogger(__name__)
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8765
 WORKER_HOST_ENV = "_REVERIE_API_WORKER_HOST"  # serve's host, for its worker processes
+# The error names of Starlette's own refusals, as ``api_errors.body_of`` names Reverie's.
+HTTP_ERRORS = {400: "InputError", 404: "NotFoundError", 405: "MethodNotAllowedError"}
 GIL_SWITCH_SECONDS = 0.001  # the server process's; Python's default is 0.005 (see serve)
 
 Name = Annotated[str, Field(min_length=1, max_length=ops.MAX_PROFILE_CHARS)]
@@ -121,20 +124,35 @@ class _Guard:
                     await _too_large(send, limit)
                     return
         seen = 0
+        over = False
 
         async def counted() -> Message:
-            nonlocal seen
+            nonlocal seen, over
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > limit:
+                    over = True
                     raise _TooLarge
             return message
 
+        refused = False
+
+        async def sending(message: Message) -> None:
+            # FastAPI turns any error while reading a body into its own 400: a body
+            # sent in chunks, with no Content-Length, is still a 413.
+            nonlocal refused
+            if not over:
+                await send(message)
+            elif message["type"] == "http.response.start" and not refused:
+                refused = True
+                await _too_large(send, limit)
+
         try:
-            await self.app(scope, counted, send)
+            await self.app(scope, counted, sending)
         except _TooLarge:
-            await _too_large(send, limit)
+            if not refused:
+                await _too_large(send, limit)
 
 
 class _TooLarge(Exception):
@@ -201,10 +219,27 @@ def build_app(tokens: Tokens, open_store: Callable[[], Store] = Store,
         headers = {"WWW-Authenticate": "Bearer"} if isinstance(exc, UnauthorizedError) else None
         return JSONResponse(body_of(exc), status_code=status, headers=headers)
 
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        """Starlette's and FastAPI's own refusals (no such path, method not allowed, a
+        body that is not UTF-8 or not readable) in Reverie's shape."""
+        body_error = exc.status_code == 400
+        return JSONResponse(
+            {"error": HTTP_ERRORS.get(exc.status_code, "HTTPError"),
+             "field": "body" if body_error else None,
+             "message": "the body could not be read as JSON (UTF-8, numbers of at most "
+                        "4,300 digits)" if body_error else str(exc.detail)},
+            status_code=exc.status_code, headers=exc.headers)
+
     @app.exception_handler(RequestValidationError)
     async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
         errors = exc.errors()
         first = errors[0] if errors else {}
+        if first.get("type") == "json_invalid":  # its loc is a character position
+            return JSONResponse({"error": "InputError", "field": "body",
+                                 "message": f"the body is not valid JSON (at character "
+                                            f"{first.get('loc', ('', '?'))[-1]})"},
+                                status_code=422)
         loc = list(first.get("loc", ()))
         if loc and loc[0] in ("body", "query", "path", "header"):  # where, not which field
             loc = loc[1:]

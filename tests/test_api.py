@@ -166,6 +166,35 @@ def test_an_oversized_body_is_a_413(api: Running) -> None:
     r = call(api, "POST", "/v1/profiles/alice/memories", ALICE_TOKEN, big)
     assert r.status_code == 413
     assert r.json()["field"] == "body"
+    # Sent in chunks, with no Content-Length to refuse it by.
+    chunks = iter([b'{"memories": [{"content": "', b"x" * 70_000, b'"}]}'])
+    r = httpx.post(f"{api.url}/v1/profiles/alice/memories", headers=bearer(ALICE_TOKEN),
+                   content=chunks, timeout=60)
+    assert "content-length" not in r.request.headers
+    assert r.status_code == 413 and r.json()["field"] == "body", r.text
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("method", "path", "raw", "status", "field"), [
+    ("POST", "/v1/profiles/alice/recall", b'{"query": "tea",', 422, "body"),
+    ("POST", "/v1/profiles/alice/recall", b'{"query": "t\xff"}',
+     400, "body"),
+    ("POST", "/v1/profiles/alice/recall", b'{"query": "tea", "k": ' + b"9" * 5000 + b"}",
+     400, "body"),
+    ("POST", "/v1/profiles/alice/nowhere", b"{}", 404, None),
+    ("GET", "/v1/profiles/alice/recall", None, 405, None),
+])
+def test_a_body_or_path_the_api_cannot_take_is_refused_in_its_shape(
+    api: Running, method: str, path: str, raw: bytes | None, status: int, field: str | None
+) -> None:
+    """Not JSON, not UTF-8, a number too long to read, no such path or method: the
+    same {"error", "field", "message"} as every other refusal."""
+    r = httpx.request(method, f"{api.url}{path}", headers={
+        **bearer(ALICE_TOKEN), "content-type": "application/json"}, content=raw, timeout=60)
+    assert r.status_code == status, r.text
+    body = r.json()
+    assert set(body) >= {"error", "field", "message"} and body["field"] == field, body
+    assert "detail" not in body
 
 
 @pytest.mark.slow

@@ -20,6 +20,7 @@ from typing import Annotated, Any, Literal
 import orjson
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -50,9 +51,12 @@ class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+_K = "how many memories, at most REVERIE_API_MAX_K (100 unless configured)"
+
+
 class SessionInit(_Body):
     query: Text | None = None
-    k: Annotated[int, Field(ge=1, le=10_000)] = 10
+    k: Annotated[int, Field(ge=1, le=10_000, description=_K)] = 10
     budget_chars: Annotated[int, Field(ge=0, le=200_000)] | None = None
 
 
@@ -63,7 +67,7 @@ class StoreBody(_Body):
 
 class RecallBody(_Body):
     query: Text
-    k: Annotated[int, Field(ge=1, le=10_000)] = 5
+    k: Annotated[int, Field(ge=1, le=10_000, description=_K)] = 5
     deep: bool = False
     track: bool = False
 
@@ -258,7 +262,8 @@ def build_app(tokens: Tokens, open_store: Callable[[], Store] = Store,
     base = "/v1/profiles/{profile}"
 
     @app.post(f"{base}/session-init", tags=["agent"], response_model=dict[str, Any])
-    def session_init(profile: Name, body: SessionInit, who: Who) -> Response:
+    def session_init(profile: Name, who: Who, body: SessionInit | None = None) -> Response:
+        body = body or SessionInit()  # every field has its default: a body is optional
         return _json(ops.session_init(open_store(), who, profile, body.query, body.k,
                                       body.budget_chars, cache=cache))
 
@@ -286,7 +291,8 @@ def build_app(tokens: Tokens, open_store: Callable[[], Store] = Store,
         return ops.consolidation_status(open_store(), who, profile, limit)
 
     @app.post(f"{base}/session-end", tags=["agent"])
-    def session_end(profile: Name, body: SessionEnd, who: Who) -> dict[str, Any]:
+    def session_end(profile: Name, who: Who, body: SessionEnd | None = None) -> dict[str, Any]:
+        body = body or SessionEnd()
         return ops.session_end(open_store(), who, profile, body.session)
 
     @app.post(f"{base}/undo", tags=["consolidation"])
@@ -309,8 +315,57 @@ def build_app(tokens: Tokens, open_store: Callable[[], Store] = Store,
     for route in mcp_app.routes:
         app.router.routes.append(route)
 
+    def described() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            app.openapi_schema = with_refusals(get_openapi(
+                title=app.title, version=app.version, description=app.description,
+                routes=app.routes))
+        return app.openapi_schema
+
+    app.openapi = described  # type: ignore[method-assign]  # FastAPI's way to amend it
+
     limit_store = open_store()
     return _Guard(app, tokens, lambda: limit_store.settings.api_max_body_bytes)
+
+
+# What every endpoint behind the token may answer besides its own result.
+REFUSALS = {
+    "400": "The body could not be read (not UTF-8, a number too long)",
+    "401": "No bearer token, or not a valid one",
+    "403": "The token does not cover this profile (the same whether it exists or not)",
+    "404": "No such profile (admin token) or memory",
+    "413": "The body is over REVERIE_API_MAX_BODY_BYTES",
+    "422": "A field is invalid: `field` names it",
+    "503": "The store is busy or down: try again",
+}
+
+
+def with_refusals(schema: dict[str, Any]) -> dict[str, Any]:
+    """FastAPI's description with the bearer scheme every endpoint but ``/health``
+    needs (so that ``/docs`` sends it: its Authorize button) and the refusals each may
+    give, in their one shape."""
+    components = schema.setdefault("components", {})
+    components.setdefault("securitySchemes", {})["bearer"] = {
+        "type": "http", "scheme": "bearer",
+        "description": "A token of REVERIE_API_TOKENS (its profiles) or "
+                       "REVERIE_API_ADMIN_TOKEN (every profile)"}
+    components.setdefault("schemas", {})["Refusal"] = {
+        "type": "object", "required": ["error", "message"],
+        "properties": {
+            "error": {"type": "string", "description": "the kind of refusal"},
+            "field": {"type": ["string", "null"], "description": "the field at fault"},
+            "message": {"type": "string"},
+        }}
+    refusal = {"application/json": {"schema": {"$ref": "#/components/schemas/Refusal"}}}
+    for path, item in schema.get("paths", {}).items():
+        if path == "/health":
+            continue
+        for operation in item.values():
+            operation["security"] = [{"bearer": []}]
+            answers = operation.setdefault("responses", {})
+            for status, what in REFUSALS.items():
+                answers[status] = {"description": what, "content": refusal}
+    return schema
 
 
 def serve(tokens: Tokens, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,

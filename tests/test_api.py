@@ -175,6 +175,26 @@ def test_an_oversized_body_is_a_413(api: Running) -> None:
 
 
 @pytest.mark.slow
+def test_the_description_names_the_bearer_scheme_and_the_refusals(api: Running) -> None:
+    """So that /docs sends the token (its Authorize button), and a client generated from
+    the description knows the refusals' shape."""
+    described = httpx.get(f"{api.url}/openapi.json", timeout=60).json()
+    assert described["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"
+    for path, item in described["paths"].items():
+        for operation in item.values():
+            if path == "/health":
+                assert "security" not in operation
+                continue
+            assert operation["security"] == [{"bearer": []}], path
+            assert {"401", "403", "413", "422"} <= set(operation["responses"]), path
+    # Every field of a session's start and end has a default: no body at all is one.
+    for path in ("session-init", "session-end"):
+        r = httpx.post(f"{api.url}/v1/profiles/alice/{path}", headers=bearer(ALICE_TOKEN),
+                       timeout=60)
+        assert r.status_code == 200, r.text
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize(("method", "path", "raw", "status", "field"), [
     ("POST", "/v1/profiles/alice/recall", b'{"query": "tea",', 422, "body"),
     ("POST", "/v1/profiles/alice/recall", b'{"query": "t\xff"}',

@@ -16,8 +16,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
-from pydantic import Field
+from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
+from pydantic import Field, ValidationError
 
 from reverie.deployments import operations as ops
 from reverie.deployments.api_errors import body_of, status_of
@@ -34,6 +34,64 @@ FULL = Mode("full")  # the default mode, made once
 
 Profile = Annotated[str, Field(description="The memory owner (one profile).",
                                min_length=1, max_length=ops.MAX_PROFILE_CHARS)]
+# The arguments as an agent reads them. Bounds are in the words, checked by
+# ``operations`` (some are settings), so that a refusal names its field as the API's do.
+Query = Annotated[str, Field(description="What to look for, in words.")]
+AnId = Annotated[str, Field(description="A Reverie id (m-..., c-...) or your own id.")]
+Session = Annotated[str | None, Field(description="Your id of the session.")]
+Budget = Annotated[int | None, Field(
+    description="Characters of blocks and memories together, 0 to 200000 (default "
+                "REVERIE_API_CONTEXT_CHARS).")]
+Memories = Annotated[list[dict[str, Any]], Field(
+    description="Records as `reverie ingest` takes them: content (required); id (your "
+                "own, to update or get it later), kind (semantic, episodic, preference, "
+                "decision, ...), importance and confidence (0 to 1), entity, created_at "
+                "(ISO-8601), session_id, protected, metadata: optional. At most "
+                "REVERIE_API_MAX_BATCH (500) a call.")]
+START = "What the session is about, in words; unset: the most important memories."
+K = "How many memories, 1 to REVERIE_API_MAX_K (100 unless configured)."
+DEEP = "Search the cold tier too (originals a summary replaced)."
+TRACK = "Count the hits as accessed (importance and promotion use it)."
+MODE = ("full or lightweight (SuperLocalMemory's runs), sleep (linksee's cold-notes), or "
+        "one flow by its short name.")
+DRY_RUN = "The preview only: nothing written."
+SCOPE = "Mode sleep: all notes, or one session's (with session)."
+MIN_AGE = "Mode sleep: only notes at least this many days old, 0 to 36500."
+USE_LLM = "Word summaries with the configured LLM (true) or rules (false); unset: config."
+LIMIT = "How many runs of the history, 1 to 1000."
+
+
+class _Server(MCPServer):
+    """The SDK's server, with arguments an agent got wrong refused as every other
+    refusal is: ``422 {"error", "field", "message"}``, the field named, its value not
+    echoed (the SDK's text quotes it), and an argument no tool has refused as the HTTP
+    API refuses it, not ignored."""
+
+    _arguments: dict[str, frozenset[str]] | None = None
+
+    async def call_tool(self, name: str, arguments: dict[str, Any],
+                        context: Any = None) -> Any:
+        if self._arguments is None:
+            self._arguments = {t.name: frozenset(t.input_schema.get("properties", {}))
+                               for t in await self.list_tools()}
+        known = self._arguments.get(name)
+        if known is not None and (unknown := sorted(set(arguments) - known)):
+            raise ToolError(f"Error executing tool {name}: "
+                            + _refusal(unknown[0], "not an argument of this tool"))
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as exc:
+            if isinstance(exc, UnexpectedToolError) or not isinstance(
+                    exc.__cause__, ValidationError):
+                raise
+            first = exc.__cause__.errors()[0]
+            field = ".".join(str(part) for part in first["loc"])
+            raise ToolError(f"Error executing tool {name}: "
+                            + _refusal(field, first["msg"])) from exc.__cause__
+
+
+def _refusal(field: str, message: str) -> str:
+    return f"422 {json.dumps({'error': 'InputError', 'field': field, 'message': message})}"
 
 
 def build_mcp(open_store: Callable[[], Store], tokens: Tokens, stdio: bool = False,
@@ -45,7 +103,7 @@ def build_mcp(open_store: Callable[[], Store], tokens: Tokens, stdio: bool = Fal
 
     if cache is None:
         cache = RecallCache(get_settings().api_recall_cache_mib * 1024 * 1024)
-    server = MCPServer(
+    server = _Server(
         "reverie", log_level="WARNING",
         instructions="Long-term memory. Call session_init first, store what is worth "
                      "keeping, recall when you need it, session_end at the end.",
@@ -65,59 +123,75 @@ def build_mcp(open_store: Callable[[], Store], tokens: Tokens, stdio: bool = Fal
         except ReverieError as exc:
             raise ToolError(f"{status_of(exc)} {json.dumps(body_of(exc))}") from None
 
-    @server.tool()
-    def session_init(profile: Profile, ctx: Context, query: str | None = None,
-                     k: int = 10, budget_chars: int | None = None) -> dict[str, Any]:
-        """Start of a session: the Core Memory blocks, then the best memories (recalled
-        for the query if given) within a character budget."""
+    def tool(fn: Callable[..., dict[str, Any]]) -> Callable[..., dict[str, Any]]:
+        # The docstring as one line: an agent reads it, not the source's indentation.
+        return server.tool(description=" ".join((fn.__doc__ or "").split()))(fn)
+
+    @tool
+    def session_init(profile: Profile, ctx: Context,
+                     query: Annotated[str | None, Field(description=START)] = None,
+                     k: Annotated[int, Field(description=K)] = 10,
+                     budget_chars: Budget = None) -> dict[str, Any]:
+        """Call first, at the start of a session: the Core Memory blocks, then the best
+        memories (recalled for the query if given, else the most important) within a
+        character budget."""
         return call(ctx, ops.session_init, profile, query, k, budget_chars, cache=cache)
 
-    @server.tool()
-    def store(profile: Profile, memories: list[dict[str, Any]], ctx: Context) -> dict[str, Any]:
-        """Store memories: records as `reverie ingest` takes them (content required;
-        kind, importance, entity, layer, id, ... optional). Counts toward the
-        50-store trigger and the idle timer."""
+    @tool
+    def store(profile: Profile, memories: Memories, ctx: Context) -> dict[str, Any]:
+        """Store memories worth keeping. Each is checked on its own: the answer lists
+        those refused, naming their field. Counts toward the 50-store trigger and the
+        idle timer."""
         return call(ctx, ops.store_memories, profile, memories)
 
-    @server.tool()
-    def recall(profile: Profile, query: str, ctx: Context, k: int = 5, deep: bool = False,
-               track: bool = False) -> dict[str, Any]:
-        """The k memories most like the query; deep searches the cold tier too; track
-        counts the hits as accessed."""
+    @tool
+    def recall(profile: Profile, query: Query, ctx: Context,
+               k: Annotated[int, Field(description=K)] = 5,
+               deep: Annotated[bool, Field(description=DEEP)] = False,
+               track: Annotated[bool, Field(description=TRACK)] = False) -> dict[str, Any]:
+        """The memories most like the query, best first, each with its day. A summary
+        shows the members that matched; get gives it whole."""
         return call(ctx, ops.recall, profile, query, k, deep, track, cache=cache)
 
-    @server.tool()
-    def get(profile: Profile, id: str, ctx: Context) -> dict[str, Any]:  # noqa: A002
+    @tool
+    def get(profile: Profile, id: AnId, ctx: Context) -> dict[str, Any]:  # noqa: A002
         """One memory by Reverie id or your own id, in any tier (or its tombstone)."""
         return call(ctx, ops.get, profile, id)
 
-    @server.tool()
+    @tool
     def consolidate(
         profile: Profile, ctx: Context,
-        mode: Mode = FULL,
-        dry_run: bool = False, scope: Literal["all", "session"] | None = None,
-        min_age_days: float | None = None, use_llm: bool | None = None,
-        session: str | None = None,
+        mode: Annotated[Mode, Field(description=MODE)] = FULL,
+        dry_run: Annotated[bool, Field(description=DRY_RUN)] = False,
+        scope: Annotated[Literal["all", "session"] | None, Field(description=SCOPE)] = None,
+        min_age_days: Annotated[float | None, Field(description=MIN_AGE)] = None,
+        use_llm: Annotated[bool | None, Field(description=USE_LLM)] = None,
+        session: Session = None,
     ) -> dict[str, Any]:
-        """Consolidate the profile. dry_run: the preview, at once. Otherwise a Prefect
-        flow run is started and its id, state and UI link returned at once. mode cold
-        (linksee's sleep) takes scope, session and min_age_days."""
+        """Consolidate the profile. A dry run answers with the preview at once. A real
+        run is a Prefect flow run, started without waiting: its id, state and UI link
+        come back at once."""
         return call(ctx, ops.consolidate, profile, mode, dry_run, scope, min_age_days,
                     use_llm, session)
 
-    @server.tool()
-    def consolidation_status(profile: Profile, ctx: Context, limit: int = 20) -> dict[str, Any]:
-        """When each flow last ran for the profile, and the run history."""
+    @tool
+    def consolidation_status(profile: Profile, ctx: Context,
+                             limit: Annotated[int, Field(description=LIMIT)] = 20,
+                             ) -> dict[str, Any]:
+        """When each flow last ran for the profile, its scheduled runs, and the run
+        history."""
         return call(ctx, ops.consolidation_status, profile, limit)
 
-    @server.tool()
-    def session_end(profile: Profile, ctx: Context, session: str | None = None) -> dict[str, Any]:
-        """End of a session: full consolidation follows (through Prefect's triggers)."""
+    @tool
+    def session_end(profile: Profile, ctx: Context, session: Session = None) -> dict[str, Any]:
+        """Call at the end of a session. With the Prefect deployments' triggers, a full
+        consolidation follows (consolidation_follows says whether one will)."""
         return call(ctx, ops.session_end, profile, session)
 
-    @server.tool()
-    def undo(profile: Profile, id: str, ctx: Context) -> dict[str, Any]:  # noqa: A002
-        """Undo a consolidation by its id (c-...) or its summary's id."""
+    @tool
+    def undo(profile: Profile, id: AnId, ctx: Context) -> dict[str, Any]:  # noqa: A002
+        """Undo a consolidation by its id (c-...) or its summary's id: its originals come
+        back hot."""
         return call(ctx, ops.undo, profile, id)
 
     return server

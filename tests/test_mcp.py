@@ -134,6 +134,36 @@ def test_a_whole_session_over_streamable_http(api: Running) -> None:
 
 
 @pytest.mark.slow
+def test_tools_describe_every_argument_and_refuse_bad_ones_naming_the_field(
+    api: Running
+) -> None:
+    """What an agent reads of a tool says what each argument is; an argument of the
+    wrong type, or one no tool has, is refused as the HTTP API refuses it (422 naming
+    the field), without echoing the value."""
+    async def main() -> None:
+        async with over_http(api, ALICE_TOKEN) as session:
+            tools = (await session.list_tools()).tools
+            assert {t.name for t in tools} >= TOOLS
+            for t in tools:
+                assert t.description and "\n" not in t.description, t.name
+                for name, schema in t.input_schema["properties"].items():
+                    assert schema.get("description"), (t.name, name)
+            for name, arguments, field in (
+                ("recall", {"query": ["the-secret-value"]}, "query"),
+                ("recall", {"query": "tea", "k": "several"}, "k"),
+                ("recall", {"query": "tea", "bogus": 1}, "bogus"),
+                ("consolidate", {"mode": "everything"}, "mode"),
+            ):
+                text = await refused(session, name, profile="alice", **arguments)
+                assert text.startswith("422 "), text
+                body = json.loads(text.removeprefix("422 "))
+                assert body["field"] == field and "the-secret-value" not in text, text
+
+    anyio.run(main)
+    assert "the-secret-value" not in api.log_text()
+
+
+@pytest.mark.slow
 @pytest.mark.store_independent("the token is refused before any tool runs")
 @pytest.mark.parametrize("token", [None, WRONG_TOKEN])
 def test_the_mcp_endpoint_refuses_no_token_and_a_wrong_one(api: Running, token: str | None) -> None:

@@ -127,16 +127,25 @@ class Candidates(Generic[R]):
         return self.memories[row].origin in SUMMARY_ORIGINS
 
     @cached_property
+    def own_rows(self) -> np.ndarray:
+        """The rows found by their own vector: all but the summaries with keys, which
+        are found by them alone (a summary's vector blurs its members together). The
+        newest memory of an update is found by its own words as well as by the older
+        values it replaced."""
+        keyed = np.unique(self.key_owners)
+        blurred = [r for r in keyed.tolist() if self.memories[r].origin in SUMMARY_ORIGINS]
+        return np.setdiff1d(np.arange(len(self.memories), dtype=np.int64),
+                            np.array(blurred, dtype=np.int64))
+
+    @cached_property
     def searchable(self) -> Searchable:
         """Built on first use and kept with the candidates: a cached profile's queries
-        share it. A row with keys is found by them alone (its own vector blurs its
-        members together)."""
-        n, keys = len(self.memories), len(self.key_owners)
-        keyless = np.setdiff1d(np.arange(n, dtype=np.int64), self.key_owners)
-        owners = np.concatenate([keyless, self.key_owners])
-        key_of = np.concatenate([np.full(len(keyless), -1, np.int64), np.arange(keys)])
-        every = (np.vstack([self.vectors[keyless], self.key_vectors]) if keys
-                 else self.vectors[keyless])
+        share it."""
+        keys, own = len(self.key_owners), self.own_rows
+        owners = np.concatenate([own, self.key_owners])
+        key_of = np.concatenate([np.full(len(own), -1, np.int64), np.arange(keys)])
+        every = (np.vstack([self.vectors[own], self.key_vectors]) if keys
+                 else self.vectors[own])
         return Searchable(FlatSearch(every), owners, key_of)
 
     @property
@@ -207,9 +216,9 @@ Passage = tuple[int, int, float]
 
 
 def passages(candidates: Candidates[R], queries: np.ndarray, k: int) -> list[list[Passage]]:
-    """Per query, the passages (each keyless candidate's own vector, each key) best
-    first, up to and including the one that brings the ``k``-th distinct row. A row
-    with keys is found by them alone (its own vector blurs its members together)."""
+    """Per query, the passages (each candidate's own vector but a keyed summary's, each
+    key) best first, up to and including the one that brings the ``k``-th distinct
+    row (``Candidates.own_rows``)."""
     n = len(candidates.memories)
     if n == 0 or k <= 0:
         return [[] for _ in range(len(queries))]
@@ -265,8 +274,9 @@ def hits_from(
 
 
 def rank(candidates: Candidates[R], queries: np.ndarray, k: int) -> list[list[tuple[int, float]]]:
-    """Per query, the ``k`` best candidate rows with their scores, best first; a row
-    with keys scores as its best key, any other as its own vector."""
+    """Per query, the ``k`` best candidate rows with their scores, best first; a summary
+    with keys scores as its best key, any other row as the best of its own vector and
+    its keys."""
     n = len(candidates.memories)
     if n == 0 or k <= 0:
         return [[] for _ in range(len(queries))]
@@ -278,9 +288,9 @@ def rank(candidates: Candidates[R], queries: np.ndarray, k: int) -> list[list[tu
         ]
     # A summary with keys is scored by them alone: its own vector blurs its members
     # together, and is never closer to a question than the member that answers it.
-    keyless = np.setdiff1d(np.arange(n, dtype=np.int64), candidates.key_owners)
-    owners = np.concatenate([keyless, candidates.key_owners])
-    every = np.vstack([candidates.vectors[keyless], candidates.key_vectors])
+    own = candidates.own_rows
+    owners = np.concatenate([own, candidates.key_owners])
+    every = np.vstack([candidates.vectors[own], candidates.key_vectors])
     # A row repeats at most once per key, so k + keys places hold k distinct rows.
     sims, idx = top_k(every, queries, min(len(every), k + len(candidates.key_owners)))
     out: list[list[tuple[int, float]]] = []

@@ -147,6 +147,8 @@ class Values:
     # The colours it says things are: (the thing, stemmed; the colour), ("car", "red") of
     # "the user's car is red" (``coloured``).
     hues: frozenset[tuple[str, str]] = frozenset()
+    # Whether it denies what it says ("never", "not", "doesn't", "no longer").
+    negated: bool = False
 
 
 _SUFFIXES = ("ing", "ed", "es", "s")
@@ -220,18 +222,27 @@ def values(text: str) -> Values:
     # generators were half the time.
     found = facts(text)
     words = found.words
-    numbers = set(found.numbers)
+    numbers = decimals(text) if _POINT.search(text) else set(found.numbers)
     parted = _WORDS_AND_BREAKS.findall(_DIGIT_RUN.sub(" 0 ", text.lower()))
     tokens = [t for t in parted if t.isalpha() or t == "0"]
     counted = _NUMBER_WORDS.keys() & tokens
     numbers.update(_NUMBER_WORDS[w] for w in counted)
     names = kept_names([found]) - NOT_NAMES
+    # A code in capitals after a number is its unit, no name ("60 EUR", "16 GB"); an
+    # acronym's plural is the acronym ("PDFs" of "PDF").
+    coded = {c.lower() for c in _CODE_AFTER_NUMBER.findall(text)} if numbers else set()
+    plurals = {p.lower() for p in _ACRONYM_PLURAL.findall(text)}
+    if coded or plurals:
+        names = names - coded - {f"{p}s" for p in plurals} | (plurals & {
+            n[:-1] for n in names})
+        words = words | plurals
     # A unit is the word after a number ("900 euros", "two cats"): it goes with the value.
     units = frozenset(map(stem, [
         after for word, after in pairwise(tokens)
         if (word == "0" or word in counted) and after not in COMMON_WORDS
         and after not in _NOT_UNITS  # "turned 35 last week"
-        and after in found.lower  # "3 March": a date, not three of something
+        and (after in found.lower  # "3 March": a date, not three of something
+             or after in coded)
     ])) if counted or "0" in tokens else frozenset()
     liking, favourite = preferred(parted)
     # A favourite colour is a favourite ("Maya's favourite colour is blue"), not a thing's.
@@ -245,6 +256,8 @@ def values(text: str) -> Values:
     # states the user's rent.
     relations = _STEMMED_RELATIONS.intersection(map(stem, words)) - {
         stem(word) for word, after in pairwise(tokens) if after in CHANGE_VERBS}
+    if relations and "&" in text:  # "Kessler & Partner" is a firm, not the user's partner
+        relations -= {stem(w.lower()) for w in _AFTER_AMPERSAND.findall(text)}
     ends = ["", *parted, ""]
     sequence = tuple(
         (s, ends[i], ends[i + 2]) for i, t in enumerate(parted)
@@ -255,9 +268,37 @@ def values(text: str) -> Values:
     dropped = left_behind(parted, names) if names else frozenset()
     if relations and names:  # only a statement of whose fact it is (``retired``)
         dropped |= retired(parted, names)
+    negated = not NEGATIONS.isdisjoint(words) or any(
+        w.endswith(("n't", "n’t")) for w in words if "'" in w or "’" in w) or (
+        "no" in words and any(w == "no" and after in ("longer", "more")
+                              for w, after in pairwise(tokens)))
     return Values(frozenset(numbers), frozenset(names), words, stems, relations, units,
                   found.lower, sequence, days, *opening(parted), dropped,
-                  bool(names) and names_something(tokens, names), liking, favourite, hues)
+                  bool(names) and names_something(tokens, names), liking, favourite, hues,
+                  negated)
+
+
+_POINT = re.compile(r"\d\.\d")
+_AFTER_AMPERSAND = re.compile(r"&\s*([A-Z][a-z]+)")
+_DECIMAL = re.compile(r"(?<![\d.,])(\d+)\.(\d+)(?![\d.])")
+_THOUSANDS = re.compile(r"(?<=\d)[,_](?=\d{3}(?!\d))")
+_CODE_AFTER_NUMBER = re.compile(r"\d\s?([A-Z]{2,4})\b")
+_ACRONYM_PLURAL = re.compile(r"\b([A-Z]{2,})s\b")
+
+
+def decimals(text: str) -> set[str]:
+    """The numbers of a text with a decimal point: each decimal one number, its zeros
+    after the point dropped ("0.10" and "0.1" are one price; ``facts`` reads two
+    numbers, 0 and 10), the rest as ``facts`` reads them."""
+    text = _THOUSANDS.sub("", text)
+    found = {f"{int(whole)}.{part}" if (part := fraction.rstrip("0")) else str(int(whole))
+             for whole, fraction in _DECIMAL.findall(text)}
+    return found | facts(_DECIMAL.sub(" ", text)).numbers
+
+
+# Words that deny a statement (with any word ending in "n't", and "no longer"). Not a
+# bare "no": "concise answers with no long preamble" is "without long preambles".
+NEGATIONS = frozenset("not never nor cannot neither".split())
 
 
 # Verbs that give what something is called.
@@ -500,7 +541,19 @@ def may_conflict(v: Values) -> bool:
 def conflicting(va: Values, vb: Values) -> str | None:
     """``conflict`` of two texts' values (symmetric: ``shorter`` and ``longer`` of equal
     lengths are then compared for equality)."""
-    return _values_conflict(va, vb) or _preference_conflict(va, vb)
+    return _values_conflict(va, vb) or _preference_conflict(va, vb) \
+        or _negation_conflict(va, vb)
+
+
+def _negation_conflict(va: Values, vb: Values) -> str | None:
+    """One denies what the other states: "Lena never works on Sundays", "Lena works on
+    Sundays". The same names, numbers and whose fact it is, and all the content words of
+    one said by the other ("no longer works on Sundays"); not "does not eat meat" and
+    "eats fish", which are both true."""
+    if va.negated == vb.negated or va.names != vb.names or va.numbers != vb.numbers \
+            or va.relations != vb.relations or not (va.stems and vb.stems):
+        return None
+    return "negation" if va.stems <= vb.stems or vb.stems <= va.stems else None
 
 
 def _preference_conflict(va: Values, vb: Values) -> str | None:

@@ -102,6 +102,29 @@ def test_an_update_found_by_its_older_value_shows_the_newest_only() -> None:
     assert hit.memory.id == "new" and hit.members == () and hit.text == "Ann lives in Oslo"
 
 
+def test_an_update_is_found_by_its_own_words_too() -> None:
+    """The newest value is a memory like any other: its own vector finds it, not only
+    the older values it replaced (a newcomer's "Frau Okafor" found the old accountant's
+    statement's key at 0.59 and the current one's own sentence nowhere)."""
+    from reverie.engines.ranking import hits_from, passages
+
+    memories = [view("new", content="Ann lives in Oslo"),
+                view("old", tier=Tier.COLD, superseded_by="new", content="Ann lives in Rome"),
+                view("h", content="Ann has a cat")]
+    vectors = np.stack([axis(0), axis(1), axis(2)])
+    candidates = plan_candidates(memories, vectors, tiers_for(deep=False))
+    [best] = rank(candidates, axis(0)[None, :], 1)
+    assert ids(candidates, best) == ["new"] and best[0][1] == 1.0
+    [found] = passages(candidates, axis(0)[None, :], 2)
+    assert [h.memory.id for h in hits_from(candidates, found, by_id(candidates))] == [
+        "new", "h"]
+    # Found by both, it is one hit.
+    both = (axis(0) + axis(1)) / np.sqrt(2)
+    [found] = passages(candidates, both[None, :], 2)
+    assert [h.memory.id for h in hits_from(candidates, found, by_id(candidates))] == [
+        "new", "h"]
+
+
 def test_passages_and_rank_agree_on_the_rows_and_their_order() -> None:
     from reverie.engines.ranking import hits_from, passages
 

@@ -94,6 +94,18 @@ CONFIG = DedupConfig()
      "Priya got a new manager, Dr Lindqvist, after Dr Okafor retired.", "name"),
     ("The user's landlord is Mr Berg.",
      "The user has a new landlord, Ms Ito, since Mr Berg resigned.", "name"),
+    # One denies what the other states (a newcomer's "never works on Sundays" was
+    # merged with "always works on Sundays", and the summary kept the denial).
+    ("Lena never works on Sundays.", "Lena always works on Sundays.", "negation"),
+    ("Lena likes working late at night.", "Lena does not like working late at night.",
+     "negation"),
+    ("Lena works on Sundays.", "Lena no longer works on Sundays.", "negation"),
+    ("Lena isn't a morning person.", "Lena is a morning person.", "negation"),
+    # A price with decimals is one number; a firm's "& Partner" is no one's partner.
+    ("Tom charges 0.10 EUR per word.", "Tom charges 0.12 EUR per word.", "number"),
+    ("The rent is 1,200.50 EUR.", "The rent is 1,250 EUR.", "number"),
+    ("Tom's biggest client is Kessler & Partner.", "Tom's biggest client is Mediqon.",
+     "name"),
     # One home in two words.
     ("The user's flat costs 900 euros a month.",
      "The user's apartment costs 950 euros a month.", "number"),
@@ -187,6 +199,18 @@ def test_different_values_of_one_fact_conflict(a: str, b: str, kind: str) -> Non
     ("The user's sister's car is red.", "The user's car is blue."),
     ("The user's car is red.", "The user's car is red and fast."),
     ("The user drives a red car.", "The user drives a blue car."),
+    # Both true: a denial of one thing beside a statement of another
+    ("The user does not eat meat.", "The user eats fish."),
+    ("The user does not drink alcohol.", "The user drinks wine occasionally."),
+    ("The user has no pets.", "The user has a dog."),
+    ("Maya prefers concise answers with no long preamble.",
+     "Maya prefers answers that are concise, without long preambles."),
+    # One number written two ways; a currency code is no name; an acronym's plural is
+    # the acronym
+    ("Tom charges 0.10 EUR per word.", "Tom charges 0.1 EUR per word."),
+    ("Lena's vet is Dr. Sommer in Altona.", "Lena's vet, Dr. Sommer, charges 60 EUR a visit."),
+    ("Lena prefers PDF files from clients.", "Lena prefers PDFs from clients."),
+    ("Lena uses the DeepL API.", "Lena uses the DeepL APIs."),
 ])
 def test_no_conflict(a: str, b: str) -> None:
     assert conflict(a, b) is None
@@ -831,13 +855,28 @@ def values_word_by_word(text: str) -> tuple[frozenset[str], ...]:
     found = llm.Facts(*facts_word_by_word(text))
     words = frozenset(found.words)
     numbers = set(found.numbers)
+    if re.search(r"\d\.\d", text):  # a decimal is one number, its trailing zeros dropped
+        joined = re.sub(r"(?<=\d)[,_](?=\d{3}(?!\d))", "", text)
+        decimal = r"(?<![\d.,])(\d+)\.(\d+)(?![\d.])"
+        numbers = set(facts_word_by_word(re.sub(decimal, " ", joined))[0])
+        for whole, fraction in re.findall(decimal, joined):
+            numbers.add(f"{int(whole)}.{fraction.rstrip('0')}" if fraction.rstrip("0")
+                        else str(int(whole)))
     tokens = re.findall(r"[a-z]+|0", supersede._DIGIT_RUN.sub(" 0 ", text.lower()))
     numbers |= {supersede._NUMBER_WORDS[w] for w in tokens if w in supersede._NUMBER_WORDS}
     names = kept_names([found]) - supersede.NOT_NAMES
+    # A code in capitals after a number is a unit; an acronym's plural, the acronym.
+    coded = {c.lower() for c in re.findall(r"\d\s?([A-Z]{2,4})\b", text)} if numbers \
+        else set()
+    plurals = {p.lower() for p in re.findall(r"\b([A-Z]{2,})s\b", text)}
+    singular = {n[:-1] for n in names if n[:-1] in plurals}
+    names = (names - coded - {p + "s" for p in plurals}) | singular
+    words = words | plurals
     units = frozenset(
         stem(tokens[i + 1]) for i, w in enumerate(tokens[:-1])
         if (w == "0" or w in supersede._NUMBER_WORDS)
-        and tokens[i + 1] not in supersede.COMMON_WORDS and tokens[i + 1] in found.lower
+        and tokens[i + 1] not in supersede.COMMON_WORDS
+        and (tokens[i + 1] in found.lower or tokens[i + 1] in coded)
         and tokens[i + 1] not in supersede._NOT_UNITS)
     stems = frozenset(
         supersede.SYNONYMS.get(w) or stem(w) for w in words
@@ -847,7 +886,9 @@ def values_word_by_word(text: str) -> tuple[frozenset[str], ...]:
     ) - units
     if supersede.age_said(tokens):
         stems = stems - supersede._AGE_STEMS | {supersede._AGE}
-    relations = frozenset(stem(w) for w in words if stem(w) in supersede._STEMMED_RELATIONS)
+    firms = {stem(w.lower()) for w in re.findall(r"&\s*([A-Z][a-z]+)", text)}
+    relations = frozenset(stem(w) for w in words
+                          if stem(w) in supersede._STEMMED_RELATIONS and stem(w) not in firms)
     return (frozenset(numbers), frozenset(names), words, stems, relations, units,
             frozenset(found.lower))
 

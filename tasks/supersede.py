@@ -527,8 +527,8 @@ def owned_unsaid(va: Values, vb: Values) -> bool:
 
 def conflict(a: str, b: str) -> str | None:
     """Which kind of value two texts about one fact disagree on ("number", "name",
-    "preference", "colour"), or None when they do not (the same values, one adds a
-    value, or not one fact)."""
+    "preference", "colour", or "negation": one denies what the other states), or None
+    when they do not (the same values, one adds a value, or not one fact)."""
     return conflicting(values(a), values(b))
 
 

@@ -230,8 +230,10 @@ def values(text: str) -> Values:
     names = kept_names([found]) - NOT_NAMES
     # A code in capitals after a number is its unit, no name ("60 EUR", "16 GB"); an
     # acronym's plural is the acronym ("PDFs" of "PDF").
-    coded = {c.lower() for c in _CODE_AFTER_NUMBER.findall(text)} if numbers else set()
-    plurals = {p.lower() for p in _ACRONYM_PLURAL.findall(text)}
+    coded = {c.lower() for c in _CODE_AFTER_NUMBER.findall(text)} if numbers and names \
+        else set()
+    plurals = {p.lower() for p in _ACRONYM_PLURAL.findall(text)} if any(
+        n[-1:] == "s" for n in names) else set()
     if coded or plurals:
         names = names - coded - {f"{p}s" for p in plurals} | (plurals & {
             n[:-1] for n in names})
@@ -268,10 +270,10 @@ def values(text: str) -> Values:
     dropped = left_behind(parted, names) if names else frozenset()
     if relations and names:  # only a statement of whose fact it is (``retired``)
         dropped |= retired(parted, names)
-    negated = not NEGATIONS.isdisjoint(words) or any(
-        w.endswith(("n't", "n’t")) for w in words if "'" in w or "’" in w) or (
-        "no" in words and any(w == "no" and after in ("longer", "more")
-                              for w, after in pairwise(tokens)))
+    negated = not NEGATIONS.isdisjoint(words) or (
+        ("n't" in text or "n’t" in text) and any(w.endswith(("n't", "n’t")) for w in words)
+    ) or ("no" in words and any(w == "no" and after in ("longer", "more")
+                                for w, after in pairwise(tokens)))
     return Values(frozenset(numbers), frozenset(names), words, stems, relations, units,
                   found.lower, sequence, days, *opening(parted), dropped,
                   bool(names) and names_something(tokens, names), liking, favourite, hues,
@@ -280,8 +282,9 @@ def values(text: str) -> Values:
 
 _POINT = re.compile(r"\d\.\d")
 _AFTER_AMPERSAND = re.compile(r"&\s*([A-Z][a-z]+)")
-_DECIMAL = re.compile(r"(?<![\d.,])(\d+)\.(\d+)(?![\d.])")
-_THOUSANDS = re.compile(r"(?<=\d)[,_](?=\d{3}(?!\d))")
+# Runs of digits joined by points: a decimal ("0.10"), a date or version, or digits.
+_DOTTED = re.compile(r"\d+(?:\.\d+)*")
+_THOUSANDS = re.compile(r"(?<=\d)[,_](?=\d{3}(?!\d))")  # as ``facts`` joins them
 _CODE_AFTER_NUMBER = re.compile(r"\d\s?([A-Z]{2,4})\b")
 _ACRONYM_PLURAL = re.compile(r"\b([A-Z]{2,})s\b")
 
@@ -290,10 +293,17 @@ def decimals(text: str) -> set[str]:
     """The numbers of a text with a decimal point: each decimal one number, its zeros
     after the point dropped ("0.10" and "0.1" are one price; ``facts`` reads two
     numbers, 0 and 10), the rest as ``facts`` reads them."""
-    text = _THOUSANDS.sub("", text)
-    found = {f"{int(whole)}.{part}" if (part := fraction.rstrip("0")) else str(int(whole))
-             for whole, fraction in _DECIMAL.findall(text)}
-    return found | facts(_DECIMAL.sub(" ", text)).numbers
+    if "," in text or "_" in text:
+        text = _THOUSANDS.sub("", text)
+    found = set()
+    for run in _DOTTED.findall(text):
+        parts = run.split(".")
+        if len(parts) == 2:
+            whole, fraction = parts[0].lstrip("0") or "0", parts[1].rstrip("0")
+            found.add(f"{whole}.{fraction}" if fraction else whole)
+        else:  # digits alone, or a date or version ("2025.03.10"): each run a number
+            found.update(p.lstrip("0") or "0" for p in parts)
+    return found
 
 
 # Words that deny a statement (with any word ending in "n't", and "no longer"). Not a

@@ -1118,6 +1118,7 @@ def _undo(
     summary and its edges go (the audit keeps its text). Undoing twice is harmless, and
     later runs do not redo it."""
     from reverie.models.repositories.summaries import undo
+    from reverie.models.tables import Operation
     from reverie.models.timestamps import utcnow
 
     with _store().writing(profile) as tx:
@@ -1130,7 +1131,11 @@ def _undo(
         print(
             f"undid {result.operation} {result.consolidation_id} in {result.profile}: "
             f"{len(result.restored)} memories restored"
-            + (f", summary {result.summary_id} removed" if result.summary_id else "")
+            + ("" if not result.summary_id else
+               # A supersession's "summary" is the newest memory: it stays, as it was.
+               f", {result.summary_id} stays hot as it was"
+               if result.operation == Operation.SUPERSEDE.value
+               else f", summary {result.summary_id} removed")
         )
     return EXIT_OK
 

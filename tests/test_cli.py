@@ -121,6 +121,31 @@ def test_consolidate_dry_run_and_real_run(
 
 
 @pytest.mark.usefixtures("prefect_api")
+def test_undoing_a_supersession_says_the_newest_stays(
+    store: Store, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A supersession's summary id is the newest memory, which undo leaves hot: the
+    message must not say it was removed."""
+    path = tmp_path / "rent.jsonl"
+    path.write_text(
+        '{"id": "r1", "content": "Ana\'s rent is 900 euros a month", "created_at": "2025-01-05"}\n'
+        '{"id": "r2", "content": "Ana\'s rent is 950 euros a month", "created_at": "2025-06-05"}\n',
+        encoding="utf-8")
+    assert main(["ingest", str(path), "--profile", "ana"]) == EXIT_OK
+    assert main(["consolidate", "full", "--profile", "ana", "--as-of", "2025-07-01"]) == EXIT_OK
+    capsys.readouterr()
+    assert main(["consolidations", "--profile", "ana", "--json"]) == EXIT_OK
+    listed = json.loads(capsys.readouterr().out)
+    done = listed if isinstance(listed, list) else listed["consolidations"]
+    [update] = [c for c in done if c["operation"] == "supersede"]
+    assert main(["undo", update["id"], "--profile", "ana"]) == EXIT_OK
+    out = capsys.readouterr().out
+    assert f"{update['summary_id']} stays hot as it was" in out and "removed" not in out
+    assert main(["get", "r2", "--json"]) == EXIT_OK
+    assert json.loads(capsys.readouterr().out)["tier"] == "hot"
+
+
+@pytest.mark.usefixtures("prefect_api")
 def test_a_rerun_with_not_done_takes_only_the_profiles_that_failed(
     sample_store: Store, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

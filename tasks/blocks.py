@@ -59,6 +59,20 @@ def _newest_first(m: MemoryView) -> tuple[float, str]:
     return (-m.created_at.timestamp(), m.id)
 
 
+def happened(m: MemoryView) -> datetime:
+    """When what an episodic memory tells happened: its day, or for a compression of
+    events (dated when it was written) its newest member's. Ranked by the day it was
+    written, a summary of last year's jobs crowded this month's events out of
+    ``project_context``."""
+    until = m.meta.get("members_until") if m.meta else None
+    if isinstance(until, str):
+        try:
+            return datetime.fromisoformat(until)
+        except ValueError:
+            pass
+    return m.created_at
+
+
 def _important_then_newest(m: MemoryView) -> tuple[float, float, str]:
     """SuperLocalMemory orders each block by one measure and says nothing of ties:
     importance breaks them (then the newest), so among facts used equally often (all of
@@ -71,7 +85,7 @@ def block_rules(config: BlocksConfig) -> dict[str, str]:
     top = config.facts_per_block
     return {
         USER_PROFILE: f"the {top} semantic or opinion facts used most (ties: most important)",
-        PROJECT_CONTEXT: f"the {top} newest episodic facts",
+        PROJECT_CONTEXT: f"the {top} newest episodic facts (a summary by its newest event)",
         BEHAVIORAL_PATTERNS: f"the {top} most trusted behavioral or pattern memories",
         ACTIVE_DECISIONS: f"decisions used at least {config.decision_min_access} times "
                           "(an access is counted by recall --track or record_access)",
@@ -102,7 +116,7 @@ def block_sources(
         ),
         PROJECT_CONTEXT: pick(
             lambda m: m.kind == "episodic",
-            lambda m: (-m.created_at.timestamp(), -m.importance, m.id), top,
+            lambda m: (-happened(m).timestamp(), -m.importance, m.id), top,
         ),
         BEHAVIORAL_PATTERNS: pick(
             lambda m: m.kind in ("behavioral", "pattern"),

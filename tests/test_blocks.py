@@ -58,6 +58,25 @@ def test_each_block_takes_its_own_sources_in_its_own_order() -> None:
     }
 
 
+def test_a_summary_of_events_ranks_by_its_newest_event_not_the_day_it_was_written() -> None:
+    """A compression of last year's jobs, written today, is not this week's news: it
+    ranks by its newest member's day (``members_until``), and this week's events come
+    first in project_context."""
+    from reverie.models.tables import Origin
+
+    day = timedelta(days=1)
+    summary = view("jobs", kind="episodic", origin=Origin.COMPRESSED, created_at=AS_OF,
+                   meta={"members_from": (AS_OF - 400 * day).isoformat(),
+                         "members_until": (AS_OF - 300 * day).isoformat()})
+    recent = [view(f"e{i}", kind="episodic", created_at=AS_OF - i * day) for i in range(1, 6)]
+    assert sources([summary, *recent])[PROJECT_CONTEXT] == ["e1", "e2", "e3", "e4", "e5"]
+    older = view("e0", kind="episodic", created_at=AS_OF - 350 * day)
+    assert sources([summary, older])[PROJECT_CONTEXT] == ["jobs", "e0"]
+    # A day it cannot read leaves the day it was written.
+    unreadable = view("x", kind="episodic", created_at=AS_OF, meta={"members_until": "soon"})
+    assert sources([unreadable, *recent])[PROJECT_CONTEXT][0] == "x"
+
+
 def test_ranked_blocks_take_the_top_five() -> None:
     memories = [view(f"s{i}", kind="semantic", access_count=i) for i in range(8)]
     assert sources(memories)[USER_PROFILE] == ["s7", "s6", "s5", "s4", "s3"]

@@ -1269,6 +1269,7 @@ def _recall(
     """Find the memories most similar to a query; --deep adds the cold tier and says
     which summary replaced a hit."""
     from reverie.recall.search import recall
+    from reverie.tasks.compress import day
 
     hits = recall(_store(), profile, query, k, deep, track)
     if json_:
@@ -1290,7 +1291,7 @@ def _recall(
             # Its day, as the members of a summary show theirs: two hot statements of
             # one fact ("the manager is Dr Okafor", "Dr Okafor retired") are read by
             # which came later.
-            tag += f" {m.created_at.day} {m.created_at:%B %Y}"
+            tag += f" {day(m.created_at)}"
         body = h.text.replace("\n", "\n       ")
         print(f"{h.score:.3f}  {m.id}{ext} {m.kind} {tag}\n       {body}")
     return EXIT_OK

@@ -449,7 +449,7 @@ def consolidation_status(
     """AutoMem's status for the profile: the last run of each flow, the scheduled runs
     that cover it, and the history. A profile the token names that the store does not
     hold yet has none."""
-    from reverie.deployments.status import Status, as_json, collect, scheduled_runs
+    from reverie.deployments.status import Status, as_json, collect, covers, scheduled_runs
 
     name = _allowed(store, who, profile, must_exist=False)
     most = _count(limit, "limit", 1, 1000)
@@ -465,9 +465,7 @@ def consolidation_status(
         # selector may name profiles the token does not cover.
         "next": None if status.next_runs is None else {
             flow: [{"at": when.isoformat(), "profile": None if selector is None else name}
-                   for when, selector in runs
-                   if selector is None or selector == name
-                   or (isinstance(selector, list) and name in selector)]
+                   for when, selector in runs if covers(selector, name)]
             for flow, runs in status.next_runs.items()
         },
         "history": data["history"],

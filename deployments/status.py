@@ -30,11 +30,16 @@ class Status:
     def next_for(self, flow: str, profile: str) -> datetime | None:
         """The next scheduled run of ``flow`` that covers ``profile``."""
         for when, selector in (self.next_runs or {}).get(flow, []):
-            if selector is None or selector == profile or (
-                isinstance(selector, list) and profile in selector
-            ):
+            if covers(selector, profile):
                 return when
         return None
+
+
+def covers(selector: Any, profile: str) -> bool:
+    """Whether a run's profile parameter (None: every profile; a name; a list of
+    names) takes ``profile``."""
+    return selector is None or selector == profile or (
+        isinstance(selector, list) and profile in selector)
 
 
 def collect(store: Store, profile: str | None = None, limit: int = 20) -> Status:

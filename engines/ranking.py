@@ -35,7 +35,7 @@ from typing import Generic, Protocol, TypeVar
 
 import numpy as np
 
-from reverie.engines.similarity import FlatSearch, top_k
+from reverie.engines.similarity import FlatSearch
 from reverie.models.ids import restatement_id
 from reverie.models.records import MemoryView
 from reverie.models.tables import SUMMARY_ORIGINS, Origin, Tier
@@ -133,7 +133,7 @@ class Candidates(Generic[R]):
         newest memory of an update is found by its own words as well as by the older
         values it replaced."""
         keyed = np.unique(self.key_owners)
-        blurred = [r for r in keyed.tolist() if self.memories[r].origin in SUMMARY_ORIGINS]
+        blurred = [r for r in keyed.tolist() if self.shows_members(r)]
         return np.setdiff1d(np.arange(len(self.memories), dtype=np.int64),
                             np.array(blurred, dtype=np.int64))
 
@@ -276,37 +276,13 @@ def hits_from(
 def rank(candidates: Candidates[R], queries: np.ndarray, k: int) -> list[list[tuple[int, float]]]:
     """Per query, the ``k`` best candidate rows with their scores, best first; a summary
     with keys scores as its best key, any other row as the best of its own vector and
-    its keys."""
-    n = len(candidates.memories)
-    if n == 0 or k <= 0:
-        return [[] for _ in range(len(queries))]
-    if len(candidates.key_owners) == 0:
-        sims, idx = top_k(candidates.vectors, queries, k)
-        return [
-            [(int(i), float(s)) for s, i in zip(srow, irow, strict=True) if i >= 0]
-            for srow, irow in zip(sims, idx, strict=True)
-        ]
-    # A summary with keys is scored by them alone: its own vector blurs its members
-    # together, and is never closer to a question than the member that answers it.
-    own = candidates.own_rows
-    owners = np.concatenate([own, candidates.key_owners])
-    every = np.vstack([candidates.vectors[own], candidates.key_vectors])
-    # A row repeats at most once per key, so k + keys places hold k distinct rows.
-    sims, idx = top_k(every, queries, min(len(every), k + len(candidates.key_owners)))
+    its keys: each row at its first passage (``passages``)."""
     out: list[list[tuple[int, float]]] = []
-    for srow, irow in zip(sims, idx, strict=True):
-        seen: set[int] = set()
-        best: list[tuple[int, float]] = []
-        for s, i in zip(srow, irow, strict=True):  # best first: a row's first place is its score
-            if i < 0:
-                continue
-            row = int(owners[i])
-            if row not in seen:
-                seen.add(row)
-                best.append((row, float(s)))
-                if len(best) == k:
-                    break
-        out.append(best)
+    for found in passages(candidates, queries, k):
+        best: dict[int, float] = {}
+        for row, _, score in found:  # best first: a row's first place is its score
+            best.setdefault(row, score)
+        out.append(list(best.items()))
     return out
 
 

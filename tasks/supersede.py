@@ -62,7 +62,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from reverie.engines.llm import _COMMON, _OPENING_WORDS, facts, kept_names
+from reverie.engines.llm import _COMMON, _OPENING_WORDS, _THOUSANDS, facts, kept_names
 from reverie.engines.similarity import (
     DEFAULT_SEARCH,
     Neighbours,
@@ -284,7 +284,6 @@ _POINT = re.compile(r"\d\.\d")
 _AFTER_AMPERSAND = re.compile(r"&\s*([A-Z][a-z]+)")
 # Runs of digits joined by points: a decimal ("0.10"), a date or version, or digits.
 _DOTTED = re.compile(r"\d+(?:\.\d+)*")
-_THOUSANDS = re.compile(r"(?<=\d)[,_](?=\d{3}(?!\d))")  # as ``facts`` joins them
 _CODE_AFTER_NUMBER = re.compile(r"\d\s?([A-Z]{2,4})\b")
 _ACRONYM_PLURAL = re.compile(r"\b([A-Z]{2,})s\b")
 

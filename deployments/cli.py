@@ -1268,8 +1268,8 @@ def _recall(
 ) -> int:
     """Find the memories most similar to a query; --deep adds the cold tier and says
     which summary replaced a hit."""
+    from reverie.engines.ranking import day
     from reverie.recall.search import recall
-    from reverie.tasks.compress import day
 
     hits = recall(_store(), profile, query, k, deep, track)
     if json_:

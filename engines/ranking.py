@@ -30,6 +30,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from functools import cached_property
 from typing import Generic, Protocol, TypeVar
 
@@ -41,10 +42,14 @@ from reverie.models.records import MemoryView
 from reverie.models.tables import SUMMARY_ORIGINS, Origin, Tier
 
 
+def day(at: datetime) -> str:
+    """A day as summaries and recall write it: "12 May 2023"."""
+    return f"{at.day} {at:%B %Y}"
+
+
 def dated(memory: MemoryView) -> str:
     """A memory as a context shows it: its words and its day."""
-    d = memory.created_at
-    return f"{memory.content} ({d.day} {d:%B %Y})"
+    return f"{memory.content} ({day(memory.created_at)})"
 
 
 @dataclass(frozen=True, slots=True)

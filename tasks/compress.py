@@ -29,6 +29,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from reverie.engines.ranking import day
 from reverie.engines.similarity import DEFAULT_SEARCH, radius_neighbours, similarities_to_first
 from reverie.engines.wording import Summarizer
 from reverie.models.config import CompressConfig, SearchConfig
@@ -100,10 +101,6 @@ def seeded_groups(
             claimed[group] = True
             groups.append((group, similarities_to_first(neighbours, group)))
     return groups
-
-
-def day(at: datetime) -> str:
-    return f"{at.day} {at:%B %Y}"
 
 
 _EDGE_PUNCTUATION = ".,;:!?\"'()[]"

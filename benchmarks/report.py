@@ -288,7 +288,8 @@ def updates_targets(data: dict[str, Any], run: Run) -> list[Target]:
           f"profiles, {data['summarizer']} summaries")
     newest_met = data["newest"] == data["chains"] and not data["stale_summaries"]
     kept_met = (data["distractors_found"] == data["distractors"]
-                and data["other_facts_found"] == data["other_facts"])
+                and data["other_facts_found"] == data["other_facts"]
+                and data.get("added_values_found") == data.get("added_values"))
     return [
         Target(Bench.UPDATES, f"{key}|newest value",
                "hot recall answers every update chain with its newest value (100%), no "
@@ -298,12 +299,14 @@ def updates_targets(data: dict[str, Any], run: Run) -> list[Target]:
                "met" if newest_met else f"missed: {data['newest_share']:.1%}",
                run.date, run.commit, run.machine, run.command, run.file),
         Target(Bench.UPDATES, f"{key}|nothing else lost",
-               "every distractor and every other fact of an updated memory still answered "
-               f"from the hot tier, on {on}",
+               "every distractor, every other fact of an updated memory and every value "
+               f"added beside another still answered from the hot tier, on {on}",
                f"distractors {data['distractors_found']} of {data['distractors']}"
                + (f" (different things {data['different_things_found']} of "
                   f"{data['different_things']})" if "different_things" in data else "")
-               + f", other facts {data['other_facts_found']} of {data['other_facts']}",
+               + f", other facts {data['other_facts_found']} of {data['other_facts']}"
+               + (f", values added beside another {data['added_values_found']} of "
+                  f"{data['added_values']}" if "added_values" in data else ""),
                "met" if kept_met else "missed",
                run.date, run.commit, run.machine, run.command, run.file),
     ]

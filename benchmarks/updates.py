@@ -269,6 +269,31 @@ DIFFERENT_THINGS: tuple[tuple[tuple[str, str, str], tuple[str, str, str]], ...] 
       "Seabird")),
 )
 
+# A value added beside one said a month before, in words that say it is one more
+# ("also", "as well") or by a verb of things one has many of (speaks, visited): neither
+# updates the other (``tasks.supersede``'s ``adds_value`` and ``MANY_VALUED``), and a
+# name of a day is no new value of a place (``TIME_NAMES``). Each value must stay among
+# hot recall's first ``KEPT_HITS`` hits for its question.
+ADDED: tuple[tuple[tuple[str, str, str], tuple[str, str, str]], ...] = (
+    (("The user translates from German into English.",
+      "Which languages does the user translate from?", "German"),
+     ("The user also translates from French into English.",
+      "Which languages does the user translate from?", "French")),
+    (("The user speaks Portuguese.", "Which languages does the user speak?", "Portuguese"),
+     ("The user speaks Japanese as well.", "Which languages does the user speak?",
+      "Japanese")),
+    (("User visited Seville in March.", "Which Spanish cities has the user visited?",
+      "Seville"),
+     ("User visited Valencia in June.", "Which Spanish cities has the user visited?",
+      "Valencia")),
+    (("The user plays chess with Marco.", "Who does the user play chess with?", "Marco"),
+     ("The user plays chess with Lena too.", "Who does the user play chess with?", "Lena")),
+    (("The user's vet, Dr Braun, is in Altona.", "Where is the user's vet?", "Altona"),
+     ("The user's vet is open on Saturdays.", "When is the user's vet open?",
+      "Saturdays")),
+)
+
+
 @dataclass(frozen=True)
 class Gap:
     """An update chain a plain chain does not exercise (#37 item 3's gaps): ``older``
@@ -345,15 +370,18 @@ Question = tuple[str, str, str]  # profile, question, value
 
 
 def build(profiles: int, start: datetime) -> tuple[dict[str, list[dict[str, Any]]], list[Chain],
-                                                    list[Question], list[Question]]:
+                                                    list[Question], list[Question],
+                                                    list[Question]]:
     """The bench's memories per profile, its chains, its distractor questions (the
     different things' among them: ``DIFFERENT_THINGS``, which ``different_questions``
-    tells apart) and the questions of the other facts older memories state besides an
-    updated value. Deterministic."""
+    tells apart), the questions of the other facts older memories state besides an
+    updated value, and those of the values added beside another (``ADDED``).
+    Deterministic."""
     records: dict[str, list[dict[str, Any]]] = {}
     chains: list[Chain] = []
     distractors: list[Question] = []
     kept: list[Question] = []
+    added: list[Question] = []
     for p in range(profiles):
         profile = f"updates-{p + 1}"
         rows: list[dict[str, Any]] = []
@@ -387,6 +415,12 @@ def build(profiles: int, start: datetime) -> tuple[dict[str, list[dict[str, Any]
                 rows.append({"id": f"different-{d}-{i}", "content": text, "kind": "semantic",
                              "created_at": at.isoformat()})
                 distractors.append((profile, question, value))
+        for d, pair in enumerate(ADDED):
+            for i, (text, question, value) in enumerate(pair):
+                at = start + timedelta(days=30 * i + 5 * d + p + 4)
+                rows.append({"id": f"added-{d}-{i}", "content": text, "kind": "semantic",
+                             "created_at": at.isoformat()})
+                added.append((profile, question, value))
         for g, gap in enumerate(GAPS):
             ids = []
             first, then = gap.values[::-1] if gap.reverse else gap.values
@@ -406,7 +440,7 @@ def build(profiles: int, start: datetime) -> tuple[dict[str, list[dict[str, Any]
                                 gap.reverse))
             kept.append((profile, *gap.kept))
         records[profile] = rows
-    return records, chains, distractors, kept
+    return records, chains, distractors, kept, added
 
 
 # Fact kinds of the reverse chains: another thing than the plain chains' (one fact of a
@@ -587,6 +621,9 @@ class UpdatesResult:
     # ``KEPT_HITS`` hits.
     kept_found: int = 0
     kept: int = 0
+    # Values added beside another (``ADDED``), among the first ``KEPT_HITS`` as well.
+    added_found: int = 0
+    added: int = 0
     # Reverse chains, and those whose newest value was inside a summary when the older
     # values were written (the case they exercise).
     reverse: int = 0
@@ -618,6 +655,7 @@ class UpdatesResult:
             "different_things_found": self.different_found,
             "hot_before": self.hot_before, "hot_after": self.hot_after,
             "other_facts": self.kept, "other_facts_found": self.kept_found,
+            "added_values": self.added, "added_values_found": self.added_found,
             "reverse_chains": self.reverse, "reverse_in_summary": self.reverse_in_summary,
             "summary_chains": self.summary_chains,
             "summary_chains_in_summaries": self.summary_chains_in_summaries,
@@ -640,7 +678,7 @@ def bench_updates(
     if profiles < 1:
         raise InputError("bench updates needs at least one profile")
     config = config or ConsolidationConfig()
-    records, chains, distractors, kept = build(profiles, start)
+    records, chains, distractors, kept, added = build(profiles, start)
     different = different_questions()
     blind = config.model_copy(update={"dedup": config.dedup.model_copy(
         update={"supersede_similarity": 1.0, "supersede_frame_similarity": 1.0})})
@@ -701,6 +739,10 @@ def bench_updates(
                         result.kept += 1
                         ranked = _ranked_hot(store, embedder, profile, question)[:KEPT_HITS]
                         result.kept_found += any(states(m.content, value) for m in ranked)
+                    for _, question, value in (a for a in added if a[0] == profile):
+                        result.added += 1
+                        ranked = _ranked_hot(store, embedder, profile, question)[:KEPT_HITS]
+                        result.added_found += any(states(m.content, value) for m in ranked)
         finally:
             dispose(url)
     return result
@@ -836,7 +878,8 @@ def render_updates(result: UpdatesResult) -> str:
         f"wording: {data['different_things_found']}/{data['different_things']}); other "
         f"facts of updated "
         f"memories in hot recall's first {KEPT_HITS} hits: "
-        f"{data['other_facts_found']}/{data['other_facts']}; reverse chains (the newest "
+        f"{data['other_facts_found']}/{data['other_facts']}; values added beside another "
+        f"there: {data['added_values_found']}/{data['added_values']}; reverse chains (the newest "
         f"value in a summary when the older came): {data['reverse_in_summary']}/"
         f"{data['reverse_chains']}; summary chains (every value in a summary of its own "
         f"when updates were first searched): {data['summary_chains_in_summaries']}/"

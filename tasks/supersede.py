@@ -149,6 +149,9 @@ class Values:
     hues: frozenset[tuple[str, str]] = frozenset()
     # Whether it denies what it says ("never", "not", "doesn't", "no longer").
     negated: bool = False
+    # Whether it says its value is one more ("also", "as well", "too"): an addition,
+    # not a replacement (``ADDING``).
+    adds: bool = False
 
 
 _SUFFIXES = ("ing", "ed", "es", "s")
@@ -277,7 +280,9 @@ def values(text: str) -> Values:
     return Values(frozenset(numbers), frozenset(names), words, stems, relations, units,
                   found.lower, sequence, days, *opening(parted), dropped,
                   bool(names) and names_something(tokens, names), liking, favourite, hues,
-                  negated)
+                  negated,
+                  bool(names) and not _ADDING_CUES.isdisjoint(words)
+                  and adds_value(parted, names))
 
 
 _POINT = re.compile(r"\d\.\d")
@@ -308,6 +313,49 @@ def decimals(text: str) -> set[str]:
 # Words that deny a statement (with any word ending in "n't", and "no longer"). Not a
 # bare "no": "concise answers with no long preamble" is "without long preambles".
 NEGATIONS = frozenset("not never nor cannot neither".split())
+
+
+# Words that say a value is one more beside the others: "the user also translates from
+# French" adds a language to German, it replaces none. Said in the part of a sentence
+# that names the value: "lives in Munich and also plays in a band" still moves house.
+ADDING = frozenset("also additionally besides".split())
+_ADDING_CUES = ADDING | {"too", "well"}  # most texts have none: ``values`` asks first
+# What parts a sentence for ``adds_value``: not a comma ("works at Meta, too").
+_PARTS = frozenset(".;:!?()[]\"/") | {"and", "but", "while", "whereas"}
+
+
+def adds_value(parted: Sequence[str], names: Set[str]) -> bool:
+    """``Values.adds`` of a text's words and breaks: a part of it that says one of
+    ``names`` and a word of adding. "Too" and "as well" only end one ("from French too"),
+    since before a word "too" says how much ("too high")."""
+    part: list[str] = []
+    for word in [*parted, "."]:
+        if word not in _PARTS:
+            part.append(word)
+            continue
+        if not names.isdisjoint(part) and (
+                not ADDING.isdisjoint(part) or part[-1:] == ["too"]
+                or part[-2:] == ["as", "well"]
+                or part[-2:] in (["too", ","], ["well", ","])):
+            return True
+        part = []
+    return False
+
+
+# Verbs of facts one has many of at once: one speaks, translates from or has visited
+# another language or place besides the first, so a second name added by them is no
+# update ("speaks Portuguese", "speaks Japanese"). Only said as leaving one behind
+# ("switched from German to French") does it replace.
+MANY_VALUED = frozenset(
+    "speak speaks spoke speaking translate translates translated translating "
+    "visit visits visited visiting".split())
+# Names that say when, not who or where: a weekday or a month. "The vet is in Altona" and
+# "the vet is open on Saturdays" say two things of the vet; "Monday" and "Tuesday" are
+# two values of one day.
+TIME_NAMES = frozenset(
+    day.lower() + plural for day in _MONTHS.split("|") + [
+        "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"]
+    for plural in ("", "s"))
 
 
 # Verbs that give what something is called.
@@ -596,7 +644,10 @@ def _values_conflict(va: Values, vb: Values) -> str | None:
         # "Maya ran 8 km on Tuesday"), not a new value of one fact.
         if va.days and vb.days and va.days != vb.days and (va.units & vb.units) - _CLOCK_UNITS:
             return None
-    elif va.names - vb.words and vb.names - va.words and va.naming == vb.naming:
+    elif (va.names - vb.words and vb.names - va.words and va.naming == vb.naming
+          and _one_sort(va.names - vb.words, vb.names - va.words)
+          and not (va.adds or vb.adds)
+          and not (MANY_VALUED & va.words and MANY_VALUED & vb.words)):
         kind = "name"
     elif _recoloured(va.hues, vb.hues):
         kind = "colour"
@@ -632,6 +683,12 @@ def _values_conflict(va: Values, vb: Values) -> str | None:
     # and works remotely" updates.
     adds = kind == "name" and shorter <= longer
     return kind if adds or shared >= CONTEXT_SHARE * len(longer) else None
+
+
+def _one_sort(a: Set[str], b: Set[str]) -> bool:
+    """Whether the names two texts do not share are of one sort: both say when (a
+    weekday, a month) or neither only does."""
+    return (a <= TIME_NAMES) == (b <= TIME_NAMES)
 
 
 def _recoloured(a: frozenset[tuple[str, str]], b: frozenset[tuple[str, str]]) -> bool:

@@ -1306,11 +1306,20 @@ def _get(
     json_: Json = False,
 ) -> int:
     """Show one memory (any tier) or its tombstone, by Reverie id or your own id."""
+    from reverie.models.errors import NotFoundError
     from reverie.models.repositories.memories import get
     from reverie.models.tables import Tombstone
 
-    with _store().reading_all() as s:
-        found = get(s, id_, profile)
+    store = _store()
+    try:
+        with store.reading_all() as s:
+            found = get(s, id_, profile)
+    except NotFoundError:
+        # A profile the store does not hold is the mistake to name, as blocks and recall
+        # name it: "no memory" sent the user looking for the memory instead.
+        if profile is not None:
+            store.resolve_profiles(profile)
+        raise
     data = (
         {"tombstone": True, **_in_field_order(found)}
         if isinstance(found, Tombstone)

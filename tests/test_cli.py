@@ -53,6 +53,18 @@ def test_missing_file_and_unknown_profile_are_clear_errors(
     assert "no such file" in err and "no profile named 'ghost'" in err
 
 
+def test_get_in_an_unknown_profile_names_the_profile(
+    store: Store, jsonl: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    main(["ingest", str(jsonl), "--profile", "ana"])
+    capsys.readouterr()
+    assert main(["get", "t1", "--profile", "ghost"]) == EXIT_ERROR
+    assert capsys.readouterr().err == "reverie: no profile named 'ghost'\n"
+    # A profile the store holds, without the memory: the memory is what is missing.
+    assert main(["get", "t1", "--profile", "other"]) == EXIT_ERROR
+    assert capsys.readouterr().err == "reverie: no memory with id 't1'\n"
+
+
 def test_get_recall_export_and_blocks(
     store: Store, jsonl: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -767,6 +767,11 @@ def _ingest(
         deliver(store.url)
     for error in report.errors:
         print(f"{file}: {error}", file=sys.stderr)
+    if not (report.accepted or report.edges or report.errors):
+        # No record at all (no line, or blank lines only): likelier the wrong file, or
+        # one cut short, than an ingest meant to store nothing. Nothing in it is wrong,
+        # so it exits 0, as other commands with nothing to do do.
+        print(f"{file} holds no memories", file=sys.stderr)
     if json_:
         _print_json(
             {"stored": report.stored, "updated": report.updated, "unchanged": report.unchanged,

@@ -41,7 +41,21 @@ def test_ingest_reports_rejected_lines_and_stores_the_rest(
     out, err = capsys.readouterr()
     assert "stored 2" in out and "rejected 1" in out
     assert "line 2, field 'importance': expected a number, got str" in err
+    assert "holds no memories" not in err
     assert store.profiles() == ["ana", "other"]
+
+
+@pytest.mark.parametrize("content", [b"", b"\n  \n\r\n"])
+def test_ingest_of_a_file_without_records_says_so(
+    store: Store, tmp_path: Path, content: bytes, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "empty.jsonl"
+    path.write_bytes(content)
+    # Nothing to do, as `events` with none waiting: exit 0.
+    assert main(["ingest", str(path), "--profile", "ana"]) == EXIT_OK
+    out, err = capsys.readouterr()
+    assert err == f"{path} holds no memories\n"
+    assert out == "stored 0, updated 0, unchanged 0, edges 0, rejected 0\n"
 
 
 def test_missing_file_and_unknown_profile_are_clear_errors(

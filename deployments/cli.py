@@ -738,6 +738,9 @@ def _ingest(
     exactly, all or nothing, into a store without that profile."""
     from reverie.models.backup import is_backup
 
+    # An unreadable file is refused as the line is parsed (typer's Path checks it).
+    if file.is_dir():
+        raise ReverieError(f"{file} is a directory, not a JSONL file")
     if not file.is_file():
         raise ReverieError(f"no such file: {file}")
     if is_backup(file):

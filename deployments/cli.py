@@ -627,7 +627,8 @@ def _run_flow(name: str, options: dict[str, Any], **extra: Any) -> int:
             print(f"{'':<20} note: {note}")
     verb = "would change" if report.dry_run else "changed"
     print(f"{report.flow} as of {report.as_of}: {verb} {report.changed()} things"
-          + (" (dry run: nothing written)" if report.dry_run else ""))
+          + (" (dry run: nothing written)" if report.dry_run else "")
+          + (f"; a real run waits for {report.waits_for}" if report.waits_for else ""))
     return EXIT_OK
 
 

@@ -627,7 +627,8 @@ def _run_flow(name: str, options: dict[str, Any], **extra: Any) -> int:
             print(f"{'':<20} note: {note}")
     verb = "would change" if report.dry_run else "changed"
     print(f"{report.flow} as of {report.as_of}: {verb} {report.changed()} things"
-          + (" (dry run: nothing written)" if report.dry_run else ""))
+          + (" (dry run: nothing written)" if report.dry_run else "")
+          + (f"; a real run waits for {report.waits_for}" if report.waits_for else ""))
     return EXIT_OK
 
 
@@ -738,6 +739,9 @@ def _ingest(
     exactly, all or nothing, into a store without that profile."""
     from reverie.models.backup import is_backup
 
+    # An unreadable file is refused as the line is parsed (typer's Path checks it).
+    if file.is_dir():
+        raise ReverieError(f"{file} is a directory, not a JSONL file")
     if not file.is_file():
         raise ReverieError(f"no such file: {file}")
     if is_backup(file):
@@ -767,6 +771,11 @@ def _ingest(
         deliver(store.url)
     for error in report.errors:
         print(f"{file}: {error}", file=sys.stderr)
+    if not (report.accepted or report.edges or report.errors):
+        # No record at all (no line, or blank lines only): likelier the wrong file, or
+        # one cut short, than an ingest meant to store nothing. Nothing in it is wrong,
+        # so it exits 0, as other commands with nothing to do do.
+        print(f"{file} holds no memories", file=sys.stderr)
     if json_:
         _print_json(
             {"stored": report.stored, "updated": report.updated, "unchanged": report.unchanged,
@@ -1306,11 +1315,20 @@ def _get(
     json_: Json = False,
 ) -> int:
     """Show one memory (any tier) or its tombstone, by Reverie id or your own id."""
+    from reverie.models.errors import NotFoundError
     from reverie.models.repositories.memories import get
     from reverie.models.tables import Tombstone
 
-    with _store().reading_all() as s:
-        found = get(s, id_, profile)
+    store = _store()
+    try:
+        with store.reading_all() as s:
+            found = get(s, id_, profile)
+    except NotFoundError:
+        # A profile the store does not hold is the mistake to name, as blocks and recall
+        # name it: "no memory" sent the user looking for the memory instead.
+        if profile is not None:
+            store.resolve_profiles(profile)
+        raise
     data = (
         {"tombstone": True, **_in_field_order(found)}
         if isinstance(found, Tombstone)

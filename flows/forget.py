@@ -118,13 +118,26 @@ def forget(
     config = with_forget_thresholds(
         config or get_settings().consolidation_config(), archive_threshold, delete_threshold
     )
-    if dry_run or config.forget.delete_threshold == 0.0:
-        return run_for_profiles(FLOW_NAME, profile, as_of, dry_run, config, forget_profiles)
-    if auto_approve_deletion:
-        run_logger(log).info("forget: deletion below %g is auto-approved (auto_approve_deletion)",
-                       config.forget.delete_threshold)
+    asks = waits_for_approval(config, auto_approve_deletion)
+    if dry_run:
+        report = run_for_profiles(FLOW_NAME, profile, as_of, True, config, forget_profiles)
+        # The real run pauses only when it finds something to delete, as here.
+        if asks and (rows := deletions(report)):
+            report.waits_for = f"an operator's approval before deleting {len(rows)} memories"
+        return report
+    if not asks:
+        if config.forget.delete_threshold > 0.0:
+            run_logger(log).info("forget: deletion below %g is auto-approved "
+                                 "(auto_approve_deletion)", config.forget.delete_threshold)
         return run_for_profiles(FLOW_NAME, profile, as_of, False, config, forget_profiles)
     return forget_with_approval(profile, as_of, config, approval_timeout_seconds)
+
+
+def waits_for_approval(config: ConsolidationConfig, auto_approve_deletion: bool) -> bool:
+    """Whether a run (not a dry run) asks an operator before it deletes: deletion is
+    configured and not approved up front. One test for the run and for its dry run,
+    whose report says it (``RunReport.waits_for``)."""
+    return config.forget.delete_threshold > 0.0 and not auto_approve_deletion
 
 
 def forget_profiles(batch: StepBatch) -> list[PrefectFuture[list[StepReport]]]:

@@ -408,10 +408,16 @@ def decode_utf8(raw: bytes, where: str) -> str | RecordError:
 
 def decode_json(line: str, where: str) -> object | RecordError:
     """One line of JSONL decoded, or the RecordError saying why it cannot be."""
+    # The line's own ending is no part of its record: left on, a line cut short was
+    # reported on json's second line, "at column 1", and a string cut short as an
+    # invalid control character (the newline).
+    text = line.removesuffix("\n").removesuffix("\r")
     try:
-        return json.loads(line)
+        return json.loads(text)
     except json.JSONDecodeError as exc:
-        return RecordError(where, None, f"is not valid JSON: {exc.msg} at column {exc.colno}")
+        # A few of json's messages end in "at" ("Unterminated string starting at").
+        return RecordError(where, None, f"is not valid JSON: {exc.msg.removesuffix(' at')} "
+                           f"at column {exc.colno}")
     except RecursionError:
         return RecordError(where, None, "is nested too deeply")
     except ValueError:

@@ -32,6 +32,9 @@ class RunReport:
     spans: dict[str, tuple[datetime, datetime]] = field(default_factory=dict)
     # Why the run did nothing, when it did nothing (no profiles in the store, none given).
     note: str | None = None
+    # A dry run's: what its real run would wait for before doing all it lists (forget's
+    # deletions: an operator's approval), in a few words; None: nothing.
+    waits_for: str | None = None
 
     def comparable(self) -> list[dict[str, Any]]:
         """The steps' reports without timings: what a dry run promises the real run does."""

@@ -41,7 +41,49 @@ def test_ingest_reports_rejected_lines_and_stores_the_rest(
     out, err = capsys.readouterr()
     assert "stored 2" in out and "rejected 1" in out
     assert "line 2, field 'importance': expected a number, got str" in err
+    assert "holds no memories" not in err
     assert store.profiles() == ["ana", "other"]
+
+
+@pytest.mark.parametrize("content", [b"", b"\n  \n\r\n"])
+def test_ingest_of_a_file_without_records_says_so(
+    store: Store, tmp_path: Path, content: bytes, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "empty.jsonl"
+    path.write_bytes(content)
+    # Nothing to do, as `events` with none waiting: exit 0.
+    assert main(["ingest", str(path), "--profile", "ana"]) == EXIT_OK
+    out, err = capsys.readouterr()
+    assert err == f"{path} holds no memories\n"
+    assert out == "stored 0, updated 0, unchanged 0, edges 0, rejected 0\n"
+
+
+def test_ingest_of_a_directory_says_it_is_one(
+    store: Store, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["ingest", str(tmp_path)]) == EXIT_ERROR
+    assert capsys.readouterr().err == f"reverie: {tmp_path} is a directory, not a JSONL file\n"
+
+
+def test_ingest_of_an_unreadable_or_non_utf8_file_is_one_line_each(
+    store: Store, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    latin1 = tmp_path / "latin1.jsonl"
+    latin1.write_bytes('{"content": "café"}\n{"content": "tea"}\n'.encode("latin-1"))
+    assert main(["ingest", str(latin1), "--profile", "ana"]) == EXIT_REJECTED
+    out, err = capsys.readouterr()
+    assert err == f"{latin1}: line 1: is not valid UTF-8 (byte 16)\n" and "stored 1" in out
+    # The suite may run as root, who reads any file: the permission is what is refused.
+    access = os.access
+    monkeypatch.setattr(os, "access", lambda path, mode, *a, **k: (
+        False if str(path) == str(latin1) else access(path, mode, *a, **k)))
+    with pytest.raises(SystemExit) as exc:
+        main(["ingest", str(latin1)])
+    assert exc.value.code == EXIT_ERROR
+    assert capsys.readouterr().err == (
+        f"reverie ingest: Invalid value for 'FILE': path {str(latin1)!r} is not readable. "
+        "(--help for usage)\n")
 
 
 def test_missing_file_and_unknown_profile_are_clear_errors(
@@ -51,6 +93,18 @@ def test_missing_file_and_unknown_profile_are_clear_errors(
     assert main(["blocks", "--profile", "ghost"]) == EXIT_ERROR
     err = capsys.readouterr().err
     assert "no such file" in err and "no profile named 'ghost'" in err
+
+
+def test_get_in_an_unknown_profile_names_the_profile(
+    store: Store, jsonl: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    main(["ingest", str(jsonl), "--profile", "ana"])
+    capsys.readouterr()
+    assert main(["get", "t1", "--profile", "ghost"]) == EXIT_ERROR
+    assert capsys.readouterr().err == "reverie: no profile named 'ghost'\n"
+    # A profile the store holds, without the memory: the memory is what is missing.
+    assert main(["get", "t1", "--profile", "other"]) == EXIT_ERROR
+    assert capsys.readouterr().err == "reverie: no memory with id 't1'\n"
 
 
 def test_get_recall_export_and_blocks(

@@ -226,6 +226,28 @@ def test_auto_approve_and_dry_runs_never_pause(faded: Store, pauses) -> None:
 
 
 @pytest.mark.usefixtures("prefect_api")
+def test_a_dry_run_says_when_the_real_run_waits_for_approval(
+    faded: Store, pauses, capsys: pytest.CaptureFixture[str]
+) -> None:
+    never = pauses()
+    args = ["run", "forget", "--profile", "mia", "--as-of", AS_OF.isoformat(), "--dry-run",
+            "--delete-below", "1"]
+    assert main(args) == EXIT_OK
+    assert capsys.readouterr().out.splitlines()[-1].endswith(
+        "(dry run: nothing written); a real run waits for an operator's approval before "
+        "deleting 2 memories")
+    # Approved up front, archiving only, or nothing to delete: the real run does not wait.
+    assert main([*args, "--approve-deletion"]) == EXIT_OK
+    assert capsys.readouterr().out.splitlines()[-1].endswith("(dry run: nothing written)")
+    assert forget(profile="mia", as_of=AS_OF, archive_threshold=1.0,
+                  dry_run=True).waits_for is None
+    guarded = ConsolidationConfig(forget=ForgetConfig(
+        delete_threshold=1.0, protected_kinds=("semantic",)))
+    assert forget(profile="mia", as_of=AS_OF, config=guarded, dry_run=True).waits_for is None
+    assert never.asked == [] and hot_ids(faded) == {"old-1", "old-2", "keep"}
+
+
+@pytest.mark.usefixtures("prefect_api")
 def test_an_approved_run_deletes_what_it_listed(faded: Store, pauses) -> None:
     asked = pauses(DeletionApproval(approve=True, reason="checked"))
     report = forget(profile="mia", as_of=AS_OF, delete_threshold=1.0,

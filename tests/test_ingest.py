@@ -92,6 +92,31 @@ def test_bad_line_is_named_and_good_lines_are_stored(
     assert len(in_read(store, "alice", memories_repo.memories)) == 2
 
 
+@pytest.mark.parametrize(
+    ("cut", "message"),
+    [
+        ('{"profile": "alice", "content": "hel', "Unterminated string starting at column 33"),
+        ('{"profile": "alice", "content": "hello"', "Expecting ',' delimiter at column 40"),
+        ('{"profile": "alice", "content": "hello", ',
+         "Expecting property name enclosed in double quotes at column 42"),
+    ],
+)
+@pytest.mark.parametrize("ending", ["\n", "\r\n"])
+def test_a_line_cut_short_is_reported_at_its_own_line_and_column(
+    store: Store, tmp_path: Path, cut: str, message: str, ending: str
+) -> None:
+    # Cut short in the middle of the file and at its very end (no line ending there):
+    # the line's ending once made json report "column 1" of a line after it.
+    path = tmp_path / "in.jsonl"
+    path.write_text(f"{json.dumps(GOOD)}{ending}{cut}{ending}"
+                    f"{json.dumps({**GOOD, 'content': 'Alice walks'})}{ending}{cut}",
+                    encoding="utf-8", newline="")
+    report = ingest_file(store, path)
+    assert report.stored == 2
+    assert [str(e) for e in report.errors] == [
+        f"line 2: is not valid JSON: {message}", f"line 4: is not valid JSON: {message}"]
+
+
 def test_a_megabyte_of_text_is_refused_by_length(store: Store, tmp_path: Path) -> None:
     path = write_jsonl(tmp_path / "in.jsonl", [{**GOOD, "content": "x" * 1_048_576}, GOOD])
     report = ingest_file(store, path)

@@ -22,12 +22,13 @@ from reverie.engines.ranking import (
     tiers_for,
 )
 from reverie.models.config import RECALL_DEFAULT
-from reverie.models.errors import NotFoundError
+from reverie.models.errors import InputError, NotFoundError
 from reverie.models.records import MemoryView
 from reverie.models.repositories.memories import outline, record_access, snapshot
 from reverie.models.repositories.profiles import write_seq
 from reverie.models.store import Store
 from reverie.models.tables import Tier
+from reverie.models.text import has_visible_text
 from reverie.models.timestamps import utcnow
 
 
@@ -49,6 +50,9 @@ def recall(
 ) -> list[Hit]:
     """The ``k`` memories most like ``query``. With ``cache``, the profile's candidates
     come from it while the profile is unchanged; the hits are the same either way."""
+    if not has_visible_text(query):
+        # Embedded, an empty query answers with whatever lies nearest to nothing.
+        raise InputError("the query shows no text: give the words to look for")
     vector = embedder_for(store.settings).encode([query]) if k > 0 else None
     # One snapshot: the profile's write count, its outline (ids and vectors) ranked,
     # then whole memories read only for what the hits show (building 10k of them took a

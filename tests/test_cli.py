@@ -403,6 +403,17 @@ def test_ids_and_profiles_are_found_in_either_unicode_form(
     assert "already undone" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("query", ["", "   ", "\u200b \ufeff"])
+def test_recall_of_a_blank_query_is_refused(
+    sample_store: Store, query: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Embedded, a blank query was answered with whatever lay nearest to nothing."""
+    assert main(["recall", query, "--profile", "raj"]) == EXIT_ERROR
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == "reverie: the query shows no text: give the words to look for\n"
+
+
 @pytest.mark.usefixtures("prefect_api")
 def test_recall_shows_a_summary_by_the_member_that_matched_whole_and_dated(
     sample_store: Store, capsys: pytest.CaptureFixture[str]

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import string
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -409,18 +410,10 @@ def build(profiles: int, start: datetime) -> tuple[dict[str, list[dict[str, Any]
             rows.append({"id": f"distractor-{d}", "content": text, "kind": "semantic",
                          "created_at": at.isoformat()})
             distractors.append((profile, question, value))
-        for d, pair in enumerate(DIFFERENT_THINGS):
-            for i, (text, question, value) in enumerate(pair):
-                at = start + timedelta(days=40 * i + 7 * d + p + 2)
-                rows.append({"id": f"different-{d}-{i}", "content": text, "kind": "semantic",
-                             "created_at": at.isoformat()})
-                distractors.append((profile, question, value))
-        for d, pair in enumerate(ADDED):
-            for i, (text, question, value) in enumerate(pair):
-                at = start + timedelta(days=30 * i + 5 * d + p + 4)
-                rows.append({"id": f"added-{d}-{i}", "content": text, "kind": "semantic",
-                             "created_at": at.isoformat()})
-                added.append((profile, question, value))
+        # The second of a pair a month or more after the first.
+        distractors += _pair_rows(DIFFERENT_THINGS, "different", 40, 7, p + 2, start, rows,
+                                  profile)
+        added += _pair_rows(ADDED, "added", 30, 5, p + 4, start, rows, profile)
         for g, gap in enumerate(GAPS):
             ids = []
             first, then = gap.values[::-1] if gap.reverse else gap.values
@@ -441,6 +434,21 @@ def build(profiles: int, start: datetime) -> tuple[dict[str, list[dict[str, Any]
             kept.append((profile, *gap.kept))
         records[profile] = rows
     return records, chains, distractors, kept, added
+
+
+def _pair_rows(pairs: Sequence[tuple[tuple[str, str, str], tuple[str, str, str]]], name: str,
+               apart: int, between: int, offset: int, start: datetime,
+               rows: list[dict[str, Any]], profile: str) -> list[Question]:
+    """Rows of ``pairs`` (added to ``rows``): the second of each ``apart`` days after
+    the first, each pair ``between`` days after the last; and their questions."""
+    questions = []
+    for d, pair in enumerate(pairs):
+        for i, (text, question, value) in enumerate(pair):
+            at = start + timedelta(days=apart * i + between * d + offset)
+            rows.append({"id": f"{name}-{d}-{i}", "content": text, "kind": "semantic",
+                         "created_at": at.isoformat()})
+            questions.append((profile, question, value))
+    return questions
 
 
 # Fact kinds of the reverse chains: another thing than the plain chains' (one fact of a

@@ -390,20 +390,22 @@ def read_jsonl(path: Path) -> Iterator[tuple[str, object | RecordError]]:
     with path.open("rb") as handle:
         for number, raw in enumerate(handle, start=1):
             where = f"line {number}"
-            if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
-                raw = raw[3:]
-            line = decode_utf8(raw, where)
+            bom = 3 if number == 1 and raw.startswith(b"\xef\xbb\xbf") else 0
+            line = decode_utf8(raw[bom:], where, bom)
             if isinstance(line, RecordError):
                 yield where, line
             elif line.strip():
                 yield where, decode_json(line, where)
 
 
-def decode_utf8(raw: bytes, where: str) -> str | RecordError:
+def decode_utf8(raw: bytes, where: str, skipped: int = 0) -> str | RecordError:
+    """``raw`` as text, or the RecordError naming its first bad byte as an editor counts
+    columns (from 1, ``skipped`` bytes before ``raw`` on its line)."""
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        return RecordError(where, None, f"is not valid UTF-8 (byte {exc.start})")
+        return RecordError(where, None,
+                           f"is not valid UTF-8 at byte {skipped + exc.start + 1}")
 
 
 def decode_json(line: str, where: str) -> object | RecordError:

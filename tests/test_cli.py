@@ -73,7 +73,13 @@ def test_ingest_of_an_unreadable_or_non_utf8_file_is_one_line_each(
     latin1.write_bytes('{"content": "café"}\n{"content": "tea"}\n'.encode("latin-1"))
     assert main(["ingest", str(latin1), "--profile", "ana"]) == EXIT_REJECTED
     out, err = capsys.readouterr()
-    assert err == f"{latin1}: line 1: is not valid UTF-8 (byte 16)\n" and "stored 1" in out
+    # Counted as an editor counts columns: the "é" is the 17th character of its line,
+    # after a byte-order mark too.
+    assert err == f"{latin1}: line 1: is not valid UTF-8 at byte 17\n" and "stored 1" in out
+    marked = tmp_path / "marked.jsonl"
+    marked.write_bytes(b"\xef\xbb\xbf" + '{"content": "café"}\n'.encode("latin-1"))
+    assert main(["ingest", str(marked), "--profile", "ana"]) == EXIT_REJECTED
+    assert capsys.readouterr().err == f"{marked}: line 1: is not valid UTF-8 at byte 20\n"
     # The suite may run as root, who reads any file: the permission is what is refused.
     access = os.access
     monkeypatch.setattr(os, "access", lambda path, mode, *a, **k: (

@@ -24,8 +24,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from datetime import datetime
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
+from pydantic import Strict
 from sqlalchemy import select
 from sqlmodel import col
 
@@ -55,6 +56,12 @@ MODES = {**{name: name for name in FLOWS if name not in NEEDS_APPROVAL}, "sleep"
          **ALIASES}
 # Members from the catalog: mypy cannot list them (the ignore).
 Mode = StrEnum("Mode", {name: name for name in MODES})  # type: ignore[misc]
+# Numbers and flags as both servers declare them: as JSON types them (pydantic's lax
+# mode took "3" for 3 and 0 for false). An HTTP query string's stay lax: there every
+# value is a string.
+Int = Annotated[int, Strict()]
+Bool = Annotated[bool, Strict()]
+Number = Annotated[float, Strict()]  # a JSON integer is a number too
 MAX_PROFILE_CHARS = 128
 MAX_ID_CHARS = 512
 SESSION_INIT_POOL = 50  # memories session_init ranks before it fills the budget
@@ -122,6 +129,12 @@ def _query(store: Store, query: object, field: str = "query") -> str:
     except ValueError as exc:
         raise field_error(field, str(exc)) from None
     return query
+
+
+def _flag(value: object, field: str) -> bool:
+    if not isinstance(value, bool):  # 0 or "no" would read as false, "false" as true
+        raise field_error(field, "must be true or false")
+    return value
 
 
 def _count(value: object, field: str, low: int, high: int) -> int:
@@ -315,11 +328,11 @@ def recall(
     name = _allowed(store, who, profile, must_exist=False)
     text = _query(store, query)
     most = _count(k, "k", 1, store.settings.api_max_k)
+    deep, track = _flag(deep, "deep"), _flag(track, "track")
     try:
         # Whether the profile exists is read in recall's own snapshot: a call reads
         # one small row before the vectors, not the list of every profile.
-        hits = recall_memories(store, name, text, most, bool(deep), bool(track),
-                               cache=cache)
+        hits = recall_memories(store, name, text, most, deep, track, cache=cache)
     except NotFoundError:
         if _new(store, who, name):
             return {"profile": name, "hits": []}
@@ -487,6 +500,7 @@ def consolidate(
     if not isinstance(mode, str) or mode not in MODES:
         raise field_error("mode", f"must be one of {', '.join(MODES)}")
     flow = MODES[mode]
+    dry_run = _flag(dry_run, "dry_run")
     extra: dict[str, Any] = {}
     if flow == "cold-notes":
         if scope is not None and scope not in ("all", "session"):

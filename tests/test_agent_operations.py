@@ -128,3 +128,22 @@ def test_a_profile_the_token_names_before_its_first_store_reads_as_empty(
     for operation in (ops.session_end, ops.consolidation_status):
         with pytest.raises(NotFoundError):
             operation(store, admin, "newcomer")
+
+
+def test_flags_and_counts_are_json_types_not_lookalikes(store: Store) -> None:
+    """0, 1 or "false" for a flag and "3" for a count are refused naming the field, as
+    the servers' request models refuse them: 0 read as false made a dry run real."""
+    ana = Principal(frozenset({"ana"}))
+    ops.store_memories(store, ana, "ana", [{"content": "ana drinks green tea"}])
+    for flag, value in (("deep", 0), ("track", "false")):
+        with pytest.raises(RecordError) as caught:
+            ops.recall(store, ana, "ana", "tea", **{flag: value})
+        assert caught.value.field == flag
+    with pytest.raises(RecordError) as caught:
+        ops.recall(store, ana, "ana", "tea", k="3")
+    assert caught.value.field == "k"
+    for value in (0, 1, "true", None):
+        with pytest.raises(RecordError) as caught:
+            ops.consolidate(store, ana, "ana", "lightweight", dry_run=value)
+        assert caught.value.field == "dry_run"
+

@@ -139,6 +139,18 @@ def test_the_admin_token_covers_every_profile_and_unknown_ones_are_not_found(
      {"memories": [{"content": "tea", "profile": "bob"}]}, 422, "profile"),
     ("/v1/profiles/alice/session-init", {"k": "many"}, 422, "k"),
     ("/v1/profiles/alice/undo", {}, 422, "id"),
+    # JSON's types, not lookalikes pydantic's lax mode took ("3" for 3, 0 for false).
+    ("/v1/profiles/alice/recall", {"query": "tea", "k": "3"}, 422, "k"),
+    ("/v1/profiles/alice/recall", {"query": "tea", "k": 3.0}, 422, "k"),
+    ("/v1/profiles/alice/recall", {"query": "tea", "deep": 1}, 422, "deep"),
+    ("/v1/profiles/alice/recall", {"query": "tea", "track": "true"}, 422, "track"),
+    ("/v1/profiles/alice/session-init", {"k": "3"}, 422, "k"),
+    ("/v1/profiles/alice/session-init", {"budget_chars": "100"}, 422, "budget_chars"),
+    ("/v1/profiles/alice/consolidate", {"mode": "lightweight", "dry_run": 0}, 422, "dry_run"),
+    ("/v1/profiles/alice/consolidate", {"use_llm": 1}, 422, "use_llm"),
+    ("/v1/profiles/alice/consolidate", {"mode": "sleep", "min_age_days": "3"}, 422,
+     "min_age_days"),
+    ("/consolidate", {"profile": "alice", "dry_run": "yes"}, 422, "dry_run"),
 ])
 def test_bad_input_is_a_4xx_naming_the_field(
     api: Running, path: str, body: dict[str, Any], status: int, field: str
@@ -146,6 +158,21 @@ def test_bad_input_is_a_4xx_naming_the_field(
     r = call(api, "POST", path, ALICE_TOKEN, body)
     assert r.status_code == status, r.text
     assert r.json()["field"] == field, r.text
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("limit", "status"), [("3", 200), ("3.5", 422), ("abc", 422),
+                                               ("0", 422)])
+def test_a_query_strings_number_is_read_from_its_text(
+    api: Running, limit: str, status: int
+) -> None:
+    """A query string holds text only: "3" is 3, but "3.5" and "abc" are refused."""
+    for path in ("/v1/profiles/alice/consolidate/status?limit=",
+                 "/consolidate/status?profile=alice&limit="):
+        r = call(api, "GET", path + limit, ALICE_TOKEN)
+        assert r.status_code == status, r.text
+        if status == 422:
+            assert r.json()["field"] == "limit", r.text
 
 
 @pytest.mark.slow

@@ -153,6 +153,16 @@ def test_tools_describe_every_argument_and_refuse_bad_ones_naming_the_field(
                 ("recall", {"query": "tea", "k": "several"}, "k"),
                 ("recall", {"query": "tea", "bogus": 1}, "bogus"),
                 ("consolidate", {"mode": "everything"}, "mode"),
+                # JSON's types, not lookalikes ("3" for 3, 0 for false).
+                ("recall", {"query": "tea", "k": "3"}, "k"),
+                ("recall", {"query": "tea", "deep": 0}, "deep"),
+                ("recall", {"query": "tea", "track": "true"}, "track"),
+                ("session_init", {"k": 2.0}, "k"),
+                ("session_init", {"budget_chars": "100"}, "budget_chars"),
+                ("consolidate", {"dry_run": 0}, "dry_run"),
+                ("consolidate", {"mode": "sleep", "min_age_days": "3"}, "min_age_days"),
+                ("consolidate", {"use_llm": 1}, "use_llm"),
+                ("consolidation_status", {"limit": "5"}, "limit"),
             ):
                 text = await refused(session, name, profile="alice", **arguments)
                 assert text.startswith("422 "), text

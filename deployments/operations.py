@@ -39,6 +39,7 @@ from reverie.models.ids import given_id
 from reverie.models.records import MemoryView
 from reverie.models.store import Store
 from reverie.models.tables import Memory, Tier, Tombstone
+from reverie.models.text import has_visible_text
 from reverie.models.timestamps import utcnow
 
 if TYPE_CHECKING:
@@ -121,6 +122,10 @@ def _an_id(text: object, field: str) -> str:
 def _query(store: Store, query: object, field: str = "query") -> str:
     if not isinstance(query, str) or not query.strip():
         raise field_error(field, "must be a non-empty string")
+    if not has_visible_text(query):
+        # Zero-width spaces or a BOM alone: it would be embedded and answered with
+        # whatever lies nearest to nothing.
+        raise field_error(field, "is empty: it has no letter, digit, punctuation or symbol")
     limit = store.settings.max_content_chars
     if len(query) > limit:
         raise field_error(field, f"longer than {limit} characters")

@@ -130,6 +130,20 @@ def test_a_profile_the_token_names_before_its_first_store_reads_as_empty(
             operation(store, admin, "newcomer")
 
 
+@pytest.mark.parametrize("query", ["", "   ", "\u200b", "\u200b \ufeff", "\u2060\u200d"])
+def test_a_blank_query_is_refused_naming_it(store: Store, query: str) -> None:
+    """Only spaces or zero-width characters: nothing to look for (it was embedded and
+    answered with whatever lay nearest). session_init's query may be left out, not
+    given blank."""
+    ana = Principal(frozenset({"ana"}))
+    for call in (lambda: ops.recall(store, ana, "ana", query),
+                 lambda: ops.session_init(store, ana, "ana", query)):
+        with pytest.raises(RecordError) as caught:
+            call()
+        assert caught.value.field == "query"
+    assert ops.session_init(store, ana, "ana")["memories"] == []
+
+
 def test_flags_and_counts_are_json_types_not_lookalikes(store: Store) -> None:
     """0, 1 or "false" for a flag and "3" for a count are refused naming the field, as
     the servers' request models refuse them: 0 read as false made a dry run real."""

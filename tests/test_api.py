@@ -151,6 +151,10 @@ def test_the_admin_token_covers_every_profile_and_unknown_ones_are_not_found(
     ("/v1/profiles/alice/consolidate", {"mode": "sleep", "min_age_days": "3"}, 422,
      "min_age_days"),
     ("/consolidate", {"profile": "alice", "dry_run": "yes"}, 422, "dry_run"),
+    # Only spaces or zero-width characters: nothing to look for.
+    ("/v1/profiles/alice/recall", {"query": "\u200b"}, 422, "query"),
+    ("/v1/profiles/alice/recall", {"query": "\u200b \ufeff"}, 422, "query"),
+    ("/v1/profiles/alice/session-init", {"query": " \u2060 "}, 422, "query"),
 ])
 def test_bad_input_is_a_4xx_naming_the_field(
     api: Running, path: str, body: dict[str, Any], status: int, field: str

@@ -163,6 +163,9 @@ def test_tools_describe_every_argument_and_refuse_bad_ones_naming_the_field(
                 ("consolidate", {"mode": "sleep", "min_age_days": "3"}, "min_age_days"),
                 ("consolidate", {"use_llm": 1}, "use_llm"),
                 ("consolidation_status", {"limit": "5"}, "limit"),
+                # Only spaces or zero-width characters: nothing to look for.
+                ("recall", {"query": "\u200b \ufeff"}, "query"),
+                ("session_init", {"query": "\u2060"}, "query"),
             ):
                 text = await refused(session, name, profile="alice", **arguments)
                 assert text.startswith("422 "), text

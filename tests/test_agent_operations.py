@@ -3,6 +3,7 @@ parsing, and the events stores and recalls queue (the idle trigger's activity)."
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -160,4 +161,36 @@ def test_flags_and_counts_are_json_types_not_lookalikes(store: Store) -> None:
         with pytest.raises(RecordError) as caught:
             ops.consolidate(store, ana, "ana", "lightweight", dry_run=value)
         assert caught.value.field == "dry_run"
+
+
+
+@pytest.mark.store_independent("token parsing touches no store")
+@pytest.mark.parametrize(("listed", "shown", "why"), [
+    ("p" * 129, "p" * 40 + "...", "longer than 128 characters"),
+    ("al\x00ice", "al\\x00ice", "contains a NUL character"),
+    (" ", " ", "must not be empty"),
+])
+def test_a_token_for_a_profile_no_call_could_name_is_refused_at_start(
+    listed: str, shown: str, why: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Said once, naming the setting (or Secret block) and the profile, never the
+    token: not accepted silently, to be a 422 on every call."""
+    from reverie.deployments import auth
+
+    text = json.dumps({TOKEN: ["ana", listed]})
+    with pytest.raises(ConfigError) as caught:
+        load_tokens(Settings(api_tokens=text))
+    message = str(caught.value)
+    assert message.startswith(f"REVERIE_API_TOKENS: token 1: profile '{shown}': {why}")
+    assert TOKEN not in message
+    monkeypatch.setattr(auth, "_secret_block", lambda name: text)
+    with pytest.raises(ConfigError) as caught:
+        load_tokens(Settings(api_tokens_block="agents-tokens"))
+    assert "REVERIE_API_TOKENS_BLOCK (the Prefect Secret block 'agents-tokens')" in str(
+        caught.value) and TOKEN not in str(caught.value)
+    # The other format, the same check; an empty place between commas is no name.
+    if listed.strip():
+        with pytest.raises(ConfigError, match=why):
+            parse_tokens(f"{TOKEN}:ana,{listed}", "REVERIE_API_TOKENS")
+    assert parse_tokens(f"{TOKEN}:ana,,bo,", "t") == {TOKEN: frozenset({"ana", "bo"})}
 

@@ -22,7 +22,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
-from datetime import datetime
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -38,7 +38,7 @@ from reverie.models.errors import NotFoundError, RecordError
 from reverie.models.ids import given_id
 from reverie.models.records import MemoryView
 from reverie.models.store import Store
-from reverie.models.tables import Memory, Tier, Tombstone
+from reverie.models.tables import Memory, RunRecord, Tier, Tombstone
 from reverie.models.text import has_visible_text
 from reverie.models.timestamps import utcnow
 
@@ -153,7 +153,7 @@ def _count(value: object, field: str, low: int, high: int) -> int:
 
 def _plain(value: Any) -> Any:
     if isinstance(value, datetime):
-        return value.isoformat()
+        return _utc_iso(value)
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, dict):
@@ -161,6 +161,14 @@ def _plain(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_plain(v) for v in value]
     return value
+
+
+def _utc_iso(value: datetime) -> str:
+    """``value`` in ISO 8601 with its offset, +00:00: the store's times are naive UTC,
+    and a client reading a time without an offset takes it as its own local time."""
+    if value.tzinfo is None:
+        return value.replace(tzinfo=UTC).isoformat()
+    return value.astimezone(UTC).isoformat()
 
 
 def memory_data(m: Any) -> dict[str, Any]:
@@ -467,26 +475,31 @@ def consolidation_status(
     """AutoMem's status for the profile: the last run of each flow, the scheduled runs
     that cover it, and the history. A profile the token names that the store does not
     hold yet has none."""
-    from reverie.deployments.status import Status, as_json, collect, covers, scheduled_runs
+    from reverie.deployments.status import Status, collect, covers, scheduled_runs
 
     name = _allowed(store, who, profile, must_exist=False)
     most = _count(limit, "limit", 1, 1000)
     status = Status(next_runs=scheduled_runs()) if _new(store, who, name) else collect(
         store, name, most)
-    data = as_json(status)
-    last = data["last"].get(name, {})
+
+    # Not ``status.as_json``: ``reverie status --json`` writes its times as the store
+    # keeps them, without an offset.
+    def run(r: RunRecord) -> dict[str, Any]:
+        return _plain(r.model_dump(exclude={"id"}))
+
+    last = {flow: run(r) for flow, r in status.last.get(name, {}).items()}
     return {
         "profile": name,
-        "last": {flow: run.get("finished_at") for flow, run in last.items()},
+        "last": {flow: r.get("finished_at") for flow, r in last.items()},
         "last_runs": last,
         # Only the runs that cover this profile, each said of it alone: a schedule's
         # selector may name profiles the token does not cover.
         "next": None if status.next_runs is None else {
-            flow: [{"at": when.isoformat(), "profile": None if selector is None else name}
+            flow: [{"at": _utc_iso(when), "profile": None if selector is None else name}
                    for when, selector in runs if covers(selector, name)]
             for flow, runs in status.next_runs.items()
         },
-        "history": data["history"],
+        "history": [run(r) for r in status.history],
     }
 
 
@@ -541,8 +554,11 @@ def consolidate(
 
         _local_api_if_none()
         report = run_flow(flow, name, None, True, config, **extra)
+        preview = _plain(asdict(report))
+        if report.as_of:  # the report's text of the store's naive UTC
+            preview["as_of"] = _utc_iso(datetime.fromisoformat(report.as_of))
         return {"profile": name, "mode": mode, "dry_run": True,
-                "changed": report.changed(), "preview": _plain(asdict(report))}
+                "changed": report.changed(), "preview": preview}
     parameters: dict[str, Any] = {"profile": name, "as_of": None, "dry_run": False, **extra}
     if config is not None:
         parameters["config"] = config.model_dump(mode="json")

@@ -121,9 +121,9 @@ def test_a_profile_the_token_names_before_its_first_store_reads_as_empty(
     assert said["last"] == {} and said["history"] == []
     # Only the runs that cover the profile, none naming another.
     assert said["next"] == {"decay": [
-        {"at": at.isoformat(), "profile": None},
-        {"at": at.isoformat(), "profile": "newcomer"},
-        {"at": at.isoformat(), "profile": "newcomer"}]}
+        {"at": "2026-01-01T03:00:00+00:00", "profile": None},
+        {"at": "2026-01-01T03:00:00+00:00", "profile": "newcomer"},
+        {"at": "2026-01-01T03:00:00+00:00", "profile": "newcomer"}]}
     assert not store.has_profile("newcomer")  # reading wrote nothing
     admin = Principal(frozenset(), admin=True)
     for operation in (ops.session_end, ops.consolidation_status):
@@ -193,4 +193,38 @@ def test_a_token_for_a_profile_no_call_could_name_is_refused_at_start(
         with pytest.raises(ConfigError, match=why):
             parse_tokens(f"{TOKEN}:ana,{listed}", "REVERIE_API_TOKENS")
     assert parse_tokens(f"{TOKEN}:ana,,bo,", "t") == {TOKEN: frozenset({"ana", "bo"})}
+
+
+
+def test_times_in_answers_carry_their_utc_offset(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store keeps naive UTC; an answer without an offset reads as the client's local
+    time. ``reverie status --json`` (status.as_json) keeps its own form."""
+    from datetime import datetime
+
+    from reverie.deployments import status
+    from reverie.models.tables import RunRecord
+
+    from factories import record_runs
+
+    ana = Principal(frozenset({"ana"}))
+    ops.store_memories(store, ana, "ana", [{"id": "a1", "content": "ana drinks green tea",
+                                            "created_at": "2026-03-01T09:30:00+02:00"}])
+    got = ops.get(store, ana, "ana", "a1")
+    assert got["created_at"] == "2026-03-01T07:30:00+00:00"
+    assert got["last_accessed_at"] is None
+    when = datetime(2026, 3, 2, 4)
+    record_runs(store, [RunRecord(profile_id="ana", flow="decay", as_of=when,
+                                  started_at=when, finished_at=when)])
+    monkeypatch.setattr(status, "scheduled_runs", lambda: {"decay": [(when, None)]})
+    said = ops.consolidation_status(store, ana, "ana")
+    assert said["last"] == {"decay": "2026-03-02T04:00:00+00:00"}
+    assert said["history"][0]["as_of"] == said["next"]["decay"][0]["at"] == (
+        "2026-03-02T04:00:00+00:00")
+    assert said["last_runs"]["decay"]["started_at"] == "2026-03-02T04:00:00+00:00"
+    assert "id" not in said["history"][0]
+    # The CLI's JSON is unchanged.
+    assert status.as_json(status.collect(store, "ana"))["history"][0]["as_of"] == (
+        "2026-03-02T04:00:00")
 

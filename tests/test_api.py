@@ -5,6 +5,7 @@ fuzz of /openapi.json finds no 5xx; the log holds no memory content."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -261,6 +262,43 @@ def test_the_log_holds_no_memory_content_and_no_token(api: Running) -> None:
     assert SECRET not in log
     for token in (ALICE_TOKEN, BOB_TOKEN, ADMIN_TOKEN, WRONG_TOKEN):
         assert token not in log
+
+
+def _times(value: Any) -> list[str]:
+    """Every string of an answer that reads as a date and time."""
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in _times(v)]
+    if isinstance(value, list):
+        return [t for v in value for t in _times(v)]
+    dated = isinstance(value, str) and re.match(r"\d{4}-\d\d-\d\dT\d\d:", value)
+    return [value] if dated else []
+
+
+@pytest.mark.slow
+def test_every_time_in_an_answer_carries_its_utc_offset(api: Running) -> None:
+    """The store keeps naive UTC; without an offset a client reads its own local time."""
+    stored = call(api, "POST", "/v1/profiles/bob-2/memories", BOB_TOKEN, {"memories": [
+        {"id": "bob-dated", "content": "bob moved to Lyon",
+         "created_at": "2026-03-01T09:30:00+02:00", "valid_from": "2026-03-01",
+         "valid_until": "2027-03-01T00:00:00Z"}]})
+    assert stored.status_code == 200, stored.text
+    got = call(api, "GET", "/v1/profiles/bob-2/memories/bob-dated", BOB_TOKEN).json()
+    assert got["created_at"] == "2026-03-01T07:30:00+00:00"
+    assert got["valid_until"] == "2027-03-01T00:00:00+00:00"
+    answers = [got]
+    for method, path, body in (
+        ("POST", "/v1/profiles/bob-2/recall", {"query": "where did bob move", "k": 3}),
+        ("POST", "/v1/profiles/bob-2/session-init", {"query": "Lyon"}),
+        ("POST", "/v1/profiles/bob-2/session-init", {}),
+        ("POST", "/v1/profiles/bob-2/consolidate", {"mode": "lightweight", "dry_run": True}),
+        ("GET", "/v1/profiles/bob-2/consolidate/status", None),
+    ):
+        r = call(api, method, path, BOB_TOKEN, body)
+        assert r.status_code == 200, r.text
+        answers.append(r.json())
+    times = _times(answers)
+    assert len(times) >= 8, times
+    assert [t for t in times if not t.endswith("+00:00")] == [], times
 
 
 @pytest.mark.slow

@@ -29,7 +29,7 @@ from starlette.types import Message, Receive, Scope, Send
 from reverie.deployments import operations as ops
 from reverie.deployments.api_errors import body_of, status_of
 from reverie.deployments.auth import Principal, Tokens, UnauthorizedError
-from reverie.deployments.operations import Bool, Int, Number
+from reverie.deployments.operations import Bool, Int, ModeName, Number
 from reverie.models.errors import ReverieError
 from reverie.models.settings import get_settings
 from reverie.models.store import Store
@@ -74,7 +74,7 @@ class RecallBody(_Body):
 
 
 class ConsolidateBody(_Body):
-    mode: ops.Mode = ops.Mode("full")
+    mode: ModeName = "full"
     dry_run: Bool = False
     scope: Literal["all", "session"] | None = None
     min_age_days: Annotated[Number, Field(ge=0, le=36_500)] | None = None
@@ -86,7 +86,7 @@ class AutoMemConsolidate(ConsolidateBody):
     """AutoMem's ``POST /consolidate``: the profile in the body; ``task`` names a mode."""
 
     profile: Name
-    task: ops.Mode | None = None
+    task: ModeName | None = None
 
 
 class SessionEnd(_Body):

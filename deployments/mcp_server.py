@@ -22,15 +22,13 @@ from pydantic import Field, ValidationError
 from reverie.deployments import operations as ops
 from reverie.deployments.api_errors import body_of, status_of
 from reverie.deployments.auth import Principal, Tokens
-from reverie.deployments.operations import Bool, Int, Mode, Number
+from reverie.deployments.operations import Bool, Int, ModeName, Number
 from reverie.models.errors import ReverieError
 from reverie.models.settings import get_settings
 from reverie.models.store import Store
 
 if TYPE_CHECKING:
     from reverie.engines.ranking import RecallCache
-
-FULL = Mode("full")  # the default mode, made once
 
 Profile = Annotated[str, Field(description="The memory owner (one profile).",
                                min_length=1, max_length=ops.MAX_PROFILE_CHARS)]
@@ -161,7 +159,7 @@ def build_mcp(open_store: Callable[[], Store], tokens: Tokens, stdio: bool = Fal
     @tool
     def consolidate(
         profile: Profile, ctx: Context,
-        mode: Annotated[Mode, Field(description=MODE)] = FULL,
+        mode: Annotated[ModeName, Field(description=MODE)] = "full",
         dry_run: Annotated[Bool, Field(description=DRY_RUN)] = False,
         scope: Annotated[Literal["all", "session"] | None, Field(description=SCOPE)] = None,
         min_age_days: Annotated[Number | None, Field(description=MIN_AGE)] = None,

@@ -26,7 +26,8 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import TYPE_CHECKING, Annotated, Any
 
-from pydantic import Strict
+from pydantic import AfterValidator, Strict, TypeAdapter, WithJsonSchema
+from pydantic_core import PydanticCustomError
 from sqlalchemy import select
 from sqlmodel import col
 
@@ -51,18 +52,32 @@ log = logging.getLogger(__name__)
 # consolidate's modes: every flow of the catalog by its short name (SuperLocalMemory's
 # full and lightweight runs, linksee's cold consolidation, also called "sleep", AutoMem's
 # tasks), less those that delete or expire, which wait for an operator's approval.
-# The old names (ALIASES) stay modes for one release.
+# The old names (ALIASES) are still taken for one release, but not advertised: an agent
+# that reads the modes (OpenAPI, the MCP tool) learns the current ones only.
 NEEDS_APPROVAL = ("forget", "cold-tier")
-MODES = {**{name: name for name in FLOWS if name not in NEEDS_APPROVAL}, "sleep": "cold-notes",
-         **ALIASES}
+MODES = {**{name: name for name in FLOWS if name not in NEEDS_APPROVAL}, "sleep": "cold-notes"}
 # Members from the catalog: mypy cannot list them (the ignore).
 Mode = StrEnum("Mode", {name: name for name in MODES})  # type: ignore[misc]
+
+
+def _a_mode(text: str) -> str:
+    if text not in MODES.keys() | ALIASES.keys():
+        raise PydanticCustomError("enum", "Input should be one of {expected}",
+                                  {"expected": ", ".join(MODES)})
+    return text
+
+
 # Numbers and flags as both servers declare them: as JSON types them (pydantic's lax
 # mode took "3" for 3 and 0 for false). An HTTP query string's stay lax: there every
 # value is a string.
 Int = Annotated[int, Strict()]
 Bool = Annotated[bool, Strict()]
 Number = Annotated[float, Strict()]  # a JSON integer is a number too
+# A mode as the servers declare it: described as its current names (``Mode``), an old one
+# still taken. Checked in the request, so that a refusal names the field it came in (an
+# AutoMem call's ``task``); ``consolidate`` checks it again for a Python caller.
+ModeName = Annotated[str, AfterValidator(_a_mode), WithJsonSchema(
+    TypeAdapter(Mode).json_schema())]
 MAX_PROFILE_CHARS = 128
 MAX_ID_CHARS = 512
 SESSION_INIT_POOL = 50  # memories session_init ranks before it fills the budget
@@ -515,10 +530,13 @@ def consolidate(
     name = _allowed(store, who, profile)
     if isinstance(mode, StrEnum):
         mode = mode.value
-    if not isinstance(mode, str) or mode not in MODES:
+    if not isinstance(mode, str) or mode not in MODES.keys() | ALIASES.keys():
         raise field_error("mode", f"must be one of {', '.join(MODES)}")
-    flow = MODES[mode]
+    flow = MODES[ALIASES.get(mode, mode)]
     dry_run = _flag(dry_run, "dry_run")
+    # An old name still runs, and says so: an agent's log shows what to change.
+    note = {"deprecated": f"mode {mode!r} is the old name of {ALIASES[mode]!r}, accepted "
+                          "until the next release"} if mode in ALIASES else {}
     extra: dict[str, Any] = {}
     if flow == "cold-notes":
         if scope is not None and scope not in ("all", "session"):
@@ -557,12 +575,13 @@ def consolidate(
         preview = _plain(asdict(report))
         if report.as_of:  # the report's text of the store's naive UTC
             preview["as_of"] = _utc_iso(datetime.fromisoformat(report.as_of))
-        return {"profile": name, "mode": mode, "dry_run": True,
+        return {"profile": name, "mode": mode, "dry_run": True, **note,
                 "changed": report.changed(), "preview": preview}
     parameters: dict[str, Any] = {"profile": name, "as_of": None, "dry_run": False, **extra}
     if config is not None:
         parameters["config"] = config.model_dump(mode="json")
-    return {"profile": name, "mode": mode, "dry_run": False, **launch(flow, parameters)}
+    return {"profile": name, "mode": mode, "dry_run": False, **note,
+            **launch(flow, parameters)}
 
 
 # --- starting runs ------------------------------------------------------------------------

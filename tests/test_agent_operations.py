@@ -196,6 +196,24 @@ def test_a_token_for_a_profile_no_call_could_name_is_refused_at_start(
 
 
 
+@pytest.mark.store_independent("the modes are the catalog's")
+def test_old_mode_names_are_taken_but_not_offered() -> None:
+    from pydantic import TypeAdapter, ValidationError
+
+    from reverie.flows.catalog import ALIASES
+
+    described = TypeAdapter(ops.ModeName).json_schema()
+    assert set(described["enum"]) == set(ops.MODES)
+    assert not set(ALIASES) & set(described["enum"])
+    for old, new in ALIASES.items():
+        assert TypeAdapter(ops.ModeName).validate_python(old) == old
+        assert ops.MODES[new]
+    with pytest.raises(ValidationError) as caught:
+        TypeAdapter(ops.ModeName).validate_python("colder")
+    assert not set(ALIASES) & set(caught.value.errors()[0]["msg"].split(", "))
+
+
+
 def test_times_in_answers_carry_their_utc_offset(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -21,6 +21,7 @@ from agent_server import (
     Running,
     api_server,
     bearer,
+    offered_names,
     reverie,
 )
 
@@ -151,6 +152,7 @@ def test_the_admin_token_covers_every_profile_and_unknown_ones_are_not_found(
     ("/v1/profiles/alice/consolidate", {"use_llm": 1}, 422, "use_llm"),
     ("/v1/profiles/alice/consolidate", {"mode": "sleep", "min_age_days": "3"}, 422,
      "min_age_days"),
+    ("/consolidate", {"profile": "alice", "task": "colder"}, 422, "task"),
     ("/consolidate", {"profile": "alice", "dry_run": "yes"}, 422, "dry_run"),
     # Only spaces or zero-width characters: nothing to look for.
     ("/v1/profiles/alice/recall", {"query": "\u200b"}, 422, "query"),
@@ -299,6 +301,30 @@ def test_every_time_in_an_answer_carries_its_utc_offset(api: Running) -> None:
     times = _times(answers)
     assert len(times) >= 8, times
     assert [t for t in times if not t.endswith("+00:00")] == [], times
+
+
+@pytest.mark.slow
+def test_old_mode_names_are_taken_but_no_longer_offered(api: Running) -> None:
+    """The description lists the current modes only (an agent reading it learns those);
+    an old name (ALIASES) still runs for one release, and its answer says so."""
+    from reverie.flows.catalog import ALIASES
+
+    described = httpx.get(f"{api.url}/openapi.json", timeout=60).json()
+    schemas = described["components"]["schemas"]
+    offered = [offered_names(schemas["ConsolidateBody"]["properties"]["mode"], described),
+               offered_names(schemas["AutoMemConsolidate"]["properties"]["task"], described)]
+    for names in offered:
+        assert "cold-notes" in names and "sleep" in names
+        assert not set(ALIASES) & set(names), names
+    for path, body in (("/v1/profiles/alice/consolidate", {"mode": "cold", "dry_run": True}),
+                       ("/consolidate", {"profile": "alice", "task": "cold", "dry_run": True})):
+        r = call(api, "POST", path, ALICE_TOKEN, body)
+        assert r.status_code == 200, r.text
+        assert r.json()["mode"] == "cold"
+        assert "old name of 'cold-notes'" in r.json()["deprecated"]
+    current = call(api, "POST", "/v1/profiles/alice/consolidate", ALICE_TOKEN,
+                   {"mode": "cold-notes", "dry_run": True}).json()
+    assert "deprecated" not in current
 
 
 @pytest.mark.slow

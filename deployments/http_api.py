@@ -202,6 +202,8 @@ def build_app(tokens: Tokens, open_store: Callable[[], Store] = Store,
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        # In each server process: each points itself at the local server it makes runs on.
+        ops.start_local_api()
         async with mcp.session_manager.run():
             yield
 

@@ -658,6 +658,32 @@ def _local_api_if_none() -> None:
         use_local_api()
 
 
+def start_local_api() -> threading.Thread | None:
+    """For a server process (``reverie api``, ``reverie mcp`` over HTTP) starting with no
+    Prefect API configured: bring the shared local Prefect server up in the background,
+    so that the first real consolidate, which needs it, waits only for what is left of
+    its start (8 s or more), not all of it. Not with ``REVERIE_LOCAL_SERVER=temporary``:
+    there local commands use no shared server, and one started by a process nobody
+    consolidates through would outlive it (a consolidate still starts one when asked)."""
+    from reverie.models.settings import get_settings
+
+    if get_settings().local_server == "temporary":
+        return None
+
+    def start() -> None:
+        # Whether an operator's API is configured is asked here too: Prefect may need
+        # importing to say, and startup does not wait for it.
+        try:
+            _local_api_if_none()
+        except Exception as exc:  # noqa: BLE001 - a consolidate tries again, and says why
+            log.warning("the local Prefect server did not start: %s: %s",
+                        type(exc).__name__, " ".join(str(exc).split()))
+
+    thread = threading.Thread(target=start, name="reverie-local-api", daemon=True)
+    thread.start()
+    return thread
+
+
 def _run_data(run: Any, deployment: str | None) -> dict[str, Any]:
     return {"run_id": str(run.id), "state": run.state.name if run.state else None,
             "deployment": deployment, "ui_url": ui_link(str(run.id))}
@@ -673,5 +699,5 @@ def ui_link(run_id: str) -> str | None:
 
 __all__: Sequence[str] = (
     "consolidate", "consolidation_status", "get", "launch", "recall", "session_end",
-    "session_init", "store_memories", "undo",
+    "session_init", "start_local_api", "store_memories", "undo",
 )

@@ -4,6 +4,7 @@ parsing, and the events stores and recalls queue (the idle trigger's activity)."
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -163,7 +164,6 @@ def test_flags_and_counts_are_json_types_not_lookalikes(store: Store) -> None:
         assert caught.value.field == "dry_run"
 
 
-
 @pytest.mark.store_independent("token parsing touches no store")
 @pytest.mark.parametrize(("listed", "shown", "why"), [
     ("p" * 129, "p" * 40 + "...", "longer than 128 characters"),
@@ -195,7 +195,6 @@ def test_a_token_for_a_profile_no_call_could_name_is_refused_at_start(
     assert parse_tokens(f"{TOKEN}:ana,,bo,", "t") == {TOKEN: frozenset({"ana", "bo"})}
 
 
-
 @pytest.mark.store_independent("the modes are the catalog's")
 def test_old_mode_names_are_taken_but_not_offered() -> None:
     from pydantic import TypeAdapter, ValidationError
@@ -211,7 +210,6 @@ def test_old_mode_names_are_taken_but_not_offered() -> None:
     with pytest.raises(ValidationError) as caught:
         TypeAdapter(ops.ModeName).validate_python("colder")
     assert not set(ALIASES) & set(caught.value.errors()[0]["msg"].split(", "))
-
 
 
 def test_times_in_answers_carry_their_utc_offset(
@@ -246,3 +244,62 @@ def test_times_in_answers_carry_their_utc_offset(
     assert status.as_json(status.collect(store, "ana"))["history"][0]["as_of"] == (
         "2026-03-02T04:00:00")
 
+
+@pytest.mark.store_independent("no store is read")
+def test_a_server_starts_the_local_prefect_server_in_the_background(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """At a server's start with no Prefect API configured, the shared local server is
+    started without the start waiting for it (8 s and more), so the first consolidate
+    waits only for what is left; not with REVERIE_LOCAL_SERVER=temporary, nor with an
+    operator's API; a failure is one line in the log."""
+    import threading
+    import time
+
+    from reverie.deployments import local_server
+    from reverie.models.errors import ReverieError
+
+    release = threading.Event()
+    calls: list[str] = []
+
+    def starting() -> str:
+        calls.append(os.environ["REVERIE_LOCAL_SERVER"])
+        release.wait(30)
+        return "http://127.0.0.1:9"
+
+    monkeypatch.setattr(local_server, "use_local_api", starting)
+    monkeypatch.setattr(event_delivery, "api_configured", lambda: False)
+    monkeypatch.setenv("REVERIE_LOCAL_SERVER", "shared")
+    began = time.monotonic()
+    thread = ops.start_local_api()
+    assert thread is not None and thread.daemon
+    assert time.monotonic() - began < 1.0
+    deadline = time.monotonic() + 10
+    while not calls and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert calls == ["shared"] and thread.is_alive()  # being started, not waited for
+    release.set()
+    thread.join(10)
+
+    monkeypatch.setenv("REVERIE_LOCAL_SERVER", "temporary")
+    assert ops.start_local_api() is None
+    monkeypatch.setenv("REVERIE_LOCAL_SERVER", "shared")
+    monkeypatch.setattr(event_delivery, "api_configured", lambda: True)
+    monkeypatch.setattr(event_delivery, "pointed_by_us", lambda: False)
+    operator = ops.start_local_api()
+    assert operator is not None
+    operator.join(10)
+    assert calls == ["shared"]
+
+    def failing() -> str:
+        raise ReverieError("the local Prefect server exited with code 1\nwhile starting")
+
+    monkeypatch.setattr(event_delivery, "api_configured", lambda: False)
+    monkeypatch.setattr(local_server, "use_local_api", failing)
+    with caplog.at_level("WARNING", logger=ops.__name__):
+        failed = ops.start_local_api()
+        assert failed is not None
+        failed.join(10)
+    [said] = [r.getMessage() for r in caplog.records if r.name == ops.__name__]
+    assert said == ("the local Prefect server did not start: ReverieError: the local "
+                    "Prefect server exited with code 1 while starting")

@@ -469,3 +469,30 @@ def test_a_missing_secret_block_stops_the_server_with_its_name(tmp_path: Path) -
                           text=True, timeout=120)
     assert done.returncode != 0
     assert "no-such-block" in done.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.store_independent("the local Prefect server is started before any store is read")
+@pytest.mark.parametrize("command", [("api",), ("mcp", "--transport", "http")])
+def test_the_local_prefect_server_is_started_at_once_without_holding_up_the_start(
+    tmp_path: Path, command: tuple[str, ...]
+) -> None:
+    """With no Prefect API configured (and the shared local server, the default), a
+    server process starts the local Prefect server as it starts, so that an agent's
+    first consolidate does not wait 8 s or more for it; the server answers before it is
+    up. The suite's REVERIE_LOCAL_SERVER=temporary starts none (the other tests)."""
+    import time
+
+    from reverie.deployments.local_server import running
+
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    create_store(url)
+    with api_server(url, tmp_path, command=command, REVERIE_LOCAL_SERVER="shared") as up:
+        home = Path(up.env["PREFECT_HOME"])
+        assert running(home) is None  # answering already, the Prefect server not yet
+        deadline = time.monotonic() + 120
+        while "started a local Prefect server" not in up.log_text():
+            assert time.monotonic() < deadline, up.log_text()
+            time.sleep(0.5)
+        server = running(home)
+        assert server is not None and f"at {server.url} " in up.log_text(), up.log_text()

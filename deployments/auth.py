@@ -21,8 +21,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, cast
 
-from reverie.models.errors import ConfigError, ReverieError
-from reverie.models.ids import given_id
+from reverie.models.errors import ConfigError, RecordError, ReverieError
 from reverie.models.settings import Settings
 
 
@@ -101,19 +100,31 @@ def parse_tokens(text: str, where: str) -> dict[str, frozenset[str]]:
             token, sep, listed = part.partition(":")
             if not sep:
                 raise ConfigError(f"{where}: entry {n + 1} is not 'token:profile,profile'")
-            pairs.append((token, listed.split(",")))
+            # Empty between commas (a trailing comma) is no name; a JSON list's "" is.
+            pairs.append((token, [p for p in listed.split(",") if p.strip()]))
     for n, (token, profiles) in enumerate(pairs):
         token = token.strip()
         if len(token) < 16:
             raise ConfigError(f"{where}: token {n + 1} is shorter than 16 characters")
-        try:
-            names = frozenset(given_id(p) for p in profiles if p.strip())
-        except ValueError as exc:
-            raise ConfigError(f"{where}: token {n + 1}: {exc}") from None
+        names = frozenset(_profile(p, where, n + 1) for p in profiles)
         if not names:
             raise ConfigError(f"{where}: token {n + 1} covers no profile")
         out[token] = out.get(token, frozenset()) | names
     return out
+
+
+def _profile(text: str, where: str, n: int) -> str:
+    """A profile a token names, as every call checks it (``operations.profile_name``): a
+    name no call could ever use is a mistake in the configuration, said at start rather
+    than as a 422 on every call."""
+    # Here, not at the top: operations imports this module.
+    from reverie.deployments.operations import profile_name
+
+    try:
+        return profile_name(text)
+    except RecordError as exc:
+        shown = text if len(text) <= 40 else text[:40] + "..."
+        raise ConfigError(f"{where}: token {n}: profile {shown!r}: {exc.message}") from None
 
 
 def load_tokens(settings: Settings) -> Tokens:
@@ -124,8 +135,10 @@ def load_tokens(settings: Settings) -> Tokens:
                                          "REVERIE_API_TOKENS").items():
             entries[token] = Principal(names)
     if settings.api_tokens_block:
+        where = (f"REVERIE_API_TOKENS_BLOCK (the Prefect Secret block "
+                 f"{settings.api_tokens_block!r})")
         for token, names in parse_tokens(_secret_block(settings.api_tokens_block),
-                                         "REVERIE_API_TOKENS_BLOCK").items():
+                                         where).items():
             previous = entries.get(token)
             entries[token] = Principal(names | (previous.profiles if previous else frozenset()))
     if settings.api_admin_token is not None:

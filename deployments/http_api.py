@@ -29,6 +29,7 @@ from starlette.types import Message, Receive, Scope, Send
 from reverie.deployments import operations as ops
 from reverie.deployments.api_errors import body_of, status_of
 from reverie.deployments.auth import Principal, Tokens, UnauthorizedError
+from reverie.deployments.operations import Bool, Int, ModeName, Number
 from reverie.models.errors import ReverieError
 from reverie.models.settings import get_settings
 from reverie.models.store import Store
@@ -56,8 +57,8 @@ _K = "how many memories, at most REVERIE_API_MAX_K (100 unless configured)"
 
 class SessionInit(_Body):
     query: Text | None = None
-    k: Annotated[int, Field(ge=1, le=10_000, description=_K)] = 10
-    budget_chars: Annotated[int, Field(ge=0, le=200_000)] | None = None
+    k: Annotated[Int, Field(ge=1, le=10_000, description=_K)] = 10
+    budget_chars: Annotated[Int, Field(ge=0, le=200_000)] | None = None
 
 
 class StoreBody(_Body):
@@ -67,17 +68,17 @@ class StoreBody(_Body):
 
 class RecallBody(_Body):
     query: Text
-    k: Annotated[int, Field(ge=1, le=10_000, description=_K)] = 5
-    deep: bool = False
-    track: bool = False
+    k: Annotated[Int, Field(ge=1, le=10_000, description=_K)] = 5
+    deep: Bool = False
+    track: Bool = False
 
 
 class ConsolidateBody(_Body):
-    mode: ops.Mode = ops.Mode("full")
-    dry_run: bool = False
+    mode: ModeName = "full"
+    dry_run: Bool = False
     scope: Literal["all", "session"] | None = None
-    min_age_days: Annotated[float, Field(ge=0, le=36_500)] | None = None
-    use_llm: bool | None = None
+    min_age_days: Annotated[Number, Field(ge=0, le=36_500)] | None = None
+    use_llm: Bool | None = None
     session: AnId | None = None
 
 
@@ -85,7 +86,7 @@ class AutoMemConsolidate(ConsolidateBody):
     """AutoMem's ``POST /consolidate``: the profile in the body; ``task`` names a mode."""
 
     profile: Name
-    task: ops.Mode | None = None
+    task: ModeName | None = None
 
 
 class SessionEnd(_Body):
@@ -201,6 +202,8 @@ def build_app(tokens: Tokens, open_store: Callable[[], Store] = Store,
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        # In each server process: each points itself at the local server it makes runs on.
+        ops.start_local_api()
         async with mcp.session_manager.run():
             yield
 

@@ -183,8 +183,10 @@ def _point_prefect_at(api_url: str) -> None:
     # events worker runs in its own, outside any settings context a `with` would open).
     from reverie.runner.event_delivery import pointed_at
 
-    os.environ["PREFECT_API_URL"] = api_url
+    # Ours before it is set: a server's request threads, running meanwhile, must never
+    # take it for an operator's API (with deployments, wanting events).
     pointed_at(api_url)
+    os.environ["PREFECT_API_URL"] = api_url
     # The local server speaks plain HTTP on loopback, so there is no certificate to check;
     # without this each of Prefect's clients (four in a command) still loads the whole CA
     # bundle for one, about 20 ms of CPU each.

@@ -22,15 +22,13 @@ from pydantic import Field, ValidationError
 from reverie.deployments import operations as ops
 from reverie.deployments.api_errors import body_of, status_of
 from reverie.deployments.auth import Principal, Tokens
-from reverie.deployments.operations import Mode
+from reverie.deployments.operations import Bool, Int, ModeName, Number
 from reverie.models.errors import ReverieError
 from reverie.models.settings import get_settings
 from reverie.models.store import Store
 
 if TYPE_CHECKING:
     from reverie.engines.ranking import RecallCache
-
-FULL = Mode("full")  # the default mode, made once
 
 Profile = Annotated[str, Field(description="The memory owner (one profile).",
                                min_length=1, max_length=ops.MAX_PROFILE_CHARS)]
@@ -39,7 +37,7 @@ Profile = Annotated[str, Field(description="The memory owner (one profile).",
 Query = Annotated[str, Field(description="What to look for, in words.")]
 AnId = Annotated[str, Field(description="A Reverie id (m-..., c-...) or your own id.")]
 Session = Annotated[str | None, Field(description="Your id of the session.")]
-Budget = Annotated[int | None, Field(
+Budget = Annotated[Int | None, Field(
     description="Characters of blocks and memories together, 0 to 200000 (default "
                 "REVERIE_API_CONTEXT_CHARS).")]
 Memories = Annotated[list[dict[str, Any]], Field(
@@ -130,7 +128,7 @@ def build_mcp(open_store: Callable[[], Store], tokens: Tokens, stdio: bool = Fal
     @tool
     def session_init(profile: Profile, ctx: Context,
                      query: Annotated[str | None, Field(description=START)] = None,
-                     k: Annotated[int, Field(description=K)] = 10,
+                     k: Annotated[Int, Field(description=K)] = 10,
                      budget_chars: Budget = None) -> dict[str, Any]:
         """Call first, at the start of a session: the Core Memory blocks, then the best
         memories (recalled for the query if given, else the most important) within a
@@ -146,9 +144,9 @@ def build_mcp(open_store: Callable[[], Store], tokens: Tokens, stdio: bool = Fal
 
     @tool
     def recall(profile: Profile, query: Query, ctx: Context,
-               k: Annotated[int, Field(description=K)] = 5,
-               deep: Annotated[bool, Field(description=DEEP)] = False,
-               track: Annotated[bool, Field(description=TRACK)] = False) -> dict[str, Any]:
+               k: Annotated[Int, Field(description=K)] = 5,
+               deep: Annotated[Bool, Field(description=DEEP)] = False,
+               track: Annotated[Bool, Field(description=TRACK)] = False) -> dict[str, Any]:
         """The memories most like the query, best first, each with its day. A summary
         shows the members that matched; get gives it whole."""
         return call(ctx, ops.recall, profile, query, k, deep, track, cache=cache)
@@ -161,11 +159,11 @@ def build_mcp(open_store: Callable[[], Store], tokens: Tokens, stdio: bool = Fal
     @tool
     def consolidate(
         profile: Profile, ctx: Context,
-        mode: Annotated[Mode, Field(description=MODE)] = FULL,
-        dry_run: Annotated[bool, Field(description=DRY_RUN)] = False,
+        mode: Annotated[ModeName, Field(description=MODE)] = "full",
+        dry_run: Annotated[Bool, Field(description=DRY_RUN)] = False,
         scope: Annotated[Literal["all", "session"] | None, Field(description=SCOPE)] = None,
-        min_age_days: Annotated[float | None, Field(description=MIN_AGE)] = None,
-        use_llm: Annotated[bool | None, Field(description=USE_LLM)] = None,
+        min_age_days: Annotated[Number | None, Field(description=MIN_AGE)] = None,
+        use_llm: Annotated[Bool | None, Field(description=USE_LLM)] = None,
         session: Session = None,
     ) -> dict[str, Any]:
         """Consolidate the profile. A dry run answers with the preview at once. A real
@@ -176,7 +174,7 @@ def build_mcp(open_store: Callable[[], Store], tokens: Tokens, stdio: bool = Fal
 
     @tool
     def consolidation_status(profile: Profile, ctx: Context,
-                             limit: Annotated[int, Field(description=LIMIT)] = 20,
+                             limit: Annotated[Int, Field(description=LIMIT)] = 20,
                              ) -> dict[str, Any]:
         """When each flow last ran for the profile, its scheduled runs, and the run
         history."""

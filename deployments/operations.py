@@ -22,10 +22,12 @@ import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
-from datetime import datetime
+from datetime import UTC, datetime
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
+from pydantic import AfterValidator, Strict, TypeAdapter, WithJsonSchema
+from pydantic_core import PydanticCustomError
 from sqlalchemy import select
 from sqlmodel import col
 
@@ -37,7 +39,8 @@ from reverie.models.errors import NotFoundError, RecordError
 from reverie.models.ids import given_id
 from reverie.models.records import MemoryView
 from reverie.models.store import Store
-from reverie.models.tables import Memory, Tier, Tombstone
+from reverie.models.tables import Memory, RunRecord, Tier, Tombstone
+from reverie.models.text import has_visible_text
 from reverie.models.timestamps import utcnow
 
 if TYPE_CHECKING:
@@ -49,12 +52,32 @@ log = logging.getLogger(__name__)
 # consolidate's modes: every flow of the catalog by its short name (SuperLocalMemory's
 # full and lightweight runs, linksee's cold consolidation, also called "sleep", AutoMem's
 # tasks), less those that delete or expire, which wait for an operator's approval.
-# The old names (ALIASES) stay modes for one release.
+# The old names (ALIASES) are still taken for one release, but not advertised: an agent
+# that reads the modes (OpenAPI, the MCP tool) learns the current ones only.
 NEEDS_APPROVAL = ("forget", "cold-tier")
-MODES = {**{name: name for name in FLOWS if name not in NEEDS_APPROVAL}, "sleep": "cold-notes",
-         **ALIASES}
+MODES = {**{name: name for name in FLOWS if name not in NEEDS_APPROVAL}, "sleep": "cold-notes"}
 # Members from the catalog: mypy cannot list them (the ignore).
 Mode = StrEnum("Mode", {name: name for name in MODES})  # type: ignore[misc]
+
+
+def _a_mode(text: str) -> str:
+    if text not in MODES.keys() | ALIASES.keys():
+        raise PydanticCustomError("enum", "Input should be one of {expected}",
+                                  {"expected": ", ".join(MODES)})
+    return text
+
+
+# Numbers and flags as both servers declare them: as JSON types them (pydantic's lax
+# mode took "3" for 3 and 0 for false). An HTTP query string's stay lax: there every
+# value is a string.
+Int = Annotated[int, Strict()]
+Bool = Annotated[bool, Strict()]
+Number = Annotated[float, Strict()]  # a JSON integer is a number too
+# A mode as the servers declare it: described as its current names (``Mode``), an old one
+# still taken. Checked in the request, so that a refusal names the field it came in (an
+# AutoMem call's ``task``); ``consolidate`` checks it again for a Python caller.
+ModeName = Annotated[str, AfterValidator(_a_mode), WithJsonSchema(
+    TypeAdapter(Mode).json_schema())]
 MAX_PROFILE_CHARS = 128
 MAX_ID_CHARS = 512
 SESSION_INIT_POOL = 50  # memories session_init ranks before it fills the budget
@@ -114,6 +137,10 @@ def _an_id(text: object, field: str) -> str:
 def _query(store: Store, query: object, field: str = "query") -> str:
     if not isinstance(query, str) or not query.strip():
         raise field_error(field, "must be a non-empty string")
+    if not has_visible_text(query):
+        # Zero-width spaces or a BOM alone: it would be embedded and answered with
+        # whatever lies nearest to nothing.
+        raise field_error(field, "is empty: it has no letter, digit, punctuation or symbol")
     limit = store.settings.max_content_chars
     if len(query) > limit:
         raise field_error(field, f"longer than {limit} characters")
@@ -122,6 +149,12 @@ def _query(store: Store, query: object, field: str = "query") -> str:
     except ValueError as exc:
         raise field_error(field, str(exc)) from None
     return query
+
+
+def _flag(value: object, field: str) -> bool:
+    if not isinstance(value, bool):  # 0 or "no" would read as false, "false" as true
+        raise field_error(field, "must be true or false")
+    return value
 
 
 def _count(value: object, field: str, low: int, high: int) -> int:
@@ -135,7 +168,7 @@ def _count(value: object, field: str, low: int, high: int) -> int:
 
 def _plain(value: Any) -> Any:
     if isinstance(value, datetime):
-        return value.isoformat()
+        return _utc_iso(value)
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, dict):
@@ -143,6 +176,14 @@ def _plain(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_plain(v) for v in value]
     return value
+
+
+def _utc_iso(value: datetime) -> str:
+    """``value`` in ISO 8601 with its offset, +00:00: the store's times are naive UTC,
+    and a client reading a time without an offset takes it as its own local time."""
+    if value.tzinfo is None:
+        return value.replace(tzinfo=UTC).isoformat()
+    return value.astimezone(UTC).isoformat()
 
 
 def memory_data(m: Any) -> dict[str, Any]:
@@ -315,11 +356,11 @@ def recall(
     name = _allowed(store, who, profile, must_exist=False)
     text = _query(store, query)
     most = _count(k, "k", 1, store.settings.api_max_k)
+    deep, track = _flag(deep, "deep"), _flag(track, "track")
     try:
         # Whether the profile exists is read in recall's own snapshot: a call reads
         # one small row before the vectors, not the list of every profile.
-        hits = recall_memories(store, name, text, most, bool(deep), bool(track),
-                               cache=cache)
+        hits = recall_memories(store, name, text, most, deep, track, cache=cache)
     except NotFoundError:
         if _new(store, who, name):
             return {"profile": name, "hits": []}
@@ -449,26 +490,31 @@ def consolidation_status(
     """AutoMem's status for the profile: the last run of each flow, the scheduled runs
     that cover it, and the history. A profile the token names that the store does not
     hold yet has none."""
-    from reverie.deployments.status import Status, as_json, collect, covers, scheduled_runs
+    from reverie.deployments.status import Status, collect, covers, scheduled_runs
 
     name = _allowed(store, who, profile, must_exist=False)
     most = _count(limit, "limit", 1, 1000)
     status = Status(next_runs=scheduled_runs()) if _new(store, who, name) else collect(
         store, name, most)
-    data = as_json(status)
-    last = data["last"].get(name, {})
+
+    # Not ``status.as_json``: ``reverie status --json`` writes its times as the store
+    # keeps them, without an offset.
+    def run(r: RunRecord) -> dict[str, Any]:
+        return _plain(r.model_dump(exclude={"id"}))
+
+    last = {flow: run(r) for flow, r in status.last.get(name, {}).items()}
     return {
         "profile": name,
-        "last": {flow: run.get("finished_at") for flow, run in last.items()},
+        "last": {flow: r.get("finished_at") for flow, r in last.items()},
         "last_runs": last,
         # Only the runs that cover this profile, each said of it alone: a schedule's
         # selector may name profiles the token does not cover.
         "next": None if status.next_runs is None else {
-            flow: [{"at": when.isoformat(), "profile": None if selector is None else name}
+            flow: [{"at": _utc_iso(when), "profile": None if selector is None else name}
                    for when, selector in runs if covers(selector, name)]
             for flow, runs in status.next_runs.items()
         },
-        "history": data["history"],
+        "history": [run(r) for r in status.history],
     }
 
 
@@ -484,9 +530,13 @@ def consolidate(
     name = _allowed(store, who, profile)
     if isinstance(mode, StrEnum):
         mode = mode.value
-    if not isinstance(mode, str) or mode not in MODES:
+    if not isinstance(mode, str) or mode not in MODES.keys() | ALIASES.keys():
         raise field_error("mode", f"must be one of {', '.join(MODES)}")
-    flow = MODES[mode]
+    flow = MODES[ALIASES.get(mode, mode)]
+    dry_run = _flag(dry_run, "dry_run")
+    # An old name still runs, and says so: an agent's log shows what to change.
+    note = {"deprecated": f"mode {mode!r} is the old name of {ALIASES[mode]!r}, accepted "
+                          "until the next release"} if mode in ALIASES else {}
     extra: dict[str, Any] = {}
     if flow == "cold-notes":
         if scope is not None and scope not in ("all", "session"):
@@ -522,12 +572,16 @@ def consolidate(
 
         _local_api_if_none()
         report = run_flow(flow, name, None, True, config, **extra)
-        return {"profile": name, "mode": mode, "dry_run": True,
-                "changed": report.changed(), "preview": _plain(asdict(report))}
+        preview = _plain(asdict(report))
+        if report.as_of:  # the report's text of the store's naive UTC
+            preview["as_of"] = _utc_iso(datetime.fromisoformat(report.as_of))
+        return {"profile": name, "mode": mode, "dry_run": True, **note,
+                "changed": report.changed(), "preview": preview}
     parameters: dict[str, Any] = {"profile": name, "as_of": None, "dry_run": False, **extra}
     if config is not None:
         parameters["config"] = config.model_dump(mode="json")
-    return {"profile": name, "mode": mode, "dry_run": False, **launch(flow, parameters)}
+    return {"profile": name, "mode": mode, "dry_run": False, **note,
+            **launch(flow, parameters)}
 
 
 # --- starting runs ------------------------------------------------------------------------
@@ -604,6 +658,32 @@ def _local_api_if_none() -> None:
         use_local_api()
 
 
+def start_local_api() -> threading.Thread | None:
+    """For a server process (``reverie api``, ``reverie mcp`` over HTTP) starting with no
+    Prefect API configured: bring the shared local Prefect server up in the background,
+    so that the first real consolidate, which needs it, waits only for what is left of
+    its start (8 s or more), not all of it. Not with ``REVERIE_LOCAL_SERVER=temporary``:
+    there local commands use no shared server, and one started by a process nobody
+    consolidates through would outlive it (a consolidate still starts one when asked)."""
+    from reverie.models.settings import get_settings
+
+    if get_settings().local_server == "temporary":
+        return None
+
+    def start() -> None:
+        # Whether an operator's API is configured is asked here too: Prefect may need
+        # importing to say, and startup does not wait for it.
+        try:
+            _local_api_if_none()
+        except Exception as exc:  # noqa: BLE001 - a consolidate tries again, and says why
+            log.warning("the local Prefect server did not start: %s: %s",
+                        type(exc).__name__, " ".join(str(exc).split()))
+
+    thread = threading.Thread(target=start, name="reverie-local-api", daemon=True)
+    thread.start()
+    return thread
+
+
 def _run_data(run: Any, deployment: str | None) -> dict[str, Any]:
     return {"run_id": str(run.id), "state": run.state.name if run.state else None,
             "deployment": deployment, "ui_url": ui_link(str(run.id))}
@@ -619,5 +699,5 @@ def ui_link(run_id: str) -> str | None:
 
 __all__: Sequence[str] = (
     "consolidate", "consolidation_status", "get", "launch", "recall", "session_end",
-    "session_init", "store_memories", "undo",
+    "session_init", "start_local_api", "store_memories", "undo",
 )

@@ -11,6 +11,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from reverie.benchmarks.api import wait_until_healthy
 
@@ -97,3 +98,15 @@ def agent_store(folder: Path) -> Iterator[str]:
     never create one): a SQLite file in ``folder``, or a PostgreSQL database in that leg."""
     with new_store_url(folder) as url:
         yield url
+
+
+def offered_names(schema: dict[str, Any], document: dict[str, Any]) -> list[str]:
+    """The values a JSON schema offers: its enum, through $ref and anyOf."""
+    if "$ref" in schema:
+        target: Any = document
+        for part in schema["$ref"].removeprefix("#/").split("/"):
+            target = target[part]
+        return offered_names(target, document)
+    branches = schema.get("anyOf", [])
+    return [*schema.get("enum", []),
+            *(name for branch in branches for name in offered_names(branch, document))]

@@ -3,6 +3,8 @@ parsing, and the events stores and recalls queue (the idle trigger's activity)."
 
 from __future__ import annotations
 
+import json
+import os
 from pathlib import Path
 
 import pytest
@@ -120,11 +122,184 @@ def test_a_profile_the_token_names_before_its_first_store_reads_as_empty(
     assert said["last"] == {} and said["history"] == []
     # Only the runs that cover the profile, none naming another.
     assert said["next"] == {"decay": [
-        {"at": at.isoformat(), "profile": None},
-        {"at": at.isoformat(), "profile": "newcomer"},
-        {"at": at.isoformat(), "profile": "newcomer"}]}
+        {"at": "2026-01-01T03:00:00+00:00", "profile": None},
+        {"at": "2026-01-01T03:00:00+00:00", "profile": "newcomer"},
+        {"at": "2026-01-01T03:00:00+00:00", "profile": "newcomer"}]}
     assert not store.has_profile("newcomer")  # reading wrote nothing
     admin = Principal(frozenset(), admin=True)
     for operation in (ops.session_end, ops.consolidation_status):
         with pytest.raises(NotFoundError):
             operation(store, admin, "newcomer")
+
+
+@pytest.mark.parametrize("query", ["", "   ", "\u200b", "\u200b \ufeff", "\u2060\u200d"])
+def test_a_blank_query_is_refused_naming_it(store: Store, query: str) -> None:
+    """Only spaces or zero-width characters: nothing to look for (it was embedded and
+    answered with whatever lay nearest). session_init's query may be left out, not
+    given blank."""
+    ana = Principal(frozenset({"ana"}))
+    for call in (lambda: ops.recall(store, ana, "ana", query),
+                 lambda: ops.session_init(store, ana, "ana", query)):
+        with pytest.raises(RecordError) as caught:
+            call()
+        assert caught.value.field == "query"
+    assert ops.session_init(store, ana, "ana")["memories"] == []
+
+
+def test_flags_and_counts_are_json_types_not_lookalikes(store: Store) -> None:
+    """0, 1 or "false" for a flag and "3" for a count are refused naming the field, as
+    the servers' request models refuse them: 0 read as false made a dry run real."""
+    ana = Principal(frozenset({"ana"}))
+    ops.store_memories(store, ana, "ana", [{"content": "ana drinks green tea"}])
+    for flag, value in (("deep", 0), ("track", "false")):
+        with pytest.raises(RecordError) as caught:
+            ops.recall(store, ana, "ana", "tea", **{flag: value})
+        assert caught.value.field == flag
+    with pytest.raises(RecordError) as caught:
+        ops.recall(store, ana, "ana", "tea", k="3")
+    assert caught.value.field == "k"
+    for value in (0, 1, "true", None):
+        with pytest.raises(RecordError) as caught:
+            ops.consolidate(store, ana, "ana", "lightweight", dry_run=value)
+        assert caught.value.field == "dry_run"
+
+
+@pytest.mark.store_independent("token parsing touches no store")
+@pytest.mark.parametrize(("listed", "shown", "why"), [
+    ("p" * 129, "p" * 40 + "...", "longer than 128 characters"),
+    ("al\x00ice", "al\\x00ice", "contains a NUL character"),
+    (" ", " ", "must not be empty"),
+])
+def test_a_token_for_a_profile_no_call_could_name_is_refused_at_start(
+    listed: str, shown: str, why: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Said once, naming the setting (or Secret block) and the profile, never the
+    token: not accepted silently, to be a 422 on every call."""
+    from reverie.deployments import auth
+
+    text = json.dumps({TOKEN: ["ana", listed]})
+    with pytest.raises(ConfigError) as caught:
+        load_tokens(Settings(api_tokens=text))
+    message = str(caught.value)
+    assert message.startswith(f"REVERIE_API_TOKENS: token 1: profile '{shown}': {why}")
+    assert TOKEN not in message
+    monkeypatch.setattr(auth, "_secret_block", lambda name: text)
+    with pytest.raises(ConfigError) as caught:
+        load_tokens(Settings(api_tokens_block="agents-tokens"))
+    assert "REVERIE_API_TOKENS_BLOCK (the Prefect Secret block 'agents-tokens')" in str(
+        caught.value) and TOKEN not in str(caught.value)
+    # The other format, the same check; an empty place between commas is no name.
+    if listed.strip():
+        with pytest.raises(ConfigError, match=why):
+            parse_tokens(f"{TOKEN}:ana,{listed}", "REVERIE_API_TOKENS")
+    assert parse_tokens(f"{TOKEN}:ana,,bo,", "t") == {TOKEN: frozenset({"ana", "bo"})}
+
+
+@pytest.mark.store_independent("the modes are the catalog's")
+def test_old_mode_names_are_taken_but_not_offered() -> None:
+    from pydantic import TypeAdapter, ValidationError
+
+    from reverie.flows.catalog import ALIASES
+
+    described = TypeAdapter(ops.ModeName).json_schema()
+    assert set(described["enum"]) == set(ops.MODES)
+    assert not set(ALIASES) & set(described["enum"])
+    for old, new in ALIASES.items():
+        assert TypeAdapter(ops.ModeName).validate_python(old) == old
+        assert ops.MODES[new]
+    with pytest.raises(ValidationError) as caught:
+        TypeAdapter(ops.ModeName).validate_python("colder")
+    assert not set(ALIASES) & set(caught.value.errors()[0]["msg"].split(", "))
+
+
+def test_times_in_answers_carry_their_utc_offset(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store keeps naive UTC; an answer without an offset reads as the client's local
+    time. ``reverie status --json`` (status.as_json) keeps its own form."""
+    from datetime import datetime
+
+    from reverie.deployments import status
+    from reverie.models.tables import RunRecord
+
+    from factories import record_runs
+
+    ana = Principal(frozenset({"ana"}))
+    ops.store_memories(store, ana, "ana", [{"id": "a1", "content": "ana drinks green tea",
+                                            "created_at": "2026-03-01T09:30:00+02:00"}])
+    got = ops.get(store, ana, "ana", "a1")
+    assert got["created_at"] == "2026-03-01T07:30:00+00:00"
+    assert got["last_accessed_at"] is None
+    when = datetime(2026, 3, 2, 4)
+    record_runs(store, [RunRecord(profile_id="ana", flow="decay", as_of=when,
+                                  started_at=when, finished_at=when)])
+    monkeypatch.setattr(status, "scheduled_runs", lambda: {"decay": [(when, None)]})
+    said = ops.consolidation_status(store, ana, "ana")
+    assert said["last"] == {"decay": "2026-03-02T04:00:00+00:00"}
+    assert said["history"][0]["as_of"] == said["next"]["decay"][0]["at"] == (
+        "2026-03-02T04:00:00+00:00")
+    assert said["last_runs"]["decay"]["started_at"] == "2026-03-02T04:00:00+00:00"
+    assert "id" not in said["history"][0]
+    # The CLI's JSON is unchanged.
+    assert status.as_json(status.collect(store, "ana"))["history"][0]["as_of"] == (
+        "2026-03-02T04:00:00")
+
+
+@pytest.mark.store_independent("no store is read")
+def test_a_server_starts_the_local_prefect_server_in_the_background(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """At a server's start with no Prefect API configured, the shared local server is
+    started without the start waiting for it (8 s and more), so the first consolidate
+    waits only for what is left; not with REVERIE_LOCAL_SERVER=temporary, nor with an
+    operator's API; a failure is one line in the log."""
+    import threading
+    import time
+
+    from reverie.deployments import local_server
+    from reverie.models.errors import ReverieError
+
+    release = threading.Event()
+    calls: list[str] = []
+
+    def starting() -> str:
+        calls.append(os.environ["REVERIE_LOCAL_SERVER"])
+        release.wait(30)
+        return "http://127.0.0.1:9"
+
+    monkeypatch.setattr(local_server, "use_local_api", starting)
+    monkeypatch.setattr(event_delivery, "api_configured", lambda: False)
+    monkeypatch.setenv("REVERIE_LOCAL_SERVER", "shared")
+    began = time.monotonic()
+    thread = ops.start_local_api()
+    assert thread is not None and thread.daemon
+    assert time.monotonic() - began < 1.0
+    deadline = time.monotonic() + 10
+    while not calls and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert calls == ["shared"] and thread.is_alive()  # being started, not waited for
+    release.set()
+    thread.join(10)
+
+    monkeypatch.setenv("REVERIE_LOCAL_SERVER", "temporary")
+    assert ops.start_local_api() is None
+    monkeypatch.setenv("REVERIE_LOCAL_SERVER", "shared")
+    monkeypatch.setattr(event_delivery, "api_configured", lambda: True)
+    monkeypatch.setattr(event_delivery, "pointed_by_us", lambda: False)
+    operator = ops.start_local_api()
+    assert operator is not None
+    operator.join(10)
+    assert calls == ["shared"]
+
+    def failing() -> str:
+        raise ReverieError("the local Prefect server exited with code 1\nwhile starting")
+
+    monkeypatch.setattr(event_delivery, "api_configured", lambda: False)
+    monkeypatch.setattr(local_server, "use_local_api", failing)
+    with caplog.at_level("WARNING", logger=ops.__name__):
+        failed = ops.start_local_api()
+        assert failed is not None
+        failed.join(10)
+    [said] = [r.getMessage() for r in caplog.records if r.name == ops.__name__]
+    assert said == ("the local Prefect server did not start: ReverieError: the local "
+                    "Prefect server exited with code 1 while starting")

@@ -5,6 +5,7 @@ fuzz of /openapi.json finds no 5xx; the log holds no memory content."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +21,7 @@ from agent_server import (
     Running,
     api_server,
     bearer,
+    offered_names,
     reverie,
 )
 
@@ -139,6 +141,23 @@ def test_the_admin_token_covers_every_profile_and_unknown_ones_are_not_found(
      {"memories": [{"content": "tea", "profile": "bob"}]}, 422, "profile"),
     ("/v1/profiles/alice/session-init", {"k": "many"}, 422, "k"),
     ("/v1/profiles/alice/undo", {}, 422, "id"),
+    # JSON's types, not lookalikes pydantic's lax mode took ("3" for 3, 0 for false).
+    ("/v1/profiles/alice/recall", {"query": "tea", "k": "3"}, 422, "k"),
+    ("/v1/profiles/alice/recall", {"query": "tea", "k": 3.0}, 422, "k"),
+    ("/v1/profiles/alice/recall", {"query": "tea", "deep": 1}, 422, "deep"),
+    ("/v1/profiles/alice/recall", {"query": "tea", "track": "true"}, 422, "track"),
+    ("/v1/profiles/alice/session-init", {"k": "3"}, 422, "k"),
+    ("/v1/profiles/alice/session-init", {"budget_chars": "100"}, 422, "budget_chars"),
+    ("/v1/profiles/alice/consolidate", {"mode": "lightweight", "dry_run": 0}, 422, "dry_run"),
+    ("/v1/profiles/alice/consolidate", {"use_llm": 1}, 422, "use_llm"),
+    ("/v1/profiles/alice/consolidate", {"mode": "sleep", "min_age_days": "3"}, 422,
+     "min_age_days"),
+    ("/consolidate", {"profile": "alice", "task": "colder"}, 422, "task"),
+    ("/consolidate", {"profile": "alice", "dry_run": "yes"}, 422, "dry_run"),
+    # Only spaces or zero-width characters: nothing to look for.
+    ("/v1/profiles/alice/recall", {"query": "\u200b"}, 422, "query"),
+    ("/v1/profiles/alice/recall", {"query": "\u200b \ufeff"}, 422, "query"),
+    ("/v1/profiles/alice/session-init", {"query": " \u2060 "}, 422, "query"),
 ])
 def test_bad_input_is_a_4xx_naming_the_field(
     api: Running, path: str, body: dict[str, Any], status: int, field: str
@@ -146,6 +165,21 @@ def test_bad_input_is_a_4xx_naming_the_field(
     r = call(api, "POST", path, ALICE_TOKEN, body)
     assert r.status_code == status, r.text
     assert r.json()["field"] == field, r.text
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("limit", "status"), [("3", 200), ("3.5", 422), ("abc", 422),
+                                               ("0", 422)])
+def test_a_query_strings_number_is_read_from_its_text(
+    api: Running, limit: str, status: int
+) -> None:
+    """A query string holds text only: "3" is 3, but "3.5" and "abc" are refused."""
+    for path in ("/v1/profiles/alice/consolidate/status?limit=",
+                 "/consolidate/status?profile=alice&limit="):
+        r = call(api, "GET", path + limit, ALICE_TOKEN)
+        assert r.status_code == status, r.text
+        if status == 422:
+            assert r.json()["field"] == "limit", r.text
 
 
 @pytest.mark.slow
@@ -230,6 +264,67 @@ def test_the_log_holds_no_memory_content_and_no_token(api: Running) -> None:
     assert SECRET not in log
     for token in (ALICE_TOKEN, BOB_TOKEN, ADMIN_TOKEN, WRONG_TOKEN):
         assert token not in log
+
+
+def _times(value: Any) -> list[str]:
+    """Every string of an answer that reads as a date and time."""
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in _times(v)]
+    if isinstance(value, list):
+        return [t for v in value for t in _times(v)]
+    dated = isinstance(value, str) and re.match(r"\d{4}-\d\d-\d\dT\d\d:", value)
+    return [value] if dated else []
+
+
+@pytest.mark.slow
+def test_every_time_in_an_answer_carries_its_utc_offset(api: Running) -> None:
+    """The store keeps naive UTC; without an offset a client reads its own local time."""
+    stored = call(api, "POST", "/v1/profiles/bob-2/memories", BOB_TOKEN, {"memories": [
+        {"id": "bob-dated", "content": "bob moved to Lyon",
+         "created_at": "2026-03-01T09:30:00+02:00", "valid_from": "2026-03-01",
+         "valid_until": "2027-03-01T00:00:00Z"}]})
+    assert stored.status_code == 200, stored.text
+    got = call(api, "GET", "/v1/profiles/bob-2/memories/bob-dated", BOB_TOKEN).json()
+    assert got["created_at"] == "2026-03-01T07:30:00+00:00"
+    assert got["valid_until"] == "2027-03-01T00:00:00+00:00"
+    answers = [got]
+    for method, path, body in (
+        ("POST", "/v1/profiles/bob-2/recall", {"query": "where did bob move", "k": 3}),
+        ("POST", "/v1/profiles/bob-2/session-init", {"query": "Lyon"}),
+        ("POST", "/v1/profiles/bob-2/session-init", {}),
+        ("POST", "/v1/profiles/bob-2/consolidate", {"mode": "lightweight", "dry_run": True}),
+        ("GET", "/v1/profiles/bob-2/consolidate/status", None),
+    ):
+        r = call(api, method, path, BOB_TOKEN, body)
+        assert r.status_code == 200, r.text
+        answers.append(r.json())
+    times = _times(answers)
+    assert len(times) >= 8, times
+    assert [t for t in times if not t.endswith("+00:00")] == [], times
+
+
+@pytest.mark.slow
+def test_old_mode_names_are_taken_but_no_longer_offered(api: Running) -> None:
+    """The description lists the current modes only (an agent reading it learns those);
+    an old name (ALIASES) still runs for one release, and its answer says so."""
+    from reverie.flows.catalog import ALIASES
+
+    described = httpx.get(f"{api.url}/openapi.json", timeout=60).json()
+    schemas = described["components"]["schemas"]
+    offered = [offered_names(schemas["ConsolidateBody"]["properties"]["mode"], described),
+               offered_names(schemas["AutoMemConsolidate"]["properties"]["task"], described)]
+    for names in offered:
+        assert "cold-notes" in names and "sleep" in names
+        assert not set(ALIASES) & set(names), names
+    for path, body in (("/v1/profiles/alice/consolidate", {"mode": "cold", "dry_run": True}),
+                       ("/consolidate", {"profile": "alice", "task": "cold", "dry_run": True})):
+        r = call(api, "POST", path, ALICE_TOKEN, body)
+        assert r.status_code == 200, r.text
+        assert r.json()["mode"] == "cold"
+        assert "old name of 'cold-notes'" in r.json()["deprecated"]
+    current = call(api, "POST", "/v1/profiles/alice/consolidate", ALICE_TOKEN,
+                   {"mode": "cold-notes", "dry_run": True}).json()
+    assert "deprecated" not in current
 
 
 @pytest.mark.slow
@@ -374,3 +469,30 @@ def test_a_missing_secret_block_stops_the_server_with_its_name(tmp_path: Path) -
                           text=True, timeout=120)
     assert done.returncode != 0
     assert "no-such-block" in done.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.store_independent("the local Prefect server is started before any store is read")
+@pytest.mark.parametrize("command", [("api",), ("mcp", "--transport", "http")])
+def test_the_local_prefect_server_is_started_at_once_without_holding_up_the_start(
+    tmp_path: Path, command: tuple[str, ...]
+) -> None:
+    """With no Prefect API configured (and the shared local server, the default), a
+    server process starts the local Prefect server as it starts, so that an agent's
+    first consolidate does not wait 8 s or more for it; the server answers before it is
+    up. The suite's REVERIE_LOCAL_SERVER=temporary starts none (the other tests)."""
+    import time
+
+    from reverie.deployments.local_server import running
+
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    create_store(url)
+    with api_server(url, tmp_path, command=command, REVERIE_LOCAL_SERVER="shared") as up:
+        home = Path(up.env["PREFECT_HOME"])
+        assert running(home) is None  # answering already, the Prefect server not yet
+        deadline = time.monotonic() + 120
+        while "started a local Prefect server" not in up.log_text():
+            assert time.monotonic() < deadline, up.log_text()
+            time.sleep(0.5)
+        server = running(home)
+        assert server is not None and f"at {server.url} " in up.log_text(), up.log_text()

@@ -152,7 +152,9 @@ def test_no_module_keeps_its_own_list_of_flows() -> None:
 
 
 def test_the_old_name_cold_still_runs_the_cold_notes_everywhere() -> None:
-    from reverie.deployments.operations import MODES, Mode
+    from pydantic import TypeAdapter
+
+    from reverie.deployments.operations import MODES, Mode, ModeName
     from reverie.flows.catalog import ALIASES, parse_flows
     from reverie.orchestration.replay import items_of
 
@@ -177,9 +179,10 @@ def test_the_old_name_cold_still_runs_the_cold_notes_everywhere() -> None:
     assert run.help is not None and "cold: old name of cold-notes" in run.help
     backfill = next(p for p in command().commands["backfill"].params if p.name == "flow")
     assert backfill.help is not None and "cold: old name of cold-notes" in backfill.help
-    # The agents' consolidate mode (API and MCP).
-    assert MODES["cold"] == MODES["sleep"] == MODES["cold-notes"] == "cold-notes"
-    assert {"cold", "cold-notes"} <= {m.value for m in Mode}
+    # The agents' consolidate mode (API and MCP): taken, but only the new name offered.
+    assert MODES[ALIASES["cold"]] == MODES["sleep"] == MODES["cold-notes"] == "cold-notes"
+    assert TypeAdapter(ModeName).validate_python("cold") == "cold"
+    assert "cold-notes" in {m.value for m in Mode} and "cold" not in {m.value for m in Mode}
 
 
 def test_the_cold_notes_keep_the_deployment_and_flow_names_users_have() -> None:

@@ -22,6 +22,7 @@ from agent_server import (
     Running,
     agent_store,
     api_server,
+    offered_names,
     reverie,
     server_env,
 )
@@ -29,6 +30,8 @@ from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
+
+from reverie.flows.catalog import ALIASES
 
 TOOLS = {"session_init", "store", "recall", "get", "consolidate", "consolidation_status",
          "session_end", "undo"}
@@ -148,11 +151,29 @@ def test_tools_describe_every_argument_and_refuse_bad_ones_naming_the_field(
                 assert t.description and "\n" not in t.description, t.name
                 for name, schema in t.input_schema["properties"].items():
                     assert schema.get("description"), (t.name, name)
+            # The current modes only: an old name (ALIASES) is taken, not offered.
+            [consolidate] = [t for t in tools if t.name == "consolidate"]
+            modes = offered_names(consolidate.input_schema["properties"]["mode"],
+                                  consolidate.input_schema)
+            assert "cold-notes" in modes and not set(ALIASES) & set(modes), modes
             for name, arguments, field in (
                 ("recall", {"query": ["the-secret-value"]}, "query"),
                 ("recall", {"query": "tea", "k": "several"}, "k"),
                 ("recall", {"query": "tea", "bogus": 1}, "bogus"),
                 ("consolidate", {"mode": "everything"}, "mode"),
+                # JSON's types, not lookalikes ("3" for 3, 0 for false).
+                ("recall", {"query": "tea", "k": "3"}, "k"),
+                ("recall", {"query": "tea", "deep": 0}, "deep"),
+                ("recall", {"query": "tea", "track": "true"}, "track"),
+                ("session_init", {"k": 2.0}, "k"),
+                ("session_init", {"budget_chars": "100"}, "budget_chars"),
+                ("consolidate", {"dry_run": 0}, "dry_run"),
+                ("consolidate", {"mode": "sleep", "min_age_days": "3"}, "min_age_days"),
+                ("consolidate", {"use_llm": 1}, "use_llm"),
+                ("consolidation_status", {"limit": "5"}, "limit"),
+                # Only spaces or zero-width characters: nothing to look for.
+                ("recall", {"query": "\u200b \ufeff"}, "query"),
+                ("session_init", {"query": "\u2060"}, "query"),
             ):
                 text = await refused(session, name, profile="alice", **arguments)
                 assert text.startswith("422 "), text

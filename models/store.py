@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime
 
 from sqlalchemy import select
 from sqlmodel import Session, col
@@ -27,6 +28,7 @@ from reverie.models.ids import sought_id
 from reverie.models.repositories.profiles import bump_write_seqs
 from reverie.models.settings import Settings, get_settings, resolve_database_url
 from reverie.models.tables import Profile
+from reverie.models.timestamps import to_utc_naive
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,11 +41,23 @@ class ProfileTx:
     repositories' reads of a profile's memories leave them out and their writes leave
     them alone, so a run never acts on what it did not see, and they wait for the next
     run (the store ends as if the ingest had come after the run). ``None``: the profile
-    as it is."""
+    as it is.
+
+    ``as_of``: the run's 'now' (naive UTC). A memory created after it does not exist
+    yet for the run: the same reads leave it out and the same writes leave it alone,
+    so a run dated in the past (a backfill) acts on the store as it was then, and the
+    memory waits for a run dated at or after its ``created_at``. ``None``: no bound
+    (recall, ingest, export, undo)."""
 
     session: Session
     profile: str
     horizon: int | None = None
+    as_of: datetime | None = None
+
+
+def _naive(as_of: datetime | None) -> datetime | None:
+    """A run's 'now' as the store keeps times (naive UTC, a plain datetime)."""
+    return None if as_of is None else to_utc_naive(as_of)
 
 
 class Store:
@@ -87,20 +101,22 @@ class Store:
             yield session
 
     @contextmanager
-    def reading(self, profile: str, horizon: int | None = None) -> Iterator[ProfileTx]:
+    def reading(self, profile: str, horizon: int | None = None,
+                as_of: datetime | None = None) -> Iterator[ProfileTx]:
         name = sought_id(profile, "profile named")
         with self.reading_all() as session:
-            yield ProfileTx(session, name, horizon)
+            yield ProfileTx(session, name, horizon, _naive(as_of))
 
     @contextmanager
-    def writing(self, profile: str, horizon: int | None = None) -> Iterator[ProfileTx]:
+    def writing(self, profile: str, horizon: int | None = None,
+                as_of: datetime | None = None) -> Iterator[ProfileTx]:
         """One atomic transaction on one profile. It counts as a write of the profile
         (``Profile.write_seq``) whatever it writes: every step, undo, forget and decay
         writes here, and a recall cache is only as safe as the count is complete."""
         name = sought_id(profile, "profile named")
         with self.writing_all() as session:
             bump_write_seqs(session, [name])
-            yield ProfileTx(session, name, horizon)
+            yield ProfileTx(session, name, horizon, _naive(as_of))
 
     # --- profiles ---------------------------------------------------------------------
 

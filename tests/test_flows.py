@@ -363,7 +363,7 @@ def test_the_dedup_boundary_holds_through_ingest_and_the_flow(store: Store) -> N
     threshold = DedupConfig().similarity
 
     def three(profile: str, cos: float) -> list[dict]:
-        return [
+        made = [
             {"profile": profile, "id": f"{profile}-rep", "content": "the one with most words here",
              "embedding": axis(0).tolist()},
             {"profile": profile, "id": f"{profile}-a", "content": "member a",
@@ -371,6 +371,8 @@ def test_the_dedup_boundary_holds_through_ingest_and_the_flow(store: Store) -> N
             {"profile": profile, "id": f"{profile}-b", "content": "member b",
              "embedding": at_cosine(cos, other=2).tolist()},
         ]
+        # Stored before the run's as_of: a run dated in the past does not see later ones.
+        return [{**r, "created_at": (AS_OF - timedelta(days=1)).isoformat()} for r in made]
 
     assert not ingest_records(store, three("at", threshold) + three("below", below(threshold))).errors
     report = full_consolidation(profile=None, as_of=AS_OF)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -227,8 +227,9 @@ def ingesting_during(
             current.step = None
 
     @contextmanager
-    def reading(self: Store, profile: str, horizon: int | None = None) -> Iterator[Any]:
-        with original_reading(self, profile, horizon) as tx:
+    def reading(self: Store, profile: str, horizon: int | None = None,
+                as_of: datetime | None = None) -> Iterator[Any]:
+        with original_reading(self, profile, horizon, as_of) as tx:
             yield tx
         name = getattr(current, "step", None)
         if name is not None:

@@ -19,7 +19,7 @@ from reverie.models.repositories.bulk import (
     owned_by,
     plain_rows,
 )
-from reverie.models.repositories.memories import M, ingested_since
+from reverie.models.repositories.memories import M, beyond_horizon
 from reverie.models.store import ProfileTx
 from reverie.models.tables import Edge, EdgeKind, table_of
 
@@ -45,7 +45,8 @@ def weighted_ends(tx: ProfileTx) -> list[tuple[str, str, float]]:
 def association_edges_to_decay(tx: ProfileTx, idle_since: datetime) -> list[EdgeView]:
     """Association edges idle since ``idle_since`` or already decayed (index-backed),
     between memories within the horizon (an edge to a memory ingested since the run
-    took the profile is left to the next run, which decays it as of its own date)."""
+    took the profile, or created after its 'now', is left to the next run, which
+    decays it as of its own date)."""
     query = (
         select(*_EDGE_VIEW_COLUMNS)
         .where(E.c.profile_id == tx.profile)
@@ -54,7 +55,7 @@ def association_edges_to_decay(tx: ProfileTx, idle_since: datetime) -> list[Edge
         .order_by(E.c.id)
     )
     found = [EdgeView(*r) for r in tx.session.execute(query)]
-    beyond = ingested_since(tx)
+    beyond = beyond_horizon(tx)
     if not beyond:
         return found
     return [e for e in found if e.source_id not in beyond and e.target_id not in beyond]

@@ -17,7 +17,15 @@ from reverie.models.repositories import blocks as core_blocks
 from reverie.models.repositories.audit import C
 from reverie.models.repositories.bulk import chunks, owned_by
 from reverie.models.repositories.edges import E
-from reverie.models.repositories.memories import LIVE, VIEW_COLUMNS, M, V, metadata, view
+from reverie.models.repositories.memories import (
+    LIVE,
+    VIEW_COLUMNS,
+    M,
+    V,
+    metadata,
+    view,
+    within_horizon,
+)
 from reverie.models.store import ProfileTx
 from reverie.models.tables import Operation, Tier, Tombstone
 
@@ -70,7 +78,8 @@ def below_relevance(
     are only counted: a profile can hold thousands of them, below the threshold on
     every run."""
     shield = protected(as_of, config).label("shielded")
-    scored_below = (M.c.profile_id == tx.profile) & LIVE & (M.c.relevance < below)
+    scored_below = ((M.c.profile_id == tx.profile) & LIVE & (M.c.relevance < below)
+                    & within_horizon(tx))
     kind = case((M.c.kind.in_(list(config.protected_kinds)), M.c.kind), else_=None)
     important = M.c.importance >= config.protected_importance
     # One pass counts both sides; the rows forget may take are read only if there are

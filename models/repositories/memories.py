@@ -103,9 +103,17 @@ def metadata(raw: str | dict[str, Any] | None) -> dict[str, Any]:
 
 
 def within_horizon(tx: ProfileTx) -> ColumnElement[bool]:
-    """Memories the transaction's run may see and write (ProfileTx.horizon): none an
-    ingest wrote after the run took the profile."""
-    return true() if tx.horizon is None else M.c.ingest_seq <= tx.horizon
+    """Memories the transaction's run may see and write (ProfileTx.horizon and
+    ProfileTx.as_of): none an ingest wrote after the run took the profile, none created
+    after the run's 'now'. The bound on ``created_at`` is a filter on the rows the
+    (profile, tier) and (profile, ingest_seq) indexes find, not another index: a run
+    reads the profile either way."""
+    bound: ColumnElement[bool] = true()
+    if tx.horizon is not None:
+        bound = bound & (M.c.ingest_seq <= tx.horizon)
+    if tx.as_of is not None:
+        bound = bound & (M.c.created_at <= tx.as_of)
+    return bound
 
 
 # --- reading ---------------------------------------------------------------------------
@@ -122,6 +130,20 @@ def ingested_since(tx: ProfileTx) -> set[str]:
         select(M.c.id).where(M.c.profile_id == tx.profile)
         .where(M.c.ingest_seq > tx.horizon)
     ).scalars())
+
+
+def beyond_horizon(tx: ProfileTx) -> set[str]:
+    """The profile's memories outside ``within_horizon``: those ``ingested_since`` and
+    those created after the run's 'now'. An edge to one of them is no edge for the run
+    (it came with that memory, which the run does not see). The latter are read by a
+    scan of the profile's rows: a step that needs them reads the profile anyway."""
+    beyond = ingested_since(tx)
+    if tx.as_of is not None:
+        beyond.update(tx.session.execute(
+            select(M.c.id).where(M.c.profile_id == tx.profile)
+            .where(M.c.created_at > tx.as_of)
+        ).scalars())
+    return beyond
 
 
 def get(s: Session, ident: str, profile: str | None = None) -> Memory | Tombstone:
@@ -253,10 +275,12 @@ def snapshot(
             )
             rows = plain_rows(tx.session, query)
         else:
-            by_id = _BY_ID
             params: dict[str, Any] = {"profile": tx.profile, "tiers": list(tiers)}
             if tx.horizon is not None:
-                by_id, params["horizon"] = _BY_ID_WITHIN, tx.horizon
+                params["horizon"] = tx.horizon
+            if tx.as_of is not None:
+                params["as_of"] = tx.as_of
+            by_id = _BY_ID_WITHIN[tx.horizon is not None, tx.as_of is not None]
             # In the order given, which came from the store's own ORDER BY (its collation
             # may not be Python's).
             found = {r[0]: r for batch in chunks(ids_)
@@ -277,7 +301,14 @@ _BY_ID = (
     .where(M.c.id.in_(bindparam("ids", expanding=True)))
     .order_by(M.c.id)
 )
-_BY_ID_WITHIN = _BY_ID.where(M.c.ingest_seq <= bindparam("horizon"))  # within_horizon
+# within_horizon, by (has a horizon, has an as_of).
+_BY_ID_WITHIN = {
+    (False, False): _BY_ID,
+    (True, False): _BY_ID.where(M.c.ingest_seq <= bindparam("horizon")),
+    (False, True): _BY_ID.where(M.c.created_at <= bindparam("as_of")),
+    (True, True): _BY_ID.where(M.c.ingest_seq <= bindparam("horizon"))
+    .where(M.c.created_at <= bindparam("as_of")),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -331,9 +362,10 @@ def relevance_inputs(tx: ProfileTx) -> RelevanceInputs:
         ends = tx.session.execute(
             select(_E.c.source_id, _E.c.target_id).where(_E.c.profile_id == tx.profile)
         ).all()
-    # An edge to a memory ingested since the run took the profile came with it: the
-    # next run counts it, as it would had the ingest come after this run.
-    beyond = ingested_since(tx)
+    # An edge to a memory ingested since the run took the profile (or created after its
+    # 'now') came with it: the next run counts it, as it would had the ingest come
+    # after this run.
+    beyond = beyond_horizon(tx)
     degree: dict[str, int] = defaultdict(int)
     for source, target in ends:
         if beyond and (source in beyond or target in beyond):

@@ -1000,9 +1000,10 @@ def _finite(token: str, before: str = "", after: str = "", first: bool = False) 
     ``first``: it opens a sentence, where a capital says nothing."""
     t = token.lower()
     # "-eed" is rather a noun or a base form ("the need for", "speed", "proceed"); within
-    # a sentence, a capital is a name's ("Anna and Ted at the park").
-    if t in _AUXILIARIES or (t.endswith("ed") and not t.endswith("eed") and len(t) > 3
-                             and t.isalpha() and (first or not token[:1].isupper())):
+    # a sentence, a capital is a name's ("Anna and Ted at the park", "met Aaa and Saw").
+    if (first or not token[:1].isupper()) and (
+            t in _AUXILIARIES
+            or (t.endswith("ed") and not t.endswith("eed") and len(t) > 3 and t.isalpha())):
         return True
     return _s_form(token) and _s_verb(before, after)
 

@@ -176,9 +176,11 @@ def test_a_list_of_plurals_stays_whole(subject: str, verb: str, items: list[str]
 @given(_NAME, _NAME, st.sampled_from(["went hiking", "work at Siemens", "are friends",
                                        "visited Porto", "own 2 cats"]),
        st.sampled_from(["", "User met ", "The user's friends "]))
-# A name that ends as a past tense does (CI found "Aaed").
+# A name that ends as a past tense does (CI found "Aaed"), or that is one ("Saw").
 @example("Anna", "Fred", "went hiking", "User met ")
 @example("Aaa", "Aaed", "went hiking", "User met ")
+@example("Aaa", "Saw", "went hiking", "User met ")
+@example("Bea", "Said", "went hiking", "")
 def test_two_names_joined_by_and_stay_whole(a: str, b: str, rest: str, before: str) -> None:
     """"Tom and Anna went hiking": two subjects (or objects) of one verb."""
     text = f"{before}{a} and {b} {rest}." if not before.startswith("User") else \

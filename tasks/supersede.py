@@ -333,10 +333,10 @@ def adds_value(parted: Sequence[str], names: Set[str]) -> bool:
         if word not in _PARTS:
             part.append(word)
             continue
+        ending = part[:-1] if part[-1:] == [","] else part  # "too, and ..."
         if not names.isdisjoint(part) and (
-                not ADDING.isdisjoint(part) or part[-1:] == ["too"]
-                or part[-2:] == ["as", "well"]
-                or part[-2:] in (["too", ","], ["well", ","])):
+                not ADDING.isdisjoint(part) or ending[-1:] == ["too"]
+                or ending[-2:] == ["as", "well"]):
             return True
         part = []
     return False

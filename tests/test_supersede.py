@@ -255,6 +255,19 @@ def test_the_bench_paraphrases_conflict_exactly_when_the_value_differs(kind) -> 
     assert wrong == []
 
 
+@pytest.mark.parametrize("text, adds", [
+    ("Tom also translates from French.", True),
+    ("Tom translates from French too.", True),
+    ("Tom translates from French too, and edits.", True),
+    ("Tom translates from French as well, and edits.", True),
+    # "well" alone before a comma is how, not one more; "too" before a word, how much
+    ("Anna is doing well, and Tom works at Meta.", False),
+    ("Tom finds Meta too far away.", False),
+])
+def test_a_value_is_one_more_only_by_a_word_of_adding(text: str, adds: bool) -> None:
+    assert values(text).adds is adds
+
+
 @pytest.mark.parametrize("older, newer", [(a[0], b[0]) for a, b in DIFFERENT_THINGS + ADDED])
 def test_two_things_said_in_the_same_words_but_one_do_not_conflict(older: str, newer: str) -> None:
     assert conflict(older, newer) is None

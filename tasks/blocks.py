@@ -244,12 +244,12 @@ def compiled(
 def compile_blocks(store: Store, args: StepArgs) -> StepReport:
     """Recompile the profile's five blocks; a block's version moves when its text does."""
     profile, as_of, config = args.profile, args.as_of, args.config
-    with store.reading(profile, args.horizon, args.as_of) as tx:
+    with args.reading(store) as tx:
         memories = memories_of(tx)
     summarizer = summarizer_for(config.summarizer)
     while True:
         plans, notes = compiled(memories, as_of, config.blocks, summarizer)
-        with store.writing(profile, args.horizon, args.as_of) as tx:
+        with args.writing(store) as tx:
             reingested = ingested_since(tx)
             if not any(mid in reingested for p in plans for mid in p.source_ids):
                 changed = set(upsert_blocks(tx, plans, as_of))

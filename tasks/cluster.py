@@ -197,7 +197,7 @@ def word_clusters(plans: list[MetaPlan], summarizer: Summarizer) -> list[MetaPla
 def cluster(store: Store, args: StepArgs) -> StepReport:
     """Describe each cluster of similar relevant memories with a meta-memory."""
     config = args.config.cluster
-    with store.reading(args.profile, args.horizon, args.as_of) as tx:
+    with args.reading(store) as tx:
         memories, vectors = snapshot(tx)
         existing = meta_memories(tx)
         vetoed = undone_summaries(tx)
@@ -213,7 +213,7 @@ def cluster(store: Store, args: StepArgs) -> StepReport:
     plans = drop_vetoed(vetoed, plans, lambda p: p.meta_id, report)
     summarizer = summarizer_for(args.config.summarizer)
     plans = word_clusters(plans, summarizer)
-    with store.writing(args.profile, args.horizon, args.as_of) as tx:
+    with args.writing(store) as tx:
         changed = set(apply_meta_memories(tx, plans, args.as_of, args.run_id))
     for plan in plans:
         if plan.meta_id in changed:

@@ -189,7 +189,7 @@ def plan_stalled(
 def consolidate_cold(store: Store, args: StepArgs) -> StepReport:
     """Replace each (entity, layer) group of cold notes by one protected learning memory."""
     config = args.config.cold
-    with store.reading(args.profile, args.horizon, args.as_of) as tx:
+    with args.reading(store) as tx:
         memories = memories_of(tx)
         summaries = [m.id for m in memories if m.origin in SUMMARY_ORIGINS and m.is_live]
         originals = originals_of(tx, summaries)
@@ -210,10 +210,10 @@ def consolidate_cold(store: Store, args: StepArgs) -> StepReport:
 
 def mark_stalled(store: Store, args: StepArgs) -> StepReport:
     """Mark in-progress memories nobody has touched for a month as stalled."""
-    with store.reading(args.profile, args.horizon, args.as_of) as tx:
+    with args.reading(store) as tx:
         memories = memories_of(tx)
     stalled = plan_stalled(memories, args.as_of, args.config.cold)
-    with store.writing(args.profile, args.horizon, args.as_of) as tx:
+    with args.writing(store) as tx:
         set_statuses(tx, [(m.id, STALLED) for m in stalled])
     report = StepReport("mark_stalled", args.profile, examined=len(memories))
     chars = preview_chars()

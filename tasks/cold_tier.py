@@ -168,7 +168,7 @@ def _record(report: StepReport, decisions: Sequence[Decision]) -> None:
 def migrate_cold(store: Store, args: StepArgs) -> StepReport:
     """Move the profile's long-unused, unprotected memories to the cold tier (undoable)."""
     config = args.config.cold_tier
-    with store.reading(args.profile, args.horizon, args.as_of) as tx:
+    with args.reading(store) as tx:
         memories = memories_of(tx)
         undone = undone_migrations(tx) if config.migrate_after_days else set()
         block_sources = [b.source_ids for b in blocks_of(tx)]
@@ -177,7 +177,7 @@ def migrate_cold(store: Store, args: StepArgs) -> StepReport:
     blocks, notes = blocks_without(
         memories, set(moved), block_sources, args.as_of,
         args.config) if moved else ([], [])
-    with store.writing(args.profile, args.horizon, args.as_of) as tx:
+    with args.writing(store) as tx:
         rewritten = migrate_to_cold(
             tx, moved, args.as_of, args.run_id, {"cold_tier": config.model_dump()}, blocks)
     report = StepReport("migrate_cold", args.profile, examined=len(memories), notes=notes)
@@ -194,7 +194,7 @@ def migrate_cold(store: Store, args: StepArgs) -> StepReport:
 def expire_cold(store: Store, args: StepArgs, approved: bool = True) -> StepReport:
     """Turn the profile's memories cold for longer than the TTL into tombstones."""
     config = args.config.cold_tier
-    with store.reading(args.profile, args.horizon, args.as_of) as tx:
+    with args.reading(store) as tx:
         cold = memories_of(tx, (Tier.COLD,)) if config.ttl_days is not None else []
         since = cold_since(tx) if cold else {}
         superseding = superseding_ids(tx) if cold else set()
@@ -212,7 +212,7 @@ def expire_cold(store: Store, args: StepArgs, approved: bool = True) -> StepRepo
             "last_accessed_at": _iso(d.memory.last_accessed_at),
             "cold_since": _iso(since[d.memory.id]),
         } for d in doomed}
-        with store.writing(args.profile, args.horizon, args.as_of) as tx:
+        with args.writing(store) as tx:
             rewritten = forget(
                 tx, [], [(d.memory.id, d.memory.relevance, d.reason) for d in doomed],
                 args.as_of, args.run_id, {"cold_tier": config.model_dump(), "expired": dates},

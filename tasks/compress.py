@@ -269,7 +269,7 @@ def nothing_to_compress_note(fading: int, config: CompressConfig) -> list[str]:
 def compress_fading(store: Store, args: StepArgs) -> StepReport:
     """Replace full groups of similar fading memories by summaries; originals go cold."""
     config = args.config.compress
-    with store.reading(args.profile, args.horizon, args.as_of) as tx:
+    with args.reading(store) as tx:
         memories, vectors = snapshot(tx)
         vetoed = undone_summaries(tx)
         stale = relevance_notes(tx, args.as_of, any(m.relevance is not None for m in memories),

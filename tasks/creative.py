@@ -104,7 +104,7 @@ def creative(store: Store, args: StepArgs) -> StepReport:
     config = args.config.creative
     # Only the sample is read: what this costs follows the sample, not the profile.
     # The candidates are is_candidate's memories, drawn by id in the store's order.
-    with store.reading(args.profile, args.horizon, args.as_of) as tx:
+    with args.reading(store) as tx:
         candidates = live_ids(tx, relevance_above=config.min_relevance)
         drawn = draw_sample(len(candidates), config.sample_size, args.profile, args.as_of)
         sample, vectors = snapshot(tx, ids_=[candidates[k] for k in drawn])
@@ -115,7 +115,7 @@ def creative(store: Store, args: StepArgs) -> StepReport:
         scored = spread is None or spread.scored > 0
         stale = relevance_notes(tx, args.as_of, scored, args.config.decay)
     edges, skipped = plan_creative(sample, vectors, linked, args.as_of, config)
-    with store.writing(args.profile, args.horizon, args.as_of) as tx:
+    with args.writing(store) as tx:
         add_edges(tx, edges, args.as_of)
     pairs = len(sample) * (len(sample) - 1) // 2
     report = StepReport("creative", args.profile, examined=pairs, skipped=skipped)

@@ -105,11 +105,11 @@ def _score(value: float) -> str:
 
 def decay(store: Store, args: StepArgs) -> StepReport:
     """Recompute the relevance of the profile's live hot memories at ``as_of``."""
-    with store.reading(args.profile, args.horizon, args.as_of) as tx:
+    with args.reading(store) as tx:
         inputs = relevance_inputs(tx)
     scores, eligible, write = plan_decay(inputs, args.as_of, args.config.decay)
     rows = np.flatnonzero(write)
-    with store.writing(args.profile, args.horizon, args.as_of) as tx:
+    with args.writing(store) as tx:
         changed = [inputs.ids[i] for i in rows]
         set_relevance(tx, list(zip(changed, scores[rows].tolist(), strict=True)))
     report = StepReport("decay", args.profile, examined=len(scores))

@@ -373,7 +373,7 @@ def dedup(store: Store, args: StepArgs) -> StepReport:
     """Supersede older statements of an updated fact (older summaries' among them),
     then merge near-duplicates of one profile into summaries; what either replaces goes
     cold."""
-    with store.reading(args.profile, args.horizon, args.as_of) as tx:
+    with args.reading(store) as tx:
         memories, vectors = snapshot(tx)
         undone = undone_supersessions(tx)
         updates = find_updates(args.profile, memories, vectors, args.as_of,
@@ -423,7 +423,7 @@ def may_have_new_duplicates(
 def dedup_new_summaries(store: Store, args: StepArgs) -> StepReport:
     """Merge again after compression: new summaries that are near-duplicates of each
     other or of what the first pass left (see the module's docstring)."""
-    with store.reading(args.profile, args.horizon, args.as_of) as tx:
+    with args.reading(store) as tx:
         memories, vectors = snapshot(tx)
         report = StepReport(
             "dedup_new_summaries", args.profile,

@@ -52,10 +52,10 @@ def decay_edges(store: Store, args: StepArgs) -> StepReport:
     """Reweigh the profile's idle association edges from their base weight; prune the weakest."""
     profile, as_of, config = args.profile, args.as_of, args.config
     cutoff = as_of - timedelta(days=config.edge_decay.inactive_days)
-    with store.reading(profile, args.horizon, args.as_of) as tx:
+    with args.reading(store) as tx:
         edges = association_edges_to_decay(tx, cutoff)
     reweigh, prune = plan_edge_decay(edges, as_of, config.edge_decay)
-    with store.writing(profile, args.horizon, args.as_of) as tx:
+    with args.writing(store) as tx:
         strengthened = update_edge_weights(tx, reweigh, [e for e, _ in prune])
     report = StepReport("decay_edges", profile, examined=len(edges),
                         skipped=len(strengthened))

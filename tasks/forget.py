@@ -285,7 +285,7 @@ def forget(
     below = None if config.policy == "risk" else max(config.archive_threshold,
                                                      config.delete_threshold)
     spared: dict[str, int] = {}
-    with store.reading(args.profile, args.horizon, args.as_of) as tx:
+    with args.reading(store) as tx:
         hot, scored = hot_count(tx)
         if below is None:
             memories = memories_of(tx)
@@ -303,12 +303,12 @@ def forget(
               for d in decisions if d.action == DELETE]
     forgotten = {d.memory.id for d in decisions if d.action in (ARCHIVE, DELETE)}
     if below is not None and any(forgotten.intersection(ids) for ids in block_sources):
-        with store.reading(args.profile, args.horizon, args.as_of) as tx:
+        with args.reading(store) as tx:
             memories = memories_of(tx)  # blocks are compiled from the whole profile
     blocks, notes = blocks_without(memories, forgotten, block_sources, args.as_of, args.config)
     rewritten: list[str] = []
     if archive or doomed:
-        with store.writing(args.profile, args.horizon, args.as_of) as tx:
+        with args.writing(store) as tx:
             rewritten = forget_memories(
                 tx, archive, doomed, args.as_of, args.run_id, config.model_dump(), blocks
             )

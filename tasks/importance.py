@@ -22,11 +22,11 @@ def graph_importance(store: Store, args: StepArgs) -> StepReport:
     profile, config = args.profile, args.config
     # Edges to memories beyond the run's horizon are no edges of the graph: it has
     # only the memories the run took the profile with.
-    with store.reading(profile, args.horizon, args.as_of) as tx:
+    with args.reading(store) as tx:
         nodes = memory_ids(tx)
         edges = weighted_ends(tx)
     scores = importance(nodes, edges, config.graph.damping, config.graph.community_seed)
-    with store.writing(profile, args.horizon, args.as_of) as tx:
+    with args.writing(store) as tx:
         changed = set(set_graph_scores(tx, scores))
     report = StepReport("graph_importance", profile, examined=len(nodes))
     scored = [sc for sc in scores if sc.memory_id in changed]

@@ -76,10 +76,10 @@ def without_reingested(
 def link_summaries(store: Store, args: StepArgs) -> StepReport:
     """Add association edges from each unlinked summary of the profile to its neighbours."""
     profile, as_of, config = args.profile, args.as_of, args.config
-    with store.reading(profile, args.horizon, args.as_of) as tx:
+    with args.reading(store) as tx:
         memories, vectors = snapshot(tx)
     linked, edges = plan_links(memories, vectors, config.linking, config.search)
-    with store.writing(profile, args.horizon, args.as_of) as tx:
+    with args.writing(store) as tx:
         linked, edges, waiting = without_reingested(linked, edges, ingested_since(tx))
         add_edges(tx, edges, as_of, linked_summaries=linked)
     report = StepReport("link_summaries", profile, examined=len(linked) + len(waiting))

@@ -52,10 +52,10 @@ def plan_promotions(
 def promote(store: Store, args: StepArgs) -> StepReport:
     """Set the lifecycle of the profile's hot memories from their use, trust and validity."""
     profile, as_of, config = args.profile, args.as_of, args.config
-    with store.reading(profile, args.horizon, args.as_of) as tx:
+    with args.reading(store) as tx:
         memories = memories_of(tx)
     plan = plan_promotions(memories, as_of, config.promotion)
-    with store.writing(profile, args.horizon, args.as_of) as tx:
+    with args.writing(store) as tx:
         # A memory ingested again since the run took the profile may no longer meet
         # the rule the plan read: it waits for the next run.
         reingested = ingested_since(tx)

@@ -19,6 +19,7 @@ import mmap
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
 from functools import lru_cache, partial
@@ -33,7 +34,7 @@ from reverie.models.config import ConsolidationConfig
 from reverie.models.repositories.bulk import collector_paused
 from reverie.models.repositories.profiles import ingest_horizons
 from reverie.models.settings import get_settings
-from reverie.models.store import Store
+from reverie.models.store import ProfileTx, Store
 from reverie.models.transient import retrying
 
 log = logging.getLogger("reverie.steps")
@@ -52,6 +53,17 @@ class StepArgs:
     config: ConsolidationConfig
     run_id: str | None = None
     horizon: int | None = None
+
+    # A step opens its profile only through these two: a read that forgot the horizon
+    # or the as_of would let a backfill see memories of its future (forget's candidate
+    # read once did).
+    def reading(self, store: Store) -> AbstractContextManager[ProfileTx]:
+        """A snapshot of the profile as this run sees it."""
+        return store.reading(self.profile, self.horizon, self.as_of)
+
+    def writing(self, store: Store) -> AbstractContextManager[ProfileTx]:
+        """One transaction on the profile as this run sees it."""
+        return store.writing(self.profile, self.horizon, self.as_of)
 
 
 @dataclass(frozen=True, slots=True)

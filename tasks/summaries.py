@@ -140,7 +140,7 @@ def write_summaries(
         model = embedding.model_name()
         kept = [p if p.embedding is not None else replace(p, embedding_model=model)
                 for p in kept]
-        with store.writing(args.profile, args.horizon, args.as_of) as tx:
+        with args.writing(store) as tx:
             kept = drop_reingested(kept, ingested_since(tx), report)
             if also is not None:
                 also(tx)

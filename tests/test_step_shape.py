@@ -4,6 +4,7 @@ nor write nor ask a model; wording comes after the vetoes (tasks/summaries.py)."
 
 from __future__ import annotations
 
+import ast
 import importlib
 import inspect
 import pkgutil
@@ -35,3 +36,22 @@ def test_every_step_has_plans_and_none_is_handed_anything_that_reads_writes_or_w
         if any(word in str(annotation.annotation) for word in IMPURE)
     ]
     assert impure == []
+
+
+def test_steps_open_their_profile_only_as_their_run_sees_it() -> None:
+    """A read without the run's horizon and as_of lets a backfill see memories of its
+    future (forget's candidate read once did): steps open the store only through
+    ``StepArgs.reading`` / ``StepArgs.writing``."""
+    opened = []
+    for info in pkgutil.iter_modules(tasks.__path__, "reverie.tasks."):
+        if info.name == "reverie.tasks.step":
+            continue  # where StepArgs opens it
+        module = importlib.import_module(info.name)
+        tree = ast.parse(inspect.getsource(module))
+        opened += [
+            f"{info.name}:{node.lineno}" for node in ast.walk(tree)
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+            and node.func.attr in {"reading", "writing", "reading_all", "writing_all"}
+            and not (isinstance(node.func.value, ast.Name) and node.func.value.id == "args")
+        ]
+    assert opened == []

@@ -138,8 +138,8 @@ def _query(store: Store, query: object, field: str = "query") -> str:
     if not isinstance(query, str) or not query.strip():
         raise field_error(field, "must be a non-empty string")
     if not has_visible_text(query):
-        # Zero-width spaces or a BOM alone: it would be embedded and answered with
-        # whatever lies nearest to nothing.
+        # Recall refuses it too, as a plain InputError: an API call is told which
+        # field of its request it was.
         raise field_error(field, "is empty: it has no letter, digit, punctuation or symbol")
     limit = store.settings.max_content_chars
     if len(query) > limit:
@@ -402,8 +402,7 @@ def session_init(
     budget = store.settings.api_context_chars if budget_chars is None else _count(
         budget_chars, "budget_chars", 0, 200_000)
     most = _count(k, "k", 1, store.settings.api_max_k)
-    if query is not None:
-        _query(store, query)
+    text = None if query is None else _query(store, query)
     if _new(store, who, name):
         # A new agent's first session: nothing to recall yet (its first store makes it).
         return {"profile": name, "budget_chars": budget, "used_chars": 0, "blocks": [],
@@ -417,8 +416,7 @@ def session_init(
             chosen_blocks.append({"block_type": b.block_type, "content": b.content,
                                   "version": b.version})
             left -= len(b.content)
-    if query is not None:
-        text = _query(store, query)
+    if text is not None:
         found: list[tuple[float | None, MemoryView | Memory, str]] = [
             (h.score, h.memory, h.text) for h in
             recall_memories(store, name, text, min(SESSION_INIT_POOL, max(most, 1)),

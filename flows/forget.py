@@ -120,11 +120,13 @@ def forget(
     )
     asks = waits_for_approval(config, auto_approve_deletion)
     if dry_run:
-        report = run_for_profiles(FLOW_NAME, profile, as_of, True, config, forget_profiles)
-        # The real run pauses only when it finds something to delete, as here.
-        if asks and (rows := deletions(report)):
-            report.waits_for = f"an operator's approval before deleting {len(rows)} memories"
-        return report
+        def say_if_it_waits(report: RunReport) -> None:
+            # The real run pauses only when it finds something to delete, as here.
+            if asks and (rows := deletions(report)):
+                report.waits_for = f"an operator's approval before deleting {len(rows)} memories"
+
+        return run_for_profiles(FLOW_NAME, profile, as_of, True, config, forget_profiles,
+                                annotate=say_if_it_waits)
     if not asks:
         if config.forget.delete_threshold > 0.0:
             run_logger(log).info("forget: deletion below %g is auto-approved "

@@ -87,6 +87,7 @@ def markdown(report: RunReport, external: Mapping[str, str] | None = None) -> st
         f"**Profiles:** {_names(report.profiles) or 'none'}  ",
         f"**Changes:** {report.changed()}",
         *(["", f"**Nothing done: {report.note}.**"] if report.note else []),
+        *(["", f"**A real run waits for {report.waits_for}.**"] if report.waits_for else []),
         *(
             [f"**Skipped (another run was consolidating them):** "
              f"{_names(report.skipped_profiles)}  "]

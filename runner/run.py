@@ -6,6 +6,7 @@ the artifacts, and fail the run (after the others finished) if a profile failed.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from datetime import datetime
 
 from reverie.models.config import ConsolidationConfig
@@ -39,11 +40,13 @@ def run_for_profiles(
     config: ConsolidationConfig | None,
     dag: ProfileDag,
     store_id: str | None = None,
+    annotate: Callable[[RunReport], None] | None = None,
 ) -> RunReport:
     """Resolve a flow's parameters, run ``dag`` for the selected profiles chunk by
     chunk (chunks run side by side), collect the steps' reports and publish them as
     artifacts. Profiles whose steps all succeeded are recorded as done; if any failed,
-    the run fails at the end, naming them, after the others have finished.
+    the run fails at the end, naming them, after the others have finished. ``annotate``
+    adds what the flow concludes from the steps' reports before the artifacts show it.
 
     A run over every profile (``profile`` None) of a store that has none fails, saying
     so in its state and artifact: on a schedule that is a store just made empty or a
@@ -70,6 +73,8 @@ def run_for_profiles(
             rows = history(report, plan.as_of, started, utcnow())
             retrying(lambda: _record_runs(plan.store_url, rows), STEP_RETRIES,
                      STEP_RETRY_FIRST_SECONDS, STEP_RETRY_CAP_SECONDS)
+    if annotate is not None:
+        annotate(report)
     publish(report, _user_ids(plan.store_url, report))
     failed = report.failed()
     if failed:

@@ -166,6 +166,7 @@ from reverie.flows.forget import (  # noqa: E402
 from reverie.models.errors import ReverieError  # noqa: E402
 from reverie.models.export import export_jsonl  # noqa: E402
 from reverie.models.tables import Tombstone  # noqa: E402
+from reverie.runner.artifacts import artifact_key  # noqa: E402
 
 from prefect_reads import run_artifacts  # noqa: E402
 
@@ -237,6 +238,11 @@ def test_a_dry_run_says_when_the_real_run_waits_for_approval(
         "(dry run: nothing written); a real run waits for an operator's approval before "
         "deleting 2 memories")
     # Approved up front, archiving only, or nothing to delete: the real run does not wait.
+    # So does the run's summary in the Prefect UI.
+    dry = forget(profile="mia", as_of=AS_OF, delete_threshold=1.0, dry_run=True)
+    [summary] = [a for a in run_artifacts(dry.run_id) if a.key == artifact_key(dry)]
+    assert ("**A real run waits for an operator's approval before deleting 2 memories.**"
+            in summary.data)
     assert main([*args, "--approve-deletion"]) == EXIT_OK
     assert capsys.readouterr().out.splitlines()[-1].endswith("(dry run: nothing written)")
     assert forget(profile="mia", as_of=AS_OF, archive_threshold=1.0,

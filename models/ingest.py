@@ -102,14 +102,13 @@ def ingest(
 ) -> IngestReport:
     """Validate and store memory (and edge) records given as dicts. With
     ``queue_events``, the events the ingest causes wait in the outbox for the caller.
-    With ``create`` (an ingest's default) a store missing at the URL is created
-    (``IngestReport.created`` says so); without, it is an error naming the URL."""
-    created = store.create() if create else False
-    report = _Ingest(store, embedder, at or utcnow(), progress, queue_events).run(
+    With ``create`` (an ingest's default) a store missing at the URL is created when
+    the first record is written (``IngestReport.created`` says so): an ingest that
+    writes nothing (no record, every record refused) leaves none behind. Without, a
+    missing store is an error naming the URL."""
+    return _Ingest(store, embedder, at or utcnow(), progress, queue_events, create).run(
         ((f"record {n}", r) for n, r in enumerate(records, start=1)), profile
     )
-    report.created = created
-    return report
 
 
 def ingest_jsonl(
@@ -124,12 +123,9 @@ def ingest_jsonl(
 ) -> IngestReport:
     """Store every valid line of a JSONL file; bad lines are reported, not stored.
     ``create``: as for ``ingest``."""
-    created = store.create() if create else False
-    report = _Ingest(store, embedder, at or utcnow(), progress, queue_events).run(
+    return _Ingest(store, embedder, at or utcnow(), progress, queue_events, create).run(
         read_jsonl(Path(path)), profile
     )
-    report.created = created
-    return report
 
 
 class _Ingest:
@@ -137,9 +133,10 @@ class _Ingest:
 
     def __init__(
         self, store: Store, embedder: Embedder, at: datetime, progress: IngestProgress,
-        queue_events: bool,
+        queue_events: bool, create: bool,
     ) -> None:
         self.store = store
+        self.create = create
         self.embedder = embedder
         self.at = at
         self.progress = progress
@@ -220,7 +217,14 @@ class _Ingest:
             "give this record its own id",
         )
 
+    def _store_ready(self) -> None:
+        """Before the first write: the store is created if asked and missing."""
+        if self.create:
+            self.report.created = self.store.create()
+            self.create = False
+
     def _write_memories(self, records: list[MemoryIn]) -> None:
+        self._store_ready()
         progress, report = self.progress, self.report
         embedded = 0
 
@@ -363,6 +367,7 @@ class _Ingest:
         return _with_vectors(out, todo, cached, self.embedder.name)
 
     def _write_edges(self, edges: list[EdgeIn]) -> None:
+        self._store_ready()
         by_profile: dict[str, list[EdgeIn]] = defaultdict(list)
         for e in edges:
             by_profile[e.profile].append(e)
@@ -561,7 +566,7 @@ def ingest_together(
     the calls one by one: a call with edges or more than ``INGEST_CHUNK`` memories, a
     memory named by two calls (the later would update what the earlier stores), or a
     value the database refuses (the chunk is then stored record by record)."""
-    runs = [_Ingest(store, embedder, at, False, queue_events) for _, _, at in calls]
+    runs = [_Ingest(store, embedder, at, False, queue_events, False) for _, _, at in calls]
     rows_of: list[dict[str, dict[str, Any]]] = []
     for run, (records, profile, _) in zip(runs, calls, strict=True):
         memories: list[MemoryIn] = []

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from reverie.deployments.cli import EXIT_ERROR, EXIT_OK, main
+from reverie.deployments.cli import EXIT_ERROR, EXIT_OK, EXIT_REJECTED, main
 from reverie.models import outbox
 from reverie.models.errors import EmptyStoreError, StoreMissingError, WrongStoreError
 from reverie.models.events import related, resource, stored_events
@@ -157,3 +157,21 @@ def test_init_and_ingest_create_the_store_and_say_so(
     assert f"created a new store at {other}" in said.err and "stored 1" in said.out
     assert main(["ingest", str(memories)]) == EXIT_OK
     assert "created" not in capsys.readouterr().err
+
+
+@pytest.mark.store_independent("creating a SQLite store, whatever the suite's back-end")
+@pytest.mark.parametrize(("content", "code"), [
+    ("", EXIT_OK), ("\n\n", EXIT_OK), ('{"content": ""}\n{"nothing": 1}\n', EXIT_REJECTED)])
+def test_an_ingest_that_writes_nothing_creates_no_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+    content: str, code: int,
+) -> None:
+    """An empty file, or one whose every record is refused, is likelier the wrong file
+    than a store wanted empty: a store made then would be taken for the right one."""
+    folder = tmp_path / "new"
+    monkeypatch.setenv("REVERIE_DATABASE_URL", f"sqlite:///{folder / 'a.db'}")
+    memories = tmp_path / "m.jsonl"
+    memories.write_text(content)
+    assert main(["ingest", str(memories), "--profile", "p"]) == code
+    assert "created" not in capsys.readouterr().err
+    assert not folder.exists()

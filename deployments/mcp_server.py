@@ -197,4 +197,8 @@ def build_mcp(open_store: Callable[[], Store], tokens: Tokens, stdio: bool = Fal
 
 def run_stdio(tokens: Tokens) -> None:
     server = build_mcp(Store, tokens, stdio=True)
+    # A local agent's session ends in session_end, whose full run needs the Prefect
+    # server: started now, it is up by then. Its output goes to its own log, never to
+    # the stdout the protocol speaks on.
+    ops.start_local_api()
     server.run("stdio")

@@ -657,7 +657,7 @@ def _local_api_if_none() -> None:
 
 
 def start_local_api() -> threading.Thread | None:
-    """For a server process (``reverie api``, ``reverie mcp`` over HTTP) starting with no
+    """For a server process (``reverie api``, ``reverie mcp``) starting with no
     Prefect API configured: bring the shared local Prefect server up in the background,
     so that the first real consolidate, which needs it, waits only for what is left of
     its start (8 s or more), not all of it. Not with ``REVERIE_LOCAL_SERVER=temporary``:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -32,6 +33,9 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
 from reverie.flows.catalog import ALIASES
+from reverie.models.db import create_store
+
+from conftest import prefect_home
 
 TOOLS = {"session_init", "store", "recall", "get", "consolidate", "consolidation_status",
          "session_end", "undo"}
@@ -215,3 +219,30 @@ def test_a_whole_session_over_stdio(database: tuple[str, Path]) -> None:
                               capture_output=True, text=True, timeout=120)
         assert done.returncode != 0 and "REVERIE_MCP_TOKEN: not" in done.stderr, done.stderr
         assert "Traceback" not in done.stderr and (not token or token not in done.stderr)
+
+
+@pytest.mark.slow
+@pytest.mark.store_independent("the local Prefect server is started before any store is read")
+def test_over_stdio_the_local_prefect_server_is_started_at_once(tmp_path: Path) -> None:
+    """A local agent's `reverie mcp` starts the shared local Prefect server as it starts
+    (session_end's full run needs it), and the protocol on stdout is not disturbed."""
+    from reverie.deployments.local_server import running
+
+    home = prefect_home(tmp_path / "prefect")
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    create_store(url)
+
+    async def session() -> dict[str, Any]:
+        async with over_stdio(url, BOB_TOKEN, REVERIE_LOCAL_SERVER="shared",
+                              PREFECT_HOME=str(home)) as agent:
+            deadline = time.monotonic() + 120
+            while running(home) is None:  # no tool called: started by the start alone
+                assert time.monotonic() < deadline, "no local Prefect server came up"
+                await anyio.sleep(0.5)
+            return await tool(agent, "recall", profile="bob", query="tea", k=3)
+
+    try:
+        assert anyio.run(session) == {"profile": "bob", "hits": []}
+    finally:
+        subprocess.run([reverie(), "server", "stop"], capture_output=True, timeout=60,
+                       env=server_env(url, PREFECT_HOME=str(home)))

@@ -983,18 +983,11 @@ def _session_end(
 ) -> int:
     """Record the end of a profile's session (full consolidation follows, via the
     triggers)."""
-    from reverie.models.repositories.runs import end_session
-    from reverie.models.timestamps import utcnow
-    from reverie.runner.event_delivery import api_configured, deliver, wanted
+    from reverie.runner.event_delivery import api_configured, end_session
 
     store = _store()
     store.resolve_profiles(profile)
-    queue_events = wanted()
-    with store.writing(profile) as tx:
-        count = end_session(tx, session, utcnow(), store.settings.session_trigger_every,
-                            queue_events)
-    if queue_events:
-        deliver(store.url)
+    count, _ = end_session(store, profile, session)
     print(f"{profile}: session {count} ended")
     if not api_configured():
         # The consolidation that follows a session end is a Prefect trigger's.

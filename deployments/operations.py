@@ -452,8 +452,7 @@ def session_end(
 ) -> dict[str, Any]:
     """``reverie session-end``: count the session; its events (full consolidation
     follows through the deployment triggers) queued and sent."""
-    from reverie.models.repositories.runs import end_session
-    from reverie.runner.event_delivery import deliver, wanted
+    from reverie.runner.event_delivery import end_session
 
     name = _allowed(store, who, profile, must_exist=False)
     session_id = None if session is None else _an_id(session, "session")
@@ -461,14 +460,9 @@ def session_end(
         # A first session that stored nothing: nothing to count or consolidate yet.
         return {"profile": name, "session": session_id, "session_count": 0,
                 "consolidation_follows": False}
-    queue_events = wanted()
-    with store.writing(name) as tx:
-        count = end_session(tx, session_id, utcnow(), store.settings.session_trigger_every,
-                            queue_events)
-    if queue_events:
-        deliver(store.url)
+    count, sent = end_session(store, name, session_id)
     return {"profile": name, "session": session_id, "session_count": count,
-            "consolidation_follows": queue_events and _operator_api()}
+            "consolidation_follows": sent and _operator_api()}
 
 
 def undo(store: Store, who: Principal, profile: object, ident: object) -> dict[str, Any]:

@@ -228,6 +228,20 @@ def deliver(store_url: str) -> None:
                     type(exc).__name__)
 
 
+def end_session(store: Store, profile: str, session: str | None) -> tuple[int, bool]:
+    """Count the end of one of ``profile``'s sessions: its number, and whether its events
+    (full consolidation follows through the session trigger) were queued and sent."""
+    from reverie.models.repositories.runs import end_session as count_end
+
+    queue_events = wanted()
+    with store.writing(profile) as tx:
+        count = count_end(tx, session, utcnow(), store.settings.session_trigger_every,
+                          queue_events)
+    if queue_events:
+        deliver(store.url)
+    return count, queue_events
+
+
 def _count(store_url: str) -> int:
     with Store(store_url).reading_all() as s:
         return outbox.count(s)

@@ -735,7 +735,7 @@ def _ingest(
     json_: Json = False,
 ) -> int:
     """Store the memories (and edges) of a JSONL file, creating the store if there is
-    none (and saying so). A backup that `reverie export` wrote restores its profile
+    none and a record to write (and saying so). A backup that `reverie export` wrote restores its profile
     exactly, all or nothing, into a store without that profile."""
     from reverie.models.backup import is_backup
 

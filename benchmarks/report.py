@@ -671,6 +671,13 @@ METHOD = """\
 3.11.7, numpy 2.4.6, faiss-cpu 1.15.1, SQLAlchemy 2.0.58, SQLite 3.40.1, the store on
 local disk. The synthetic and api JSON record their machine. Other sessions share these
 cores: a figure measured on a busy machine says so, and only ratios within one run compare.
+
+The host behind that name is not always the same. The rounds above ran where the model
+embedded about 1,490 sentences a second; on 2026-11-29 the host had AVX2 and no AVX-512,
+and the same model embedded 296 (`reverie bench api`: server CPU 23 ms per recall, against
+7 to 9). Since then the JSON records the CPU's vector extensions
+(`machine.vector_extensions`). Compare absolute figures only between runs on hosts with
+the same extensions.
 """
 
 

@@ -734,9 +734,10 @@ def _ingest(
         help="profile for records that do not name one")] = None,
     json_: Json = False,
 ) -> int:
-    """Store the memories (and edges) of a JSONL file, creating the store if there is
-    none and a record to write (and saying so). A backup that `reverie export` wrote restores its profile
-    exactly, all or nothing, into a store without that profile."""
+    """Store the memories (and edges) of a JSONL file, creating the store if there
+    is none and a record to write (and saying so). A backup that `reverie export`
+    wrote restores its profile exactly, all or nothing, into a store without that
+    profile."""
     from reverie.models.backup import is_backup
 
     # An unreadable file is refused as the line is parsed (typer's Path checks it).

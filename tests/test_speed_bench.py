@@ -202,6 +202,9 @@ def test_bench_synthetic_from_the_cli_writes_every_step_and_flow(tmp_path: Path)
     assert code == 0
     data = json.loads(out.read_text())
     assert data["machine"]["cores"] >= 1 and data["machine"]["backend"] == "sqlite"
+    # What the model's speed hangs on: hosts of one CPU name differ in them.
+    extensions = data["machine"]["vector_extensions"]
+    assert extensions == sorted(extensions) and set(extensions) <= speed.VECTOR_EXTENSIONS
     # The terminal's bar counts to the rows the bench gives.
     assert len(data["results"]) == speed.expected_rows([400], ingest_sentences=64)
     assert data["command"].startswith("reverie bench synthetic --sizes 400 --profiles 1 ")

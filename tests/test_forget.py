@@ -237,12 +237,12 @@ def test_a_dry_run_says_when_the_real_run_waits_for_approval(
     assert capsys.readouterr().out.splitlines()[-1].endswith(
         "(dry run: nothing written); a real run waits for an operator's approval before "
         "deleting 2 memories")
-    # Approved up front, archiving only, or nothing to delete: the real run does not wait.
     # So does the run's summary in the Prefect UI.
     dry = forget(profile="mia", as_of=AS_OF, delete_threshold=1.0, dry_run=True)
     [summary] = [a for a in run_artifacts(dry.run_id) if a.key == artifact_key(dry)]
     assert ("**A real run waits for an operator's approval before deleting 2 memories.**"
             in summary.data)
+    # Approved up front, archiving only, or nothing to delete: the real run does not wait.
     assert main([*args, "--approve-deletion"]) == EXIT_OK
     assert capsys.readouterr().out.splitlines()[-1].endswith("(dry run: nothing written)")
     assert forget(profile="mia", as_of=AS_OF, archive_threshold=1.0,

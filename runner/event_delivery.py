@@ -28,6 +28,7 @@ from pathlib import Path
 
 from reverie.models import outbox
 from reverie.models.events import ProfileEvent, related, resource
+from reverie.models.repositories.runs import end_session as count_end
 from reverie.models.settings import get_settings
 from reverie.models.store import Store
 from reverie.models.timestamps import utcnow
@@ -231,8 +232,6 @@ def deliver(store_url: str) -> None:
 def end_session(store: Store, profile: str, session: str | None) -> tuple[int, bool]:
     """Count the end of one of ``profile``'s sessions: its number, and whether its events
     (full consolidation follows through the session trigger) were queued and sent."""
-    from reverie.models.repositories.runs import end_session as count_end
-
     queue_events = wanted()
     with store.writing(profile) as tx:
         count = count_end(tx, session, utcnow(), store.settings.session_trigger_every,

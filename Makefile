@@ -48,7 +48,9 @@ endif
 # calls of the store's code: that leg fails naming any repository function no test called.
 # `make test` runs the two legs side by side: much of the suite waits on Prefect
 # servers, workers and automations rather than computing, so four processes on two
-# cores finish sooner than two legs in turn. The SQLite leg prints as it goes; the
+# cores finish sooner than two legs in turn. Side by side, the legs share the tests that
+# reach no store (REVERIE_TEST_SHARED): each runs once, on the leg that comes to it
+# first, so the legs end together. The SQLite leg prints as it goes; the
 # PostgreSQL leg's output waits in $(TEST_LOGS)/postgres.log and is printed after it,
 # whole. Either leg failing fails `make test`. `make test-sqlite` or
 # `make test-postgres` runs one leg. In `make test` the SQLite leg's Prefect stacks also
@@ -79,8 +81,8 @@ check: $(STAMP)
 	cd $(TYPECHECK) && $(CURDIR)/$(BIN)/mypy --config-file $(CURDIR)/pyproject.toml -p reverie
 
 test: check chromium postgres
-	mkdir -p $(TEST_LOGS)
-	@start=$$(date +%s); \
+	rm -rf $(TEST_LOGS)/shared && mkdir -p $(TEST_LOGS)/shared
+	@start=$$(date +%s); export REVERIE_TEST_SHARED=$(CURDIR)/$(TEST_LOGS)/shared; \
 	$(POSTGRES_LEG) > $(TEST_LOGS)/postgres.log 2>&1 & postgres_leg=$$!; \
 	trap 'kill $$postgres_leg 2>/dev/null' INT TERM; \
 	REVERIE_TEST_PREFECT_POSTGRES=$(TEST_POSTGRES) $(SQLITE_LEG); sqlite=$$?; \

@@ -4,7 +4,8 @@ and a fresh store per test (the store Reverie's settings point at).
 Stores are SQLite files, or with ``REVERIE_TEST_POSTGRES`` set to an admin URL of a
 PostgreSQL server, fresh PostgreSQL databases. ``make test`` runs the whole suite on
 SQLite, in parallel processes, then on PostgreSQL the tests that reach a store
-(tests/legs.py says which, and checks that they run all of the store's code).
+(tests/legs.py says which, and checks that they run all of the store's code); side by
+side, the legs share the tests that reach no store (``SHARED_TESTS``).
 Test stacks keep Prefect's own database on PostgreSQL wherever the run has one
 (prefect_database).
 """
@@ -93,6 +94,10 @@ TEST_POSTGRES = os.environ.get("REVERIE_TEST_POSTGRES")  # an admin URL, or unse
 # on the SQLite leg of `make test` REVERIE_TEST_PREFECT_POSTGRES, where the stacks keep
 # Prefect's own database (prefect_database); unset, every database is SQLite.
 POSTGRES_ADMIN = TEST_POSTGRES or os.environ.get("REVERIE_TEST_PREFECT_POSTGRES")
+# `make test`'s legs, side by side, share the tests that reach no store through this
+# folder (tests/legs.py's ``claim``); unset, each leg runs its own, as alone.
+SHARED_TESTS = os.environ.get("REVERIE_TEST_SHARED")
+LEG = "PostgreSQL" if TEST_POSTGRES else "SQLite"
 RUN_DIR = Path(os.environ["REVERIE_TEST_RUN_DIR"])
 
 
@@ -234,10 +239,25 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         on_postgres = (item.get_closest_marker("store") is not None
                        and item.get_closest_marker("store_independent") is None)
-        (kept if on_postgres else dropped).append(item)
+        (kept if on_postgres or _shared(item) else dropped).append(item)
     if dropped:
         config.hook.pytest_deselected(items=dropped)
     items[:] = kept
+
+
+def _shared(item: pytest.Item) -> bool:
+    """Whether the legs share this test: it reaches no store, so either runs it alike."""
+    return SHARED_TESTS is not None and item.get_closest_marker("store") is None
+
+
+@pytest.hookimpl(tryfirst=True)  # before its fixtures are set up
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if SHARED_TESTS is not None and _shared(item):
+        from legs import claim, unit_of
+
+        owner = claim(Path(SHARED_TESTS), unit_of(item), LEG)
+        if owner != LEG:
+            pytest.skip(f"run by the {owner} leg, which came to it first")
 
 
 def _name_group(item: pytest.Item) -> None:

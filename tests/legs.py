@@ -10,6 +10,11 @@ more. The rule follows names, so a new test that takes the ``store`` fixture, or
 ``new_store_url``, is on both legs without anyone listing it; ``@pytest.mark.store``
 adds a test by hand and ``@pytest.mark.store_independent(reason)`` takes one off.
 
+When ``make test`` runs the legs side by side, the tests that reach no store are shared
+between them instead (``claim``): each runs once, on the leg that comes to it first, and
+the other leg skips it. The legs then end together; before, the PostgreSQL leg ended
+ten minutes before the SQLite leg, which worked through those tests alone.
+
 A name-following rule can miss a path (a helper reached through an attribute of an
 object), so the PostgreSQL leg also notes each call of the store's own code in every
 test process: the run fails (conftest's ``pytest_sessionfinish``) naming each public
@@ -20,8 +25,10 @@ from __future__ import annotations
 
 import ast
 import functools
+import hashlib
 import importlib.abc
 import importlib.machinery
+import os
 import sys
 import types
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -135,6 +142,14 @@ def expected_seconds(item: Any) -> float:
     return float(marker.kwargs.get("seconds", SLOW_SECONDS))
 
 
+def unit_of(item: Any) -> str:
+    """The unit of work a test belongs to: its xdist group, or the test alone."""
+    group = item.get_closest_marker("xdist_group")
+    if group is None:
+        return f"test {item.nodeid}"
+    return f"group {group.args[0] if group.args else group.kwargs.get('name')}"
+
+
 def longest_first(items: Sequence[Any]) -> list[Any]:
     """The tests in units of work (an xdist group, or one test), the unit expected to take
     longest first, each unit's tests in their order. Handed out in this order, the
@@ -142,12 +157,26 @@ def longest_first(items: Sequence[Any]) -> list[Any]:
     long test handed out last would leave the other process idle while it runs)."""
     units: dict[str, list[Any]] = {}
     for item in items:
-        group = item.get_closest_marker("xdist_group")
-        key = f"group {group.args[0] if group.args else group.kwargs.get('name')}" \
-            if group is not None else f"test {item.nodeid}"
-        units.setdefault(key, []).append(item)
+        units.setdefault(unit_of(item), []).append(item)
     ranked = sorted(units.values(), key=lambda unit: -sum(map(expected_seconds, unit)))
     return [item for unit in ranked for item in unit]
+
+
+def claim(folder: Path, unit: str, leg: str) -> str:
+    """The leg that runs ``unit``: ``leg``, unless another leg claimed it first in
+    ``folder`` (a folder the legs share). A link is made whole or not at all, so
+    exactly one leg's claim stands, whichever reaches it first."""
+    path = folder / hashlib.sha256(unit.encode()).hexdigest()
+    if not path.exists():
+        mine = folder / f".{path.name}.{leg}.{os.getpid()}"
+        mine.write_text(leg)
+        try:
+            os.link(mine, path)
+        except FileExistsError:
+            pass
+        finally:
+            mine.unlink()
+    return path.read_text()
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,10 @@ store under test, and the PostgreSQL leg's check that it ran all of the store's 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import agent_server
@@ -20,11 +23,13 @@ from legs import (
     TESTS,
     BackendReach,
     StoreCalls,
+    claim,
     expected_seconds,
     holds_shared,
     longest_first,
     public_functions,
     unexercised,
+    unit_of,
 )
 
 SOURCE = '''
@@ -177,3 +182,54 @@ def test_work_is_handed_out_longest_first_each_group_whole_and_in_order() -> Non
     assert [t.nodeid for t in ordered] == [
         "z.py::longest", "m.py::first", "m.py::second", "s.py::slow",
         "a.py::t0", "a.py::t1", "a.py::t2"]
+
+
+def _claims(folder: Path, leg: str, units: int) -> list[str]:
+    return [claim(folder, f"test t{i}", leg) for i in range(units)]
+
+
+def test_a_unit_claimed_by_legs_racing_is_run_by_exactly_one(tmp_path: Path) -> None:
+    # Four processes of each leg race for the same 300 units: each unit has one owner,
+    # the one every process is told, and no claim leaves a file of its own behind.
+    legs = ["SQLite", "PostgreSQL"] * 4
+    with ProcessPoolExecutor(len(legs)) as pool:
+        answers = list(pool.map(_claims, [tmp_path] * len(legs), legs, [300] * len(legs)))
+    owners = [set(column) for column in zip(*answers, strict=True)]
+    assert all(len(owner) == 1 and owner <= set(legs) for owner in owners)
+    assert sorted(p.name.startswith(".") for p in tmp_path.iterdir()) == [False] * 300
+    # Once owned, a unit stays its owner's, whoever asks.
+    first = owners[0].pop()
+    assert claim(tmp_path, "test t0", "SQLite") == claim(tmp_path, "test t0", "x") == first
+
+
+def test_a_group_is_claimed_whole_and_a_lone_test_by_its_id() -> None:
+    group = pytest.mark.xdist_group("m.py")
+    assert unit_of(_Test("m.py::first", group)) == unit_of(_Test("m.py::second", group))
+    assert unit_of(_Test("a.py::t0")) != unit_of(_Test("a.py::t1"))
+
+
+def test_a_test_that_reaches_no_store_is_skipped_once_the_other_leg_claimed_it(
+    tmp_path: Path,
+) -> None:
+    # A leg as `make test` runs it, given the shared folder, in which the other leg has
+    # already claimed one test: that test is skipped, saying why; a test that reaches
+    # the store always runs; a test nobody claimed runs and is claimed for this leg.
+    module = "tests/test_legs.py::"
+    taken = module + "test_public_functions_are_module_functions_and_public_methods"
+    stored = module + "test_a_test_taking_the_store_fixture_is_marked_store"
+    free = module + "test_a_function_is_exercised_when_it_was_called"
+    assert claim(tmp_path, f"test {taken}", "PostgreSQL") == "PostgreSQL"
+    assert claim(tmp_path, f"test {stored}", "PostgreSQL") == "PostgreSQL"
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("REVERIE_TEST_POSTGRES", "REVERIE_TEST_STORE_COVERAGE")}
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-v", "-rs",
+         taken, stored, free],
+        cwd=PACKAGE, env={**env, "REVERIE_TEST_SHARED": str(tmp_path)},
+        capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0 and "2 passed, 1 skipped" in done.stdout, \
+        done.stdout + done.stderr
+    assert f"{taken} SKIPPED" in done.stdout
+    assert f"{stored} PASSED" in done.stdout and f"{free} PASSED" in done.stdout
+    assert "run by the PostgreSQL leg, which came to it first" in done.stdout
+    assert claim(tmp_path, f"test {free}", "PostgreSQL") == "SQLite"

@@ -533,6 +533,13 @@ def test_make_test_runs_the_suite_on_sqlite_and_on_postgresql() -> None:
     assert "$(SQLITE_LEG)" in recipe and "$(POSTGRES_LEG)" in recipe
     # Under its load the SQLite leg's stacks keep Prefect's database on PostgreSQL too.
     assert "REVERIE_TEST_PREFECT_POSTGRES=$(TEST_POSTGRES) $(SQLITE_LEG)" in recipe
+    # Side by side, both legs share the tests that reach no store through one folder,
+    # emptied first and set before either leg starts (tests/legs.py's ``claim``).
+    shared = "export REVERIE_TEST_SHARED=$(CURDIR)/$(TEST_LOGS)/shared"
+    assert "rm -rf $(TEST_LOGS)/shared" in recipe
+    assert recipe.index("rm -rf $(TEST_LOGS)/shared") < recipe.index(shared) \
+        < recipe.index("$(POSTGRES_LEG)") < recipe.index("$(SQLITE_LEG)")
+    assert "REVERIE_TEST_SHARED" not in sqlite + postgres  # alone, a leg runs its own
     assert targets["test-sqlite"] == ["$(SQLITE_LEG)"]
     assert targets["test-postgres"] == ["$(POSTGRES_LEG)"]
     assert "postgres" in targets and "chromium" in targets

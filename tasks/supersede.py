@@ -809,6 +809,8 @@ def plan_supersessions(
         while frontier:
             at = frontier.pop()
             near = neighbours.indices[at]
+            if not near.size:  # most rows at 100k: skip numpy's indexing
+                continue
             # Older than the newest and not in an earlier chain, in the search's order.
             near = near[(rank[near] > rank[top]) & ~claimed[near]]
             for j in near.tolist():
@@ -1281,6 +1283,10 @@ def without_outdated(text: str, newer: Sequence[str]) -> str:
 def restatement(profile: str, older: MemoryView, newest: MemoryView) -> SummaryPlan | None:
     """What ``older`` said besides the value ``newest`` updates, as a memory of its own
     at ``older``'s date, when it said something the newest does not: pure."""
+    if len(clauses(older.content)) < 2:
+        # One statement: ``without_outdated`` leaves nothing of it, or all of it (the
+        # memory itself). Most members are one, and asking cost dedup a second at 100k.
+        return None
     rest = without_outdated(older.content, [newest.content])
     if not rest or rest == older.content.strip():
         return None

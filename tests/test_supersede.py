@@ -38,10 +38,12 @@ from reverie.tasks.dedup import find_duplicates, find_updates, plan_merges
 from reverie.tasks.supersede import (
     RESTATE_RULE,
     RULE,
+    clauses,
     conflict,
     newest_first,
     plan_stale_summaries,
     plan_supersessions,
+    restatement,
     stem,
     values,
     without_outdated,
@@ -685,6 +687,24 @@ def test_a_stale_summary_loses_nothing_but_its_outdated_statements(
                 assert m.content.rstrip(".") in r.content  # still said, whole
     if not plans:  # nothing outdated: the summary stands as it was
         assert without_outdated(summary.content, [newest.content]) == summary.content
+
+
+@settings(max_examples=150, deadline=None, database=None)
+@given(st.sampled_from(["", "12 May: ", "Ann - 8 May 2023: "]), st.sampled_from(FACTS),
+       st.sampled_from(["2", "900", "1000"]), st.sampled_from(NAMES), st.sampled_from(FACTS),
+       st.sampled_from(["3", "1100"]), st.sampled_from(NAMES), st.sampled_from([".", ""]))
+def test_a_memory_of_one_statement_restates_nothing(
+    header: str, fact: str, value: str, name: str, update: str, new_value: str,
+    new_name: str, end: str,
+) -> None:
+    """``restatement`` answers None at once for a memory of one statement: without the
+    outdated statement nothing of it is left, or all of it, which is the memory."""
+    text = header + fact.format(v=value, n=name) + end
+    assert len(clauses(text)) == 1
+    newer = update.format(v=new_value, n=new_name) + " now."
+    assert without_outdated(text, [newer]) in ("", text)
+    older = view("old", content=text, created_at=AS_OF - timedelta(days=90))
+    assert restatement("p", older, view("new", content=newer, created_at=AS_OF)) is None
 
 
 def _bike(profile: str = "p") -> tuple[list[dict], dict]:

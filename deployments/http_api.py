@@ -239,7 +239,7 @@ def build_app(tokens: Tokens, open_store: Callable[[], Store] = Store,
             status_code=exc.status_code, headers=exc.headers)
 
     @app.exception_handler(RequestValidationError)
-    async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         errors = exc.errors()
         first = errors[0] if errors else {}
         if first.get("type") == "json_invalid":  # its loc is a character position
@@ -248,9 +248,20 @@ def build_app(tokens: Tokens, open_store: Callable[[], Store] = Store,
                                             f"{first.get('loc', ('', '?'))[-1]})"},
                                 status_code=422)
         loc = list(first.get("loc", ()))
+        if loc == ["body"] and first.get("type") == "missing":
+            return JSONResponse({"error": "InputError", "field": "body",
+                                 "message": "a JSON body is required"}, status_code=422)
+        if loc == ["body"] and not _json_type(request.headers.get("content-type")):
+            # FastAPI reads a body as JSON only when it is said to be: the body may be
+            # fine, its content type is not ("curl -d" sends a form's).
+            return JSONResponse({"error": "InputError", "field": "content-type",
+                                 "message": "send the body as JSON, with "
+                                            "Content-Type: application/json"},
+                                status_code=415)
+        where = loc[0] if loc else None
         if loc and loc[0] in ("body", "query", "path", "header"):  # where, not which field
             loc = loc[1:]
-        field = ".".join(str(p) for p in loc)
+        field = ".".join(str(p) for p in loc) or (where if where == "body" else "")
         # The messages only, never the input they quote.
         return JSONResponse({"error": "InputError", "field": field or None,
                              "message": str(first.get("msg", "invalid request")),
@@ -279,12 +290,16 @@ def build_app(tokens: Tokens, open_store: Callable[[], Store] = Store,
         return _json(ops.recall(open_store(), who, profile, body.query, body.k, body.deep,
                                 body.track, cache=cache))
 
-    @app.get(f"{base}/memories/{{memory_id}}", tags=["agent"])
+    # ``:path``: an id may hold "/" (any text up to 256 characters is one), which the
+    # server has decoded from %2F before routing.
+    @app.get(f"{base}/memories/{{memory_id:path}}", tags=["agent"])
     def get(profile: Name, memory_id: AnId, who: Who) -> dict[str, Any]:
         return ops.get(open_store(), who, profile, memory_id)
 
     @app.post(f"{base}/consolidate", tags=["consolidation"])
-    def consolidate(profile: Name, body: ConsolidateBody, who: Who) -> dict[str, Any]:
+    def consolidate(profile: Name, who: Who,
+                    body: ConsolidateBody | None = None) -> dict[str, Any]:
+        body = body or ConsolidateBody()  # every field has its default: a body is optional
         return ops.consolidate(open_store(), who, profile, body.mode, body.dry_run, body.scope,
                                body.min_age_days, body.use_llm, body.session)
 
@@ -320,9 +335,10 @@ def build_app(tokens: Tokens, open_store: Callable[[], Store] = Store,
 
     def described() -> dict[str, Any]:
         if app.openapi_schema is None:
-            app.openapi_schema = with_refusals(get_openapi(
+            settings = get_settings()
+            app.openapi_schema = with_limits(with_refusals(get_openapi(
                 title=app.title, version=app.version, description=app.description,
-                routes=app.routes))
+                routes=app.routes)), settings.api_max_k, settings.api_max_batch)
         return app.openapi_schema
 
     app.openapi = described  # type: ignore[method-assign]  # FastAPI's way to amend it
@@ -338,6 +354,7 @@ REFUSALS = {
     "403": "The token does not cover this profile (the same whether it exists or not)",
     "404": "No such profile (admin token) or memory",
     "413": "The body is over REVERIE_API_MAX_BODY_BYTES",
+    "415": "The body is not sent as JSON (Content-Type: application/json)",
     "422": "A field is invalid: `field` names it",
     "503": "The store is busy or down: try again",
 }
@@ -369,6 +386,26 @@ def with_refusals(schema: dict[str, Any]) -> dict[str, Any]:
             for status, what in REFUSALS.items():
                 answers[status] = {"description": what, "content": refusal}
     return schema
+
+
+def with_limits(schema: dict[str, Any], max_k: int, max_batch: int) -> dict[str, Any]:
+    """The description with the limits this server applies (``REVERIE_API_MAX_K``,
+    ``REVERIE_API_MAX_BATCH``), not the models' outer bounds, so that a client or a
+    fuzzer reading it sends what is taken."""
+    bodies = schema.get("components", {}).get("schemas", {})
+    for name in ("SessionInit", "RecallBody"):
+        if name in bodies:
+            bodies[name]["properties"]["k"]["maximum"] = max_k
+    if "StoreBody" in bodies:
+        bodies["StoreBody"]["properties"]["memories"]["maxItems"] = max_batch
+    return schema
+
+
+def _json_type(content_type: str | None) -> bool:
+    """Whether a request's Content-Type says JSON (``application/json``, or a
+    ``+json`` type), as FastAPI reads it."""
+    kind = (content_type or "").split(";")[0].strip().lower()
+    return kind == "application/json" or kind.endswith("+json")
 
 
 def serve(tokens: Tokens, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,

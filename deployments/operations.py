@@ -42,6 +42,7 @@ from reverie.models.store import Store
 from reverie.models.tables import Memory, RunRecord, Tier, Tombstone
 from reverie.models.text import has_visible_text
 from reverie.models.timestamps import utcnow
+from reverie.models.validation import PROFILE_NAME
 
 if TYPE_CHECKING:
     from reverie.engines.ranking import RecallCache
@@ -98,6 +99,8 @@ def profile_name(text: object) -> str:
         raise field_error("profile", "must not be empty")
     if len(name) > MAX_PROFILE_CHARS:
         raise field_error("profile", f"longer than {MAX_PROFILE_CHARS} characters")
+    if not PROFILE_NAME.match(name):  # as ingest has it: no such profile can exist
+        raise field_error("profile", "letters, digits and . _ @ : + - only")
     return name
 
 

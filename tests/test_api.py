@@ -221,11 +221,78 @@ def test_the_description_names_the_bearer_scheme_and_the_refusals(api: Running) 
                 continue
             assert operation["security"] == [{"bearer": []}], path
             assert {"401", "403", "413", "422"} <= set(operation["responses"]), path
-    # Every field of a session's start and end has a default: no body at all is one.
+    # Every field of a session's start and end, and of a consolidation, has a default:
+    # no body at all is one (a dry run, so that nothing is started here).
+    assert "requestBody" not in described["paths"]["/v1/profiles/{profile}/consolidate"][
+        "post"] or not described["paths"]["/v1/profiles/{profile}/consolidate"]["post"][
+        "requestBody"].get("required")
     for path in ("session-init", "session-end"):
         r = httpx.post(f"{api.url}/v1/profiles/alice/{path}", headers=bearer(ALICE_TOKEN),
                        timeout=60)
         assert r.status_code == 200, r.text
+
+
+@pytest.mark.slow
+def test_the_description_states_the_limits_the_server_applies(api: Running) -> None:
+    """REVERIE_API_MAX_K (100 by default) and REVERIE_API_MAX_BATCH (20 for this
+    server), as the calls refuse them: a client reading the description sends what is
+    taken."""
+    bodies = httpx.get(f"{api.url}/openapi.json", timeout=60).json()["components"]["schemas"]
+    assert bodies["RecallBody"]["properties"]["k"]["maximum"] == 100
+    assert bodies["SessionInit"]["properties"]["k"]["maximum"] == 100
+    assert bodies["StoreBody"]["properties"]["memories"]["maxItems"] == 20
+    for k, status in ((100, 200), (101, 422)):
+        r = call(api, "POST", "/v1/profiles/alice/recall", ALICE_TOKEN, {"query": "tea", "k": k})
+        assert r.status_code == status, r.text
+    for n, status in ((21, 422), (20, 200)):  # a profile of its own: others count theirs
+        r = call(api, "POST", "/v1/profiles/limits/memories", ADMIN_TOKEN,
+                 {"memories": [{"content": f"read book {i}"} for i in range(n)]})
+        assert r.status_code == status, r.text
+
+
+@pytest.mark.slow
+def test_an_id_with_a_slash_is_found(api: Running) -> None:
+    """Any text up to 256 characters is an id, "/" too: the path takes it, encoded."""
+    stored = call(api, "POST", "/v1/profiles/alice/memories", ALICE_TOKEN,
+                  {"memories": [{"id": "notes/2025/ü", "content": "alice keeps notes"}]})
+    assert stored.status_code == 200, stored.text
+    r = call(api, "GET", "/v1/profiles/alice/memories/notes%2F2025%2F%C3%BC", ALICE_TOKEN)
+    assert r.status_code == 200, r.text
+    assert r.json()["content"] == "alice keeps notes"
+    assert call(api, "GET", "/v1/profiles/alice/memories/notes%2F2026",
+                ALICE_TOKEN).status_code == 404
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("headers", "raw", "status", "field"), [
+    # Good JSON said to be a form (curl -d) or text: the content type is at fault.
+    ({"content-type": "application/x-www-form-urlencoded"}, b'{"query": "tea"}', 415,
+     "content-type"),
+    ({"content-type": "text/plain"}, b'{"query": "tea"}', 415, "content-type"),
+    ({"content-type": "application/json"}, None, 422, "body"),  # none at all
+    ({"content-type": "application/json"}, b"[]", 422, "body"),  # not an object
+    ({"content-type": "application/json; charset=utf-8"}, b'{"query": "tea"}', 200, None),
+])
+def test_a_body_is_refused_naming_what_is_wrong_with_it(
+    api: Running, headers: dict[str, str], raw: bytes | None, status: int, field: str | None
+) -> None:
+    r = httpx.post(f"{api.url}/v1/profiles/alice/recall", content=raw, timeout=60,
+                   headers={**bearer(ALICE_TOKEN), **headers})
+    assert r.status_code == status, r.text
+    if field is not None:
+        assert r.json()["field"] == field, r.text
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("token", [ADMIN_TOKEN, ALICE_TOKEN])
+def test_a_profile_name_no_store_can_hold_is_a_422(api: Running, token: str) -> None:
+    """Not "not found" (404) for one token and "not yours" (403) for another: no profile
+    can have that name, which says nothing of the profiles that exist."""
+    for method, path, body in OPERATIONS:
+        r = call(api, method, path.replace("{p}", "bad%20name!"), token,
+                 _fill(body, "bad name!"))
+        assert r.status_code == 422, (path, r.text)
+        assert r.json()["field"] == "profile", (path, r.text)
 
 
 @pytest.mark.slow

@@ -14,15 +14,19 @@ from pathlib import Path
 
 import anyio
 import pytest
-from agent_server import Running, agent_store, api_server, reverie, server_env
+from agent_server import Running, agent_store, api_server, reverie
 from mcp.client.session import ClientSession
-from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.stdio import StdioServerParameters, get_default_environment, stdio_client
 
 pytestmark = pytest.mark.store_independent(
     "the README's agent snippets as written; their operations run on both in tests/test_api.py")
 
 README = Path(__file__).parents[1] / "README.md"
 AGENT_TOKEN = "agent-token-change-me-0123"
+# The suite's settings of the machine, not of Reverie's configuration (conftest).
+HARNESS = frozenset({"HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "OMP_NUM_THREADS",
+                     "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "REVERIE_EMBEDDING_BACKEND",
+                     "PREFECT_SERVER_ANALYTICS_ENABLED", "PREFECT_LOGGING_LEVEL"})
 
 
 def readme_block(name: str) -> str:
@@ -69,7 +73,15 @@ def test_the_mcp_client_configuration_runs_as_written(database: tuple[str, Path]
     url, folder = database
     server = json.loads(readme_block("mcp-config"))["mcpServers"]["reverie"]
     assert server["command"] == "reverie"
-    env = {**server_env(url), **server["env"]}
+    # What an MCP client passes: the SDK's few variables and the configuration's env,
+    # not this process's Reverie settings (a README config once worked here only by
+    # inheriting the suite's REVERIE_DATABASE_URL). The store is the test's, in the
+    # variable the README names; the machine's settings of the suite (offline model,
+    # its back-end, threads) and a Prefect home of its own keep it a test.
+    assert "REVERIE_DATABASE_URL" in server["env"]
+    machine = {k: v for k, v in os.environ.items() if k in HARNESS}
+    env = {**get_default_environment(), **machine, **server["env"],
+           "REVERIE_DATABASE_URL": url, "PREFECT_HOME": str(folder / "prefect-home")}
 
     async def main() -> None:
         params = StdioServerParameters(command=reverie(), args=server["args"], env=env)

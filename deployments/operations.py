@@ -485,7 +485,7 @@ def consolidation_status(
     """AutoMem's status for the profile: the last run of each flow, the scheduled runs
     that cover it, and the history. A profile the token names that the store does not
     hold yet has none."""
-    from reverie.deployments.status import Status, collect, covers, scheduled_runs
+    from reverie.deployments.status import Status, active_runs, collect, covers, scheduled_runs
 
     name = _allowed(store, who, profile, must_exist=False)
     most = _count(limit, "limit", 1, 1000)
@@ -498,6 +498,7 @@ def consolidation_status(
         return _plain(r.model_dump(exclude={"id"}))
 
     last = {flow: run(r) for flow, r in status.last.get(name, {}).items()}
+    going = active_runs()
     return {
         "profile": name,
         "last": {flow: r.get("finished_at") for flow, r in last.items()},
@@ -508,6 +509,16 @@ def consolidation_status(
             flow: [{"at": _utc_iso(when), "profile": None if selector is None else name}
                    for when, selector in runs if covers(selector, name)]
             for flow, runs in status.next_runs.items()
+        },
+        # Runs started and not over that cover it: one a consolidate call just made is
+        # here, Pending until its process starts it, then Running.
+        "running": None if going is None else {
+            flow: [{"run_id": run_id, "state": state,
+                    "since": None if since is None else _utc_iso(since),
+                    "profile": None if selector is None else name,
+                    "ui_url": ui_link(run_id)}
+                   for run_id, state, since, selector in runs if covers(selector, name)]
+            for flow, runs in going.items()
         },
         "history": [run(r) for r in status.history],
     }

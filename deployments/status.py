@@ -108,6 +108,50 @@ def scheduled_runs(per_flow: int = 20) -> dict[str, list[tuple[datetime, Any]]] 
     return out
 
 
+# Per flow: (run id, state, when it started or is to start, profile parameter).
+ActiveRuns = dict[str, list[tuple[str, str, datetime | None, Any]]]
+
+
+def active_runs(per_flow: int = 20) -> ActiveRuns | None:
+    """Runs started and not over, per flow, from the configured Prefect API: (run id,
+    state, when it started or is to start, profile parameter), newest first. None when
+    no API is configured or it cannot be reached. A run made by ``launch`` is Pending
+    until its process starts it."""
+    if not api_configured():
+        return None
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import (
+        FlowFilter,
+        FlowFilterName,
+        FlowRunFilter,
+        FlowRunFilterState,
+        FlowRunFilterStateType,
+    )
+    from prefect.client.schemas.objects import StateType
+    from prefect.client.schemas.sorting import FlowRunSort
+
+    going = [StateType.PENDING, StateType.RUNNING, StateType.PAUSED, StateType.CANCELLING]
+    out: ActiveRuns = {}
+    try:
+        with get_client(sync_client=True) as client:
+            for flow in FLOW_NAMES:
+                runs = client.read_flow_runs(
+                    flow_filter=FlowFilter(name=FlowFilterName(any_=[flow])),
+                    flow_run_filter=FlowRunFilter(state=FlowRunFilterState(
+                        type=FlowRunFilterStateType(any_=going))),
+                    sort=FlowRunSort.START_TIME_DESC, limit=per_flow)
+                out[flow] = []
+                for r in runs:
+                    since = r.start_time or r.expected_start_time
+                    out[flow].append((str(r.id), (r.state.name if r.state else None) or "",
+                                      None if since is None else to_utc_naive(since),
+                                      r.parameters.get("profile")))
+    except Exception as exc:  # the API is down: status still shows the store's history
+        log.warning("could not read runs from the Prefect API: %s", exc)
+        return None
+    return out
+
+
 def render(status: Status) -> str:
     lines = [f"{'profile':<20} {'flow':<26} {'last as_of':<20} {'finished (UTC)':<20} "
              f"{'changed':>7}  next run (UTC)"]

@@ -458,9 +458,20 @@ def test_a_real_consolidation_is_a_flow_run_returned_at_once(
              {"mode": "lightweight"})
     assert r.status_code == 200, r.text
     first = r.json()
+    # The agent follows its run: its process takes seconds to start, so the run is
+    # still waiting (or already running) when the call has answered.
+    status = call(api, "GET", "/v1/profiles/alice/consolidate/status", ALICE_TOKEN).json()
+    following = {g["run_id"]: g for runs in status["running"].values() for g in runs}
+    assert following[first["run_id"]]["state"] in ("Pending", "Running"), status
+    assert following[first["run_id"]]["ui_url"] == first["ui_url"]
     assert completes(first) == "COMPLETED"
     status = call(api, "GET", "/consolidate/status?profile=alice", ALICE_TOKEN).json()
     assert status["last"].get("lightweight-consolidation")
+    assert first["run_id"] not in {g["run_id"] for runs in status["running"].values()
+                                   for g in runs}
+    # Another profile's status shows none of alice's runs.
+    bob = call(api, "GET", "/v1/profiles/bob/consolidate/status", BOB_TOKEN).json()
+    assert not any(bob["running"].values()), bob
 
     # The local server records runs and has no deployments nor automations: a session's
     # end promises no consolidation, and the calls queue no events nothing would act on.

@@ -268,6 +268,13 @@ DIFFERENT_THINGS: tuple[tuple[tuple[str, str, str], tuple[str, str, str]], ...] 
     (("The user is called Sam.", "What is the user called?", "Sam"),
      ("The user's boat is called Seabird.", "What is the name of the user's boat?",
       "Seabird")),
+    # Two things of the owner, each named by a name (``named_apart``).
+    (("Lena's Zalando team had 12 people.", "How many people were in Lena's Zalando team?",
+      "12"),
+     ("Lena's Spotify team has 8 people.", "How many people are in Lena's Spotify team?",
+      "8")),
+    (("The user's Skoda is 9 years old.", "How old is the user's Skoda?", "9"),
+     ("The user's Tesla is 2 years old.", "How old is the user's Tesla?", "2")),
 )
 
 # A value added beside one said a month before, in words that say it is one more
@@ -287,6 +294,8 @@ ADDED: tuple[tuple[tuple[str, str, str], tuple[str, str, str]], ...] = (
       "Seville"),
      ("User visited Valencia in June.", "Which Spanish cities has the user visited?",
       "Valencia")),
+    (("Lena visited Rome in 2023.", "Which cities has Lena visited?", "Rome"),
+     ("Lena visited Paris in 2024.", "Which cities has Lena visited?", "Paris")),
     (("The user plays chess with Marco.", "Who does the user play chess with?", "Marco"),
      ("The user plays chess with Lena too.", "Who does the user play chess with?", "Lena")),
     (("The user's vet, Dr Braun, is in Altona.", "Where is the user's vet?", "Altona"),

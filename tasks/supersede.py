@@ -346,6 +346,7 @@ def adds_value(parted: Sequence[str], names: Set[str]) -> bool:
 # another language or place besides the first, so a second name added by them is no
 # update ("speaks Portuguese", "speaks Japanese"). Only said as leaving one behind
 # ("switched from German to French") does it replace.
+_YEAR = re.compile(r"(?:19|20|21)\d\d")
 MANY_VALUED = frozenset(
     "speak speaks spoke speaking translate translates translated translating "
     "visit visits visited visiting".split())
@@ -582,6 +583,18 @@ def owned_unsaid(va: Values, vb: Values) -> bool:
     return bool(va.owned) and va.owner == vb.owner and va.owned not in vb.stems
 
 
+def named_apart(va: Values, vb: Values) -> bool:
+    """Whether both open with a thing of one owner, each named by a name the other does
+    not say: two things, the names say which ("Lena's Zalando team has 12 people",
+    "Lena's Spotify team has 8 people"; "the user's Skoda", "the user's Tesla"). Two
+    words for one thing are no names ("the user's plan", "the user's membership")."""
+    if not (va.owned and vb.owned) or va.owned == vb.owned or va.owner != vb.owner:
+        return False
+    named_a = {content_stem(n) for n in va.names}
+    named_b = {content_stem(n) for n in vb.names}
+    return va.owned in named_a - named_b and vb.owned in named_b - named_a
+
+
 def conflict(a: str, b: str) -> str | None:
     """Which kind of value two texts about one fact disagree on ("number", "name",
     "preference", "colour", or "negation": one denies what the other states), or None
@@ -644,6 +657,13 @@ def _values_conflict(va: Values, vb: Values) -> str | None:
         # "Maya ran 8 km on Tuesday"), not a new value of one fact.
         if va.days and vb.days and va.days != vb.days and (va.units & vb.units) - _CLOCK_UNITS:
             return None
+        # By a verb of things one has many of, other places or other years: two visits
+        # ("visited Rome in 2023", "visited Paris in 2024", "visited Rome in 2024"), as
+        # without the years. "Visited 5 countries", then 7, is still an update.
+        if MANY_VALUED & va.words and MANY_VALUED & vb.words and (
+                (va.names - vb.words and vb.names - va.words)
+                or all(_YEAR.fullmatch(n) for n in va.numbers ^ vb.numbers)):
+            return None
     elif (va.names - vb.words and vb.names - va.words and va.naming == vb.naming
           and _one_sort(va.names - vb.words, vb.names - va.words)
           and not (va.adds or vb.adds)
@@ -671,7 +691,7 @@ def _values_conflict(va: Values, vb: Values) -> str | None:
     # One says a thing of the owner the other opens with, the other says none: two
     # owners' facts. When each names its own thing unsaid by the other, they may be one
     # thing in two words ("the user's flat", "the user's apartment"): the words decide.
-    if owned_unsaid(va, vb) != owned_unsaid(vb, va):
+    if owned_unsaid(va, vb) != owned_unsaid(vb, va) or named_apart(va, vb):
         return None
     if one_word_swapped(va.sequence, vb.sequence):
         return None

@@ -59,6 +59,12 @@ CONFIG = DedupConfig()
 
 @pytest.mark.parametrize("a, b, kind", [
     ("The user's rent is 900 euros.", "User now pays 950 euros of rent every month.", "number"),
+    # Of things one has many of, a count is still one value; and a move is no visit.
+    ("The user has visited 5 countries.", "The user has visited 7 countries.", "number"),
+    ("The user moved to Berlin in 2020.", "The user moved to Hamburg in 2023.", "number"),
+    # One owner's thing in two words, neither a name: the words decide (one gym plan).
+    ("The user's plan, gym: 30 euros a month.", "The user's membership, gym: 35 euros a month.",
+     "number"),
     ("The user works at Google.", "User now works for Stripe as an engineer.", "name"),
     ("The user lives in Lisbon.", "User moved to Berlin.", "name"),
     ("The dentist appointment is on 3 March.", "User moved the dentist appointment to 10 March.",
@@ -153,6 +159,12 @@ def test_different_values_of_one_fact_conflict(a: str, b: str, kind: str) -> Non
 
 
 @pytest.mark.parametrize("a, b", [
+    # Visits: other places or other years, with or without them (MANY_VALUED).
+    ("Lena visited Rome in 2023.", "Lena visited Paris in 2024."),
+    ("Lena visited Rome in 2023.", "Lena visited Rome in 2024."),
+    # Two things of one owner, each named by a name (``named_apart``).
+    ("Lena's Zalando team had 12 people.", "Lena's Spotify team has 8 people."),
+    ("The user's Skoda is 9 years old.", "The user's Tesla is 2 years old."),
     # the same value, said again in other words
     ("The user's rent is 900 euros.", "User pays 900 euros of rent."),
     ("The user has 2 cats.", "The user has two cats."),

@@ -4,6 +4,7 @@ runs next (if a Prefect API with schedules is configured), and the recent histor
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
@@ -71,9 +72,11 @@ def backfills(store: Store) -> list[Any] | None:
         return None
 
 
-def scheduled_runs(per_flow: int = 20) -> dict[str, list[tuple[datetime, Any]]] | None:
-    """Upcoming scheduled runs per flow from the configured Prefect API; None when no
-    API is configured (an ephemeral one holds no schedules) or it cannot be reached."""
+def _runs_per_flow(states: Sequence[str], newest_first: bool, per_flow: int,
+                   what: str) -> dict[str, list[Any]] | None:
+    """Each flow's runs in ``states`` (Prefect's state types) from the configured
+    Prefect API: by start, soonest or ``newest_first``. None when no API is configured
+    or it cannot be reached (``what`` says what could not be read)."""
     if not api_configured():
         return None
     from prefect.client.orchestration import get_client
@@ -87,25 +90,29 @@ def scheduled_runs(per_flow: int = 20) -> dict[str, list[tuple[datetime, Any]]] 
     from prefect.client.schemas.objects import StateType
     from prefect.client.schemas.sorting import FlowRunSort
 
-    out: dict[str, list[tuple[datetime, Any]]] = {}
+    order = FlowRunSort.START_TIME_DESC if newest_first else FlowRunSort.EXPECTED_START_TIME_ASC
+    wanted = [StateType(s) for s in states]
     try:
         with get_client(sync_client=True) as client:
-            for flow in FLOW_NAMES:
-                runs = client.read_flow_runs(
-                    flow_filter=FlowFilter(name=FlowFilterName(any_=[flow])),
-                    flow_run_filter=FlowRunFilter(state=FlowRunFilterState(
-                        type=FlowRunFilterStateType(any_=[StateType.SCHEDULED]))),
-                    sort=FlowRunSort.EXPECTED_START_TIME_ASC,
-                    limit=per_flow,
-                )
-                out[flow] = [
-                    (to_utc_naive(r.expected_start_time), r.parameters.get("profile"))
-                    for r in runs if r.expected_start_time is not None
-                ]
+            return {flow: client.read_flow_runs(
+                flow_filter=FlowFilter(name=FlowFilterName(any_=[flow])),
+                flow_run_filter=FlowRunFilter(state=FlowRunFilterState(
+                    type=FlowRunFilterStateType(any_=wanted))),
+                sort=order, limit=per_flow) for flow in FLOW_NAMES}
     except Exception as exc:  # the API is down: status still shows the store's history
-        log.warning("could not read schedules from the Prefect API: %s", exc)
+        log.warning("could not read %s from the Prefect API: %s", what, exc)
         return None
-    return out
+
+
+def scheduled_runs(per_flow: int = 20) -> dict[str, list[tuple[datetime, Any]]] | None:
+    """Upcoming scheduled runs per flow from the configured Prefect API; None when no
+    API is configured (an ephemeral one holds no schedules) or it cannot be reached."""
+    found = _runs_per_flow(["SCHEDULED"], False, per_flow, "schedules")
+    if found is None:
+        return None
+    return {flow: [(to_utc_naive(r.expected_start_time), r.parameters.get("profile"))
+                   for r in runs if r.expected_start_time is not None]
+            for flow, runs in found.items()}
 
 
 # Per flow: (run id, state, when it started or is to start, profile parameter).
@@ -117,38 +124,18 @@ def active_runs(per_flow: int = 20) -> ActiveRuns | None:
     state, when it started or is to start, profile parameter), newest first. None when
     no API is configured or it cannot be reached. A run made by ``launch`` is Pending
     until its process starts it."""
-    if not api_configured():
+    found = _runs_per_flow(["PENDING", "RUNNING", "PAUSED", "CANCELLING"], True, per_flow,
+                           "runs")
+    if found is None:
         return None
-    from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import (
-        FlowFilter,
-        FlowFilterName,
-        FlowRunFilter,
-        FlowRunFilterState,
-        FlowRunFilterStateType,
-    )
-    from prefect.client.schemas.objects import StateType
-    from prefect.client.schemas.sorting import FlowRunSort
-
-    going = [StateType.PENDING, StateType.RUNNING, StateType.PAUSED, StateType.CANCELLING]
     out: ActiveRuns = {}
-    try:
-        with get_client(sync_client=True) as client:
-            for flow in FLOW_NAMES:
-                runs = client.read_flow_runs(
-                    flow_filter=FlowFilter(name=FlowFilterName(any_=[flow])),
-                    flow_run_filter=FlowRunFilter(state=FlowRunFilterState(
-                        type=FlowRunFilterStateType(any_=going))),
-                    sort=FlowRunSort.START_TIME_DESC, limit=per_flow)
-                out[flow] = []
-                for r in runs:
-                    since = r.start_time or r.expected_start_time
-                    out[flow].append((str(r.id), (r.state.name if r.state else None) or "",
-                                      None if since is None else to_utc_naive(since),
-                                      r.parameters.get("profile")))
-    except Exception as exc:  # the API is down: status still shows the store's history
-        log.warning("could not read runs from the Prefect API: %s", exc)
-        return None
+    for flow, runs in found.items():
+        out[flow] = []
+        for r in runs:
+            since = r.start_time or r.expected_start_time
+            out[flow].append((str(r.id), (r.state.name if r.state else None) or "",
+                              None if since is None else to_utc_naive(since),
+                              r.parameters.get("profile")))
     return out
 
 

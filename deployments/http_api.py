@@ -248,20 +248,22 @@ def build_app(tokens: Tokens, open_store: Callable[[], Store] = Store,
                                             f"{first.get('loc', ('', '?'))[-1]})"},
                                 status_code=422)
         loc = list(first.get("loc", ()))
-        if loc == ["body"] and first.get("type") == "missing":
-            return JSONResponse({"error": "InputError", "field": "body",
-                                 "message": "a JSON body is required"}, status_code=422)
-        if loc == ["body"] and not _json_type(request.headers.get("content-type")):
-            # FastAPI reads a body as JSON only when it is said to be: the body may be
-            # fine, its content type is not ("curl -d" sends a form's).
-            return JSONResponse({"error": "InputError", "field": "content-type",
-                                 "message": "send the body as JSON, with "
-                                            "Content-Type: application/json"},
-                                status_code=415)
-        where = loc[0] if loc else None
-        if loc and loc[0] in ("body", "query", "path", "header"):  # where, not which field
-            loc = loc[1:]
-        field = ".".join(str(p) for p in loc) or (where if where == "body" else "")
+        if loc == ["body"]:  # the body as a whole, not one of its fields
+            if first.get("type") == "missing":
+                return JSONResponse({"error": "InputError", "field": "body",
+                                     "message": "a JSON body is required"}, status_code=422)
+            if not _json_type(request.headers.get("content-type")):
+                # FastAPI reads a body as JSON only when it is said to be: the body may
+                # be fine, its content type is not ("curl -d" sends a form's).
+                return JSONResponse({"error": "InputError", "field": "content-type",
+                                     "message": "send the body as JSON, with "
+                                                "Content-Type: application/json"},
+                                    status_code=415)
+            field = "body"  # JSON, but not an object ("[]")
+        else:
+            if loc and loc[0] in ("query", "path", "header", "body"):  # where, not which
+                loc = loc[1:]
+            field = ".".join(str(p) for p in loc)
         # The messages only, never the input they quote.
         return JSONResponse({"error": "InputError", "field": field or None,
                              "message": str(first.get("msg", "invalid request")),

@@ -346,10 +346,11 @@ def adds_value(parted: Sequence[str], names: Set[str]) -> bool:
 # another language or place besides the first, so a second name added by them is no
 # update ("speaks Portuguese", "speaks Japanese"). Only said as leaving one behind
 # ("switched from German to French") does it replace.
-_YEAR = re.compile(r"(?:19|20|21)\d\d")
 MANY_VALUED = frozenset(
     "speak speaks spoke speaking translate translates translated translating "
     "visit visits visited visiting".split())
+# A year, as a number of a text: said of a visit, it dates one visit among many.
+_YEAR = re.compile(r"(?:19|20|21)\d\d")
 # Names that say when, not who or where: a weekday or a month. "The vet is in Altona" and
 # "the vet is open on Saturdays" say two things of the vet; "Monday" and "Tuesday" are
 # two values of one day.

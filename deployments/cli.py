@@ -780,13 +780,18 @@ def _ingest(
     if json_:
         _print_json(
             {"stored": report.stored, "updated": report.updated, "unchanged": report.unchanged,
-             "edges": report.edges, "rejected": [str(e) for e in report.errors]}
+             "edges": report.edges, "rejected": [str(e) for e in report.errors],
+             "released": report.released}
         )
     else:
         print(
             f"stored {report.stored}, updated {report.updated}, unchanged {report.unchanged}, "
             f"edges {report.edges}, rejected {len(report.errors)}"
         )
+        if report.released:
+            n = len(report.released)
+            print(f"released {n} consolidation{'s' if n != 1 else ''} that held a memory given "
+                  f"new content (the next run decides again): {', '.join(report.released)}")
     return EXIT_REJECTED if report.errors else EXIT_OK
 
 
@@ -1187,11 +1192,15 @@ def _consolidations(
         print(f"no consolidation decisions yet for {profile}")
         return EXIT_OK
     width = shutil.get_terminal_size((120, 24)).columns
-    print(f"{'id':<18}  {'created':<10}  {'operation':<9}  {'summary':<18}  "
+    wide = max(len(r.id) for r in rows)  # a released decision's id is longer
+    print(f"{'id':<{wide}}  {'created':<10}  {'operation':<9}  {'summary':<18}  "
           f"{'members':>7}  summary text")
     for r in rows:
-        state = f"[undone {r.undone_at:%Y-%m-%d %H:%M}] " if r.undone_at else ""
-        head = (f"{r.id:<18}  {r.created_at:%Y-%m-%d}  {r.operation:<9}  "
+        undone = "" if r.undone_at is None else f"{r.undone_at:%Y-%m-%d %H:%M}"
+        state = "" if not undone else (
+            f"[released by an ingest {undone}] " if "released" in (r.parameters or {})
+            else f"[undone {undone}] ")
+        head = (f"{r.id:<{wide}}  {r.created_at:%Y-%m-%d}  {r.operation:<9}  "
                 f"{r.summary_id or '-':<18}  {len(r.member_ids):>7}  ")
         text = " ".join(texts.get(r.id, "-").split())  # one line per decision
         print(head + _clipped(state + text, max(40, width - len(head))))
@@ -1210,8 +1219,8 @@ def _clipped(text: str, width: int) -> str:
 
 
 # Audit parameters that say how to undo a decision or what it absorbed, not why.
-_NOT_WHY = frozenset({"prior", "absorbed", "undone_summary", "rule", "similarities", "heats",
-                      "conflicts"})
+_NOT_WHY = frozenset({"prior", "absorbed", "undone_summary", "released", "rule", "similarities",
+                      "heats", "conflicts"})
 
 
 def _why(parameters: dict[str, Any]) -> list[str]:

@@ -138,7 +138,8 @@ def build_mcp(open_store: Callable[[], Store], tokens: Tokens, stdio: bool = Fal
     @tool
     def store(profile: Profile, memories: Memories, ctx: Context) -> dict[str, Any]:
         """Store memories worth keeping. Each is checked on its own: the answer lists
-        those refused, naming their field. Counts toward the 50-store trigger and the
+        those refused, naming their field, and the id of each accepted. A record with
+        an id stored before updates it. Counts toward the 50-store trigger and the
         idle timer."""
         return call(ctx, ops.store_memories, profile, memories)
 

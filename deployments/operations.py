@@ -336,7 +336,8 @@ def store_memories(
         "updated": report.updated if report else 0,
         "unchanged": report.unchanged if report else 0,
         "edges": report.edges if report else 0,
-        "ids": list(report.stored_ids) if report else [],
+        "ids": list(report.memory_ids) if report else [],
+        "released": list(report.released) if report else [],
         "rejected": rejected,
     }
     if report is None or report.accepted + report.edges == 0:

@@ -43,7 +43,8 @@ from reverie.models.repositories.profiles import (
     next_ingest_seqs,
     take_ingest_seqs,
 )
-from reverie.models.store import Store
+from reverie.models.repositories.summaries import release
+from reverie.models.store import ProfileTx, Store
 from reverie.models.tables import Memory
 from reverie.models.timestamps import utcnow
 from reverie.models.validation import EdgeIn, MemoryIn, parse_record, read_jsonl
@@ -80,10 +81,16 @@ class IngestReport:
     edges: int = 0
     errors: list[RecordError] = field(default_factory=list)
     stored_ids: list[str] = field(default_factory=list)
+    # The id of every memory record accepted (stored, updated or unchanged), each once,
+    # in the order first given.
+    memory_ids: list[str] = field(default_factory=list)
     # Events this ingest queued in the outbox: the caller delivers them.
     queued_events: int = 0
     # Whether this ingest created the store (there was none at its URL).
     created: bool = False
+    # The consolidations that held a memory this ingest gave new content, undone
+    # (``summaries.release``), by the ids they had.
+    released: list[str] = field(default_factory=list)
 
     @property
     def accepted(self) -> int:
@@ -145,6 +152,7 @@ class _Ingest:
         # (profile, id) -> (the id as first spelled, where), for the ids that can be
         # spelled more than one way only (see _another_spelling).
         self.spellings: dict[tuple[str, str], tuple[str, str]] = {}
+        self.listed: set[str] = set()  # the ids in report.memory_ids
 
     def parsed(self, items: Iterable[tuple[str, object]], profile: str | None
                ) -> Iterator[MemoryIn | EdgeIn]:
@@ -306,11 +314,18 @@ class _Ingest:
         the store's events are queued in that transaction."""
         with self.store.writing_all() as s:
             done = self._commit_in(s, rows, new_rows, changed, vectors)
-        self._count(new_rows, *done)
+        self._count(rows, new_rows, changed, *done)
 
-    def _count(self, new_rows: list[dict[str, Any]], updated: int, unchanged: int,
-               queued: int) -> None:
+    def _count(self, rows: dict[str, dict[str, Any]], new_rows: list[dict[str, Any]],
+               changed: list[tuple[str, Any]], updated: int, unchanged: int, queued: int,
+               released: list[str]) -> None:
         report = self.report
+        report.released += released
+        written = {r["id"] for r in new_rows} | {mid for mid, _ in changed}
+        for mid in rows:  # the order the records gave them
+            if mid in written and mid not in self.listed:
+                self.listed.add(mid)
+                report.memory_ids.append(mid)
         report.updated += updated
         report.unchanged += unchanged
         report.stored += len(new_rows)
@@ -324,20 +339,20 @@ class _Ingest:
         new_rows: list[dict[str, Any]],
         changed: list[tuple[str, dict[str, Any]]],
         vectors: dict[str, tuple[bytes, str]],
-    ) -> tuple[int, int, int]:
+    ) -> tuple[int, int, int, list[str]]:
         """``_commit_memories`` inside the caller's transaction ``s``: (updated,
-        unchanged, events queued)."""
+        unchanged, events queued, consolidations released)."""
         at = self.at
         profiles = _touched(rows, new_rows, changed)
         ensure_profiles(s, profiles, at)
         # What this ingest writes is stamped, so that a run that took the profile
         # before it leaves these rows alone (models.store.ProfileTx.horizon).
         seqs = next_ingest_seqs(s, profiles)
-        updated, unchanged = _write_rows(s, new_rows, changed, vectors, seqs)
+        updated, unchanged, released = _write_rows(s, new_rows, changed, vectors, seqs, at)
         counts = _new_per_profile(new_rows)
         before_counts = count_stored(s, counts)
         queued = outbox.add(s, self._stored_events(counts, before_counts))
-        return updated, unchanged, queued
+        return updated, unchanged, queued, released
 
     def _stored_events(self, counts: dict[str, int], before: Mapping[str, int]
                        ) -> list[events.ProfileEvent]:
@@ -432,10 +447,14 @@ def _write_rows(
     changed: list[tuple[str, dict[str, Any]]],
     vectors: dict[str, tuple[bytes, str]],
     seqs: Mapping[str, int],
-) -> tuple[int, int]:
+    at: datetime,
+) -> tuple[int, int, list[str]]:
     """Insert ``new_rows`` and apply ``changed``, stamped with their profile's ingest
-    number in ``seqs``: (updated, unchanged)."""
+    number in ``seqs``: (updated, unchanged, the consolidations released). A memory
+    given new content is released from what held it (``summaries.release``): a summary
+    would go on saying its old words, cold in its place, to every reader."""
     updated = unchanged = 0
+    rewritten: dict[str, dict[str, str]] = defaultdict(dict)  # profile -> id -> content
     for r in new_rows:
         r["ingest_seq"] = seqs[r["profile_id"]]
     _insert_new(s, new_rows, vectors)
@@ -450,6 +469,8 @@ def _write_rows(
         if blob == before and all(getattr(current, k) == v for k, v in patch.items()):
             unchanged += 1
             continue
+        if patch.get("content_hash", current.content_hash) != current.content_hash:
+            rewritten[current.profile_id][mid] = current.content
         for key, value in patch.items():
             setattr(current, key, value)
         current.ingest_seq = seqs[current.profile_id]
@@ -457,7 +478,12 @@ def _write_rows(
             revectored[mid] = blob
         updated += 1
     put_vectors(s, revectored)
-    return updated, unchanged
+    released: list[str] = []
+    if rewritten:
+        s.flush()  # the undos read and write the same rows without the ORM
+        for profile in sorted(rewritten):
+            released += release(ProfileTx(s, profile), rewritten[profile], at, seqs[profile])
+    return updated, unchanged, released
 
 
 def _insert_new(s: Session, new_rows: list[dict[str, Any]],
@@ -608,8 +634,8 @@ def ingest_together(
         if _refused_value(exc.__cause__) is None:
             raise
         return None
-    for run, (_, new_rows, _), counts in zip(runs, plans, done, strict=True):
-        run._count(new_rows, *counts)
+    for run, (rows, new_rows, changed), counts in zip(runs, plans, done, strict=True):
+        run._count(rows, new_rows, changed, *counts)
     return [run.report for run in runs]
 
 
@@ -618,12 +644,13 @@ def _commit_calls(
     plans: list[tuple[dict[str, dict[str, Any]], list[dict[str, Any]],
                       list[tuple[str, dict[str, Any]]]]],
     vectors: dict[str, tuple[bytes, str]],
-) -> list[tuple[int, int, int]]:
+) -> list[tuple[int, int, int, list[str]]]:
     """Each call's ``_commit_in`` in turn, in the caller's transaction ``s``, with what
     one ingest does once per chunk done once per group: the ingest numbers (each call
     its own, in order), the store counts and the outbox are read and written in one
     statement each, not one per call. The rows, numbers, counts and events are those
-    of the calls ingested one after the other: (updated, unchanged, events queued) each.
+    of the calls ingested one after the other: (updated, unchanged, events queued,
+    consolidations released) each.
     """
     touched = [_touched(rows, new_rows, changed) if rows else set()
                for rows, new_rows, changed in plans]
@@ -639,12 +666,12 @@ def _commit_calls(
     # An update among them keeps each call's writes apart, in turn.
     at_once = not any(changed for _, _, changed in plans)
     every_new: list[dict[str, Any]] = []
-    done: list[tuple[int, int, int]] = []
+    done: list[tuple[int, int, int, list[str]]] = []
     queued: list[events.ProfileEvent] = []
     for run, names, call_counts, (rows, new_rows, changed) in zip(
             runs, touched, counts, plans, strict=True):
         if not rows:
-            done.append((0, 0, 0))
+            done.append((0, 0, 0, []))
             continue
         mine = {p: seqs[p] for p in names}
         for p in names:
@@ -654,13 +681,15 @@ def _commit_calls(
                 r["ingest_seq"] = mine[r["profile_id"]]
             every_new += new_rows
             updated = unchanged = 0
+            released: list[str] = []
         else:
-            updated, unchanged = _write_rows(s, new_rows, changed, vectors, mine)
+            updated, unchanged, released = _write_rows(s, new_rows, changed, vectors, mine,
+                                                       run.at)
         call_events = run._stored_events(call_counts, before)
         for p, n in call_counts.items():
             before[p] += n
         queued += call_events
-        done.append((updated, unchanged, len(call_events)))
+        done.append((updated, unchanged, len(call_events), released))
     _insert_new(s, every_new, vectors)
     outbox.add(s, queued)
     return done

@@ -31,7 +31,7 @@ from reverie.models.repositories import audit as audit_repo
 from reverie.models.repositories import memories as memories_repo
 from reverie.models.repositories.audit import UNDOABLE
 from reverie.models.store import Store
-from reverie.models.tables import Origin, Tier
+from reverie.models.tables import Operation, Origin, Tier
 from reverie.tasks.blocks import compile_blocks
 from reverie.tasks.cluster import cluster
 from reverie.tasks.cold_notes import consolidate_cold
@@ -189,6 +189,56 @@ def test_undoing_every_consolidation_brings_back_exactly_what_was_ingested(
     assert {k: (v["content"], v["tier"]) for k, v in restored.items()} == {
         k: (v["content"], v["tier"]) for k, v in before.items()}
     assert all(v["tier"] == Tier.HOT for v in before.values())
+
+
+@SETTINGS
+@given(records=stores, data=st.data())
+def test_new_words_release_every_consolidation_that_held_them_and_lose_nothing(
+    new_store: Callable[[str], Store], records: dict[str, list[dict[str, Any]]],
+    data: st.DataObject,
+) -> None:
+    """Whatever the steps made of them, memories given new words stand on their own:
+    nothing holds them, nothing hot still says their old words, nothing is lost; the
+    other profile is untouched; the next run consolidates them anew, and undoing all
+    it and the first run left standing brings back exactly what is stored now."""
+    store = _ingested(new_store, records)
+    ada, bo = PROFILES
+    run_steps(store, ada, AS_OF)
+    other_before = export_jsonl(store.url, bo)
+    mine = [r for r in records[ada] if r.get("type") != "edge"]
+    changed = data.draw(st.lists(st.sampled_from(mine), min_size=1, max_size=len(mine),
+                                 unique_by=lambda r: r["id"]))
+    rewritten = [{**r, "content": f"{r['content']}, said anew"} for r in changed]
+    report = ingest_records(store, rewritten, profile=ada)
+    assert not report.errors and report.updated == len(rewritten)
+
+    after = _memories(store, ada)
+    expected = {r["id"]: r["content"] for r in mine} | {r["id"]: r["content"] for r in rewritten}
+    assert {k: v["content"] for k, v in after.items()  # nothing lost, the new words kept
+            if v["origin"] == Origin.INGESTED} == expected
+    moved_by = {m.id: m.superseded_by for m in in_read(
+        store, ada, memories_repo.memories, tiers=(Tier.HOT, Tier.COLD))}
+    held = {after[r["id"]]["id"] for r in rewritten}
+    for c in in_read(store, ada, audit_repo.consolidations, limit=10_000):
+        if c.undone_at is None and c.operation in UNDOABLE:
+            prior = set((c.parameters or {}).get("prior") or {})
+            holds = {mid for mid in prior & held if moved_by[mid] == c.summary_id}
+            assert not holds, f"{c.id} still holds {holds}"
+            assert not (c.operation == Operation.SUPERSEDE and c.summary_id in held), c.id
+    for row in after.values():  # no summary left saying the old words
+        if row["tier"] == Tier.HOT and row["origin"] != Origin.INGESTED:
+            stale = [r["content"] for r in changed
+                     if r["content"] in row["content"].replace(f"{r['content']}, said anew", "")]
+            assert not stale, (row, stale)
+    assert export_jsonl(store.url, bo) == other_before
+
+    run_steps(store, ada, AS_OF)
+    now = _memories(store, ada)
+    _undo_everything(store, ada)
+    restored = _memories(store, ada)
+    assert {k for k, v in restored.items() if v["origin"] != Origin.INGESTED} == set()
+    assert {k: v["content"] for k, v in restored.items()} == {
+        k: v["content"] for k, v in now.items() if v["origin"] == Origin.INGESTED}
 
 
 @pytest.mark.usefixtures("prefect_api")

@@ -57,7 +57,8 @@ def base(store: Store) -> None:
 
 def summary(report: IngestReport) -> dict[str, Any]:
     return {"stored": report.stored, "updated": report.updated, "unchanged": report.unchanged,
-            "edges": report.edges, "ids": report.stored_ids,
+            "edges": report.edges, "ids": report.stored_ids, "accepted": report.memory_ids,
+            "released": report.released,
             "queued_events": report.queued_events,
             "errors": [(e.where, e.field, e.message) for e in report.errors]}
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from sqlalchemy import func, select
+from sqlalchemy import ColumnElement, func, select
 from sqlmodel import Session, col
 
 from reverie.models import tables
@@ -19,6 +19,26 @@ C = tables.table_of(tables.Consolidation)
 UNDOABLE = frozenset({Operation.DEDUP, Operation.COMPRESS, Operation.COLD_LEARNING,
                       Operation.CLUSTER, Operation.MIGRATE_COLD, Operation.SUPERSEDE,
                       Operation.RESTATE})
+
+
+# What a released decision's id ends with, before the ingest number that released it
+# (``summaries.release``): its own id is free for the decision to be made again.
+RELEASED = "~released-"
+
+
+def released_id(consolidation_id: str, ingest_seq: int) -> str:
+    """The id a decision takes when the ingest numbered ``ingest_seq`` releases it."""
+    return f"{consolidation_id}{RELEASED}{ingest_seq}"
+
+
+def released_prefix(consolidation_id: str) -> str:
+    """What the ids of ``consolidation_id``'s releases start with."""
+    return consolidation_id + RELEASED
+
+
+def standing_id() -> ColumnElement[bool]:
+    """Decisions no ingest released: those undone among them are an operator's."""
+    return ~C.c.id.contains(RELEASED, autoescape=True)
 
 
 def consolidations(tx: ProfileTx, limit: int | None = 50) -> list[tables.Consolidation]:
@@ -57,8 +77,10 @@ def summary_texts(tx: ProfileTx, decisions: Iterable[tables.Consolidation]) -> d
     }
     out: dict[str, str] = {}
     for d in decisions:
+        # An undone decision's own words first: its summary id may name one made
+        # again since, and a released supersession's newest memory says other words.
         kept = (d.parameters or {}).get("undone_summary") or {}
-        text = found.get(d.summary_id or "") or kept.get("content")
+        text = kept.get("content") or found.get(d.summary_id or "")
         if text is not None:
             out[d.id] = text
     return out

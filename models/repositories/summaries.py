@@ -67,13 +67,15 @@ def originals_of(tx: ProfileTx, summary_ids: Sequence[str]) -> dict[str, list[Me
 
 
 def undone_summaries(tx: ProfileTx) -> set[str]:
-    """Summaries an operator undid: consolidations never to be made again."""
+    """Summaries an operator undid: consolidations never to be made again (one an
+    ingest released is no veto: ``release``)."""
     return set(
         tx.session.execute(
             select(col(tables.Consolidation.summary_id))
             .where(col(tables.Consolidation.profile_id) == tx.profile)
             .where(col(tables.Consolidation.operation) != tables.Operation.SUPERSEDE)
             .where(col(tables.Consolidation.undone_at).is_not(None))
+            .where(audit.standing_id())
         ).scalars()
     )
 
@@ -209,6 +211,7 @@ def undone_supersessions(tx: ProfileTx) -> set[str]:
             .where(col(tables.Consolidation.profile_id) == tx.profile)
             .where(col(tables.Consolidation.operation) == tables.Operation.SUPERSEDE)
             .where(col(tables.Consolidation.undone_at).is_not(None))
+            .where(audit.standing_id())
         ).scalars()
     )
 
@@ -259,11 +262,16 @@ def undo(tx: ProfileTx, ident: str, at: datetime) -> UndoResult:
     s, profile = tx.session, tx.profile
     ident = ids.sought_id(ident, "consolidation with id")
     of_profile = col(tables.Consolidation.profile_id) == profile
+    # A summary made again after an ingest released it (``release``) shares its id
+    # with the released decision: the one standing is meant. The released decision's
+    # own id, as an artifact or an earlier listing gave it, still finds it.
     found = s.execute(
         select(tables.Consolidation).where(of_profile).where(
             or_(col(tables.Consolidation.id) == ident,
-                col(tables.Consolidation.summary_id) == ident)
-        ).order_by(tables.Consolidation.id)
+                col(tables.Consolidation.summary_id) == ident,
+                col(tables.Consolidation.id).startswith(audit.released_prefix(ident),
+                                                        autoescape=True))
+        ).order_by(col(tables.Consolidation.undone_at).is_not(None), tables.Consolidation.id)
     ).scalars().first()
     if found is None:
         raise NotFoundError(f"no consolidation with id {ident!r} in profile {profile!r}")
@@ -276,7 +284,10 @@ def undo(tx: ProfileTx, ident: str, at: datetime) -> UndoResult:
             f"a {found.operation} cannot be undone: deleted memories are gone "
             "(their tombstones remain)"
         )
-    summary = s.get(Memory, found.summary_id) if found.summary_id else None
+    # As it is now: a release (``release``) may have just restored it with a statement
+    # the session's copy did not see.
+    summary = (s.get(Memory, found.summary_id, populate_existing=True)
+               if found.summary_id else None)
     if found.operation == tables.Operation.SUPERSEDE:
         summary = None  # the newest memory was never written by it: it stays
         # What it restated of its members goes first: their prior state is the one
@@ -312,6 +323,98 @@ def undo(tx: ProfileTx, ident: str, at: datetime) -> UndoResult:
         s.delete(summary)
     found.undone_at = at
     return result
+
+
+def release(tx: ProfileTx, former: Mapping[str, str], at: datetime, ingest_seq: int
+              ) -> list[str]:
+    """Undo, in the transaction of the ingest numbered ``ingest_seq``, what holds the
+    memories it gave new content (``former``: their ids, each with the content it
+    had): the decision that absorbed each (a
+    summary that states its old words, a supersession that judged them outdated) and
+    any supersession it is the newest of (which judged others by its old words). A
+    decision that holds such a decision's summary, or a restatement it wrote, goes
+    first, from the top down, until each memory stands on its own again.
+
+    Unlike an operator's undo this vetoes nothing: each decision is marked released and
+    takes another id (``audit.released_id``), so the next run may make it again from
+    what the memories say now. What the undos restore is stamped with the ingest's
+    number, as the ingest's own rows are, so a run that took the profile before leaves
+    it alone. A released supersession keeps the words its newest memory had then, as an
+    undone summary keeps its own. Returns the ids the released decisions had."""
+    wanted = sorted(former)
+    released: list[str] = []
+    restored: set[str] = set()
+    # An undo returns a memory to where it was before: held, it may be, by an older
+    # decision, which goes in the next round.
+    while holders := _holding(tx, wanted):
+        before = len(released)
+        for cid in holders:
+            _release(tx, cid, at, ingest_seq, former, released, restored)
+        if len(released) == before:
+            break
+    for batch in chunks(sorted(restored)):
+        tx.session.execute(update(M).where(M.c.profile_id == tx.profile)
+                           .where(M.c.id.in_(batch)).values(ingest_seq=ingest_seq))
+    return released
+
+
+def _holding(tx: ProfileTx, memory_ids: Sequence[str]) -> list[str]:
+    """The standing decisions that hold any of ``memory_ids``: the one that moved it
+    where it is (its ``superseded_by``), and the supersessions it is the newest of."""
+    s, profile = tx.session, tx.profile
+    above: dict[str, list[str]] = {}
+    for batch in chunks(memory_ids):
+        for mid, by in s.execute(select(M.c.id, M.c.superseded_by)
+                                 .where(M.c.profile_id == profile).where(M.c.id.in_(batch))
+                                 .where(M.c.superseded_by.is_not(None))):
+            above.setdefault(by, []).append(mid)
+    newest = set(memory_ids)
+    C = tables.table_of(tables.Consolidation)
+    out = set()
+    for batch in chunks(sorted(above.keys() | newest)):
+        for cid, operation, summary_id, parameters in s.execute(
+            select(C.c.id, C.c.operation, C.c.summary_id, C.c.parameters)
+            .where(C.c.profile_id == profile).where(C.c.undone_at.is_(None))
+            .where(C.c.operation.in_(sorted(audit.UNDOABLE)))
+            .where(C.c.summary_id.in_(batch))
+        ):
+            prior = (parameters or {}).get("prior") or {}
+            if (any(mid in prior for mid in above.get(summary_id, ()))
+                    or (operation == tables.Operation.SUPERSEDE and summary_id in newest)):
+                out.add(cid)
+    return sorted(out)
+
+
+def _release(tx: ProfileTx, cid: str, at: datetime, ingest_seq: int,
+             former: Mapping[str, str], released: list[str], restored: set[str]) -> None:
+    """``release`` of one decision, after what stands on it."""
+    s, profile = tx.session, tx.profile
+    found = s.get(tables.Consolidation, cid)
+    if found is None or found.undone_at is not None:
+        return
+    marks: dict[str, Any] = {"released": {"by": "ingest", "ingest": ingest_seq}}
+    if found.operation == tables.Operation.SUPERSEDE:
+        # Its restatements go with it, and whatever took them in before them.
+        above = [ids.consolidation_id(profile, tables.Operation.RESTATE, r)
+                 for r in found.parameters.get("restated", [])]
+        newest = found.summary_id or ""
+        words = former.get(newest) or s.execute(
+            select(M.c.content).where(M.c.profile_id == profile).where(M.c.id == newest)
+        ).scalar()
+        if words is not None:
+            marks["undone_summary"] = {"content": words}
+    else:
+        above = _holding(tx, [found.summary_id]) if found.summary_id else []
+    for later in above:
+        _release(tx, later, at, ingest_seq, former, released, restored)
+    restored.update(undo(tx, cid, at).restored)
+    found.parameters = {**found.parameters, **marks}
+    s.flush()
+    # Its id is the one a decision made again would take (the members name it).
+    C = tables.table_of(tables.Consolidation)
+    s.execute(update(C).where(C.c.id == cid).values(id=audit.released_id(cid, ingest_seq)))
+    s.expunge(found)
+    released.append(cid)
 
 
 def _origin_of(s: Session, memory_id: str) -> str:

@@ -627,6 +627,53 @@ def _negation_conflict(va: Values, vb: Values) -> str | None:
     return "negation" if va.stems <= vb.stems or vb.stems <= va.stems else None
 
 
+# What ends the part of a sentence a negation denies: "no more oat milk cappuccino, but
+# tea on Sundays" denies the cappuccino only.
+_DENIAL_ENDS = frozenset(".,;:!?()[]\"/") | {"and", "but", "while", "whereas"}
+
+
+def denied(text: str) -> frozenset[str]:
+    """The content stems (``Values.stems``) a text denies: those after its negation to
+    the end of that part of the sentence ("switched to black coffee, no more oat milk
+    cappuccino": oat, milk, cappuccino). Empty for a text that denies nothing."""
+    parted = _WORDS_AND_BREAKS.findall(_DIGIT_RUN.sub(" 0 ", text.lower()))
+    said: set[str] = set()
+    inside = False
+    for before, word in pairwise(["", *parted]):
+        if word in _DENIAL_ENDS:
+            inside = False
+        elif inside:
+            said.add(word)
+        else:  # "not", "never", ...; "doesn't" ("doesn", "t"); "no more", "no longer"
+            inside = word in NEGATIONS or (word == "t" and before.endswith("n")) or (
+                before == "no" and word in ("more", "longer"))
+    if not said:
+        return frozenset()
+    return values(text).stems & {content_stem(w) for w in said if len(w) >= 3}
+
+
+def _also_denied(members: Sequence[MemoryView],
+                 stale: dict[str, tuple[MemoryView, str, float]]) -> None:
+    """Add to ``stale`` the members of a merge of near-duplicates that state what a
+    newer memory denies in one of them: "Lena has switched to black coffee, no more oat
+    milk cappuccino" updates "Lena drinks a cappuccino made with oat milk every
+    morning" too, merged as saying what "Every morning Lena has an oat milk
+    cappuccino" says. A member must say every word of the denied part (``denied``),
+    of the same names, numbers and owner, and deny nothing itself."""
+    for other, kind, cos in list(stale.values()):
+        if kind != "negation" or not (scope := denied(other.content)):
+            continue
+        vo = values(other.content)
+        for m in members:
+            if m.id in stale or is_event(m) or other.created_at <= m.created_at \
+                    or (other.entity or "") != (m.entity or "") or other.kind != m.kind:
+                continue
+            v = values(m.content)
+            if not v.negated and (v.names, v.numbers, v.relations) == (
+                    vo.names, vo.numbers, vo.relations) and scope <= v.stems:
+                stale[m.id] = (other, "negation", cos)
+
+
 def _preference_conflict(va: Values, vb: Values) -> str | None:
     """Two values, nothing in common, of what one owner likes best of one kind of thing
     (``preferred``): "the user's favourite food is sushi", "... is ramen". The owner
@@ -1390,6 +1437,8 @@ def plan_stale_summaries(
                     stale[m.id] = (other, kind, cos)
         if not stale:
             continue
+        if summary.origin == Origin.DEDUP_SUMMARY:
+            _also_denied(members, stale)
         by_newest: dict[str, list[str]] = {}
         for mid, (other, _, _) in stale.items():
             by_newest.setdefault(other.id, []).append(mid)

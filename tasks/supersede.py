@@ -868,6 +868,25 @@ def plan_supersessions(
                 candidates[i].content, candidates[j].content)
         return known[key]
 
+    def denied_alike(top: int, denied_members: list[int], kinds: dict[int, str]) -> list[int]:
+        """The near-duplicates of members ``top`` denies (at the merge's cosine, as if
+        merged with them: ``_also_denied``) that say every word it denies."""
+        scope = denied(candidates[top].content)
+        if not scope:
+            return []
+        said = (texts[top].names, texts[top].numbers, texts[top].relations)
+        alike = []
+        for j in denied_members:
+            near = neighbours.indices[j]
+            for k in near[(rank[near] > rank[top]) & ~claimed[near]].tolist():
+                v = texts[k]
+                if k not in kinds and not v.negated and scope <= v.stems \
+                        and (v.names, v.numbers, v.relations) == said \
+                        and float(vectors[k] @ vectors[j]) >= config.similarity:
+                    kinds[k] = "negation"
+                    alike.append(k)
+        return alike
+
     for top in order:
         if claimed[top]:
             continue
@@ -894,6 +913,8 @@ def plan_supersessions(
                 frontier.append(j)
         if not chain:
             continue
+        if "negation" in kinds.values():
+            chain += denied_alike(top, [j for j in chain if kinds[j] == "negation"], kinds)
         newest = candidates[top]
         claimed[top] = True
         claimed[chain] = True

@@ -990,3 +990,41 @@ def test_the_values_of_sentences_are_the_word_by_word_values(text: str) -> None:
     v = values.__wrapped__(text)
     assert (v.numbers, v.names, v.words, v.stems, v.relations, v.units, v.lower) == \
         values_word_by_word(text)
+
+
+# --- a denial outdates the near-duplicates of what it denies ----------------------------
+
+_DRINKS = "Lena drinks a cappuccino made with oat milk every morning"
+_HAS = "Every morning Lena has an oat milk cappuccino"
+_SWITCHED = "Lena has switched to black coffee every morning, no more oat milk cappuccino"
+
+
+def _denied_pair(to_denied: float, alike: str = _DRINKS) -> list[supersede.SupersedePlan]:
+    """``alike`` (oldest), then what the update denies word for word (at 0.84 to it),
+    then the update on axis 0; ``alike`` at ``to_denied`` to the denied one."""
+    denied_vector = at_cosine(0.84, other=1)
+    alike_vector = to_denied * denied_vector + np.sqrt(1 - to_denied ** 2) * axis(5)
+    memories = [view("a", content=alike, created_at=AS_OF - timedelta(days=90)),
+                view("d", content=_HAS, created_at=AS_OF - timedelta(days=60)),
+                view("n", content=_SWITCHED, created_at=AS_OF - timedelta(days=10))]
+    return plan_supersessions("p", memories, np.stack([alike_vector, denied_vector, axis(0)]),
+                              CONFIG)
+
+
+def test_a_denial_outdates_a_near_duplicate_of_what_it_denies() -> None:
+    """Hot, never merged: "drinks ... made with" keeps the older one from being denied
+    word for word; at the merge's cosine to the denied memory it says the same."""
+    (plan,) = _denied_pair(CONFIG.similarity)
+    assert plan.newest_id == "n" and plan.member_ids == ("a", "d")
+    assert plan.conflicts == {"a": "negation", "d": "negation"}
+
+
+@pytest.mark.parametrize(("to_denied", "alike", "why"), [
+    (below(CONFIG.similarity), _DRINKS, "no near-duplicate"),
+    (0.95, "Lena drinks a cappuccino every morning", "one denied word unsaid"),
+    (0.95, "Lena never drinks an oat milk cappuccino at night", "denies too"),
+])
+def test_a_memory_not_alike_or_not_saying_what_is_denied_stays(
+        to_denied: float, alike: str, why: str) -> None:
+    (plan,) = _denied_pair(to_denied, alike)
+    assert plan.member_ids == ("d",), why

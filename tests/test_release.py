@@ -14,7 +14,8 @@ from reverie.deployments import operations as ops
 from reverie.deployments.auth import Principal
 from reverie.deployments.cli import EXIT_OK, main
 from reverie.models import ids
-from reverie.models.config import ConsolidationConfig
+from reverie.models.backup import backup_lines, plan_restore
+from reverie.models.config import ConsolidationConfig, DedupConfig
 from reverie.models.errors import NotFoundError
 from reverie.models.repositories import audit
 from reverie.models.repositories import memories as memories_repo
@@ -45,8 +46,9 @@ def slow(n: int = 3) -> list[dict[str, Any]]:
     return [record(f"m{k}", SLOW[k], (0.99, 0.985, 0.98)[k], 30 - 10 * k) for k in range(n)]
 
 
-def run_dedup(store: Store, profile: str = "p") -> None:
-    dedup(store, StepArgs(store.url, profile, AS_OF, ConsolidationConfig()))
+def run_dedup(store: Store, profile: str = "p", config: ConsolidationConfig | None = None,
+              as_of: datetime = AS_OF) -> None:
+    dedup(store, StepArgs(store.url, profile, as_of, config or ConsolidationConfig()))
 
 
 def decisions(store: Store, profile: str = "p") -> dict[str, Any]:
@@ -224,3 +226,82 @@ def test_a_store_calls_answer_names_every_memory_it_accepted(store: Store) -> No
     assert [r["record"] for r in answer["rejected"]] == ["record 3"]
     assert answer["ids"] == [ids.memory_id_for_external("p", e) for e in ("fresh", "m0", "m1")]
     assert answer["released"] == []
+
+
+# --- an update of a merge's member, and what stands on it -------------------------------
+
+LOCK = ["The user's bike lock code is 4812.", "The user's bike lock code is 4812 now.",
+        "The user has a sturdy bike lock."]
+NEW_CODE = "The user's bike lock code is 7730."
+# A run that searched no updates (both radii at 1.0): it merged the three.
+BLIND = ConsolidationConfig(dedup=DedupConfig(supersede_similarity=1.0,
+                                              supersede_frame_similarity=1.0))
+
+
+def lock_updated(store: Store) -> dict[str, Any]:
+    """The three lock memories merged (D), then the new code: the next run outdates the
+    two stale members (the update, U) and restates the merge for the third (R, a merge
+    of its own that absorbs D's summary). The decisions, by letter."""
+    assert not ingest_records(store, [record(f"a{k}", text, (0.99, 0.985, 0.98)[k], 300 - k)
+                                      for k, text in enumerate(LOCK)], profile="p").errors
+    run_dedup(store, config=BLIND, as_of=AS_OF - timedelta(days=50))
+    (merge,) = standing(store).values()
+    assert not ingest_records(store, [record("n", NEW_CODE, 0.97, 10)], profile="p").errors
+    run_dedup(store)
+    (update,) = (c for c in standing(store).values() if c.operation == Operation.SUPERSEDE)
+    (restated,) = update.parameters["restated"]
+    (again,) = (c for c in standing(store).values() if c.summary_id == restated)
+    assert again.operation == Operation.DEDUP and merge.summary_id in again.parameters[
+        "absorbed"]
+    return {"D": merge, "U": update, "R": again}
+
+
+def test_new_words_for_the_newest_bring_back_the_merge_it_outdated(store: Store) -> None:
+    """The restated merge is no RESTATE decision: it is found by its summary's id and
+    released (not left undone as an operator's veto), then the update."""
+    made = lock_updated(store)
+    report = ingest_records(store, [record("n", "The user pays 40 euros for the gym.", 0.97,
+                                           10)], profile="p")
+    assert report.released == [made["R"].id, made["U"].id]
+    assert list(standing(store)) == [made["D"].id]  # the merge stands as it was made
+    assert {get_memory(store, f"a{k}", "p").superseded_by for k in range(3)} == {
+        made["D"].summary_id}
+    assert in_read(store, "p", undone_summaries) == set()
+    assert in_read(store, "p", undone_supersessions) == set()
+
+
+def test_new_words_for_the_restated_member_release_the_update_standing_on_its_merge(
+        store: Store) -> None:
+    """Undone alone, the first merge would put its stale members back hot under an
+    update still standing: the update goes first, and the next run makes it again."""
+    made = lock_updated(store)
+    report = ingest_records(store, [record("a2", "The user has a flimsy bike lock.", 0.98,
+                                           298)], profile="p")
+    assert report.released == [made["R"].id, made["U"].id, made["D"].id]
+    assert standing(store) == {}
+    assert hot(store) == {"a0": LOCK[0], "a1": LOCK[1], "a2": "The user has a flimsy bike lock.",
+                          "n": NEW_CODE}
+    # Every pointer names a memory the backup holds.
+    plan_restore(list(backup_lines(store.url, "p")))  # refused otherwise
+    run_dedup(store, as_of=AS_OF + timedelta(days=1))
+    assert made["U"].id in standing(store)
+    assert set(hot(store)) == {"a2", "n"}
+
+
+def test_a_restated_merge_taken_in_by_a_later_one_is_released_first(store: Store) -> None:
+    """Before, the release undid the restated merge while a later merge held it, and
+    the refusal failed the whole ingest."""
+    made = lock_updated(store)
+    # Embedded by the model, as the restated merge's summary was.
+    assert not ingest_records(store, [
+        {"id": "a3", "content": LOCK[2], "created_at": AS_OF.isoformat()},
+        {"id": "a4", "content": "The user owns a very sturdy bike lock.",
+         "created_at": AS_OF.isoformat()}], profile="p").errors
+    run_dedup(store, as_of=AS_OF + timedelta(days=1))
+    (later,) = (c for c in standing(store).values()
+                if made["R"].summary_id in c.parameters.get("absorbed", []))
+    report = ingest_records(store, [record("n", "The user pays 40 euros for the gym.", 0.97,
+                                           10)], profile="p")
+    assert report.released == [later.id, made["R"].id, made["U"].id]
+    assert list(standing(store)) == [made["D"].id]
+    assert set(hot(store)) == {made["D"].summary_id, "a3", "a4", "n"}

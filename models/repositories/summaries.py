@@ -325,15 +325,14 @@ def undo(tx: ProfileTx, ident: str, at: datetime) -> UndoResult:
     return result
 
 
-def release(tx: ProfileTx, former: Mapping[str, str], at: datetime, ingest_seq: int
-              ) -> list[str]:
+def release(tx: ProfileTx, former: Mapping[str, str], at: datetime, ingest_seq: int,
+            ) -> list[str]:
     """Undo, in the transaction of the ingest numbered ``ingest_seq``, what holds the
-    memories it gave new content (``former``: their ids, each with the content it
-    had): the decision that absorbed each (a
-    summary that states its old words, a supersession that judged them outdated) and
-    any supersession it is the newest of (which judged others by its old words). A
-    decision that holds such a decision's summary, or a restatement it wrote, goes
-    first, from the top down, until each memory stands on its own again.
+    memories it gave new content (``former``: their ids, each with the content it had):
+    the decision that absorbed each (a summary that states its old words, a
+    supersession that judged them outdated) and any supersession it is the newest of
+    (which judged others by its old words). What stands on such a decision goes first,
+    from the top down (``_standing_on``), until each memory stands on its own again.
 
     Unlike an operator's undo this vetoes nothing: each decision is marked released and
     takes another id (``audit.released_id``), so the next run may make it again from
@@ -345,13 +344,11 @@ def release(tx: ProfileTx, former: Mapping[str, str], at: datetime, ingest_seq: 
     released: list[str] = []
     restored: set[str] = set()
     # An undo returns a memory to where it was before: held, it may be, by an older
-    # decision, which goes in the next round.
+    # decision, which goes in the next round. Each round releases what it finds, and
+    # there are only so many decisions: the rounds end.
     while holders := _holding(tx, wanted):
-        before = len(released)
         for cid in holders:
             _release(tx, cid, at, ingest_seq, former, released, restored)
-        if len(released) == before:
-            break
     for batch in chunks(sorted(restored)):
         tx.session.execute(update(M).where(M.c.profile_id == tx.profile)
                            .where(M.c.id.in_(batch)).values(ingest_seq=ingest_seq))
@@ -369,20 +366,56 @@ def _holding(tx: ProfileTx, memory_ids: Sequence[str]) -> list[str]:
                                  .where(M.c.superseded_by.is_not(None))):
             above.setdefault(by, []).append(mid)
     newest = set(memory_ids)
-    C = tables.table_of(tables.Consolidation)
     out = set()
     for batch in chunks(sorted(above.keys() | newest)):
         for cid, operation, summary_id, parameters in s.execute(
-            select(C.c.id, C.c.operation, C.c.summary_id, C.c.parameters)
-            .where(C.c.profile_id == profile).where(C.c.undone_at.is_(None))
-            .where(C.c.operation.in_(sorted(audit.UNDOABLE)))
-            .where(C.c.summary_id.in_(batch))
+            select(audit.C.c.id, audit.C.c.operation, audit.C.c.summary_id,
+                   audit.C.c.parameters)
+            .where(audit.C.c.profile_id == profile).where(audit.C.c.undone_at.is_(None))
+            .where(audit.C.c.operation.in_(sorted(audit.UNDOABLE)))
+            .where(audit.C.c.summary_id.in_(batch))
         ):
             prior = (parameters or {}).get("prior") or {}
             if (any(mid in prior for mid in above.get(summary_id, ()))
                     or (operation == tables.Operation.SUPERSEDE and summary_id in newest)):
                 out.add(cid)
     return sorted(out)
+
+
+def _standing_on(tx: ProfileTx, found: tables.Consolidation) -> list[str]:
+    """The standing decisions to release before ``found``, whose undo would otherwise
+    be refused or leave them standing on what it takes away: what holds its summary
+    (absorbed it, or judged others by it), what moved one of its members on since (a
+    supersession of a merge's stale member: undone after it, that member would be
+    hot under a supersession still standing), and, for a supersession, the summaries
+    it restated (written with it: its undo undoes them)."""
+    s, profile = tx.session, tx.profile
+    target = found.summary_id
+    moved = [
+        mid
+        for batch in chunks(sorted((found.parameters or {}).get("prior") or {}))
+        for mid, by in s.execute(select(M.c.id, M.c.superseded_by)
+                                 .where(M.c.profile_id == profile).where(M.c.id.in_(batch)))
+        if by != target
+    ]
+    first = set(_holding(tx, moved)) if moved else set()
+    if found.operation == tables.Operation.SUPERSEDE:
+        restated = sorted((found.parameters or {}).get("restated") or [])
+        # A restatement's decision is a RESTATE, or a merge's or compression's own
+        # operation for a summary restated without its stale members: found by its id.
+        first.update(
+            cid
+            for batch in chunks(restated)
+            for cid in s.execute(
+                select(audit.C.c.id).where(audit.C.c.profile_id == profile)
+                .where(audit.C.c.undone_at.is_(None))
+                .where(audit.C.c.operation != tables.Operation.SUPERSEDE)
+                .where(audit.C.c.summary_id.in_(batch))
+            ).scalars()
+        )
+    elif target is not None:
+        first.update(_holding(tx, [target]))
+    return sorted(first - {found.id})
 
 
 def _release(tx: ProfileTx, cid: str, at: datetime, ingest_seq: int,
@@ -392,27 +425,22 @@ def _release(tx: ProfileTx, cid: str, at: datetime, ingest_seq: int,
     found = s.get(tables.Consolidation, cid)
     if found is None or found.undone_at is not None:
         return
+    for first in _standing_on(tx, found):
+        _release(tx, first, at, ingest_seq, former, released, restored)
     marks: dict[str, Any] = {"released": {"by": "ingest", "ingest": ingest_seq}}
     if found.operation == tables.Operation.SUPERSEDE:
-        # Its restatements go with it, and whatever took them in before them.
-        above = [ids.consolidation_id(profile, tables.Operation.RESTATE, r)
-                 for r in found.parameters.get("restated", [])]
         newest = found.summary_id or ""
         words = former.get(newest) or s.execute(
             select(M.c.content).where(M.c.profile_id == profile).where(M.c.id == newest)
         ).scalar()
         if words is not None:
             marks["undone_summary"] = {"content": words}
-    else:
-        above = _holding(tx, [found.summary_id]) if found.summary_id else []
-    for later in above:
-        _release(tx, later, at, ingest_seq, former, released, restored)
     restored.update(undo(tx, cid, at).restored)
     found.parameters = {**found.parameters, **marks}
     s.flush()
     # Its id is the one a decision made again would take (the members name it).
-    C = tables.table_of(tables.Consolidation)
-    s.execute(update(C).where(C.c.id == cid).values(id=audit.released_id(cid, ingest_seq)))
+    s.execute(update(audit.C).where(audit.C.c.id == cid)
+              .values(id=audit.released_id(cid, ingest_seq)))
     s.expunge(found)
     released.append(cid)
 

@@ -152,6 +152,10 @@ class Values:
     # Whether it says its value is one more ("also", "as well", "too"): an addition,
     # not a replacement (``ADDING``).
     adds: bool = False
+    # What it says is no longer so, of ``stems``: the words after its negation, to the
+    # end of that part of the sentence ("no more oat milk cappuccino": oat, milk,
+    # cappuccino; ``_denied``).
+    denied: frozenset[str] = frozenset()
 
 
 _SUFFIXES = ("ing", "ed", "es", "s")
@@ -282,7 +286,8 @@ def values(text: str) -> Values:
                   bool(names) and names_something(tokens, names), liking, favourite, hues,
                   negated,
                   bool(names) and not _ADDING_CUES.isdisjoint(words)
-                  and adds_value(parted, names))
+                  and adds_value(parted, names),
+                  _denied(parted, stems) if negated else frozenset())
 
 
 _POINT = re.compile(r"\d\.\d")
@@ -624,7 +629,12 @@ def _negation_conflict(va: Values, vb: Values) -> str | None:
     if va.negated == vb.negated or va.names != vb.names or va.numbers != vb.numbers \
             or va.relations != vb.relations or not (va.stems and vb.stems):
         return None
-    return "negation" if va.stems <= vb.stems or vb.stems <= va.stems else None
+    if va.stems <= vb.stems or vb.stems <= va.stems:
+        return "negation"
+    # Or the other says every word of what one denies ("drinks a cappuccino made with
+    # oat milk every morning"; "switched to black coffee, no more oat milk cappuccino").
+    no, yes = (va, vb) if va.negated else (vb, va)
+    return "negation" if no.denied and no.denied <= yes.stems else None
 
 
 # What ends the part of a sentence a negation denies: "no more oat milk cappuccino, but
@@ -633,10 +643,22 @@ _DENIAL_ENDS = frozenset(".,;:!?()[]\"/") | {"and", "but", "while", "whereas"}
 
 
 def denied(text: str) -> frozenset[str]:
-    """The content stems (``Values.stems``) a text denies: those after its negation to
-    the end of that part of the sentence ("switched to black coffee, no more oat milk
-    cappuccino": oat, milk, cappuccino). Empty for a text that denies nothing."""
-    parted = _WORDS_AND_BREAKS.findall(_DIGIT_RUN.sub(" 0 ", text.lower()))
+    """The content stems (``Values.stems``) a text says are no longer so: those after
+    its negation to the end of that part of the sentence ("switched to black coffee, no
+    more oat milk cappuccino": oat, milk, cappuccino). Empty for a text that denies no
+    change."""
+    return values(text).denied
+
+
+def _denied(parted: Sequence[str], stems: frozenset[str]) -> frozenset[str]:
+    """``Values.denied`` of a text's words and breaks and its ``stems``: only of a
+    denial that says a change ("no longer", "no more", "anymore"). A standing one may
+    say in other words what the other says: "to cancel an order, it must not have left
+    the warehouse yet" is "orders can be cancelled only before they have left the
+    warehouse" (the sample store's support bot)."""
+    if not any(w == "anymore" or (before in ("no", "any") and w in ("longer", "more"))
+               for before, w in pairwise(parted)):
+        return frozenset()
     said: set[str] = set()
     inside = False
     for before, word in pairwise(["", *parted]):
@@ -649,29 +671,7 @@ def denied(text: str) -> frozenset[str]:
                 before == "no" and word in ("more", "longer"))
     if not said:
         return frozenset()
-    return values(text).stems & {content_stem(w) for w in said if len(w) >= 3}
-
-
-def _also_denied(members: Sequence[MemoryView],
-                 stale: dict[str, tuple[MemoryView, str, float]]) -> None:
-    """Add to ``stale`` the members of a merge of near-duplicates that state what a
-    newer memory denies in one of them: "Lena has switched to black coffee, no more oat
-    milk cappuccino" updates "Lena drinks a cappuccino made with oat milk every
-    morning" too, merged as saying what "Every morning Lena has an oat milk
-    cappuccino" says. A member must say every word of the denied part (``denied``),
-    of the same names, numbers and owner, and deny nothing itself."""
-    for other, kind, cos in list(stale.values()):
-        if kind != "negation" or not (scope := denied(other.content)):
-            continue
-        vo = values(other.content)
-        for m in members:
-            if m.id in stale or is_event(m) or other.created_at <= m.created_at \
-                    or (other.entity or "") != (m.entity or "") or other.kind != m.kind:
-                continue
-            v = values(m.content)
-            if not v.negated and (v.names, v.numbers, v.relations) == (
-                    vo.names, vo.numbers, vo.relations) and scope <= v.stems:
-                stale[m.id] = (other, "negation", cos)
+    return stems & {content_stem(w) for w in said if len(w) >= 3}
 
 
 def _preference_conflict(va: Values, vb: Values) -> str | None:
@@ -868,25 +868,6 @@ def plan_supersessions(
                 candidates[i].content, candidates[j].content)
         return known[key]
 
-    def denied_alike(top: int, denied_members: list[int], kinds: dict[int, str]) -> list[int]:
-        """The near-duplicates of members ``top`` denies (at the merge's cosine, as if
-        merged with them: ``_also_denied``) that say every word it denies."""
-        scope = denied(candidates[top].content)
-        if not scope:
-            return []
-        said = (texts[top].names, texts[top].numbers, texts[top].relations)
-        alike = []
-        for j in denied_members:
-            near = neighbours.indices[j]
-            for k in near[(rank[near] > rank[top]) & ~claimed[near]].tolist():
-                v = texts[k]
-                if k not in kinds and not v.negated and scope <= v.stems \
-                        and (v.names, v.numbers, v.relations) == said \
-                        and float(vectors[k] @ vectors[j]) >= config.similarity:
-                    kinds[k] = "negation"
-                    alike.append(k)
-        return alike
-
     for top in order:
         if claimed[top]:
             continue
@@ -913,8 +894,6 @@ def plan_supersessions(
                 frontier.append(j)
         if not chain:
             continue
-        if "negation" in kinds.values():
-            chain += denied_alike(top, [j for j in chain if kinds[j] == "negation"], kinds)
         newest = candidates[top]
         claimed[top] = True
         claimed[chain] = True
@@ -1024,8 +1003,17 @@ def superseded_ids(plans: Sequence[SupersedePlan]) -> set[str]:
 
 def compatible(a: MemoryView, b: MemoryView) -> bool:
     """Whether two memories may be merged together: they do not state different values
-    of one fact (a merge keeps one member's words, and so one value, in the hot tier)."""
-    return not same_fact_different_value(a, b)
+    of one fact (a merge keeps one member's words, and so one value, in the hot tier),
+    and neither denies most of what the other says: "Maya no longer drinks oat milk
+    cappuccino" beside "Maya always orders an oat milk cappuccino" (a merge was worded
+    by the second, stating the opposite of the newest member)."""
+    if same_fact_different_value(a, b):
+        return False
+    va, vb = values(a.content), values(b.content)
+    if va.negated == vb.negated:
+        return True
+    no, yes = (va, vb) if va.negated else (vb, va)
+    return 2 * len(no.denied & yes.stems) < len(no.denied) or not no.denied
 
 
 def compressible_together(a: MemoryView, b: MemoryView) -> bool:
@@ -1458,8 +1446,6 @@ def plan_stale_summaries(
                     stale[m.id] = (other, kind, cos)
         if not stale:
             continue
-        if summary.origin == Origin.DEDUP_SUMMARY:
-            _also_denied(members, stale)
         by_newest: dict[str, list[str]] = {}
         for mid, (other, _, _) in stale.items():
             by_newest.setdefault(other.id, []).append(mid)

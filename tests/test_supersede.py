@@ -992,39 +992,49 @@ def test_the_values_of_sentences_are_the_word_by_word_values(text: str) -> None:
         values_word_by_word(text)
 
 
-# --- a denial outdates the near-duplicates of what it denies ----------------------------
+# --- a denial outdates what says every word it denies; it is merged with none of it -----
 
 _DRINKS = "Lena drinks a cappuccino made with oat milk every morning"
 _HAS = "Every morning Lena has an oat milk cappuccino"
 _SWITCHED = "Lena has switched to black coffee every morning, no more oat milk cappuccino"
 
 
-def _denied_pair(to_denied: float, alike: str = _DRINKS) -> list[supersede.SupersedePlan]:
-    """``alike`` (oldest), then what the update denies word for word (at 0.84 to it),
-    then the update on axis 0; ``alike`` at ``to_denied`` to the denied one."""
-    denied_vector = at_cosine(0.84, other=1)
-    alike_vector = to_denied * denied_vector + np.sqrt(1 - to_denied ** 2) * axis(5)
-    memories = [view("a", content=alike, created_at=AS_OF - timedelta(days=90)),
+@pytest.mark.parametrize(("older", "kind"), [
+    (_HAS, "negation"),  # every word of it said by the denial
+    (_DRINKS, "negation"),  # "drinks ... made with" besides: every denied word said
+    ("Lena drinks a cappuccino every morning", None),  # "oat milk" unsaid
+    ("Lena never drinks an oat milk cappuccino at night", None),  # denies too
+    ("Lena and Jonas share an oat milk cappuccino every morning", None),  # someone else
+])
+def test_a_denial_conflicts_with_what_says_every_word_it_denies(older: str, kind: str | None
+                                                                ) -> None:
+    assert supersede.conflict(older, _SWITCHED) == kind
+
+
+def test_a_denial_outdates_a_memory_that_says_every_word_it_denies() -> None:
+    memories = [view("a", content=_DRINKS, created_at=AS_OF - timedelta(days=90)),
                 view("d", content=_HAS, created_at=AS_OF - timedelta(days=60)),
                 view("n", content=_SWITCHED, created_at=AS_OF - timedelta(days=10))]
-    return plan_supersessions("p", memories, np.stack([alike_vector, denied_vector, axis(0)]),
-                              CONFIG)
-
-
-def test_a_denial_outdates_a_near_duplicate_of_what_it_denies() -> None:
-    """Hot, never merged: "drinks ... made with" keeps the older one from being denied
-    word for word; at the merge's cosine to the denied memory it says the same."""
-    (plan,) = _denied_pair(CONFIG.similarity)
+    vectors = np.stack([at_cosine(0.8, other=2), at_cosine(0.84, other=1), axis(0)])
+    (plan,) = plan_supersessions("p", memories, vectors, CONFIG)
     assert plan.newest_id == "n" and plan.member_ids == ("a", "d")
     assert plan.conflicts == {"a": "negation", "d": "negation"}
 
 
-@pytest.mark.parametrize(("to_denied", "alike", "why"), [
-    (below(CONFIG.similarity), _DRINKS, "no near-duplicate"),
-    (0.95, "Lena drinks a cappuccino every morning", "one denied word unsaid"),
-    (0.95, "Lena never drinks an oat milk cappuccino at night", "denies too"),
+@pytest.mark.parametrize(("affirmed", "merged"), [
+    ("Maya always orders an oat milk cappuccino", False),  # most of the denied said
+    ("Maya prefers oat milk in her cappuccino", False),
+    ("Maya always orders a cappuccino", True),  # one denied word in four: another thing
 ])
-def test_a_memory_not_alike_or_not_saying_what_is_denied_stays(
-        to_denied: float, alike: str, why: str) -> None:
-    (plan,) = _denied_pair(to_denied, alike)
-    assert plan.member_ids == ("d",), why
+def test_a_denial_is_merged_with_nothing_that_says_most_of_what_it_denies(
+        affirmed: str, merged: bool) -> None:
+    """Near-duplicates of a denial (a merge of one and the denial was worded by the
+    affirmation, stating the opposite of the newest member)."""
+    memories = [view("a", content=affirmed, created_at=AS_OF - timedelta(days=300)),
+                view("b", content=affirmed + ", said again",
+                     created_at=AS_OF - timedelta(days=200)),
+                view("n", content="Maya no longer drinks oat milk cappuccino",
+                     created_at=AS_OF - timedelta(days=10))]
+    vectors = np.stack([axis(0), at_cosine(0.95, other=1), at_cosine(0.95, other=2)])
+    plans = plan_merges("p", find_duplicates(memories, vectors, AS_OF, CONFIG), {}, CONFIG)
+    assert [p.member_ids for p in plans] == ([("a", "b", "n")] if merged else [])

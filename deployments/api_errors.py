@@ -50,9 +50,24 @@ def status_of(exc: ReverieError) -> int:
     return 400
 
 
+class RecordsRefused(RecordError):
+    """A store call none of whose records was stored: named by its first refusal, with
+    every refusal in ``rejected`` (record, field, message), as a call that stored some
+    answers them, so that a caller can mend them all at once."""
+
+    def __init__(self, rejected: list[dict[str, Any]]) -> None:
+        first = rejected[0]
+        super().__init__(first["record"], first["field"] or "memories",
+                         f"{first['message']} (no record of the call was stored: "
+                         f"{len(rejected)} refused)")
+        self.rejected = rejected
+
+
 def body_of(exc: ReverieError) -> dict[str, Any]:
     body: dict[str, Any] = {"error": type(exc).__name__, "message": str(exc)}
     if isinstance(exc, RecordError):
         body["field"] = exc.field
         body["message"] = exc.message if exc.where == "request" else str(exc)
+    if isinstance(exc, RecordsRefused):
+        body["rejected"] = exc.rejected
     return body

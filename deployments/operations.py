@@ -31,7 +31,7 @@ from pydantic_core import PydanticCustomError
 from sqlalchemy import select
 from sqlmodel import col
 
-from reverie.deployments.api_errors import field_error
+from reverie.deployments.api_errors import RecordsRefused, field_error
 from reverie.deployments.auth import Principal
 from reverie.engines.group_commit import Failure, GroupCommit
 from reverie.flows.catalog import ALIASES, FLOWS
@@ -330,6 +330,8 @@ def store_memories(
             except (ValueError, IndexError):
                 pass
         rejected.append({"record": where, "field": e.field, "message": e.message})
+    # In the call's order: those refused here and those ingest refused were two lists.
+    rejected.sort(key=lambda r: _record_number(r["record"]))
     result = {
         "profile": name,
         "stored": report.stored if report else 0,
@@ -341,11 +343,14 @@ def store_memories(
         "rejected": rejected,
     }
     if report is None or report.accepted + report.edges == 0:
-        first = rejected[0]
-        raise RecordError(first["record"], first["field"] or "memories",
-                          f"{first['message']} (no record of the call was stored: "
-                          f"{len(rejected)} refused)")
+        raise RecordsRefused(rejected)
     return result
+
+
+def _record_number(where: str) -> int:
+    """N of "record N" (what a refusal of a store call names); 0 for anything else."""
+    number = where.removeprefix("record ")
+    return int(number) if number.isdigit() else 0
 
 
 def recall(

@@ -12,6 +12,7 @@ import yaml
 from sqlalchemy import select
 
 from reverie.deployments import operations as ops
+from reverie.deployments.api_errors import RecordsRefused, body_of, status_of
 from reverie.deployments.auth import (
     ForbiddenError,
     Principal,
@@ -303,3 +304,14 @@ def test_a_server_starts_the_local_prefect_server_in_the_background(
     [said] = [r.getMessage() for r in caplog.records if r.name == ops.__name__]
     assert said == ("the local Prefect server did not start: ReverieError: the local "
                     "Prefect server exited with code 1 while starting")
+
+
+def test_a_store_call_that_stores_nothing_names_every_refusal(store: Store) -> None:
+    """Before, only the first: a caller mended one record a round trip."""
+    with pytest.raises(RecordsRefused) as refused:
+        ops.store_memories(store, Principal(frozenset({"p"})), "p", [
+            {"content": ""}, {"content": "fine", "importance": 2}, 7])
+    body = body_of(refused.value)
+    assert status_of(refused.value) == 422 and body["field"] == "content"
+    assert [(r["record"], r["field"]) for r in body["rejected"]] == [
+        ("record 1", "content"), ("record 2", "importance"), ("record 3", None)]

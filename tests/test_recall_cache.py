@@ -38,12 +38,22 @@ from reverie.flows.forget import forget
 from reverie.flows.full_consolidation import full_consolidation
 from reverie.models.backup import backup_lines, restore
 from reverie.models.config import ConsolidationConfig, ForgetConfig
+from reverie.models.repositories import memories as memories_repo
 from reverie.models.store import Store
-from reverie.models.tables import Profile
+from reverie.models.tables import Profile, Tier
 from reverie.recall import search as search_module
 from reverie.recall.search import recall
 
-from factories import AS_OF, at_cosine, axis, end_session, ingest_records, undo_consolidation
+from factories import (
+    AS_OF,
+    at_cosine,
+    axis,
+    end_session,
+    in_read,
+    ingest_records,
+    stored_vector,
+    undo_consolidation,
+)
 
 REPOSITORIES = Path(__file__).resolve().parents[1] / "models" / "repositories"
 # The tables that hold what a profile remembers (its memories, their vectors, edges,
@@ -234,6 +244,12 @@ def test_every_write_transaction_counts_as_a_write_of_its_profile(
     step("cluster")
     report = full_consolidation(profile="p", as_of=AS_OF)
     step("full consolidation")
+    held = next(m for m in in_read(store, "p", memories_repo.memories, tiers=(Tier.COLD,))
+                if m.superseded_by is not None and m.external_id is not None)
+    assert ingest_records(store, [{
+        "profile": "p", "id": held.external_id, "content": f"{held.content}, said anew",
+        "embedding": stored_vector(store, held.id).tolist()}]).released
+    step("ingest releasing what held a memory")
     creative(profile="p", as_of=AS_OF)
     step("creative")
     config = ConsolidationConfig(forget=ForgetConfig(archive_threshold=0.3,

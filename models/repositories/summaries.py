@@ -360,10 +360,8 @@ def _holding(tx: ProfileTx, memory_ids: Sequence[str]) -> list[str]:
     where it is (its ``superseded_by``), and the supersessions it is the newest of."""
     s, profile = tx.session, tx.profile
     above: dict[str, list[str]] = {}
-    for batch in chunks(memory_ids):
-        for mid, by in s.execute(select(M.c.id, M.c.superseded_by)
-                                 .where(M.c.profile_id == profile).where(M.c.id.in_(batch))
-                                 .where(M.c.superseded_by.is_not(None))):
+    for mid, by in _where_moved(tx, memory_ids).items():
+        if by is not None:
             above.setdefault(by, []).append(mid)
     newest = set(memory_ids)
     out = set()
@@ -382,6 +380,17 @@ def _holding(tx: ProfileTx, memory_ids: Sequence[str]) -> list[str]:
     return sorted(out)
 
 
+def _where_moved(tx: ProfileTx, memory_ids: Sequence[str]) -> dict[str, str | None]:
+    """Each of ``memory_ids`` the profile holds, with its ``superseded_by``."""
+    return {
+        mid: by
+        for batch in chunks(memory_ids)
+        for mid, by in tx.session.execute(
+            select(M.c.id, M.c.superseded_by)
+            .where(M.c.profile_id == tx.profile).where(M.c.id.in_(batch)))
+    }
+
+
 def _standing_on(tx: ProfileTx, found: tables.Consolidation) -> list[str]:
     """The standing decisions to release before ``found``, whose undo would otherwise
     be refused or leave them standing on what it takes away: what holds its summary
@@ -391,13 +400,8 @@ def _standing_on(tx: ProfileTx, found: tables.Consolidation) -> list[str]:
     it restated (written with it: its undo undoes them)."""
     s, profile = tx.session, tx.profile
     target = found.summary_id
-    moved = [
-        mid
-        for batch in chunks(sorted((found.parameters or {}).get("prior") or {}))
-        for mid, by in s.execute(select(M.c.id, M.c.superseded_by)
-                                 .where(M.c.profile_id == profile).where(M.c.id.in_(batch)))
-        if by != target
-    ]
+    moved = [mid for mid, by in _where_moved(
+        tx, sorted((found.parameters or {}).get("prior") or {})).items() if by != target]
     first = set(_holding(tx, moved)) if moved else set()
     if found.operation == tables.Operation.SUPERSEDE:
         restated = sorted((found.parameters or {}).get("restated") or [])

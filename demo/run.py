@@ -122,7 +122,7 @@ def _command() -> str:
 def _print_profile(
     store: Store, profile: str, before: dict[str, int], steps: dict[str, StepReport]
 ) -> None:
-    from reverie.tasks.blocks import SEPARATOR
+    from reverie.models.block_text import SEPARATOR
 
     after = _counts(store, profile)
     dedup, decay = steps["dedup"], steps["decay_edges"]

@@ -25,6 +25,7 @@ from sqlmodel import Session
 from reverie.models import events, ids, outbox
 from reverie.models.errors import ConflictError, InvalidValueError, RecordError
 from reverie.models.records import NewEdge
+from reverie.models.repositories.blocks import requote
 from reverie.models.repositories.bulk import chunks
 from reverie.models.repositories.edges import upsert_timed_edges
 from reverie.models.repositories.memories import (
@@ -452,9 +453,11 @@ def _write_rows(
     """Insert ``new_rows`` and apply ``changed``, stamped with their profile's ingest
     number in ``seqs``: (updated, unchanged, the consolidations released). A memory
     given new content is released from what held it (``summaries.release``): a summary
-    would go on saying its old words, cold in its place, to every reader."""
+    would go on saying its old words, cold in its place, to every reader. Core Memory
+    blocks are told what changed too (``blocks.requote``)."""
     updated = unchanged = 0
     rewritten: dict[str, dict[str, str]] = defaultdict(dict)  # profile -> id -> content
+    patched: set[str] = set()  # profiles with a memory changed
     for r in new_rows:
         r["ingest_seq"] = seqs[r["profile_id"]]
     _insert_new(s, new_rows, vectors)
@@ -473,16 +476,20 @@ def _write_rows(
             rewritten[current.profile_id][mid] = current.content
         for key, value in patch.items():
             setattr(current, key, value)
+        patched.add(current.profile_id)
         current.ingest_seq = seqs[current.profile_id]
         if blob != before:
             revectored[mid] = blob
         updated += 1
     put_vectors(s, revectored)
     released: list[str] = []
-    if rewritten:
+    if patched:
         s.flush()  # the undos read and write the same rows without the ORM
-        for profile in sorted(rewritten):
-            released += release(ProfileTx(s, profile), rewritten[profile], at, seqs[profile])
+        for profile in sorted(patched):
+            tx = ProfileTx(s, profile)
+            if rewritten[profile]:
+                released += release(tx, rewritten[profile], at, seqs[profile])
+            requote(tx, rewritten[profile], at)
     return updated, unchanged, released
 
 

@@ -27,6 +27,13 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 
 from reverie.engines.wording import Summarizer, fallback_notes, summarizer_for
+from reverie.models.block_text import (
+    SEPARATOR,
+    cut_words,
+    fact_text,
+    fit_facts,
+    joined_length,
+)
 from reverie.models.config import BlocksConfig
 from reverie.models.records import BlockPlan, MemoryView
 from reverie.models.repositories.blocks import upsert_blocks
@@ -47,8 +54,6 @@ BLOCK_TYPES = (
 )
 # Blocks an LLM summarizer may word (the other three are structured lists).
 PROSE_BLOCKS = frozenset({USER_PROFILE, PROJECT_CONTEXT})
-SEPARATOR = "\n---\n"
-ELLIPSIS = "…"
 
 
 def _live(memory: MemoryView, as_of: datetime) -> bool:
@@ -132,41 +137,6 @@ def block_sources(
             lambda m: (-m.confidence, -m.access_count, *_important_then_newest(m)), None,
         ),
     }
-
-
-def fact_text(content: str) -> str:
-    """A fact on one line, so separators stay unambiguous."""
-    return " ".join(content.split())
-
-
-def cut_words(text: str, limit: int) -> str:
-    """``text`` in at most ``limit`` characters, cut at a word, ending in an ellipsis."""
-    if len(text) <= limit:
-        return text
-    if limit <= len(ELLIPSIS):
-        return ""
-    head = text[: limit - len(ELLIPSIS)]
-    space = head.rfind(" ")
-    if space > 0:
-        head = head[:space]
-    return head.rstrip() + ELLIPSIS
-
-
-def joined_length(facts: Sequence[str]) -> int:
-    return sum(map(len, facts)) + len(SEPARATOR) * max(len(facts) - 1, 0)
-
-
-def fit_facts(facts: Sequence[str], limit: int) -> list[str]:
-    """The leading facts that fit in ``limit`` characters once joined."""
-    kept: list[str] = []
-    for fact in facts:
-        if joined_length([*kept, fact]) > limit:
-            if not kept:  # one fact longer than the whole block
-                cut = cut_words(fact, limit)
-                kept = [cut] if cut else []
-            break
-        kept.append(fact)
-    return kept
 
 
 def enforce_total(blocks: dict[str, list[str]], limit: int) -> dict[str, list[str]]:

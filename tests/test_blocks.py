@@ -1,6 +1,7 @@
 from datetime import timedelta
 
 from reverie.engines.wording import RulesSummarizer
+from reverie.models.block_text import ELLIPSIS, SEPARATOR, cut_words, fit_facts
 from reverie.models.config import BlocksConfig
 from reverie.models.records import MemoryView
 from reverie.models.tables import Lifecycle, Tier
@@ -8,16 +9,12 @@ from reverie.tasks.blocks import (
     ACTIVE_DECISIONS,
     BEHAVIORAL_PATTERNS,
     BLOCK_TYPES,
-    ELLIPSIS,
     LEARNED_PREFERENCES,
     PROJECT_CONTEXT,
-    SEPARATOR,
     USER_PROFILE,
     block_sources,
     compiled,
-    cut_words,
     enforce_total,
-    fit_facts,
     plan_blocks,
 )
 

@@ -14,6 +14,7 @@ from reverie.models import ids, tables
 from reverie.models.errors import ConflictError, EmbeddingError, NotFoundError, RefusedError
 from reverie.models.records import MemoryView, NewEdge, SummaryPlan
 from reverie.models.repositories import audit
+from reverie.models.repositories.blocks import requote
 from reverie.models.repositories.bulk import (
     bulk_set,
     chunks,
@@ -252,6 +253,15 @@ def _changed_since_read(
 
 
 def undo(tx: ProfileTx, ident: str, at: datetime) -> UndoResult:
+    """``_undo``, an operator's: the Core Memory blocks stop quoting what it took
+    away (``blocks.requote``) in the same transaction."""
+    result = _undo(tx, ident, at)
+    if not result.already_undone:
+        requote(tx, (), at)
+    return result
+
+
+def _undo(tx: ProfileTx, ident: str, at: datetime) -> UndoResult:
     """Undo one consolidation of the profile, by its id or its summary's id: everything
     it replaced returns to the state it was in, the summary and its edges are removed
     (the audit row keeps the summary's text), and the decision is marked undone, which
@@ -293,7 +303,7 @@ def undo(tx: ProfileTx, ident: str, at: datetime) -> UndoResult:
         # What it restated of its members goes first: their prior state is the one
         # before the supersession.
         for restated in found.parameters.get("restated", []):
-            undo(tx, restated, at)
+            _undo(tx, restated, at)
     if summary is not None and summary.superseded_by is not None:
         later = ids.consolidation_id(
             found.profile_id, _origin_of(s, summary.superseded_by), summary.superseded_by
@@ -439,7 +449,7 @@ def _release(tx: ProfileTx, cid: str, at: datetime, ingest_seq: int,
         ).scalar()
         if words is not None:
             marks["undone_summary"] = {"content": words}
-    restored.update(undo(tx, cid, at).restored)
+    restored.update(_undo(tx, cid, at).restored)
     found.parameters = {**found.parameters, **marks}
     s.flush()
     # Its id is the one a decision made again would take (the members name it).

@@ -1,0 +1,48 @@
+"""How a Core Memory block's text is made of facts: each fact on one line, the facts
+joined by a separator, the whole fitted to a length at a fact boundary.
+
+Here rather than in ``tasks.blocks`` because two layers write blocks: the compile step,
+and the store itself when an ingest or an undo changes a memory a block quotes
+(``repositories.blocks.requote``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+SEPARATOR = "\n---\n"
+ELLIPSIS = "…"
+
+
+def fact_text(content: str) -> str:
+    """A fact on one line, so separators stay unambiguous."""
+    return " ".join(content.split())
+
+
+def cut_words(text: str, limit: int) -> str:
+    """``text`` in at most ``limit`` characters, cut at a word, ending in an ellipsis."""
+    if len(text) <= limit:
+        return text
+    if limit <= len(ELLIPSIS):
+        return ""
+    head = text[: limit - len(ELLIPSIS)]
+    space = head.rfind(" ")
+    if space > 0:
+        head = head[:space]
+    return head.rstrip() + ELLIPSIS
+
+
+def joined_length(facts: Sequence[str]) -> int:
+    return sum(map(len, facts)) + len(SEPARATOR) * max(len(facts) - 1, 0)
+
+
+def fit_facts(facts: Sequence[str], limit: int) -> list[str]:
+    """The leading facts that fit in ``limit`` characters once joined."""
+    kept: list[str] = []
+    for fact in facts:
+        if joined_length([*kept, fact]) > limit:
+            if not kept:  # one fact longer than the whole block
+                cut = cut_words(fact, limit)
+                kept = [cut] if cut else []
+            break
+        kept.append(fact)
+    return kept

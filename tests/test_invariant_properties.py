@@ -26,12 +26,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from reverie.models.backup import backup_lines, plan_restore
+from reverie.models.block_text import ELLIPSIS, SEPARATOR, fact_text
 from reverie.models.config import ConsolidationConfig, DedupConfig
 from reverie.models.errors import StoreError
 from reverie.models.export import export_jsonl
 from reverie.models.repositories import audit as audit_repo
 from reverie.models.repositories import memories as memories_repo
 from reverie.models.repositories.audit import UNDOABLE
+from reverie.models.repositories.blocks import blocks as blocks_of
 from reverie.models.repositories.summaries import undone_summaries, undone_supersessions
 from reverie.models.store import Store
 from reverie.models.tables import Operation, Origin, Tier
@@ -194,6 +196,22 @@ def test_undoing_every_consolidation_brings_back_exactly_what_was_ingested(
     assert all(v["tier"] == Tier.HOT for v in before.values())
 
 
+def _blocks_say_what_is_true(store: Store, profile: str) -> None:
+    """Every block quotes live memories only, and a rules block each one's words as
+    they are now (its last fact may be cut at a word)."""
+    live = {m.id: m for m in in_read(store, profile, memories_repo.memories) if m.is_live}
+    for block in in_read(store, profile, blocks_of):
+        assert set(block.source_ids) <= set(live), (block.block_type, block.source_ids)
+        if block.mode != "rules":
+            continue
+        facts = block.content.split(SEPARATOR) if block.content else []
+        assert len(facts) == len(block.source_ids), block.block_type
+        for fact, mid in zip(facts, block.source_ids, strict=True):
+            whole = fact_text(live[mid].content)
+            assert fact == whole or (fact.endswith(ELLIPSIS) and whole.startswith(fact[:-1])), (
+                block.block_type, fact, whole)
+
+
 @SETTINGS
 @given(records=stores, picks=st.sets(st.integers(0, 11), min_size=1))
 def test_new_words_release_every_consolidation_that_held_them_and_lose_nothing(
@@ -232,6 +250,7 @@ def test_new_words_release_every_consolidation_that_held_them_and_lose_nothing(
             stale = [r["content"] for r in changed
                      if r["content"] in row["content"].replace(f"{r['content']}, said anew", "")]
             assert not stale, (row, stale)
+    _blocks_say_what_is_true(store, ada)
     assert export_jsonl(store.url, bo) == other_before
 
     run_steps(store, ada, AS_OF)
@@ -320,6 +339,7 @@ def test_new_words_release_merges_and_the_updates_that_restated_them(
     assert in_read(store, ada, undone_supersessions) == set()
     assert set(moved_by.values()) - {None} <= set(moved_by)  # no pointer to nothing
     plan_restore(list(backup_lines(store.url, ada)))  # refused if a pointer dangles
+    _blocks_say_what_is_true(store, ada)
     assert export_jsonl(store.url, bo) == other_before
 
 

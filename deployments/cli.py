@@ -12,6 +12,7 @@ from __future__ import annotations
 import gc
 import inspect
 import json
+import logging
 import os
 import re
 import shutil
@@ -417,6 +418,15 @@ def _root(
         # Prefect's console shows warnings only; its run logs still reach the server (the
         # UI shows them). Read when Prefect is first imported, which no command has yet.
         os.environ.setdefault("PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL", "WARNING")
+        # What a run in this process must still say here (a wait for a busy profile);
+        # with -v the run's own log lines say it.
+        console = logging.getLogger("reverie.console")
+        if not console.handlers:
+            handler = logging.StreamHandler(sys.stderr)
+            handler.setFormatter(logging.Formatter("%(message)s"))
+            console.addHandler(handler)
+            console.setLevel(logging.INFO)
+            console.propagate = False
 
 
 def _typer(help_: str | None = None, cls: type[TyperGroup] = TyperGroup,
@@ -1022,6 +1032,25 @@ def _alerts(
     else:
         print("alerts are off" + (" (automation paused)" if state.automation_id else "")
               + "; --block TYPE/NAME or REVERIE_ALERT_BLOCK turns them on")
+    return EXIT_OK
+
+
+def _crash_detection() -> int:
+    """Keep, on the Prefect server of PREFECT_API_URL, the two automations that end
+    Crashed a Reverie run whose process is gone (reverie-run-unresponsive,
+    reverie-run-not-started), as `reverie serve` keeps them on its own: for a server you
+    run yourself. Its workers must send heartbeats (PREFECT_FLOWS_HEARTBEAT_FREQUENCY)."""
+    from reverie.deployments.crash_detection import ensure_crash_detection
+    from reverie.models.settings import get_settings
+    from reverie.runner.event_delivery import api_configured
+
+    if not api_configured():
+        raise ReverieError("crash detection lives in a Prefect server: set PREFECT_API_URL")
+    found = ensure_crash_detection()
+    print(f"a Reverie run whose process is gone is marked Crashed {found.unresponsive_seconds}"
+          f" s after its last heartbeat (Pending: after {found.not_started_seconds} s); "
+          "workers must send one more often: PREFECT_FLOWS_HEARTBEAT_FREQUENCY="
+          f"{get_settings().heartbeat_seconds:g}")
     return EXIT_OK
 
 
@@ -1761,6 +1790,7 @@ _COMMANDS: dict[str, Callable[[typer.Typer], None]] = {
     "get": _one("get", _get),
     "export": _one("export", _export),
     "alerts": _one("alerts", _alerts),
+    "crash-detection": _one("crash-detection", _crash_detection),
     "serve": _one("serve", _serve),
     "api": _one("api", _api),
     "mcp": _one("mcp", _mcp),

@@ -23,7 +23,7 @@ from reverie.models.transient import retrying
 from reverie.runner.artifacts import RunProgress
 from reverie.runner.profile_holds import ProfileHolds
 from reverie.runner.report import CHUNK_STEP, WAIT_STEP, RunReport
-from reverie.runner.waiting import WaitNotice
+from reverie.runner.waiting import CONSOLE, WaitNotice
 from reverie.runner.workspace import RunPlan
 from reverie.tasks.step import (
     STEP_RETRIES,
@@ -184,6 +184,14 @@ class ChunkScheduler:
             run_logger().info("profile %s is busy, held by %s: waiting for it (at most "
                                "%g s)", profile, self.holders[profile],
                                self.settings.busy_wait_seconds)
+        # Once per run, not per profile: a run killed holding a profile keeps it for a
+        # lease, and the command would otherwise wait that long without a word.
+        first = profiles[0]
+        more = f" and {len(profiles) - 1} more" if len(profiles) > 1 else ""
+        CONSOLE.info("profile %s%s busy, held by %s: waiting for it, at most %g s (a run "
+                     "killed holding a profile frees it within %g s, REVERIE_LEASE_SECONDS)",
+                     first, more, self.holders[first], self.settings.busy_wait_seconds,
+                     self.settings.lease_seconds)
         self.notice.mark()
         self.progress.update(len({s.profile for s in self.results}), self.holders)
 

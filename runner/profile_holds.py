@@ -20,12 +20,13 @@ from __future__ import annotations
 import contextvars
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from uuid import UUID
 
 from reverie.models.errors import HoldUnavailableError
 from reverie.models.repositories.runs import (
     acquire_leases,
+    expired_leases,
     lease_holders,
     release_leases,
     renew_leases,
@@ -33,6 +34,7 @@ from reverie.models.repositories.runs import (
 from reverie.models.store import Store
 from reverie.models.timestamps import utcnow
 from reverie.runner.event_delivery import api_configured
+from reverie.tasks.step import run_logger
 
 log = logging.getLogger(__name__)
 
@@ -157,8 +159,13 @@ class ProfileHolds:
                                        _prefect_seconds(self.lease_seconds))
             if lease is None:
                 return False
+        now = utcnow()
         with self.store.writing_all() as s:
-            taken = acquire_leases(s, list(chunk), self.holder, self.lease_seconds, utcnow())
+            dead = expired_leases(s, chunk, self.holder, now)
+            taken = acquire_leases(s, list(chunk), self.holder, self.lease_seconds, now)
+        if dead.keys() & set(taken):
+            # Taken over, even if given back below: nobody else will see that lease.
+            mark_crashed({p: h for p, h in dead.items() if p in taken})
         if len(taken) < len(chunk):
             if taken:
                 with self.store.writing_all() as s:
@@ -243,6 +250,45 @@ def _prefect_lease_for(
     raise HoldUnavailableError(
         f"Prefect has no concurrency limit for some of {len(chunk)} profile(s) even after "
         f"creating them ({limit_name(store_id, chunk[0])}...)")
+
+
+def mark_crashed(dead: Mapping[str, str]) -> None:
+    """Set Crashed the flow runs that let their profiles' leases (``dead``: profile ->
+    holder) expire and are still Running. Their process is gone (or hung past a whole
+    lease): without a worker or ``reverie serve``'s automations to notice, as for a
+    command killed in a terminal, nothing else would ever end them."""
+    by_holder: dict[str, list[str]] = {}
+    for profile, holder in sorted(dead.items()):
+        by_holder.setdefault(holder, []).append(profile)
+    runs = {}
+    for holder, profiles in by_holder.items():
+        try:
+            runs[UUID(holder)] = profiles
+        except ValueError:  # a run outside Prefect: no state to set
+            continue
+    if not runs:
+        return
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.objects import StateType
+    from prefect.states import Crashed
+
+    with get_client(sync_client=True) as client:
+        for run_id, profiles in runs.items():
+            named = ", ".join(profiles[:5]) + (" ..." if len(profiles) > 5 else "")
+            try:
+                state = client.read_flow_run(run_id).state
+                if state is None or state.type != StateType.RUNNING:
+                    continue
+                client.set_flow_run_state(run_id, Crashed(message=(
+                    f"its process is gone: it stopped renewing its hold on profile(s) "
+                    f"{named}, which another run then took")), force=True)
+            except Exception as exc:  # noqa: BLE001 - it stays as it is; this run goes on
+                # (a run another Prefect API recorded is not found on this one)
+                log.warning("could not mark flow run %s Crashed: %s", run_id, exc)
+                continue
+            run_logger().warning("flow run %s held profile(s) %s until its lease expired: "
+                                 "its process is gone, and it is now marked Crashed",
+                                 run_id, named)
 
 
 def _release_prefect_lease(lease: UUID) -> None:

@@ -11,6 +11,7 @@ thousand busy profiles must not write a thousand lines every poll.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Sequence
 
@@ -19,6 +20,10 @@ from reverie.runner.event_delivery import api_configured
 from reverie.runner.runtime import flow_run_id
 from reverie.tasks.step import run_logger
 
+# What a person who ran the command in a terminal must see without -v, which hides the
+# run's own log lines: the CLI gives it a handler (deployments.cli); elsewhere (a
+# worker, the API server) it has none, and the run's log says the same.
+CONSOLE = logging.getLogger("reverie.console")
 # The longest a waiting run stays silent about it (#38: "at most every 30 s").
 NOTICE_SECONDS = 30.0
 WAITING_EVENT = "reverie.run.waiting"
@@ -64,6 +69,7 @@ class WaitNotice:
         self.sent += 1
         text = waiting_text(waits)
         run_logger().info("%s", text)
+        CONSOLE.info("%s", text)
         self._event(text, waits)
         return True
 

@@ -380,6 +380,26 @@ def test_a_profile_held_by_a_run_killed_with_its_server_comes_free_within_a_leas
     assert waited <= PREFECT_MIN_LEASE_SECONDS + 15 + 90
 
 
+def test_a_lease_left_to_expire_names_its_holder_until_taken_over(store: Store) -> None:
+    """What marks a killed run Crashed (runner.profile_holds.mark_crashed): a lease is
+    given back as its run ends, so one left to expire was held by a run now gone."""
+    from reverie.models.repositories.runs import expired_leases
+
+    acquire_leases(store, ["a", "b"], "run-1", 60, at=T0)
+    acquire_leases(store, ["c"], "run-3", 600, at=T0)
+    release_leases(store, ["b"], "run-1")
+
+    def expired(at: datetime, holder: str = "run-2") -> dict[str, str]:
+        with store.reading_all() as s:
+            return expired_leases(s, ["a", "b", "c", "d"], holder, at)
+
+    assert expired(T0 + timedelta(seconds=59)) == {}
+    assert expired(T0 + timedelta(seconds=60)) == {"a": "run-1"}  # as acquire takes it
+    assert expired(T0 + timedelta(seconds=60), holder="run-1") == {}  # its own
+    assert acquire_leases(store, ["a"], "run-2", 60, at=T0 + timedelta(seconds=60)) == ["a"]
+    assert expired(T0 + timedelta(seconds=60)) == {}
+
+
 def test_a_renewal_never_takes_back_a_lease_given_back(store: Store) -> None:
     assert acquire_leases(store, ["a", "b"], "run-1", 60, at=T0) == ["a", "b"]
     release_leases(store, ["a"], "run-1")

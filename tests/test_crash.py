@@ -11,6 +11,7 @@ would kill it; its temporary server must then go too.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -140,6 +141,49 @@ def _left_behind(pgid: int) -> list[str]:
     return out
 
 
+def _command_env(tmp_path: Path) -> dict[str, str]:
+    """The environment of a command run as a user runs it: no Prefect API, so Prefect
+    starts its temporary server on the database in its own PREFECT_HOME."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_API")}
+    env.update({"PREFECT_HOME": str(prefect_home(tmp_path / "prefect")),
+                "PREFECT_LOGGING_LEVEL": "ERROR",
+                # The temporary server's start, on a loaded machine: the harness's allowance.
+                "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120"})
+    return env
+
+
+def _kill_at(flow: str, kind: str, step: str, env: dict[str, str], tmp_path: Path) -> None:
+    """Run ``flow``'s command on every profile, hold it at ``kind``:``step`` and kill it
+    there with SIGKILL, alone; it must leave no process behind."""
+    mark = tmp_path / "held"
+    args = [*COMMANDS[flow][0], "--all", "--as-of", AS_OF.isoformat()]
+    errors = tmp_path / "stderr.txt"
+    # Its own session, so that whatever it leaves behind can be found (and cleaned up).
+    with errors.open("wb") as stderr:
+        process = subprocess.Popen([sys.executable, "-c", HELD_COMMAND, *args],
+                                   env={**env, "MARK": str(mark), "HOLD": f"{kind}:{step}"},
+                                   cwd=Path(__file__).resolve().parent.parent,
+                                   start_new_session=True, stderr=stderr)
+    try:
+        deadline = time.monotonic() + 180
+        while not mark.exists():
+            assert process.poll() is None, (
+                f"the command ended before {kind}:{step} (exit {process.returncode}); its "
+                f"stderr ends:\n{errors.read_text(errors='replace')[-3000:]}")
+            assert time.monotonic() < deadline, f"the command never reached {kind}:{step}"
+            time.sleep(0.2)
+        process.send_signal(signal.SIGKILL)  # the command alone, not its children
+        process.wait()
+        gone_by = time.monotonic() + 20
+        while _group_alive(process.pid) and time.monotonic() < gone_by:
+            time.sleep(0.2)
+        left = _left_behind(process.pid)
+    finally:
+        if _group_alive(process.pid):
+            os.killpg(process.pid, signal.SIGKILL)
+    assert not left, f"the killed command left processes behind: {left}"
+
+
 def _group_alive(pgid: int) -> bool:
     try:
         os.killpg(pgid, 0)
@@ -166,38 +210,43 @@ def test_a_command_killed_at_any_point_run_again_ends_like_an_uninterrupted_one(
     _cluster_ready(killed)
     monkeypatch.setenv("REVERIE_DATABASE_URL", killed.url)
     decay(profile=None, as_of=AS_OF)
-    mark = tmp_path / "held"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_API")}
-    env.update({"MARK": str(mark), "HOLD": f"{kind}:{step}",
-                "PREFECT_HOME": str(prefect_home(tmp_path / "prefect")),
-                "PREFECT_LOGGING_LEVEL": "ERROR",
-                # The temporary server's start, on a loaded machine: the harness's allowance.
-                "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120"})
-    args = [*COMMANDS[flow][0], "--all", "--as-of", AS_OF.isoformat()]
-    errors = tmp_path / "stderr.txt"
-    # Its own session, so that whatever it leaves behind can be found (and cleaned up).
-    with errors.open("wb") as stderr:
-        process = subprocess.Popen([sys.executable, "-c", HELD_COMMAND, *args], env=env,
-                                   cwd=Path(__file__).resolve().parent.parent,
-                                   start_new_session=True, stderr=stderr)
-    try:
-        deadline = time.monotonic() + 180
-        while not mark.exists():
-            assert process.poll() is None, (
-                f"the command ended before {kind}:{step} (exit {process.returncode}); its "
-                f"stderr ends:\n{errors.read_text(errors='replace')[-3000:]}")
-            assert time.monotonic() < deadline, f"the command never reached {kind}:{step}"
-            time.sleep(0.2)
-        process.send_signal(signal.SIGKILL)  # the command alone, not its children
-        process.wait()
-        gone_by = time.monotonic() + 20
-        while _group_alive(process.pid) and time.monotonic() < gone_by:
-            time.sleep(0.2)
-        left = _left_behind(process.pid)
-    finally:
-        if _group_alive(process.pid):
-            os.killpg(process.pid, signal.SIGKILL)
-    assert not left, f"the killed command left processes behind: {left}"
+    _kill_at(flow, kind, step, _command_env(tmp_path), tmp_path)
 
     FLOWS[flow](profile=None, as_of=AS_OF, **COMMANDS[flow][1])  # waits out the dead lease
     assert {p: export_jsonl(killed.url, p) for p in killed.profiles()} == expected
+
+
+STATES = """
+from prefect.client.orchestration import get_client
+
+with get_client(sync_client=True) as client:
+    for run in client.read_flow_runs():
+        print(run.id, run.state.type.value, run.state.message, sep="|")
+"""
+
+
+def test_the_same_command_again_says_what_it_waits_for_and_ends_the_killed_run(
+    sample_template: Path, new_store: Callable[[str], Store], tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Found by a platform engineer: after ``kill -9`` of a command, the same command
+    waited silently for the dead run's lease, and the killed run stayed Running."""
+    killed = clone_sample(sample_template, new_store("killed"))
+    monkeypatch.setenv("REVERIE_DATABASE_URL", killed.url)
+    env = {**_command_env(tmp_path), "REVERIE_LEASE_SECONDS": "30"}
+    _kill_at("full", "after", "dedup", env, tmp_path)
+    again = subprocess.run(
+        [sys.executable, "-m", "reverie.deployments.cli", "consolidate", "full", "--all",
+         "--as-of", AS_OF.isoformat()], env=env, capture_output=True, text=True,
+        timeout=600, cwd=Path(__file__).resolve().parent.parent)
+    assert again.returncode == 0, again.stderr[-3000:]
+    # Said without -v, as it began to wait: who holds what, and how long it may take.
+    assert re.search(r"profile \S+ (and \d+ more )?busy, held by flow run .*: waiting for "
+                     r"it, at most 1800 s \(a run killed holding a profile frees it within "
+                     r"30 s, REVERIE_LEASE_SECONDS\)", again.stderr), again.stderr[-3000:]
+    states = subprocess.run([sys.executable, "-c", STATES], env=env, capture_output=True,
+                            text=True, timeout=300, check=True).stdout.splitlines()
+    runs = [line.split("|", 2) for line in states]
+    assert sorted(state for _, state, _ in runs) == ["COMPLETED", "CRASHED"], states
+    (message,) = [m for _, state, m in runs if state == "CRASHED"]
+    assert "stopped renewing its hold on profile(s)" in message

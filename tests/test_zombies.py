@@ -103,6 +103,28 @@ def test_the_automations_crash_only_reverie_runs_that_went_silent() -> None:
     assert not same_automation(unresponsive, crash_automations(51, 60)[0])
 
 
+@pytest.mark.usefixtures("prefect_api")
+def test_a_server_you_run_yourself_gets_the_same_crash_detection(
+    capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The scale-out path (prefect deploy --all and your own workers) has no `reverie
+    serve` to keep the automations: `reverie crash-detection` keeps them, once each."""
+    from prefect.client.orchestration import get_client
+
+    from reverie.deployments.cli import EXIT_OK, main
+
+    assert main(["crash-detection"]) == EXIT_OK
+    assert main(["crash-detection"]) == EXIT_OK  # brought in line, never doubled
+    said = capsys.readouterr().out
+    assert "marked Crashed 90 s after its last heartbeat (Pending: after 300 s)" in said
+    assert "PREFECT_FLOWS_HEARTBEAT_FREQUENCY=30" in said
+    wanted = crash_automations(90, 300)
+    with get_client(sync_client=True) as client:
+        for automation in wanted:
+            (found,) = client.read_automations_by_name(automation.name)
+            assert found.enabled and same_automation(found, automation)
+
+
 def test_the_window_must_hold_a_late_heartbeat(monkeypatch: pytest.MonkeyPatch) -> None:
     from pydantic import ValidationError
 

@@ -84,6 +84,18 @@ def acquire_leases(
     return taken
 
 
+def expired_leases(
+    s: Session, profiles: Sequence[str], holder: str, at: datetime
+) -> dict[str, str]:
+    """The profiles among ``profiles`` whose lease another holder let expire, each with
+    that holder. A run gives its leases back as it ends, and renews them while it
+    lives: one left to expire was held by a run that died holding it (or hung)."""
+    return dict(s.execute(
+        select(_L.c.profile_id, _L.c.holder).where(_L.c.profile_id.in_(sorted(set(profiles))))
+        .where(_L.c.expires_at <= at).where(_L.c.holder != holder)
+    ).tuples().all())
+
+
 def renew_leases(
     s: Session, profiles: Sequence[str], holder: str, seconds: float, at: datetime
 ) -> list[str]:

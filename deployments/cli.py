@@ -978,7 +978,8 @@ def _status(
 ) -> int:
     """Per profile and flow: the last run, what it changed, the next scheduled run (with
     a Prefect API); the backfills in progress (each replay run, its runs done of its
-    total); and the history of recent runs."""
+    total); the runs that ended Failed or Crashed (with a Prefect API); and the history
+    of recent runs."""
     from reverie.deployments.status import as_json, collect, render
     from reverie.models.settings import display_url
 

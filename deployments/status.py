@@ -20,6 +20,18 @@ log = logging.getLogger(__name__)
 
 
 
+@dataclass(frozen=True)
+class EndedRun:
+    """A flow run that ended badly, as Prefect has it."""
+
+    run_id: str
+    flow: str
+    state: str  # Failed, Crashed
+    ended: datetime | None  # UTC, naive as the store's times
+    profile: Any  # the run's profile parameter: None for every profile
+    message: str
+
+
 @dataclass
 class Status:
     last: dict[str, dict[str, RunRecord]] = field(default_factory=dict)  # profile -> flow -> run
@@ -27,6 +39,10 @@ class Status:
     history: list[RunRecord] = field(default_factory=list)
     # Backfills still queued or running on this store; None without a Prefect API.
     backfills: list[Any] | None = None
+    # Recent runs that ended Failed or Crashed, newest first; None without a Prefect API.
+    # They record nothing in the store (only finished runs do): without this a run
+    # killed mid-way was nowhere in ``reverie status``.
+    failed: list[EndedRun] | None = None
 
     def next_for(self, flow: str, profile: str) -> datetime | None:
         """The next scheduled run of ``flow`` that covers ``profile``."""
@@ -55,6 +71,9 @@ def collect(store: Store, profile: str | None = None, limit: int = 20) -> Status
                     status.last[p][flow] = runs[0]
     status.next_runs = scheduled_runs()
     status.backfills = backfills(store)
+    ended = failed_runs()
+    if ended is not None:
+        status.failed = [r for r in ended if any(covers(r.profile, p) for p in profiles)]
     return status
 
 
@@ -139,6 +158,30 @@ def active_runs(per_flow: int = 20) -> ActiveRuns | None:
     return out
 
 
+def failed_runs(per_flow: int = 5, shown: int = 10) -> list[EndedRun] | None:
+    """The ``shown`` newest runs that ended Failed or Crashed, at most ``per_flow`` of
+    each flow; None when no API is configured or it cannot be reached."""
+    found = _runs_per_flow(["FAILED", "CRASHED"], True, per_flow, "failed runs")
+    if found is None:
+        return None
+    out = []
+    for flow, runs in found.items():
+        for r in runs:
+            ended = r.end_time or (r.state.timestamp if r.state else None)
+            out.append(EndedRun(
+                str(r.id), flow, (r.state.name if r.state else None) or "",
+                None if ended is None else to_utc_naive(ended), r.parameters.get("profile"),
+                " ".join(((r.state.message if r.state else None) or "").split())))
+    out.sort(key=lambda r: (r.ended or datetime.min, r.run_id), reverse=True)
+    return out[:shown]
+
+
+def _selector(profile: Any) -> str:
+    if profile is None:
+        return "every profile"
+    return ", ".join(profile) if isinstance(profile, list) else str(profile)
+
+
 def render(status: Status) -> str:
     lines = [f"{'profile':<20} {'flow':<26} {'last as_of':<20} {'finished (UTC)':<20} "
              f"{'changed':>7}  next run (UTC)"]
@@ -163,6 +206,13 @@ def render(status: Status) -> str:
         lines += ["", f"Backfills in progress ({len(status.backfills)} replay runs):"]
         lines += [f"  {b.profile:<20} {b.flow:<26} {b.done}/{b.total} runs done  {b.state:<10} "
                   f"{b.run_id}" for b in status.backfills]
+    if status.failed:
+        lines += ["", "Failed or crashed runs (Prefect, newest first):"]
+        for r in status.failed:
+            ended = r.ended.isoformat(" ", "seconds") if r.ended else "?"
+            message = r.message if len(r.message) <= 120 else r.message[:119] + "…"
+            lines.append(f"  {ended}  {r.flow:<26} {_selector(r.profile):<20} "
+                         f"{r.state:<8} {r.run_id}  {message}")
     lines += ["", f"History (last {len(status.history)} runs):"]
     for run in status.history:
         steps = ", ".join(f"{k} {v['changed']}" for k, v in run.summary.items())
@@ -187,4 +237,7 @@ def as_json(status: Status) -> dict[str, Any]:
         "history": [run(r) for r in status.history],
         "backfills": None if status.backfills is None else [
             asdict(b) for b in status.backfills],
+        "failed": None if status.failed is None else [
+            {**asdict(r), "ended": None if r.ended is None else r.ended.isoformat()}
+            for r in status.failed],
     }

@@ -26,6 +26,8 @@ from reverie.models.store import Store
 from reverie.models.tables import OutboxEvent
 from reverie.runner import event_delivery
 
+from factories import axis, ingest_records
+
 TOKEN = "token-for-ana-0123456789"
 
 
@@ -244,6 +246,31 @@ def test_times_in_answers_carry_their_utc_offset(
     # The CLI's JSON is unchanged.
     assert status.as_json(status.collect(store, "ana"))["history"][0]["as_of"] == (
         "2026-03-02T04:00:00")
+
+
+def test_status_names_the_failed_runs_that_covered_the_profile_and_no_other(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from datetime import datetime
+
+    from reverie.deployments import status
+
+    ana = Principal(frozenset({"ana"}))
+    ingest_records(store, [{"content": "a fact", "embedding": axis(0).tolist()}],
+                   profile="ana")
+    at = datetime(2026, 3, 2, 4)
+    monkeypatch.setattr(status, "failed_runs", lambda: [
+        status.EndedRun("r1", "decay", "Crashed", at, "ana", "its process is gone"),
+        status.EndedRun("r2", "decay", "Failed", at, ["bo", "ana"], "bo's store: boom"),
+        status.EndedRun("r3", "decay", "Failed", None, None, "cy is broken"),
+        status.EndedRun("r4", "decay", "Failed", at, "bo", "bo alone")])
+    said = ops.consolidation_status(store, ana, "ana")["failed"]
+    assert [(r["run_id"], r["state"], r["ended"], r["profile"], r["message"]) for r in said] == [
+        ("r1", "Crashed", "2026-03-02T04:00:00+00:00", "ana", "its process is gone"),
+        # A run of several profiles: neither the others' names nor its message.
+        ("r2", "Failed", "2026-03-02T04:00:00+00:00", "ana", None),
+        ("r3", "Failed", None, None, None)]
+    assert all(r["ui_url"] is None or r["run_id"] in r["ui_url"] for r in said)
 
 
 @pytest.mark.store_independent("no store is read")

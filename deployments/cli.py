@@ -215,6 +215,17 @@ def _name(text: str) -> str:
         raise typer.BadParameter(str(exc)) from None
 
 
+def _profile_name(text: str) -> str:
+    """A profile name from the command line: ``_name``, of a form a profile can have
+    (a name no profile can have was answered "no profile named ...")."""
+    from reverie.models.ids import PROFILE_CHARACTERS, PROFILE_NAME
+
+    name = _name(text)
+    if not PROFILE_NAME.match(name):
+        raise typer.BadParameter(f"{name!r} is not a valid profile name ({PROFILE_CHARACTERS})")
+    return name
+
+
 class Numbers(list[int]):
     """Whole numbers given as one option value, comma-separated (``--sizes 1000,10000``)."""
 
@@ -379,9 +390,9 @@ def _flag(*decls: str, **kwargs: Any) -> Any:
 
 Json = Annotated[bool, _flag("--json", help="print the result as JSON")]
 Profiles = Annotated[list[str] | None, typer.Option(
-    "--profile", parser=_name, metavar="P", help="a profile (repeat for several)")]
+    "--profile", parser=_profile_name, metavar="P", help="a profile (repeat for several)")]
 AllProfiles = Annotated[bool, _flag("--all", help="every profile in the store")]
-Profile = Annotated[str, typer.Option("--profile", parser=_name, metavar="P",
+Profile = Annotated[str, typer.Option("--profile", parser=_profile_name, metavar="P",
                                       help="the profile")]
 Preset = Annotated[str | None, typer.Option(
     "--preset", metavar="NAME", help="configuration preset (default: 'default')")]
@@ -740,7 +751,7 @@ def _ingest(
     file: Annotated[Path, typer.Argument(metavar="FILE", help="a JSONL file of memories "
                                          "(and edges), or a backup `reverie export` wrote")],
     profile: Annotated[str | None, typer.Option(
-        "--profile", parser=_name, metavar="P",
+        "--profile", parser=_profile_name, metavar="P",
         help="profile for records that do not name one")] = None,
     json_: Json = False,
 ) -> int:
@@ -970,7 +981,7 @@ def _server(action: Annotated[Action, typer.Argument(metavar="status|stop")]) ->
 
 def _status(
     profile: Annotated[str | None, typer.Option(
-        "--profile", parser=_name, metavar="P", help="one profile (default: all)")] = None,
+        "--profile", parser=_profile_name, metavar="P", help="one profile (default: all)")] = None,
     limit: Annotated[int, typer.Option(
         "--limit", metavar="N", min=HISTORY_SHOWN[0], max=HISTORY_SHOWN[1],
         help="runs of history to show")] = 20,
@@ -1147,7 +1158,7 @@ def _undo(
         metavar="ID", parser=_name,
         help="a consolidation id (c-...) or the id of the summary it made")],
     profile: Annotated[str, typer.Option(
-        "--profile", parser=_name, metavar="P",
+        "--profile", parser=_profile_name, metavar="P",
         help="the profile the consolidation belongs to")],
     json_: Json = False,
 ) -> int:
@@ -1343,7 +1354,7 @@ def _get(
     id_: Annotated[str, typer.Argument(metavar="ID", parser=_name,
                                        help="a Reverie id or your own external id")],
     profile: Annotated[str | None, typer.Option(
-        "--profile", parser=_name, metavar="P",
+        "--profile", parser=_profile_name, metavar="P",
         help="needed when an external id exists in several profiles")] = None,
     json_: Json = False,
 ) -> int:

@@ -36,13 +36,12 @@ from reverie.deployments.auth import Principal
 from reverie.engines.group_commit import Failure, GroupCommit
 from reverie.flows.catalog import ALIASES, FLOWS
 from reverie.models.errors import NotFoundError, RecordError
-from reverie.models.ids import given_id
+from reverie.models.ids import PROFILE_CHARACTERS, PROFILE_NAME, given_id
 from reverie.models.records import MemoryView
 from reverie.models.store import Store
 from reverie.models.tables import Memory, RunRecord, Tier, Tombstone
 from reverie.models.text import has_visible_text
 from reverie.models.timestamps import utcnow
-from reverie.models.validation import PROFILE_NAME
 
 if TYPE_CHECKING:
     from reverie.engines.ranking import RecallCache
@@ -100,7 +99,7 @@ def profile_name(text: object) -> str:
     if len(name) > MAX_PROFILE_CHARS:
         raise field_error("profile", f"longer than {MAX_PROFILE_CHARS} characters")
     if not PROFILE_NAME.match(name):  # as ingest has it: no such profile can exist
-        raise field_error("profile", "letters, digits and . _ @ : + - only")
+        raise field_error("profile", PROFILE_CHARACTERS)
     return name
 
 

@@ -8,10 +8,15 @@ row its first attempt committed instead of adding another.
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Iterable
 
 from reverie.models.errors import NotFoundError
 from reverie.models.text import clean_text
+
+# The names a profile may have, wherever one is given (ingest, the CLI, the API).
+PROFILE_NAME = re.compile(r"^[\w.@:+\-]{1,128}$")
+PROFILE_CHARACTERS = "letters, digits and . _ @ : + - only"
 
 
 def given_id(text: str) -> str:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -22,14 +21,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from reverie.models.errors import RecordError
-from reverie.models.ids import given_id
+from reverie.models.ids import PROFILE_CHARACTERS, PROFILE_NAME, given_id
 from reverie.models.text import clean_text, has_visible_text
 from reverie.models.timestamps import in_record_range, parse_timestamp
 
 if TYPE_CHECKING:
     import numpy as np
 
-PROFILE_NAME = re.compile(r"^[\w.@:+\-]{1,128}$")
 MAX_SHORT_TEXT = 256
 # Whole-number fields land in 32-bit INTEGER columns on PostgreSQL (SQLite holds 64
 # bits; one bound serves both), and recall adds one to access_count on every use:
@@ -218,9 +216,7 @@ def _profile(value: object) -> str:
         raise ValueError(f"expected a string, got {_type_name(value)}")
     name = _bounded(given_id(value), 128)
     if not PROFILE_NAME.match(name):
-        raise ValueError(
-            f"{name!r} is not a valid profile name (letters, digits and . _ @ : + - only)"
-        )
+        raise ValueError(f"{name!r} is not a valid profile name ({PROFILE_CHARACTERS})")
     return name
 
 

@@ -318,6 +318,10 @@ def test_the_demo_module_leaves_prefect_unimported_so_its_log_level_applies() ->
     (["run", "decay", "--all", "--as-of", "yesterday"], "'yesterday' is not an ISO-8601 date"),
     (["backfill", "decay", "--from", "2025-07-01", "--to", "soon", "--all"], "'soon' is not"),
     (["consolidate", "full", "--profile", "nobody"], "no profile named 'nobody'"),
+    # A name no profile can have says so, not that no such profile is stored.
+    (["blocks", "--profile", "bad name"], "'bad name' is not a valid profile name (letters,"),
+    (["consolidate", "full", "--profile", "maya", "--profile", "a/b"],
+     "'a/b' is not a valid profile name"),
     (["run", "sharpen", "--all"], "invalid choice: 'sharpen'"),
     (["run", "decay", "--all", "--bogus"], "unrecognized arguments: --bogus"),
     (["status"], "no store at"),

@@ -280,7 +280,8 @@ def values(text: str) -> Values:
     negated = not NEGATIONS.isdisjoint(words) or (
         ("n't" in text or "n’t" in text) and any(w.endswith(("n't", "n’t")) for w in words)
     ) or ("no" in words and any(w == "no" and after in ("longer", "more")
-                                for w, after in pairwise(tokens)))
+                                for w, after in pairwise(tokens))) or (
+        not _STOPPING.isdisjoint(words) and any(map(stopped, tokens, tokens[1:])))
     return Values(frozenset(numbers), frozenset(names), words, stems, relations, units,
                   found.lower, sequence, days, *opening(parted), dropped,
                   bool(names) and names_something(tokens, names), liking, favourite, hues,
@@ -650,28 +651,59 @@ def denied(text: str) -> frozenset[str]:
     return values(text).denied
 
 
+# Verbs that end a habit: "stopped drinking oat milk cappuccino", "quit smoking", "gave
+# up coffee". With a gerund only (or "up"): "stopped by the bakery" ends nothing.
+_STOP_VERBS = frozenset("stop stops stopped stopping quit quits quitting".split())
+_GIVE_VERBS = frozenset("give gives gave given giving".split())
+_STOPPING = _STOP_VERBS | _GIVE_VERBS
+
+
+def stopped(before: str, word: str) -> bool:
+    """Whether ``word`` after ``before`` says a habit ended: a gerund after a verb of
+    stopping, or "up" after "give"."""
+    return (before in _STOP_VERBS and len(word) > 4 and word.endswith("ing")) or (
+        before in _GIVE_VERBS and word == "up")
+
+
+def _say(word: str, stems: frozenset[str], said: set[str], gerunds: set[str]) -> None:
+    """``word`` into what a denial says: a gerund whose stem doubles its last consonant
+    ("running": "runn") as its verb's ("runs": "run"), into ``gerunds``."""
+    if word.endswith("ing"):
+        stem_ = content_stem(word)
+        if stem_ in stems and len(stem_) > 3 and stem_[-1] == stem_[-2] \
+                and stem_[-1] not in "aeioulsfz":
+            gerunds.add(stem_[:-1])
+            return
+    said.add(word)
+
+
 def _denied(parted: Sequence[str], stems: frozenset[str]) -> frozenset[str]:
     """``Values.denied`` of a text's words and breaks and its ``stems``: only of a
-    denial that says a change ("no longer", "no more", "anymore"). A standing one may
-    say in other words what the other says: "to cancel an order, it must not have left
-    the warehouse yet" is "orders can be cancelled only before they have left the
-    warehouse" (the sample store's support bot)."""
+    denial that says a change ("no longer", "no more", "anymore", "stopped drinking",
+    "gave up"). A standing one may say in other words what the other says: "to cancel an
+    order, it must not have left the warehouse yet" is "orders can be cancelled only
+    before they have left the warehouse" (the sample store's support bot)."""
     if not any(w == "anymore" or (before in ("no", "any") and w in ("longer", "more"))
-               for before, w in pairwise(parted)):
+               or stopped(before, w) for before, w in pairwise(parted)):
         return frozenset()
     said: set[str] = set()
+    ended: set[str] = set()  # stems of doubling gerunds, said as their verb's
     inside = False
     for before, word in pairwise(["", *parted]):
         if word in _DENIAL_ENDS:
             inside = False
         elif inside:
-            said.add(word)
+            _say(word, stems, said, ended)
+        elif stopped(before, word):  # the gerund is what ended: "stopped drinking"
+            inside = True
+            if word != "up":
+                _say(word, stems, said, ended)
         else:  # "not", "never", ...; "doesn't" ("doesn", "t"); "no more", "no longer"
             inside = word in NEGATIONS or (word == "t" and before.endswith("n")) or (
                 before == "no" and word in ("more", "longer"))
-    if not said:
+    if not said and not ended:
         return frozenset()
-    return stems & {content_stem(w) for w in said if len(w) >= 3}
+    return stems & {content_stem(w) for w in said if len(w) >= 3} | ended
 
 
 def _preference_conflict(va: Values, vb: Values) -> str | None:

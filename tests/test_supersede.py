@@ -1021,6 +1021,33 @@ def test_a_denial_outdates_a_memory_that_says_every_word_it_denies() -> None:
     assert plan.conflicts == {"a": "negation", "d": "negation"}
 
 
+@pytest.mark.parametrize(("older", "newer", "kind"), [
+    # A habit ended by a verb, not by "no longer" (a platform engineer's "stopped
+    # drinking" left the cappuccino hot and first).
+    ("Maya drinks an oat milk cappuccino every morning",
+     "Maya stopped drinking oat milk cappuccino", "negation"),
+    ("Lena smokes a pack a day", "Lena quit smoking last year", "negation"),
+    ("Tom runs on Sundays", "Tom stopped running on Sundays", "negation"),  # runn/run
+    ("Ana swims at the lake", "Ana has given up swimming at the lake", "negation"),
+    # Not an end: no gerund after the verb, or the habit not said by the other.
+    ("Lena goes to the bakery", "Lena stopped by the bakery", None),
+    ("Tom runs on Saturdays", "Tom stopped running on Sundays", None),
+    ("Maya drinks black coffee", "Maya stopped drinking oat milk cappuccino", None),
+])
+def test_a_habit_ended_by_a_verb_denies_it(older: str, newer: str, kind: str | None) -> None:
+    assert supersede.conflict(older, newer) == kind
+
+
+def test_what_a_verb_of_ending_denies() -> None:
+    assert supersede.denied("Maya stopped drinking oat milk cappuccino, and tea too") == {
+        supersede.content_stem(w) for w in ("drinking", "oat", "milk", "cappuccino")}
+    assert supersede.denied("Raj gave up coffee") == {supersede.content_stem("coffee")}
+    assert supersede.denied("Tom stopped running") == {"run"}
+    # A stop on the way, and a habit kept, deny nothing.
+    assert supersede.denied("Lena stopped by the bakery") == frozenset()
+    assert supersede.denied("Lena drinks coffee, giving it up is hard") == frozenset()
+
+
 @pytest.mark.parametrize(("affirmed", "merged"), [
     ("Maya always orders an oat milk cappuccino", False),  # most of the denied said
     ("Maya prefers oat milk in her cappuccino", False),

@@ -358,3 +358,22 @@ def test_a_negation_takes_the_whole_merge_it_denies_out_of_the_hot_tier(store: S
     undo_consolidation(store, audit["id"], "p")
     assert {r["id"] for r in state(store) if r["type"] == "memory" and r["tier"] == Tier.HOT
             } == {merged, by_external(store)["job"]["id"], by_external(store)["now"]["id"]}
+
+
+@pytest.mark.usefixtures("prefect_api")
+def test_a_habit_ended_in_other_words_takes_it_out_of_the_hot_tier(store: Store) -> None:
+    """A platform engineer's case, through the flow with the model: "stopped drinking"
+    said no "no longer", and the cappuccino stayed hot and first in recall."""
+    habit = "Maya drinks an oat milk cappuccino every morning"
+    ended = "Maya stopped drinking oat milk cappuccino"
+    rows = [{"profile": "p", "id": "habit", "content": habit, "created_at": iso(200)},
+            {"profile": "p", "id": "job", "content": "Maya works as a nurse at the city "
+             "hospital", "created_at": iso(100)},
+            {"profile": "p", "id": "ended", "content": ended, "created_at": iso(10)}]
+    assert not ingest_records(store, rows).errors
+    dry_run_then_real(store, ConsolidationConfig(summarizer="rules"))
+    hot = sorted(r["content"] for r in state(store)
+                 if r["type"] == "memory" and r["tier"] == Tier.HOT)
+    assert hot == sorted([ended, rows[1]["content"]])
+    (audit,) = audits(store)
+    assert audit["parameters"]["conflicts"] == {by_external(store)["habit"]["id"]: "negation"}

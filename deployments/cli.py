@@ -417,6 +417,17 @@ def _version(value: bool) -> None:
     raise typer.Exit(EXIT_OK)
 
 
+class _Stderr(logging.Handler):
+    """A log line as it is, on whatever ``sys.stderr`` is when it is written (a handler
+    made by a first command in a process would keep a stream later ones replaced)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            print(record.getMessage(), file=sys.stderr)
+        except Exception:  # noqa: BLE001 - a log line must not fail the run
+            self.handleError(record)
+
+
 def _root(
     verbose: Annotated[bool, _flag(
         "-v", "--verbose", help="show Prefect's logs of the runs (the UI always has them)")]
@@ -433,9 +444,7 @@ def _root(
         # with -v the run's own log lines say it.
         console = logging.getLogger("reverie.console")
         if not console.handlers:
-            handler = logging.StreamHandler(sys.stderr)
-            handler.setFormatter(logging.Formatter("%(message)s"))
-            console.addHandler(handler)
+            console.addHandler(_Stderr())
             console.setLevel(logging.INFO)
             console.propagate = False
 

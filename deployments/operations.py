@@ -525,14 +525,13 @@ def consolidation_status(
                    for run_id, state, since, selector in runs if covers(selector, name)]
             for flow, runs in going.items()
         },
-        # Runs that ended Failed or Crashed, newest first, that covered it. A run of
-        # several profiles keeps its message to itself: it may name the others.
+        # Runs that ended Failed or Crashed, the last ended first, that covered it;
+        # without their messages, which may name other profiles (``reverie status``,
+        # the operator's, has them).
         "failed": None if status.failed is None else [
             {"run_id": r.run_id, "flow": r.flow, "state": r.state,
              "ended": None if r.ended is None else _utc_iso(r.ended),
-             "profile": None if r.profile is None else name,
-             "message": r.message if r.profile == name else None,
-             "ui_url": ui_link(r.run_id)}
+             "profile": None if r.profile is None else name, "ui_url": ui_link(r.run_id)}
             for r in status.failed if covers(r.profile, name)],
         "history": [run(r) for r in status.history],
     }

@@ -4,7 +4,7 @@ runs next (if a Prefect API with schedules is configured), and the recent histor
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
@@ -71,9 +71,7 @@ def collect(store: Store, profile: str | None = None, limit: int = 20) -> Status
                     status.last[p][flow] = runs[0]
     status.next_runs = scheduled_runs()
     status.backfills = backfills(store)
-    ended = failed_runs()
-    if ended is not None:
-        status.failed = [r for r in ended if any(covers(r.profile, p) for p in profiles)]
+    status.failed = failed_runs(lambda selector: any(covers(selector, p) for p in profiles))
     return status
 
 
@@ -92,10 +90,11 @@ def backfills(store: Store) -> list[Any] | None:
 
 
 def _runs_per_flow(states: Sequence[str], newest_first: bool, per_flow: int,
-                   what: str) -> dict[str, list[Any]] | None:
+                   what: str, by_end: bool = False) -> dict[str, list[Any]] | None:
     """Each flow's runs in ``states`` (Prefect's state types) from the configured
-    Prefect API: by start, soonest or ``newest_first``. None when no API is configured
-    or it cannot be reached (``what`` says what could not be read)."""
+    Prefect API: by start, soonest or ``newest_first`` (``by_end``: the last ended
+    first). None when no API is configured or it cannot be reached (``what`` says what
+    could not be read)."""
     if not api_configured():
         return None
     from prefect.client.orchestration import get_client
@@ -109,7 +108,8 @@ def _runs_per_flow(states: Sequence[str], newest_first: bool, per_flow: int,
     from prefect.client.schemas.objects import StateType
     from prefect.client.schemas.sorting import FlowRunSort
 
-    order = FlowRunSort.START_TIME_DESC if newest_first else FlowRunSort.EXPECTED_START_TIME_ASC
+    order = FlowRunSort.END_TIME_DESC if by_end else (
+        FlowRunSort.START_TIME_DESC if newest_first else FlowRunSort.EXPECTED_START_TIME_ASC)
     wanted = [StateType(s) for s in states]
     try:
         with get_client(sync_client=True) as client:
@@ -158,15 +158,18 @@ def active_runs(per_flow: int = 20) -> ActiveRuns | None:
     return out
 
 
-def failed_runs(per_flow: int = 5, shown: int = 10) -> list[EndedRun] | None:
-    """The ``shown`` newest runs that ended Failed or Crashed, at most ``per_flow`` of
-    each flow; None when no API is configured or it cannot be reached."""
-    found = _runs_per_flow(["FAILED", "CRASHED"], True, per_flow, "failed runs")
+def failed_runs(wanted: Callable[[Any], bool], per_flow: int = 5, shown: int = 10,
+                read: int = 100) -> list[EndedRun] | None:
+    """The ``shown`` runs that ended Failed or Crashed last, at most ``per_flow`` of each
+    flow, among those whose profile parameter is ``wanted``, looked for in the ``read``
+    last ended of each flow (Prefect filters no parameter); None when no API is
+    configured or it cannot be reached."""
+    found = _runs_per_flow(["FAILED", "CRASHED"], True, read, "failed runs", by_end=True)
     if found is None:
         return None
     out = []
     for flow, runs in found.items():
-        for r in runs:
+        for r in [r for r in runs if wanted(r.parameters.get("profile"))][:per_flow]:
             ended = r.end_time or (r.state.timestamp if r.state else None)
             out.append(EndedRun(
                 str(r.id), flow, (r.state.name if r.state else None) or "",

@@ -34,6 +34,7 @@ from reverie.models.repositories.runs import (
 from reverie.models.store import Store
 from reverie.models.timestamps import utcnow
 from reverie.runner.event_delivery import api_configured
+from reverie.runner.runtime import flow_run_id
 from reverie.tasks.step import run_logger
 
 log = logging.getLogger(__name__)
@@ -266,29 +267,31 @@ def mark_crashed(dead: Mapping[str, str]) -> None:
             runs[UUID(holder)] = profiles
         except ValueError:  # a run outside Prefect: no state to set
             continue
-    if not runs:
+    # Only from a run Prefect records (the holder's API is the one it talks to): a hold
+    # taken outside any run must not start a temporary Prefect server for this.
+    if not runs or not (api_configured() or flow_run_id() is not None):
         return
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.objects import StateType
     from prefect.states import Crashed
 
-    with get_client(sync_client=True) as client:
-        for run_id, profiles in runs.items():
-            named = ", ".join(profiles[:5]) + (" ..." if len(profiles) > 5 else "")
-            try:
+    for run_id, profiles in runs.items():
+        named = ", ".join(profiles[:5]) + (" ..." if len(profiles) > 5 else "")
+        try:
+            with get_client(sync_client=True) as client:
                 state = client.read_flow_run(run_id).state
                 if state is None or state.type != StateType.RUNNING:
                     continue
                 client.set_flow_run_state(run_id, Crashed(message=(
                     f"its process is gone: it stopped renewing its hold on profile(s) "
                     f"{named}, which another run then took")), force=True)
-            except Exception as exc:  # noqa: BLE001 - it stays as it is; this run goes on
-                # (a run another Prefect API recorded is not found on this one)
-                log.warning("could not mark flow run %s Crashed: %s", run_id, exc)
-                continue
-            run_logger().warning("flow run %s held profile(s) %s until its lease expired: "
-                                 "its process is gone, and it is now marked Crashed",
-                                 run_id, named)
+        except Exception as exc:  # noqa: BLE001 - it stays as it is; this run goes on
+            # (a run another Prefect API recorded is not found on this one)
+            log.warning("could not mark flow run %s Crashed: %s", run_id, exc)
+            continue
+        run_logger().warning("flow run %s held profile(s) %s until its lease expired: "
+                             "its process is gone, and it is now marked Crashed",
+                             run_id, named)
 
 
 def _release_prefect_lease(lease: UUID) -> None:

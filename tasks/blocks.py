@@ -37,7 +37,6 @@ from reverie.models.block_text import (
 from reverie.models.config import BlocksConfig
 from reverie.models.records import BlockPlan, MemoryView
 from reverie.models.repositories.blocks import upsert_blocks
-from reverie.models.repositories.memories import ingested_since
 from reverie.models.repositories.memories import memories as memories_of
 from reverie.models.store import Store
 from reverie.tasks.step import Change, StepArgs, StepReport, preview, step_task
@@ -220,14 +219,18 @@ def compile_blocks(store: Store, args: StepArgs) -> StepReport:
     while True:
         plans, notes = compiled(memories, as_of, config.blocks, summarizer)
         with args.writing(store) as tx:
-            reingested = ingested_since(tx)
-            if not any(mid in reingested for p in plans for mid in p.source_ids):
+            quoted = sorted({mid for p in plans for mid in p.source_ids})
+            # Read again as they stand now: one an ingest changed since the run took the
+            # profile is beyond its horizon, and one released or undone since is gone.
+            stale = set(quoted) - {m.id for m in memories_of(tx, ids_=quoted) if m.is_live}
+            if not stale:
                 changed = set(upsert_blocks(tx, plans, as_of))
                 break
-        # A block would state what a memory said before an ingest changed it since the
-        # run took the profile: compiled again without it (it waits for the next run),
-        # as a read now would give the blocks. Each turn leaves out at least one.
-        memories = [m for m in memories if m.id not in reingested]
+        # A block would state what a memory said before an ingest changed it, or quote a
+        # summary an ingest or an operator took away (``blocks.requote`` took it out):
+        # compiled again without it (it waits for the next run), as a read now would give
+        # the blocks. Each turn leaves out at least one.
+        memories = [m for m in memories if m.id not in stale]
     report = StepReport("compile_blocks", profile, examined=len(memories), notes=notes)
     for plan in plans:
         if plan.block_type in changed:

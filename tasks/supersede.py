@@ -156,6 +156,10 @@ class Values:
     # end of that part of the sentence ("no more oat milk cappuccino": oat, milk,
     # cappuccino; ``_denied``).
     denied: frozenset[str] = frozenset()
+    # Whether only a verb of ending says it ("quit smoking", no "not" or "no longer"):
+    # it denies what it names, not the rest of the sentence ("quit smoking and runs every
+    # morning" still runs every morning).
+    ended_only: bool = False
 
 
 _SUFFIXES = ("ing", "ed", "es", "s")
@@ -277,18 +281,19 @@ def values(text: str) -> Values:
     dropped = left_behind(parted, names) if names else frozenset()
     if relations and names:  # only a statement of whose fact it is (``retired``)
         dropped |= retired(parted, names)
-    negated = not NEGATIONS.isdisjoint(words) or (
+    denies = not NEGATIONS.isdisjoint(words) or (
         ("n't" in text or "n’t" in text) and any(w.endswith(("n't", "n’t")) for w in words)
     ) or ("no" in words and any(w == "no" and after in ("longer", "more")
-                                for w, after in pairwise(tokens))) or (
-        not _STOPPING.isdisjoint(words) and any(map(stopped, tokens, tokens[1:])))
+                                for w, after in pairwise(tokens)))
+    ended = not _STOPPING.isdisjoint(words) and any(map(stopped, tokens, tokens[1:]))
+    negated = denies or ended
     return Values(frozenset(numbers), frozenset(names), words, stems, relations, units,
                   found.lower, sequence, days, *opening(parted), dropped,
                   bool(names) and names_something(tokens, names), liking, favourite, hues,
                   negated,
                   bool(names) and not _ADDING_CUES.isdisjoint(words)
                   and adds_value(parted, names),
-                  _denied(parted, stems) if negated else frozenset())
+                  _denied(parted, stems) if negated else frozenset(), ended and not denies)
 
 
 _POINT = re.compile(r"\d\.\d")
@@ -630,11 +635,11 @@ def _negation_conflict(va: Values, vb: Values) -> str | None:
     if va.negated == vb.negated or va.names != vb.names or va.numbers != vb.numbers \
             or va.relations != vb.relations or not (va.stems and vb.stems):
         return None
-    if va.stems <= vb.stems or vb.stems <= va.stems:
+    no, yes = (va, vb) if va.negated else (vb, va)
+    if not no.ended_only and (va.stems <= vb.stems or vb.stems <= va.stems):
         return "negation"
     # Or the other says every word of what one denies ("drinks a cappuccino made with
     # oat milk every morning"; "switched to black coffee, no more oat milk cappuccino").
-    no, yes = (va, vb) if va.negated else (vb, va)
     return "negation" if no.denied and no.denied <= yes.stems else None
 
 
@@ -658,11 +663,17 @@ _GIVE_VERBS = frozenset("give gives gave given giving".split())
 _STOPPING = _STOP_VERBS | _GIVE_VERBS
 
 
+# Words in "-ing" that are no gerund: "stopped during the storm" ended nothing.
+_NOT_GERUNDS = frozenset(
+    "during morning evening nothing something anything everything thing king spring "
+    "string ceiling building meeting wedding".split())
+
+
 def stopped(before: str, word: str) -> bool:
     """Whether ``word`` after ``before`` says a habit ended: a gerund after a verb of
     stopping, or "up" after "give"."""
-    return (before in _STOP_VERBS and len(word) > 4 and word.endswith("ing")) or (
-        before in _GIVE_VERBS and word == "up")
+    return (before in _STOP_VERBS and len(word) > 4 and word.endswith("ing")
+            and word not in _NOT_GERUNDS) or (before in _GIVE_VERBS and word == "up")
 
 
 def _say(word: str, stems: frozenset[str], said: set[str], gerunds: set[str]) -> None:

@@ -259,17 +259,19 @@ def test_status_names_the_failed_runs_that_covered_the_profile_and_no_other(
     ingest_records(store, [{"content": "a fact", "embedding": axis(0).tolist()}],
                    profile="ana")
     at = datetime(2026, 3, 2, 4)
-    monkeypatch.setattr(status, "failed_runs", lambda: [
+    monkeypatch.setattr(status, "failed_runs", lambda wanted: [
         status.EndedRun("r1", "decay", "Crashed", at, "ana", "its process is gone"),
         status.EndedRun("r2", "decay", "Failed", at, ["bo", "ana"], "bo's store: boom"),
         status.EndedRun("r3", "decay", "Failed", None, None, "cy is broken"),
         status.EndedRun("r4", "decay", "Failed", at, "bo", "bo alone")])
     said = ops.consolidation_status(store, ana, "ana")["failed"]
-    assert [(r["run_id"], r["state"], r["ended"], r["profile"], r["message"]) for r in said] == [
-        ("r1", "Crashed", "2026-03-02T04:00:00+00:00", "ana", "its process is gone"),
-        # A run of several profiles: neither the others' names nor its message.
-        ("r2", "Failed", "2026-03-02T04:00:00+00:00", "ana", None),
-        ("r3", "Failed", None, None, None)]
+    assert [(r["run_id"], r["state"], r["ended"], r["profile"]) for r in said] == [
+        ("r1", "Crashed", "2026-03-02T04:00:00+00:00", "ana"),
+        # A run of several profiles names none of the others.
+        ("r2", "Failed", "2026-03-02T04:00:00+00:00", "ana"),
+        ("r3", "Failed", None, None)]
+    # No message: one may name other profiles (or come from another store's run).
+    assert not any("message" in r for r in said)
     assert all(r["ui_url"] is None or r["run_id"] in r["ui_url"] for r in said)
 
 

@@ -151,3 +151,31 @@ def test_another_profiles_blocks_are_never_touched(store: Store) -> None:
                                   kind="semantic")], profile="p")
     (other,) = [b for b in in_read(store, "q", blocks_of) if b.block_type == USER_PROFILE]
     assert other.content == SEPARATOR.join(FACTS) and other.version == 1
+
+
+def test_a_run_compiling_while_an_ingest_releases_a_summary_does_not_quote_it_again(
+    store: Store, monkeypatch: Any
+) -> None:
+    """The compile reads the profile, words the blocks (an LLM may take seconds), then
+    writes: a summary released in between must not come back into Core Memory."""
+    import reverie.tasks.blocks as blocks_step
+
+    decision = merged(store)
+    real = blocks_step.compiled
+    calls = []
+
+    def released_meanwhile(*args: Any, **kwargs: Any) -> Any:
+        planned = real(*args, **kwargs)
+        if not calls:
+            report = ingest_records(store, [record("m1", "the deploy pipeline is fast now",
+                                                   0.985, 20)], profile="p")
+            assert report.released == [decision.id]
+        calls.append(planned)
+        return planned
+
+    monkeypatch.setattr(blocks_step, "compiled", released_meanwhile)
+    compile_(store)
+    assert any(decision.summary_id in p.source_ids for p in calls[0][0])
+    for b in in_read(store, "p", blocks_of):
+        assert decision.summary_id not in b.source_ids
+    assert len(calls) == 2  # compiled again without it

@@ -1033,6 +1033,10 @@ def test_a_denial_outdates_a_memory_that_says_every_word_it_denies() -> None:
     ("Lena goes to the bakery", "Lena stopped by the bakery", None),
     ("Tom runs on Saturdays", "Tom stopped running on Sundays", None),
     ("Maya drinks black coffee", "Maya stopped drinking oat milk cappuccino", None),
+    ("Lena drives to work", "Lena stopped during the storm", None),  # no gerund
+    # A verb of ending denies what it names, not the rest of its sentence.
+    ("Maya runs every morning", "Maya quit smoking and runs every morning", None),
+    ("Lena drinks coffee", "Lena drinks coffee since she gave up tea", None),
 ])
 def test_a_habit_ended_by_a_verb_denies_it(older: str, newer: str, kind: str | None) -> None:
     assert supersede.conflict(older, newer) == kind

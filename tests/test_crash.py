@@ -231,6 +231,8 @@ def test_the_same_command_again_says_what_it_waits_for_and_ends_the_killed_run(
 ) -> None:
     """Found by a platform engineer: after ``kill -9`` of a command, the same command
     waited silently for the dead run's lease, and the killed run stayed Running."""
+    if TEST_POSTGRES:
+        pytest.skip("leases and Prefect states, the same on both back-ends (CI time)")
     from sqlalchemy import update
 
     from reverie.models.tables import Lease

@@ -218,12 +218,12 @@ def _name(text: str) -> str:
 def _profile_name(text: str) -> str:
     """A profile name from the command line: ``_name``, of a form a profile can have
     (a name no profile can have was answered "no profile named ...")."""
-    from reverie.models.ids import PROFILE_CHARACTERS, PROFILE_NAME
+    from reverie.models.ids import profile_name
 
-    name = _name(text)
-    if not PROFILE_NAME.match(name):
-        raise typer.BadParameter(f"{name!r} is not a valid profile name ({PROFILE_CHARACTERS})")
-    return name
+    try:
+        return profile_name(_name(text))
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
 
 
 class Numbers(list[int]):

@@ -62,13 +62,13 @@ from sqlmodel import Session
 from reverie.models import ids, tables
 from reverie.models.db import PROFILE_TABLES
 from reverie.models.errors import InputError, RecordError, RefusedError
+from reverie.models.ids import PROFILE_NAME
 from reverie.models.repositories.bulk import chunks
 from reverie.models.repositories.profiles import bump_write_seqs
 from reverie.models.store import Store
 from reverie.models.text import clean_text
 from reverie.models.timestamps import in_record_range
 from reverie.models.validation import (
-    PROFILE_NAME,
     check_edge_row,
     check_json_value,
     check_memory_row,

@@ -19,6 +19,14 @@ PROFILE_NAME = re.compile(r"^[\w.@:+\-]{1,128}$")
 PROFILE_CHARACTERS = "letters, digits and . _ @ : + - only"
 
 
+def profile_name(name: str) -> str:
+    """``name`` if a profile can have it (``given_id``'s form already); else ValueError
+    saying so, the same words for ingest and the CLI."""
+    if not PROFILE_NAME.match(name):
+        raise ValueError(f"{name!r} is not a valid profile name ({PROFILE_CHARACTERS})")
+    return name
+
+
 def given_id(text: str) -> str:
     """A name someone gives Reverie (a memory's own id, a profile, a session) in the one
     form the store keeps and compares: NFC, without surrounding whitespace. Ingest

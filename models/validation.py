@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from reverie.models.errors import RecordError
-from reverie.models.ids import PROFILE_CHARACTERS, PROFILE_NAME, given_id
+from reverie.models.ids import given_id, profile_name
 from reverie.models.text import clean_text, has_visible_text
 from reverie.models.timestamps import in_record_range, parse_timestamp
 
@@ -214,10 +214,7 @@ def _time(value: object) -> datetime:
 def _profile(value: object) -> str:
     if not isinstance(value, str):
         raise ValueError(f"expected a string, got {_type_name(value)}")
-    name = _bounded(given_id(value), 128)
-    if not PROFILE_NAME.match(name):
-        raise ValueError(f"{name!r} is not a valid profile name ({PROFILE_CHARACTERS})")
-    return name
+    return profile_name(_bounded(given_id(value), 128))
 
 
 def _type_name(value: object) -> str:

@@ -24,7 +24,7 @@ from pydantic import Field
 from pydantic.fields import FieldInfo
 
 from reverie.models.config import ConsolidationConfig
-from reverie.models.validation import PROFILE_NAME
+from reverie.models.ids import PROFILE_NAME
 
 F = TypeVar("F", bound=Callable[..., object])
 

@@ -417,15 +417,15 @@ def _version(value: bool) -> None:
     raise typer.Exit(EXIT_OK)
 
 
-class _Stderr(logging.Handler):
+class _Stderr(logging.StreamHandler):
     """A log line as it is, on whatever ``sys.stderr`` is when it is written (a handler
-    made by a first command in a process would keep a stream later ones replaced)."""
+    made by a first command in a process would keep a stream later ones replaced). A
+    console handler, so that a progress bar's redirect (``runner.progress``) puts its
+    lines above the bar, as it does Prefect's."""
 
     def emit(self, record: logging.LogRecord) -> None:
-        try:
-            print(record.getMessage(), file=sys.stderr)
-        except Exception:  # noqa: BLE001 - a log line must not fail the run
-            self.handleError(record)
+        self.stream = sys.stderr
+        super().emit(record)
 
 
 def _root(

@@ -69,6 +69,10 @@ class BackfillReport:
     runs: list[str] = field(default_factory=list)  # replay flow run ids (deployment mode)
     # Profiles whose replay of this flow is still queued or running: none made for them.
     running: list[str] = field(default_factory=list)
+    # as_of of dates that run, for some profile, after a later date already in its
+    # history: too late for schedule order (the store will not end where runs in date
+    # order would have left it).
+    out_of_order: list[str] = field(default_factory=list)
 
 
 def backfill(
@@ -107,11 +111,14 @@ def _locally(
     given the operator's selector (``profile``, None for all), as a scheduled run would
     be; ``profiles`` is what it resolved to, for telling which dates are already done."""
     from reverie.deployments.local_server import local_api
-    from reverie.flows.catalog import FLOWS, parse_flows
+    from reverie.flows.catalog import FLOWS, SCHEDULE_ORDER, parse_flows
+    from reverie.orchestration.replay import history_ends
     from reverie.runner.runtime import wait_for_run_history
 
     report = BackfillReport(flow, "local")
     wanted = set(profiles)
+    ends = history_ends(store, profiles)
+    late: set[datetime] = set()
     with Bar(len(whens), f"backfill {flow}", unit="date") as bar:
         for when in whens:
             ran = False
@@ -122,6 +129,9 @@ def _locally(
                             for r in run_history(s, flow=flow_fn.name, as_of=when, limit=None)}
                 if wanted <= done:
                     continue
+                place = (when, SCHEDULE_ORDER[name])
+                if any(p in ends and ends[p] > place for p in wanted - done):
+                    late.add(when)
                 with local_api():  # each run: a server killed meanwhile is replaced
                     last = flow_fn(profile=profile, as_of=when)
                 ran = True
@@ -138,6 +148,7 @@ def _locally(
             bar.describe("waiting for Prefect to record the runs")
             # Prefect records runs in order: once the last run's history is in, all are.
             wait_for_run_history(last.run_id)
+    report.out_of_order = [w.isoformat() for w in whens if w in late]
     return report
 
 
@@ -149,13 +160,15 @@ def _through_replays(
     or running gets no second one."""
     from prefect.deployments import run_deployment
 
-    from reverie.flows.catalog import parse_flows
-    from reverie.orchestration.replay import done_items, replay_title, store_tag
+    from reverie.flows.catalog import SCHEDULE_ORDER, parse_flows
+    from reverie.orchestration.replay import done_items, history_ends, replay_title, store_tag
 
     report = BackfillReport(flow, REPLAY_DEPLOYMENT)
     flows = parse_flows(flow)
     busy = _live_replays(store.id, flows)
+    ends = history_ends(store, profiles)
     pending: set[datetime] = set()
+    late: set[datetime] = set()
     # Profiles, not dates: one replay run per profile is made here, and the runs go on
     # in the deployment's processes after this command has returned.
     with Bar(len(profiles), f"backfill {flow}: replay runs", unit="profile") as bar:
@@ -166,6 +179,8 @@ def _through_replays(
             if not todo:
                 continue
             pending.update(todo)
+            late.update(w for w in todo if profile in ends and any(
+                ends[profile] > (w, SCHEDULE_ORDER[f]) for f in flows if (f, w) not in done))
             if profile in busy:
                 report.running.append(profile)
                 continue
@@ -182,6 +197,7 @@ def _through_replays(
         bar.advance_to(len(profiles))
     report.created = [w.isoformat() for w in whens if w in pending]
     report.skipped = [w.isoformat() for w in whens if w not in pending]
+    report.out_of_order = [w.isoformat() for w in whens if w in late]
     return report
 
 

@@ -935,6 +935,7 @@ def _backfill(
         if not (sys.stdout.isatty() and on_terminal()):  # else each was shown as it ran
             for when in report.created:
                 print(f"  ran {when}")
+        _say_out_of_order(report)
         return EXIT_OK
     print(
         f"backfill of {report.flow} via {report.where}: {len(report.created)} date(s) to "
@@ -943,7 +944,16 @@ def _backfill(
     )
     for name in report.running:
         print(f"  {name}: its replay of {report.flow} is still queued or running")
+    _say_out_of_order(report)
     return _wait_for_backfill(wait, report)
+
+
+def _say_out_of_order(report: Any) -> None:
+    late = report.out_of_order
+    if late:
+        print(f"  out of schedule order: {len(late)} date(s) from {late[0]} come before a run "
+              "already in a profile's history, and run after it (the store will not end "
+              "where runs in date order would have left it)")
 
 
 def _ended(wait: bool, report: Any) -> dict[str, str] | None:

@@ -42,8 +42,8 @@ from uuid import uuid4
 from prefect import flow
 from pydantic import Field
 
-from reverie.flows.catalog import SCHEDULE_ORDER, names_help, parse_flows
-from reverie.models.repositories.runs import run_history
+from reverie.flows.catalog import FLOW_ENTRIES, SCHEDULE_ORDER, names_help, parse_flows
+from reverie.models.repositories.runs import latest_as_of, run_history
 from reverie.models.settings import get_settings
 from reverie.models.store import Store
 from reverie.models.timestamps import to_utc_naive
@@ -121,6 +121,21 @@ def done_items(store: Store, flows: Iterable[str], profile: str) -> set[Item]:
     from reverie.flows.catalog import FLOWS
 
     return {(f, when) for f in set(flows) for when in done_dates(store, FLOWS[f].name, profile)}
+
+
+def history_ends(store: Store, profiles: Sequence[str]) -> dict[str, tuple[datetime, int]]:
+    """Where each profile's history stands: its latest finished run of a registry flow,
+    as (as_of, schedule order). A run placed before it comes too late for schedule order:
+    the store will not end where runs in date order would have left it."""
+    order = {e.flow_name: SCHEDULE_ORDER[e.name] for e in FLOW_ENTRIES}
+    with store.reading_all() as s:
+        latest = latest_as_of(s, profiles)
+    ends: dict[str, tuple[datetime, int]] = {}
+    for (profile, name), when in latest.items():
+        if name in order:
+            place = (when, order[name])
+            ends[profile] = max(ends.get(profile, place), place)
+    return ends
 
 
 def replay_title(flow: object, profile: object, dates: Sequence[object]) -> str:
@@ -249,7 +264,9 @@ def replay(
             notice.tell([(f"its turn to replay {profile}'s history", turn.holder_of(key),
                           time.monotonic() - since)])
             time.sleep(TURN_POLL_SECONDS)
-        last: tuple[datetime, int] | None = None
+        # Runs already in the history count: a backfill into the past after a later
+        # scheduled run is as late as one asked for during this replay.
+        last = history_ends(store, [profile]).get(profile)
         while True:
             # Asked again after each run: a backfill made meanwhile joins in order.
             asked = own + _asked_of_others(store, profile)
@@ -261,8 +278,9 @@ def replay(
             if last is not None and place < last:
                 # Asked for after a later date had run: nothing can undo that order.
                 report.out_of_order.append(f"{name} {when.isoformat()}")
-                logger.warning("%s as of %s runs after a later date had run: it was asked "
-                               "for too late to keep schedule order", name, when.isoformat())
+                logger.warning("%s as of %s runs after a later date had run (as of %s): it "
+                               "was asked for too late to keep schedule order", name,
+                               when.isoformat(), last[0].isoformat())
             FLOWS[name](profile=profile, as_of=when)
             report.ran.append(f"{name} {when.isoformat()}")
             last = max(place, last) if last else place

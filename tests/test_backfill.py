@@ -9,6 +9,7 @@ import pytest
 from reverie.deployments.backfill import backfill, dates, parse_every
 from reverie.deployments.cli import EXIT_ERROR, EXIT_OK, main
 from reverie.flows.catalog import parse_flows
+from reverie.flows.decay import decay
 from reverie.models.errors import ConfigError, NotFoundError
 from reverie.models.store import Store
 from reverie.orchestration.replay import in_schedule_order, replay, turn_key
@@ -146,3 +147,34 @@ def test_a_replay_of_two_flows_interleaves_them_by_date(sample_store: Store) -> 
     assert report.ran == [f"{f} {d.isoformat()}" for d in sorted(days)
                           for f in ("decay", "lightweight")]
     assert lease_holders(sample_store) == {}  # the turn is given back
+
+
+@pytest.mark.usefixtures("prefect_api")
+def test_a_backfill_into_the_past_after_a_later_run_says_it_is_out_of_order(
+    sample_store: Store, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A scheduled run has already run a later date: the dates before it run after it, as
+    asked, and both the replay and the backfill say which (a replay's own dates in order
+    and a profile without that history are not)."""
+    later = START + timedelta(days=5)
+    decay(profile="maya", as_of=later)
+    days = [START + timedelta(days=d) for d in (1, 0)]
+    report = replay(flow="decay", profile="maya", dates=days)
+    assert report.ran == [f"decay {d.isoformat()}" for d in sorted(days)]
+    assert report.out_of_order == report.ran
+    # On the same date, a flow the schedules run later comes after it.
+    assert replay(flow="lightweight", profile="maya", dates=[later]).out_of_order == []
+    after = replay(flow="decay", profile="maya", dates=[later + timedelta(days=1)])
+    assert after.out_of_order == []
+    assert replay(flow="decay", profile="raj", dates=days).out_of_order == []
+    monkeypatch.setattr("reverie.deployments.backfill.api_configured", lambda: False)
+    capsys.readouterr()
+    assert main(["backfill", "decay", "--from", (START + timedelta(days=2)).isoformat(),
+                 "--to", (START + timedelta(days=3)).isoformat(), "--profile", "maya",
+                 "--profile", "leo-tutor"]) == EXIT_OK
+    out = capsys.readouterr().out
+    assert "2 run(s) made" in out
+    assert f"out of schedule order: 2 date(s) from {(START + timedelta(days=2)).isoformat()}" in out
+    local = backfill("decay", START + timedelta(days=7), START + timedelta(days=8),
+                     timedelta(days=1), "maya")
+    assert len(local.created) == 2 and local.out_of_order == []

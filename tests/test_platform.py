@@ -248,9 +248,14 @@ def test_a_backfill_replays_each_profile_in_order_and_ends_as_sequential_runs(
     )
     for profile in profiles:
         assert export_jsonl(stack.store.url, profile) == export_jsonl(reference.url, profile)
-    # Done: a third backfill finds every date in the history and makes nothing.
-    done = backfill("decay", start, whens[-1], timedelta(days=1), profiles, stack.store)
-    assert done.runs == [] and done.created == [] and len(done.skipped) == days
+    # Done: a third backfill finds every date in the history and runs only the day before
+    # them, which comes too late for schedule order and says so.
+    before = start - timedelta(days=1)
+    done = backfill("decay", before, whens[-1], timedelta(days=1), profiles, stack.store)
+    assert done.created == done.out_of_order == [before.isoformat()]
+    assert len(done.runs) == 2 and len(done.skipped) == days
+    for run_id in done.runs:
+        stack.wait_completed(run_id)
 
 
 def test_backfills_of_two_flows_replay_in_schedule_order_whichever_is_asked_first(

@@ -5,13 +5,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
-from sqlalchemy import delete, insert, or_, select, update
+from sqlalchemy import delete, func, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col
 
 from reverie.models import events, outbox, tables
 from reverie.models.errors import NotFoundError
-from reverie.models.repositories.bulk import cursor_result
+from reverie.models.repositories.bulk import chunks, cursor_result
 from reverie.models.store import ProfileTx
 from reverie.models.tables import Profile
 
@@ -50,6 +50,18 @@ def last_as_of(s: Session, profile: str, flow: str) -> datetime | None:
         select(_R.c.as_of).where(_R.c.profile_id == profile).where(_R.c.flow == flow)
         .order_by(_R.c.finished_at.desc(), _R.c.id.desc()).limit(1)
     ).scalar()
+
+
+def latest_as_of(s: Session, profiles: Sequence[str]) -> dict[tuple[str, str], datetime]:
+    """The latest as_of each of ``profiles`` has a finished run of, per flow (by the
+    flow's Prefect name): where its history stands, for telling a backfill into the past."""
+    found: dict[tuple[str, str], datetime] = {}
+    for part in chunks(sorted(set(profiles))):
+        found.update({(p, f): when for p, f, when in s.execute(
+            select(_R.c.profile_id, _R.c.flow, func.max(_R.c.as_of))
+            .where(_R.c.profile_id.in_(part)).group_by(_R.c.profile_id, _R.c.flow)
+        ).tuples()})
+    return found
 
 
 # --- leases: one run per profile at a time -------------------------------------------

@@ -13,7 +13,7 @@ from functools import partial
 from typing import Any
 from uuid import uuid4
 
-from prefect.futures import PrefectFuture
+from prefect.futures import PrefectFuture, PrefectWrappedFuture
 
 from reverie.models.repositories.profiles import ingest_horizons
 from reverie.models.settings import get_settings
@@ -36,6 +36,10 @@ from reverie.tasks.step import (
 
 ProfileDag = Callable[[StepBatch], list[PrefectFuture[list[StepReport]]]]
 BUSY_POLL_SECONDS = 1.0
+# How often a run with chunks in flight looks at their futures itself: a chunk is
+# collected once its futures are final, even if their done callback never arrives
+# (one did not, once, and the run waited forever).
+SWEEP_SECONDS = 5.0
 # How long a failing run waits for its running chunks before it lets their profiles go.
 DRAIN_SECONDS = 600.0
 
@@ -80,9 +84,12 @@ class ChunkScheduler:
     def __init__(self, plan: RunPlan, url: str, dag: ProfileDag, report: RunReport) -> None:
         self.plan, self.url, self.dag, self.report = plan, url, dag, report
         self.settings = get_settings()
-        self.done: queue.Queue[tuple[StepBatch, list[PrefectFuture[list[StepReport]]]]] = (
-            queue.Queue())
-        self.in_flight = 0
+        # Chunks submitted and not collected yet, by a key their done callback puts on
+        # ``done``; a key comes at most once out of ``flying`` (a callback and a sweep
+        # may both put it).
+        self.flying: dict[int, tuple[StepBatch, list[PrefectFuture[list[StepReport]]]]] = {}
+        self.done: queue.Queue[int] = queue.Queue()
+        self.submitted = 0
         self.results: list[StepReport] = []
         self.waiting: dict[str, float] = {}  # busy profile -> when first found busy
         self.holders: dict[str, str] = {}
@@ -132,8 +139,9 @@ class ChunkScheduler:
             for profile in chunk:
                 self.taken_at[profile] = taken
             futures = self.dag(batch)
-            self.in_flight += 1
-            _when_all_done(futures, partial(self.done.put, (batch, futures)))
+            self.submitted += 1
+            self.flying[self.submitted] = (batch, futures)
+            _when_all_done(futures, partial(self.done.put, self.submitted))
 
     def _horizons(self, profiles: tuple[str, ...]) -> tuple[int, ...]:
         """Where each profile's ingests stand as the run takes it (once held, before any
@@ -149,14 +157,13 @@ class ChunkScheduler:
     def _collect(self, poll: Callable[[], None]) -> None:
         """Gather finished chunks (giving their profiles back) until nothing is running
         or waiting; ``poll`` looks for waiting profiles that came free."""
-        while self.in_flight or self.waiting:
-            try:
-                batch, futures = self.done.get(
-                    timeout=BUSY_POLL_SECONDS if self.waiting else None)
-            except queue.Empty:
-                poll()
+        while self.flying or self.waiting:
+            chunk = self._next_done(BUSY_POLL_SECONDS if self.waiting else SWEEP_SECONDS)
+            if chunk is None:
+                if self.waiting:
+                    poll()
                 continue
-            self.in_flight -= 1
+            batch, futures = chunk
             self.results += chunk_reports(batch, futures)
             done = utcnow()
             for profile in batch.profiles:
@@ -229,12 +236,21 @@ class ChunkScheduler:
 
     def _drain(self) -> None:
         deadline = time.monotonic() + DRAIN_SECONDS
-        while self.in_flight and time.monotonic() < deadline:
-            try:
-                self.done.get(timeout=max(deadline - time.monotonic(), 0.0))
-                self.in_flight -= 1
-            except queue.Empty:
-                break
+        while self.flying and time.monotonic() < deadline:
+            self._next_done(min(SWEEP_SECONDS, max(deadline - time.monotonic(), 0.0)))
+
+    def _next_done(self, timeout: float) -> tuple[
+            StepBatch, list[PrefectFuture[list[StepReport]]]] | None:
+        """A finished chunk, taken out of ``flying``; None if none finished within
+        ``timeout``. Chunks whose futures are final are put on ``done`` here too."""
+        try:
+            key = self.done.get(timeout=timeout)
+        except queue.Empty:
+            for key, (_, futures) in list(self.flying.items()):
+                if all(_final(f) for f in futures):
+                    self.done.put(key)
+            return None
+        return self.flying.pop(key, None)
 
 
 def chunk_reports(
@@ -248,6 +264,12 @@ def chunk_reports(
     except Exception as exc:  # noqa: BLE001 - reported per profile
         error = f"the chunk's task failed: {type(exc).__name__}: {exc}"[:300]
         return [StepReport(CHUNK_STEP, profile, error=error) for profile in batch.profiles]
+
+
+def _final(future: PrefectFuture[Any]) -> bool:
+    if isinstance(future, PrefectWrappedFuture):  # threads, Dask: no API call
+        return bool(future.wrapped_future.done())
+    return future.state.is_final()
 
 
 def _when_all_done(futures: list[PrefectFuture[Any]], callback: Callable[[], None]) -> None:

@@ -196,6 +196,13 @@ NOISE = CHANGE_VERBS | RETIRING | frozenset(
 COMMON_WORDS = _COMMON | _OPENING_WORDS
 # Words after a number that say when, not what it counts.
 _NOT_UNITS = frozenset("last next this now ago again still since these".split())
+# Words of a street after a house number: one unit, whatever the language or word ("4
+# avenue Roger Salengro" is where "12 rue Garibaldi" was), so addresses compare as one
+# value, not as numbers of different things.
+STREET_WORDS = frozenset(
+    "street st avenue ave road rd rue boulevard blvd bd lane ln drive dr allee allée via "
+    "strasse straße str calle carrer chemin quai impasse terrace gasse weg straat".split())
+STREET = "street"
 # Adjectives that open statements with a capital and are no names ("Old partitions").
 NOT_NAMES = frozenset("old new current previous former latest recent".split())
 # A few verbs of the facts that change most, said in other words ("moved to" a city is
@@ -250,7 +257,7 @@ def values(text: str) -> Values:
             n[:-1] for n in names})
         words = words | plurals
     # A unit is the word after a number ("900 euros", "two cats"): it goes with the value.
-    units = frozenset(map(stem, [
+    units = frozenset(map(_unit, [
         after for word, after in pairwise(tokens)
         if (word == "0" or word in counted) and after not in COMMON_WORDS
         and after not in _NOT_UNITS  # "turned 35 last week"
@@ -294,6 +301,10 @@ def values(text: str) -> Values:
                   bool(names) and not _ADDING_CUES.isdisjoint(words)
                   and adds_value(parted, names),
                   _denied(parted, stems) if negated else frozenset(), ended and not denies)
+
+
+def _unit(word: str) -> str:
+    return STREET if word in STREET_WORDS else stem(word)
 
 
 _POINT = re.compile(r"\d\.\d")
@@ -1079,6 +1090,15 @@ _STEMMED_RELATIONS = frozenset(stem(w) for w in RELATIONS)
 # compression's members of one day); within one, an "and" that opens another clause
 # (``_opens_clause``). A memory may state two facts; an update of one leaves the other true.
 _SENTENCES = re.compile(r"(?<=[.!?;])\s+")
+# A point after these ends no sentence: "is now Dr. Leroy" was split, and "Leroy." was
+# restated as a memory of its own. Nor does one after an initial ("J. Smith") or inside
+# a dotted abbreviation ("5 p.m. on Monday", "e.g. tea").
+ABBREVIATIONS = frozenset(
+    "dr mr mrs ms mx prof st jr sr mt ft vs approx dept fig inc ltd corp ave blvd rd "
+    "gen col capt lt sgt rev hon".split())
+_LAST_WORD = re.compile(r"([A-Za-z][A-Za-z.]*)\.$")
+# The fewest words a restated statement has: one word ("Leroy.") says nothing alone.
+RESTATED_WORDS = 2
 _AND = re.compile(r"(,?)\s+and\s+")
 _TOKEN = re.compile(r"[A-Za-z][A-Za-z'’]*|\d[\d,.:]*")
 # A compression's day header ("Ann - 8 May 2023: ", "12 May: "), which dates every
@@ -1353,8 +1373,24 @@ def _split_and(sentence: str) -> list[str]:
 @lru_cache(maxsize=65536)
 def clauses(text: str) -> tuple[str, ...]:
     """The statements of ``text`` (see ``_split_and``), each stripped."""
-    return tuple(c for s in _SENTENCES.split(text) if s.strip()
+    return tuple(c for s in sentences(text) if s.strip()
                  for c in _split_and(s.strip()) if c.strip())
+
+
+def sentences(text: str) -> list[str]:
+    """``text`` split where a sentence ends: after ``!?;``, or a point that ends no
+    abbreviation or initial (``ABBREVIATIONS``)."""
+    out, start = [], 0
+    for gap in _SENTENCES.finditer(text):
+        before = text[start:gap.start()]
+        word = _LAST_WORD.search(before) if before.endswith(".") else None
+        if word and (len(word.group(1)) == 1 or "." in word.group(1)
+                     or word.group(1).lower() in ABBREVIATIONS):
+            continue
+        out.append(before)
+        start = gap.end()
+    out.append(text[start:])
+    return out
 
 
 def clause_conflict(a: str, b: str) -> str | None:
@@ -1412,6 +1448,8 @@ def restatement(profile: str, older: MemoryView, newest: MemoryView) -> SummaryP
         return None
     # A sentence of its own now ("the bike is a blue Trek" was a second clause).
     rest = rest[0].upper() + rest[1:]
+    if len(_TOKEN.findall(rest)) < RESTATED_WORDS:
+        return None
     if not values(rest).stems - values(newest.content).stems:
         return None  # nothing the newest does not say
     return SummaryPlan(

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import re
+from dataclasses import replace
 from datetime import timedelta
 
 import numpy as np
@@ -152,6 +153,10 @@ CONFIG = DedupConfig()
     ("Tom translates from German.", "Tom switched from German to French.", "name"),
     # Two days, or a day against a day: one value of when.
     ("The standup is on Monday.", "The standup is on Tuesday now.", "name"),
+    # An address, in any street's word: a house number of one street is where another's
+    # was (a platform trial's move stayed hot beside the old address).
+    ("Lena lives at 12 rue Garibaldi.", "Lena moved to 4 avenue Roger Salengro.", "number"),
+    ("The user lives at 221 Baker Street.", "The user moved to 10 rue de Rivoli.", "number"),
 ])
 def test_different_values_of_one_fact_conflict(a: str, b: str, kind: str) -> None:
     assert conflict(a, b) == kind
@@ -173,6 +178,8 @@ def test_different_values_of_one_fact_conflict(a: str, b: str, kind: str) -> Non
     ("The user has cats.", "The user has 3 cats."),
     # not one fact: another thing measured, another person, another subject
     ("The user has 2 goldfish in a tank.", "The user has 3 cats."),
+    # Two places of two things, each at its own address.
+    ("The user's office is at 5 main street.", "The user lives at 12 elm street."),
     ("User's sister works at Deloitte.", "The user works at Siemens."),
     ("The user's sister is Anna.", "The user's brother is Tom."),
     ("The user sleeps 7 hours a night.", "The user's baby sleeps 12 hours a night."),
@@ -431,6 +438,8 @@ def test_pairs_of_one_frame_have_a_second_lower_boundary(texts: list[str]) -> No
     ("The user works at Google.", "User's sister works at Deloitte."),
     ("The user's rent is 900 euros.", "The user paid a deposit of 1800 euros for the flat."),
     ("The user has 2 goldfish in a tank.", "The user has 3 cats."),
+    # Two places of two things, each at its own address.
+    ("The user's office is at 5 main street.", "The user lives at 12 elm street."),
     # no value, or no other word
     ("The user likes green tea.", "The user likes black tea."),
     ("Google.", "Stripe."),
@@ -605,6 +614,35 @@ def test_an_older_memory_of_one_fact_is_not_restated() -> None:
     (plan,) = plan_supersessions("p", [older, newest], np.stack([axis(0), at_cosine(0.6)]),
                                  CONFIG)
     assert plan.restated == () and "restated" not in plan.parameters
+
+
+@pytest.mark.parametrize(("older", "newer"), [
+    # A title's point ends no sentence: "Leroy." was restated as a memory of its own.
+    ("Bob's manager at the hospital is Dr. Martin.",
+     "Bob's manager at the hospital is now Dr. Leroy."),
+    ("Bob's manager is Mr. J. Smith.", "Bob's manager is now Ms. K. Brown."),
+    ("The standup is at 9 a.m. on Monday.", "The standup is at 10 a.m. on Monday now."),
+])
+def test_an_abbreviation_or_initial_ends_no_statement(older: str, newer: str) -> None:
+    assert len(supersede.clauses(older)) == len(supersede.clauses(newer)) == 1
+    old = view("old", content=older, created_at=AS_OF - timedelta(days=90))
+    new = view("new", content=newer, created_at=AS_OF - timedelta(days=10))
+    assert supersede.restatement("p", old, new) is None
+
+
+def test_a_sentence_still_ends_at_a_point_after_a_word() -> None:
+    assert supersede.clauses("Met Dr. Ito at 5 p.m. on Monday. The rent is 900 euros; "
+                             "Bob is 40.") == (
+        "Met Dr. Ito at 5 p.m. on Monday.", "The rent is 900 euros;", "Bob is 40.")
+
+
+def test_a_fragment_is_never_restated() -> None:
+    older = view("old", content="The user's rent is 900 euros a month. Cellist.",
+                 created_at=AS_OF - timedelta(days=90))
+    newest = view("new", content=RENT_1000, created_at=AS_OF - timedelta(days=10))
+    assert supersede.restatement("p", older, newest) is None
+    older = replace(older, content="The user's rent is 900 euros a month. Cello lessons.")
+    assert supersede.restatement("p", older, newest).content == "Cello lessons."
 
 
 def test_a_compression_loses_only_the_outdated_statement_and_keeps_its_day() -> None:
@@ -940,7 +978,8 @@ def values_word_by_word(text: str) -> tuple[frozenset[str], ...]:
     names = (names - coded - {p + "s" for p in plurals}) | singular
     words = words | plurals
     units = frozenset(
-        stem(tokens[i + 1]) for i, w in enumerate(tokens[:-1])
+        (supersede.STREET if tokens[i + 1] in supersede.STREET_WORDS else stem(tokens[i + 1]))
+        for i, w in enumerate(tokens[:-1])
         if (w == "0" or w in supersede._NUMBER_WORDS)
         and tokens[i + 1] not in supersede.COMMON_WORDS
         and (tokens[i + 1] in found.lower or tokens[i + 1] in coded)

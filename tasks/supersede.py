@@ -223,6 +223,9 @@ SYNONYMS = {
 # names which (``one_word_swapped``).
 PREFERENCES = frozenset("favourite favorite preferred best worst dream ideal".split())
 _STEMMED_RELATIONS: frozenset[str] = frozenset()  # filled below, once stem is defined
+# Endings of words made from a relation that name no person: "the Croix-Rousse
+# neighbourhood" is no neighbour's fact, a "friendship" no friend's.
+_NOT_A_PERSON = ("hood", "hoods", "ship", "ships", "ment", "ments")
 # Words that are never a statement's content word (``Values.stems``).
 _NOT_STEMMED = frozenset(COMMON_WORDS | _NUMBER_WORDS.keys() | NOISE)
 
@@ -274,7 +277,8 @@ def values(text: str) -> Values:
         stems = stems - _AGE_STEMS | {_AGE}
     # Whose fact it is, but not who changed it: "the user's landlord raised the rent"
     # states the user's rent.
-    relations = _STEMMED_RELATIONS.intersection(map(stem, words)) - {
+    relations = _STEMMED_RELATIONS.intersection(
+        stem(w) for w in words if not w.endswith(_NOT_A_PERSON)) - {
         stem(word) for word, after in pairwise(tokens) if after in CHANGE_VERBS}
     if relations and "&" in text:  # "Kessler & Partner" is a firm, not the user's partner
         relations -= {stem(w.lower()) for w in _AFTER_AMPERSAND.findall(text)}
@@ -340,7 +344,9 @@ NEGATIONS = frozenset("not never nor cannot neither".split())
 # Words that say a value is one more beside the others: "the user also translates from
 # French" adds a language to German, it replaces none. Said in the part of a sentence
 # that names the value: "lives in Munich and also plays in a band" still moves house.
-ADDING = frozenset("also additionally besides".split())
+# Words of one more, not a replacement: "adopted a second cat named Pixel" beside "has a
+# cat named Miso" (an agent trial's second cat superseded the first).
+ADDING = frozenset("also additionally besides another second third fourth fifth".split())
 _ADDING_CUES = ADDING | {"too", "well"}  # most texts have none: ``values`` asks first
 # What parts a sentence for ``adds_value``: not a comma ("works at Meta, too").
 _PARTS = frozenset(".;:!?()[]\"/") | {"and", "but", "while", "whereas"}
@@ -766,7 +772,9 @@ def _values_conflict(va: Values, vb: Values) -> str | None:
                 (va.names - vb.words and vb.names - va.words)
                 or all(_YEAR.fullmatch(n) for n in va.numbers ^ vb.numbers)):
             return None
-    elif (va.names - vb.words and vb.names - va.words and va.naming == vb.naming
+    elif ((va.names - _left_for(va, vb)) - vb.words
+          and (vb.names - _left_for(vb, va)) - va.words
+          and va.naming == vb.naming
           and _one_sort(va.names - vb.words, vb.names - va.words)
           and not (va.adds or vb.adds)
           and not (MANY_VALUED & va.words and MANY_VALUED & vb.words)):
@@ -805,6 +813,17 @@ def _values_conflict(va: Values, vb: Values) -> str | None:
     # and works remotely" updates.
     adds = kind == "name" and shorter <= longer
     return kind if adds or shared >= CONTEXT_SHARE * len(longer) else None
+
+
+def _left_for(va: Values, vb: Values) -> frozenset[str]:
+    """The names ``va`` leaves behind for the value ``vb`` states: no values of ``va``
+    then ("moved from Lyon to Grenoble" says what "lives in Grenoble" says). Not when
+    ``va`` names nothing else ("sold the Nokia phone" beside "the phone is a Pixel"), nor
+    beside a text that leaves names of its own behind (two histories)."""
+    if not va.dropped or vb.dropped:
+        return frozenset()
+    kept = va.names - va.dropped - {va.owner}
+    return va.dropped if kept and kept <= vb.words else frozenset()
 
 
 def _one_sort(a: Set[str], b: Set[str]) -> bool:

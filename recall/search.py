@@ -83,8 +83,36 @@ def recall(
             if cache is not None:
                 cache.remember(store.url, tx.profile, deep, candidates, views)
     hits = hits_from(candidates, found, known)
+    if deep:
+        hits = successors_first(hits)
     if track and hits:
         with store.writing(profile) as tx:
             record_access(tx, [h.memory.id for h in hits], at or utcnow(),
                           RECALL_DEFAULT.co_access_bonus)
     return hits
+
+
+def successors_first(hits: list[Hit]) -> list[Hit]:
+    """The same hits, each one a newer memory replaced (an older value superseded, a
+    merge's member) moved to right after that memory when it is a hit too: deep recall
+    put "the rent is 900 euros" (cold) above "the rent is now 1000 euros" it found as
+    well. The others keep their rank."""
+    shown = {h.memory.id for h in hits}
+    after: dict[str, list[Hit]] = {}
+    first: list[Hit] = []
+    for h in hits:
+        newer = h.memory.superseded_by
+        if newer in shown and newer != h.memory.id:
+            after.setdefault(newer, []).append(h)
+        else:
+            first.append(h)
+    ordered: list[Hit] = []
+
+    def place(h: Hit) -> None:
+        ordered.append(h)
+        for follower in after.pop(h.memory.id, []):
+            place(follower)
+
+    for h in first:
+        place(h)
+    return ordered + [h for rest in after.values() for h in rest]  # never dropped

@@ -276,57 +276,63 @@ def build_app(tokens: Tokens, open_store: Callable[[], Store] = Store,
         return {"status": "ok"}
 
     base = "/v1/profiles/{profile}"
+    said = ops.DESCRIPTIONS
 
-    @app.post(f"{base}/session-init", tags=["agent"], response_model=dict[str, Any])
+    @app.post(f"{base}/session-init", tags=["agent"], response_model=dict[str, Any],
+              description=said["session_init"])
     def session_init(profile: Name, who: Who, body: SessionInit | None = None) -> Response:
         body = body or SessionInit()  # every field has its default: a body is optional
         return _json(ops.session_init(open_store(), who, profile, body.query, body.k,
                                       body.budget_chars, cache=cache))
 
-    @app.post(f"{base}/memories", tags=["agent"])
+    @app.post(f"{base}/memories", tags=["agent"],
+              description=f'{said["store"]} {ops.what_blocks_take()}')
     def store(profile: Name, body: StoreBody, who: Who) -> dict[str, Any]:
         return ops.store_memories(open_store(), who, profile, body.memories)
 
-    @app.post(f"{base}/recall", tags=["agent"], response_model=dict[str, Any])
+    @app.post(f"{base}/recall", tags=["agent"], response_model=dict[str, Any],
+              description=said["recall"])
     def recall(profile: Name, body: RecallBody, who: Who) -> Response:
         return _json(ops.recall(open_store(), who, profile, body.query, body.k, body.deep,
                                 body.track, cache=cache))
 
     # ``:path``: an id may hold "/" (any text up to 256 characters is one), which the
     # server has decoded from %2F before routing.
-    @app.get(f"{base}/memories/{{memory_id:path}}", tags=["agent"])
+    @app.get(f"{base}/memories/{{memory_id:path}}", tags=["agent"], description=said["get"])
     def get(profile: Name, memory_id: AnId, who: Who) -> dict[str, Any]:
         return ops.get(open_store(), who, profile, memory_id)
 
-    @app.post(f"{base}/consolidate", tags=["consolidation"])
+    @app.post(f"{base}/consolidate", tags=["consolidation"], description=said["consolidate"])
     def consolidate(profile: Name, who: Who,
                     body: ConsolidateBody | None = None) -> dict[str, Any]:
         body = body or ConsolidateBody()  # every field has its default: a body is optional
         return ops.consolidate(open_store(), who, profile, body.mode, body.dry_run, body.scope,
                                body.min_age_days, body.use_llm, body.session)
 
-    @app.get(f"{base}/consolidate/status", tags=["consolidation"])
+    @app.get(f"{base}/consolidate/status", tags=["consolidation"],
+             description=said["consolidation_status"])
     def status(profile: Name, who: Who,
                limit: Annotated[int, Field(ge=1, le=1000)] = 20) -> dict[str, Any]:
         return ops.consolidation_status(open_store(), who, profile, limit)
 
-    @app.post(f"{base}/session-end", tags=["agent"])
+    @app.post(f"{base}/session-end", tags=["agent"], description=said["session_end"])
     def session_end(profile: Name, who: Who, body: SessionEnd | None = None) -> dict[str, Any]:
         body = body or SessionEnd()
         return ops.session_end(open_store(), who, profile, body.session)
 
-    @app.post(f"{base}/undo", tags=["consolidation"])
+    @app.post(f"{base}/undo", tags=["consolidation"], description=said["undo"])
     def undo(profile: Name, body: UndoBody, who: Who) -> dict[str, Any]:
         return ops.undo(open_store(), who, profile, body.id)
 
     # AutoMem's endpoints, the profile in the body or the query.
-    @app.post("/consolidate", tags=["consolidation"])
+    @app.post("/consolidate", tags=["consolidation"], description=said["consolidate"])
     def automem_consolidate(body: AutoMemConsolidate, who: Who) -> dict[str, Any]:
         return ops.consolidate(open_store(), who, body.profile, body.task or body.mode,
                                body.dry_run, body.scope, body.min_age_days, body.use_llm,
                                body.session)
 
-    @app.get("/consolidate/status", tags=["consolidation"])
+    @app.get("/consolidate/status", tags=["consolidation"],
+             description=said["consolidation_status"])
     def automem_status(profile: Name, who: Who,
                        limit: Annotated[int, Field(ge=1, le=1000)] = 20) -> dict[str, Any]:
         return ops.consolidation_status(open_store(), who, profile, limit)

@@ -36,6 +36,9 @@ Profile = Annotated[str, Field(description="The memory owner (one profile).",
 # ``operations`` (some are settings), so that a refusal names its field as the API's do.
 Query = Annotated[str, Field(description="What to look for, in words.")]
 AnId = Annotated[str, Field(description="A Reverie id (m-..., c-...) or your own id.")]
+DecisionId = Annotated[str, Field(description=(
+    "A consolidation's id (c-..., as consolidation_status and `reverie consolidations` "
+    "give it), or the id of the summary it wrote (m-...)."))]
 Session = Annotated[str | None, Field(description="Your id of the session.")]
 Budget = Annotated[Int | None, Field(
     description="Characters of blocks and memories together, 0 to 200000 (default "
@@ -122,25 +125,20 @@ def build_mcp(open_store: Callable[[], Store], tokens: Tokens, stdio: bool = Fal
             raise ToolError(f"{status_of(exc)} {json.dumps(body_of(exc))}") from None
 
     def tool(fn: Callable[..., dict[str, Any]]) -> Callable[..., dict[str, Any]]:
-        # The docstring as one line: an agent reads it, not the source's indentation.
-        return server.tool(description=" ".join((fn.__doc__ or "").split()))(fn)
+        said = ops.DESCRIPTIONS[fn.__name__]
+        if fn.__name__ == "store":
+            said += " " + ops.what_blocks_take()
+        return server.tool(description=said)(fn)
 
     @tool
     def session_init(profile: Profile, ctx: Context,
                      query: Annotated[str | None, Field(description=START)] = None,
                      k: Annotated[Int, Field(description=K)] = 10,
                      budget_chars: Budget = None) -> dict[str, Any]:
-        """Call first, at the start of a session: the Core Memory blocks, then the best
-        memories (recalled for the query if given, else the most important) within a
-        character budget."""
         return call(ctx, ops.session_init, profile, query, k, budget_chars, cache=cache)
 
     @tool
     def store(profile: Profile, memories: Memories, ctx: Context) -> dict[str, Any]:
-        """Store memories worth keeping. Each is checked on its own: the answer lists
-        those refused, naming their field, and the id of each accepted. A record with
-        an id stored before updates it. Counts toward the 50-store trigger and the
-        idle timer."""
         return call(ctx, ops.store_memories, profile, memories)
 
     @tool
@@ -148,13 +146,10 @@ def build_mcp(open_store: Callable[[], Store], tokens: Tokens, stdio: bool = Fal
                k: Annotated[Int, Field(description=K)] = 5,
                deep: Annotated[Bool, Field(description=DEEP)] = False,
                track: Annotated[Bool, Field(description=TRACK)] = False) -> dict[str, Any]:
-        """The memories most like the query, best first, each with its day. A summary
-        shows the members that matched; get gives it whole."""
         return call(ctx, ops.recall, profile, query, k, deep, track, cache=cache)
 
     @tool
     def get(profile: Profile, id: AnId, ctx: Context) -> dict[str, Any]:  # noqa: A002
-        """One memory by Reverie id or your own id, in any tier (or its tombstone)."""
         return call(ctx, ops.get, profile, id)
 
     @tool
@@ -167,9 +162,6 @@ def build_mcp(open_store: Callable[[], Store], tokens: Tokens, stdio: bool = Fal
         use_llm: Annotated[Bool | None, Field(description=USE_LLM)] = None,
         session: Session = None,
     ) -> dict[str, Any]:
-        """Consolidate the profile. A dry run answers with the preview at once. A real
-        run is a Prefect flow run, started without waiting: its id, state and UI link
-        come back at once."""
         return call(ctx, ops.consolidate, profile, mode, dry_run, scope, min_age_days,
                     use_llm, session)
 
@@ -177,20 +169,14 @@ def build_mcp(open_store: Callable[[], Store], tokens: Tokens, stdio: bool = Fal
     def consolidation_status(profile: Profile, ctx: Context,
                              limit: Annotated[Int, Field(description=LIMIT)] = 20,
                              ) -> dict[str, Any]:
-        """When each flow last ran for the profile, its scheduled runs, and the run
-        history."""
         return call(ctx, ops.consolidation_status, profile, limit)
 
     @tool
     def session_end(profile: Profile, ctx: Context, session: Session = None) -> dict[str, Any]:
-        """Call at the end of a session. With the Prefect deployments' triggers, a full
-        consolidation follows (consolidation_follows says whether one will)."""
         return call(ctx, ops.session_end, profile, session)
 
     @tool
-    def undo(profile: Profile, id: AnId, ctx: Context) -> dict[str, Any]:  # noqa: A002
-        """Undo a consolidation by its id (c-...) or its summary's id: its originals come
-        back hot."""
+    def undo(profile: Profile, id: DecisionId, ctx: Context) -> dict[str, Any]:  # noqa: A002
         return call(ctx, ops.undo, profile, id)
 
     return server

@@ -81,6 +81,32 @@ ModeName = Annotated[str, AfterValidator(_a_mode), WithJsonSchema(
 MAX_PROFILE_CHARS = 128
 MAX_ID_CHARS = 512
 SESSION_INIT_POOL = 50  # memories session_init ranks before it fills the budget
+# What each operation does, as the MCP tools and the HTTP API's OpenAPI description both
+# say it to an agent (and its developer): one text per operation.
+DESCRIPTIONS: dict[str, str] = {
+    "session_init": "Call first, at the start of a session: the Core Memory blocks (the "
+                    "user's profile first), then the best memories the blocks do not "
+                    "already say (recalled for the query if given, else the most "
+                    "important) within a character budget.",
+    "store": "Store memories worth keeping. Each is checked on its own: the answer lists "
+             "those refused, naming their field, and the id of each accepted. A record "
+             "with an id stored before updates it. Counts toward the 50-store trigger and "
+             "the idle timer.",
+    "recall": "The memories most like the query, best first, each with its day. A summary "
+              "shows the members that matched; get gives it whole. Deep recall adds the "
+              "cold tier: an original a newer memory superseded says so (superseded_by).",
+    "get": "One memory by Reverie id or your own id, in any tier (or its tombstone).",
+    "consolidate": "Consolidate the profile. A dry run answers with the preview at once. "
+                   "A real run is a Prefect flow run, started without waiting: its id, "
+                   "state and UI link come back at once.",
+    "consolidation_status": "When each flow last ran for the profile, its scheduled runs, "
+                            "the runs that failed, and the run history.",
+    "session_end": "Call at the end of a session. With the Prefect deployments' triggers, "
+                   "a full consolidation follows (consolidation_follows says whether one "
+                   "will).",
+    "undo": "Undo a consolidation by its id (c-...) or its summary's id: its originals "
+            "come back hot.",
+}
 
 
 # --- checks -------------------------------------------------------------------------------
@@ -346,6 +372,18 @@ def store_memories(
     return result
 
 
+def what_blocks_take() -> str:
+    """Which memories each Core Memory block takes, by this configuration (said with
+    ``store``): an agent that stores preferences at the default confidence, or never
+    recalls with track, otherwise finds two blocks empty without knowing why."""
+    from reverie.models.settings import get_settings
+    from reverie.tasks.blocks import block_rules
+
+    rules = block_rules(get_settings().consolidation_config().blocks)
+    return "Core Memory (session_init) takes: " + "; ".join(
+        f"{block}, {rule}" for block, rule in rules.items()) + "."
+
+
 def _record_number(where: str) -> int:
     """N of "record N" (what a refusal of a store call names); 0 for anything else."""
     number = where.removeprefix("record ")
@@ -399,9 +437,10 @@ def session_init(
     store: Store, who: Principal, profile: object, query: object = None, k: object = 10,
     budget_chars: object = None, cache: RecallCache | None = None,
 ) -> dict[str, Any]:
-    """What an agent reads at the start of a session: the Core Memory blocks, then the
-    best memories (recalled for ``query``, else the most important hot ones), while
-    they fit ``budget_chars`` (default ``REVERIE_API_CONTEXT_CHARS``). A profile the
+    """What an agent reads at the start of a session: the Core Memory blocks (in
+    priority order, the user's profile first), then the best memories the blocks given
+    do not already quote (recalled for ``query``, else the most important hot ones),
+    while they fit ``budget_chars`` (default ``REVERIE_API_CONTEXT_CHARS``). A profile the
     token covers but the store does not hold yet starts empty."""
     from reverie.models.repositories.blocks import blocks as blocks_of
     from reverie.recall.search import recall as recall_memories
@@ -419,11 +458,13 @@ def session_init(
         blocks = [b for b in blocks_of(tx) if b.content]
     left = budget
     chosen_blocks = []
+    quoted: set[str] = set()  # what the blocks given already say: not said again below
     for b in blocks:
         if len(b.content) <= left:
             chosen_blocks.append({"block_type": b.block_type, "content": b.content,
                                   "version": b.version})
             left -= len(b.content)
+            quoted.update(b.source_ids or [])
     if text is not None:
         found: list[tuple[float | None, MemoryView | Memory, str]] = [
             (h.score, h.memory, h.text) for h in
@@ -445,7 +486,7 @@ def session_init(
         # A recalled summary shows its members that matched (``text``), not itself.
         if len(memories) >= most:
             break
-        if len(shown) > left:
+        if len(shown) > left or m.id in quoted:
             continue
         left -= len(shown)
         memories.append({"score": score, "id": m.id, "external_id": m.external_id,

@@ -9,6 +9,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+USER_PROFILE = "user_profile"
+PROJECT_CONTEXT = "project_context"
+BEHAVIORAL_PATTERNS = "behavioral_patterns"
+ACTIVE_DECISIONS = "active_decisions"
+LEARNED_PREFERENCES = "learned_preferences"
+# Also the priority order: when the total is over budget, later blocks give way first
+# among blocks of equal length; blocks are read in this order (an agent's session_init
+# with a small budget gets the user's profile first).
+BLOCK_TYPES = (
+    USER_PROFILE, PROJECT_CONTEXT, BEHAVIORAL_PATTERNS, ACTIVE_DECISIONS, LEARNED_PREFERENCES,
+)
+
 SEPARATOR = "\n---\n"
 ELLIPSIS = "…"
 

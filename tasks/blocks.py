@@ -28,7 +28,13 @@ from datetime import datetime
 
 from reverie.engines.wording import Summarizer, fallback_notes, summarizer_for
 from reverie.models.block_text import (
+    ACTIVE_DECISIONS,
+    BEHAVIORAL_PATTERNS,
+    BLOCK_TYPES,
+    LEARNED_PREFERENCES,
+    PROJECT_CONTEXT,
     SEPARATOR,
+    USER_PROFILE,
     cut_words,
     fact_text,
     fit_facts,
@@ -41,16 +47,6 @@ from reverie.models.repositories.memories import memories as memories_of
 from reverie.models.store import Store
 from reverie.tasks.step import Change, StepArgs, StepReport, preview, step_task
 
-USER_PROFILE = "user_profile"
-PROJECT_CONTEXT = "project_context"
-BEHAVIORAL_PATTERNS = "behavioral_patterns"
-ACTIVE_DECISIONS = "active_decisions"
-LEARNED_PREFERENCES = "learned_preferences"
-# Also the priority order: when the total is over budget, later blocks give way first
-# among blocks of equal length.
-BLOCK_TYPES = (
-    USER_PROFILE, PROJECT_CONTEXT, BEHAVIORAL_PATTERNS, ACTIVE_DECISIONS, LEARNED_PREFERENCES,
-)
 # Blocks an LLM summarizer may word (the other three are structured lists).
 PROSE_BLOCKS = frozenset({USER_PROFILE, PROJECT_CONTEXT})
 

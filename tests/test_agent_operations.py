@@ -344,3 +344,37 @@ def test_a_store_call_that_stores_nothing_names_every_refusal(store: Store) -> N
     assert status_of(refused.value) == 422 and body["field"] == "content"
     assert [(r["record"], r["field"]) for r in body["rejected"]] == [
         ("record 1", "content"), ("record 2", "importance"), ("record 3", None)]
+
+
+def test_session_init_reads_the_users_profile_first_and_says_nothing_twice(
+    store: Store,
+) -> None:
+    """An agent trial: with a small budget the user's profile gave way to the
+    alphabetically first block, and the memories after the blocks repeated lines the
+    blocks had just said."""
+    from datetime import datetime
+
+    from reverie.models.records import BlockPlan
+    from reverie.models.repositories.blocks import upsert_blocks
+
+    ana = Principal(frozenset({"ana"}))
+    texts = ["Ana works as a nurse in Lyon", "Ana prefers tea to coffee",
+             "Ana plays the cello on Fridays"]
+    ids = ops.store_memories(store, ana, "ana", [
+        {"content": t, "importance": rank}
+        for t, rank in zip(texts, (0.9, 0.5, 0.8), strict=True)])["ids"]
+    patterns = f"{texts[2]}\n---\nAna walks to work"
+    with store.writing("ana") as tx:
+        upsert_blocks(tx, [BlockPlan("behavioral_patterns", patterns, (ids[2],)),
+                           BlockPlan("user_profile", texts[0], (ids[0],))],
+                      datetime(2026, 1, 1))
+    whole = ops.session_init(store, ana, "ana")
+    assert [b["block_type"] for b in whole["blocks"]] == ["user_profile",
+                                                          "behavioral_patterns"]
+    assert [m["content"] for m in whole["memories"]] == [texts[1]]
+    # Room for one block: the user's profile; then a memory no given block quotes.
+    small = ops.session_init(store, ana, "ana", budget_chars=len(texts[0]) + len(texts[2]))
+    assert [b["block_type"] for b in small["blocks"]] == ["user_profile"]
+    assert [m["content"] for m in small["memories"]] == [texts[2]]
+    recalled = ops.session_init(store, ana, "ana", query="what does Ana do for work?")
+    assert texts[0] not in [m["content"] for m in recalled["memories"]]

@@ -221,6 +221,8 @@ def test_the_description_names_the_bearer_scheme_and_the_refusals(api: Running) 
                 continue
             assert operation["security"] == [{"bearer": []}], path
             assert {"401", "403", "413", "422"} <= set(operation["responses"]), path
+            if path != "/mcp":
+                assert operation.get("description"), path  # what the MCP tool says
     # Every field of a session's start and end, and of a consolidation, has a default:
     # no body at all is one (a consolidation's is not sent here: it would start a run).
     consolidate = described["paths"]["/v1/profiles/{profile}/consolidate"]["post"]

@@ -155,6 +155,13 @@ def test_tools_describe_every_argument_and_refuse_bad_ones_naming_the_field(
                 assert t.description and "\n" not in t.description, t.name
                 for name, schema in t.input_schema["properties"].items():
                     assert schema.get("description"), (t.name, name)
+            described = {t.name: t for t in tools}
+            # Which memories reach the two blocks that stay empty without knowing it.
+            assert "learned_preferences, opinions and preferences trusted at least 0.7" \
+                in described["store"].description
+            assert "recall --track" in described["store"].description
+            assert described["undo"].input_schema["properties"]["id"]["description"] \
+                .startswith("A consolidation's id (c-...")
             # The current modes only: an old name (ALIASES) is taken, not offered.
             [consolidate] = [t for t in tools if t.name == "consolidate"]
             modes = offered_names(consolidate.input_schema["properties"]["mode"],

@@ -1034,8 +1034,12 @@ def _session_end(
 
     store = _store()
     store.resolve_profiles(profile)
-    count, _ = end_session(store, profile, session)
-    print(f"{profile}: session {count} ended")
+    ended = end_session(store, profile, session)
+    if not ended.counted:
+        print(f"{profile}: session {session} had ended already (session {ended.count}): "
+              "not counted again")
+        return EXIT_OK
+    print(f"{profile}: session {ended.count} ended")
     if not api_configured():
         # The consolidation that follows a session end is a Prefect trigger's.
         print(f"no Prefect API is configured (PREFECT_API_URL): no run follows; "

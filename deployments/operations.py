@@ -508,10 +508,11 @@ def session_end(
     if _new(store, who, name):
         # A first session that stored nothing: nothing to count or consolidate yet.
         return {"profile": name, "session": session_id, "session_count": 0,
-                "consolidation_follows": False}
-    count, sent = end_session(store, name, session_id)
-    return {"profile": name, "session": session_id, "session_count": count,
-            "consolidation_follows": sent and _operator_api()}
+                "consolidation_follows": False, "already_ended": False}
+    ended = end_session(store, name, session_id)
+    return {"profile": name, "session": session_id, "session_count": ended.count,
+            "consolidation_follows": ended.sent and _operator_api(),
+            "already_ended": not ended.counted}
 
 
 def undo(store: Store, who: Principal, profile: object, ident: object) -> dict[str, Any]:

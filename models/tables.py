@@ -111,6 +111,8 @@ class Profile(SQLModel, table=True):
     # alone): a server's recall cache is valid while it holds still. Bookkeeping, not
     # memory state.
     write_seq: int = Field(default=0, sa_column_kwargs={"server_default": "0"})
+    # The session that ended last: its end sent again (a retry) is not counted twice.
+    last_session_id: str | None = None
 
 
 class Memory(SQLModel, table=True):

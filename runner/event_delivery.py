@@ -229,16 +229,22 @@ def deliver(store_url: str) -> None:
                     type(exc).__name__)
 
 
-def end_session(store: Store, profile: str, session: str | None) -> tuple[int, bool]:
-    """Count the end of one of ``profile``'s sessions: its number, and whether its events
-    (full consolidation follows through the session trigger) were queued and sent."""
+@dataclass(frozen=True)
+class SessionEnded:
+    count: int  # the profile's sessions ended so far
+    counted: bool  # False: this session had ended already (a retry), nothing was done
+    sent: bool  # its events (full consolidation follows, by the trigger) queued and sent
+
+
+def end_session(store: Store, profile: str, session: str | None) -> SessionEnded:
+    """Count the end of one of ``profile``'s sessions, once per session id."""
     queue_events = wanted()
     with store.writing(profile) as tx:
-        count = count_end(tx, session, utcnow(), store.settings.session_trigger_every,
-                          queue_events)
-    if queue_events:
+        count, counted = count_end(tx, session, utcnow(),
+                                   store.settings.session_trigger_every, queue_events)
+    if queue_events and counted:
         deliver(store.url)
-    return count, queue_events
+    return SessionEnded(count, counted, queue_events and counted)
 
 
 def _count(store_url: str) -> int:

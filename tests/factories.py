@@ -191,8 +191,8 @@ def end_session(store: Store, profile: str, session_id: str | None = None,
     store.resolve_profiles(profile)
     queue_events = wanted()
     with store.writing(profile) as tx:
-        count = end(tx, session_id, at or utcnow(), store.settings.session_trigger_every,
-                    queue_events)
+        count, _ = end(tx, session_id, at or utcnow(), store.settings.session_trigger_every,
+                       queue_events)
     if queue_events:
         deliver(store.url)
     return count

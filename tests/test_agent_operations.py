@@ -117,7 +117,7 @@ def test_a_profile_the_token_names_before_its_first_store_reads_as_empty(
     new = Principal(frozenset({"newcomer"}))
     assert ops.session_end(store, new, "newcomer", "s1") == {
         "profile": "newcomer", "session": "s1", "session_count": 0,
-        "consolidation_follows": False}
+        "consolidation_follows": False, "already_ended": False}
     at = datetime(2026, 1, 1, 3)
     monkeypatch.setattr(status, "scheduled_runs", lambda: {
         "decay": [(at, None), (at, "other"), (at, ["other", "newcomer"]), (at, "newcomer")]})
@@ -378,3 +378,27 @@ def test_session_init_reads_the_users_profile_first_and_says_nothing_twice(
     assert [m["content"] for m in small["memories"]] == [texts[2]]
     recalled = ops.session_init(store, ana, "ana", query="what does Ana do for work?")
     assert texts[0] not in [m["content"] for m in recalled["memories"]]
+
+
+def test_a_session_end_sent_again_counts_once(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A client's retry of a session end (an agent trial sent "chat-1" twice and counted
+    two sessions, each a step toward the session trigger): counted and its events queued
+    once; another session, or one without an id, counts."""
+    monkeypatch.setattr(event_delivery, "api_url", lambda: "http://127.0.0.1:9/api")
+    monkeypatch.setattr(event_delivery, "deliver", lambda url: None)
+    ana = Principal(frozenset({"ana"}))
+    ops.store_memories(store, ana, "ana", [{"content": "Ana plays the cello"}])
+    first = ops.session_end(store, ana, "ana", "chat-1")
+    again = ops.session_end(store, ana, "ana", "chat-1")
+    assert (first["session_count"], first["already_ended"]) == (1, False)
+    assert (again["session_count"], again["already_ended"]) == (1, True)
+    assert not again["consolidation_follows"]
+    assert ops.session_end(store, ana, "ana", "chat-2")["session_count"] == 2
+    assert ops.session_end(store, ana, "ana")["session_count"] == 3
+    assert ops.session_end(store, ana, "ana")["session_count"] == 4  # no id: no retry known
+    with store.reading_all() as s:
+        ended = [e.name for e in s.execute(select(OutboxEvent)).scalars()
+                 if e.name == "reverie.session.ended"]
+    assert len(ended) == 4

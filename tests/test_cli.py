@@ -461,3 +461,16 @@ def test_recall_shows_a_summary_by_the_member_that_matched_whole_and_dated(
             assert f"reverie get {summary.id}" in out
     # Groups of five close memories: a member's own words may bring all five; one member
     # alone is covered by tests/test_recall_keys.py. The summary's own words never show.
+
+
+def test_session_end_of_a_session_that_ended_says_so_and_counts_nothing(
+    sample_store: Store, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from reverie.runner import event_delivery
+
+    monkeypatch.setattr(event_delivery, "api_configured", lambda: False)
+    assert main(["session-end", "--profile", "maya", "--session", "chat-1"]) == EXIT_OK
+    assert "maya: session 1 ended" in capsys.readouterr().out
+    assert main(["session-end", "--profile", "maya", "--session", "chat-1"]) == EXIT_OK
+    assert "maya: session chat-1 had ended already (session 1): not counted again" in \
+        capsys.readouterr().out

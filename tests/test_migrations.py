@@ -24,7 +24,7 @@ from reverie.models.vectors import DIMENSION, to_blob
 
 from factories import acquire_leases, get_memory, in_read, record_runs, stored_vector
 
-HEAD = "0007"
+HEAD = "0008"
 
 
 def test_the_schema_head_the_store_checks_is_the_newest_migration() -> None:

@@ -142,15 +142,20 @@ def lease_holders(s: Session) -> dict[str, str]:
 
 def end_session(
     tx: ProfileTx, session_id: str | None, at: datetime, every: int, queue_events: bool
-) -> int:
+) -> tuple[int, bool]:
     """Count a finished session of the profile; with ``queue_events``, queue the events
     that tell Prefect (full consolidation follows, through the deployment triggers) in
-    the outbox, for the caller to deliver once committed. Returns the session count."""
+    the outbox, for the caller to deliver once committed. Returns the session count, and
+    whether this call counted it: the end of the session that ended last, sent again (a
+    client's retry), counts nothing and queues nothing."""
     row = tx.session.get(Profile, tx.profile)
     if row is None:
         raise NotFoundError(f"no profile named {tx.profile!r}")
+    if session_id is not None and session_id == row.last_session_id:
+        return row.session_count, False
     row.session_count += 1
+    row.last_session_id = session_id
     count = row.session_count
     if queue_events:
         outbox.add(tx.session, events.session_events(tx.profile, session_id, count, at, every))
-    return count
+    return count, True

@@ -899,9 +899,9 @@ def plan_supersessions(
     """The supersessions among ``candidates`` (row-aligned with ``vectors``): pure.
 
     Only pairs that may conflict are searched and compared: of one entity, kind and
-    set of relations, each stating a number or a name (``fact_groups``). The others
-    would be found by the search only to fail the word test, and at 100k memories
-    finding and skipping them was most of dedup's time (#37)."""
+    set of relations, each stating a number or a name, or a denial and what it denies
+    (``fact_groups``). The others would be found by the search only to fail the word
+    test, and at 100k memories finding and skipping them was most of dedup's time (#37)."""
     if len(candidates) < 2:
         return []
     with ThreadPoolExecutor(1, thread_name_prefix="cells") as pool:
@@ -1010,12 +1010,22 @@ def _with_restated(
 def fact_groups(candidates: Sequence[MemoryView], texts: Sequence[Values]) -> np.ndarray:
     """Per candidate, a group number such that only two of one group may state two
     values of one fact: one entity, one kind, the same relations (``conflicting``);
-    -1 for a text that states no number and no name, which disagrees with none."""
+    -1 for a text that disagrees with none: it states no number and no name, denies
+    nothing, and says no word a denial of its group denies ("the user drinks black
+    coffee every morning" beside "... green tea in the morning, no more coffee": neither
+    names anything, and the coffee stayed hot and first)."""
+    keys = [(m.entity or "", m.kind, v.relations) for m, v in zip(candidates, texts,
+                                                                   strict=True)]
+    denied: dict[tuple[str, str, frozenset[str]], set[str]] = {}
+    for key, v in zip(keys, texts, strict=True):
+        if v.negated:
+            denied.setdefault(key, set()).update(v.denied or v.stems)
     numbered: dict[tuple[str, str, frozenset[str]], int] = {}
     return np.array([
-        numbered.setdefault((m.entity or "", m.kind, v.relations), len(numbered))
-        if may_conflict(v) else -1
-        for m, v in zip(candidates, texts, strict=True)
+        numbered.setdefault(key, len(numbered))
+        if may_conflict(v) or v.negated or (denied and not denied.get(key, set()).isdisjoint(
+            v.stems)) else -1
+        for key, v in zip(keys, texts, strict=True)
     ], dtype=np.int64)
 
 

@@ -657,6 +657,30 @@ def test_a_sentence_still_ends_at_a_point_after_a_word() -> None:
         "Met Dr. Ito at 5 p.m. on Monday.", "The rent is 900 euros;", "Bob is 40.")
 
 
+@pytest.mark.parametrize("denial_is_newer", [True, False])
+def test_a_denial_supersedes_what_it_denies_though_neither_names_anything(
+    denial_is_newer: bool,
+) -> None:
+    """An agent trial: "no more coffee" stayed hot beside "drinks black coffee every
+    morning", and recall answered with the coffee, since neither states a number or a
+    name. Whichever is newer stands; a text that says no word the denial denies is not
+    even compared."""
+    denial = "The user switched to green tea in the morning, no more coffee."
+    habit = "The user drinks black coffee every morning."
+    other = "The user walks the dog every morning."
+    days = (10, 90) if denial_is_newer else (90, 10)
+    memories = [view("no", content=denial, created_at=AS_OF - timedelta(days=days[0])),
+                view("yes", content=habit, created_at=AS_OF - timedelta(days=days[1])),
+                view("dog", content=other, created_at=AS_OF - timedelta(days=50))]
+    texts = [supersede.values(m.content) for m in memories]
+    assert supersede.fact_groups(memories, texts).tolist()[2] == -1
+    (plan,) = plan_supersessions("p", memories, np.stack(
+        [axis(0), at_cosine(0.6), at_cosine(0.5)]), CONFIG)
+    newest, older = ("no", "yes") if denial_is_newer else ("yes", "no")
+    assert (plan.newest_id, plan.member_ids) == (newest, (older,))
+    assert plan.conflicts == {older: "negation"}
+
+
 def test_a_fragment_is_never_restated() -> None:
     older = view("old", content="The user's rent is 900 euros a month. Cellist.",
                  created_at=AS_OF - timedelta(days=90))

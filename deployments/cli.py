@@ -1319,8 +1319,8 @@ def _blocks(profile: Profile, json_: Json = False) -> int:
     if json_:
         _print_json([b.model_dump() for b in blocks])
         return EXIT_OK
+    from reverie.models.block_text import block_rules
     from reverie.models.settings import get_settings
-    from reverie.tasks.blocks import block_rules
 
     rules = block_rules(get_settings().consolidation_config().blocks)
     if not blocks:

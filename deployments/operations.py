@@ -376,8 +376,8 @@ def what_blocks_take() -> str:
     """Which memories each Core Memory block takes, by this configuration (said with
     ``store``): an agent that stores preferences at the default confidence, or never
     recalls with track, otherwise finds two blocks empty without knowing why."""
+    from reverie.models.block_text import block_rules
     from reverie.models.settings import get_settings
-    from reverie.tasks.blocks import block_rules
 
     rules = block_rules(get_settings().consolidation_config().blocks)
     return "Core Memory (session_init) takes: " + "; ".join(

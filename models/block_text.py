@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from reverie.models.config import BlocksConfig
+
 USER_PROFILE = "user_profile"
 PROJECT_CONTEXT = "project_context"
 BEHAVIORAL_PATTERNS = "behavioral_patterns"
@@ -58,3 +60,18 @@ def fit_facts(facts: Sequence[str], limit: int) -> list[str]:
             break
         kept.append(fact)
     return kept
+
+
+def block_rules(config: BlocksConfig) -> dict[str, str]:
+    """What each block holds, as ``reverie blocks``, reports and the MCP ``store`` tool
+    say it (here, not in ``tasks.blocks``: a read command imports no Prefect)."""
+    top = config.facts_per_block
+    return {
+        USER_PROFILE: f"the {top} semantic or opinion facts used most (ties: most important)",
+        PROJECT_CONTEXT: f"the {top} newest episodic facts (a summary by its newest event)",
+        BEHAVIORAL_PATTERNS: f"the {top} most trusted behavioral or pattern memories",
+        ACTIVE_DECISIONS: f"decisions used at least {config.decision_min_access} times "
+                          "(an access is counted by recall --track or record_access)",
+        LEARNED_PREFERENCES: "opinions and preferences trusted at least "
+                             f"{config.preference_min_confidence:g}",
+    }

@@ -35,6 +35,7 @@ from reverie.models.block_text import (
     PROJECT_CONTEXT,
     SEPARATOR,
     USER_PROFILE,
+    block_rules,
     cut_words,
     fact_text,
     fit_facts,
@@ -78,20 +79,6 @@ def _important_then_newest(m: MemoryView) -> tuple[float, float, str]:
     importance breaks them (then the newest), so among facts used equally often (all of
     them, right after an import) the important ones are kept."""
     return (-m.importance, *_newest_first(m))
-
-
-def block_rules(config: BlocksConfig) -> dict[str, str]:
-    """What each block holds, as ``reverie blocks`` and reports say it."""
-    top = config.facts_per_block
-    return {
-        USER_PROFILE: f"the {top} semantic or opinion facts used most (ties: most important)",
-        PROJECT_CONTEXT: f"the {top} newest episodic facts (a summary by its newest event)",
-        BEHAVIORAL_PATTERNS: f"the {top} most trusted behavioral or pattern memories",
-        ACTIVE_DECISIONS: f"decisions used at least {config.decision_min_access} times "
-                          "(an access is counted by recall --track or record_access)",
-        LEARNED_PREFERENCES: "opinions and preferences trusted at least "
-                             f"{config.preference_min_confidence:g}",
-    }
 
 
 def block_sources(

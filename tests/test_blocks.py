@@ -199,7 +199,7 @@ def test_importance_breaks_ties_the_seeds_order_leaves_open() -> None:
 
 
 def test_each_block_states_its_rule() -> None:
-    from reverie.tasks.blocks import block_rules
+    from reverie.models.block_text import block_rules
 
     rules = block_rules(BlocksConfig(decision_min_access=4, facts_per_block=3))
     assert set(rules) == set(BLOCK_TYPES)

@@ -117,6 +117,18 @@ def test_short_reads_run_without_importing_numpy_or_the_knobs(sample_store: Stor
         assert done.stderr.splitlines()[-1] == "[]", words
 
 
+def test_reading_the_blocks_imports_no_prefect(sample_store: Store) -> None:
+    """An agent trial timed `reverie blocks` at 3 to 4.5 s: the rules it prints came
+    with the compile step's module, and Prefect with it (1.3 s)."""
+    code = ("import atexit, sys; atexit.register(lambda: print('prefect' in sys.modules, "
+            "file=sys.stderr)); from reverie.deployments.executable import console; console()")
+    env = {**os.environ, "REVERIE_DATABASE_URL": sample_store.url}
+    done = subprocess.run([sys.executable, "-c", code, "blocks", "--profile", "maya"],
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "maya" in done.stdout, done.stderr[-2000:]
+    assert done.stderr.splitlines()[-1] == "False"
+
+
 def _parsed(argv: list[str]) -> dict[str, Any]:
     """The values a line gives its command, parsed as `reverie` would, run never."""
     root = fresh_command()

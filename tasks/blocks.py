@@ -93,8 +93,18 @@ def block_sources(
         key: Callable[[MemoryView], tuple],
         limit: int | None,
     ) -> list[MemoryView]:
-        chosen = sorted((m for m in live if keep(m)), key=key)
-        return chosen[:limit] if limit is not None else chosen
+        chosen: list[MemoryView] = []
+        said: set[str] = set()
+        for m in sorted((m for m in live if keep(m)), key=key):
+            # The same words stored twice (no dedup run since): one fact, said once.
+            text = fact_text(m.content).casefold()
+            if text in said:
+                continue
+            said.add(text)
+            chosen.append(m)
+            if limit is not None and len(chosen) == limit:
+                break
+        return chosen
 
     return {
         USER_PROFILE: pick(

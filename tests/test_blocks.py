@@ -79,6 +79,17 @@ def test_ranked_blocks_take_the_top_five() -> None:
     assert sources(memories)[USER_PROFILE] == ["s7", "s6", "s5", "s4", "s3"]
 
 
+def test_the_same_words_stored_twice_are_one_fact_in_a_block() -> None:
+    """An agent trial's project_context said each line twice: its agent loop, run twice,
+    stored the same sentences again, and no dedup had run since."""
+    memories = [view("a1", kind="episodic", content="I moved to Lyon last month"),
+                view("a2", kind="episodic", content="I  moved to lyon last month"),
+                view("b", kind="episodic", content="My sister Ines visits in May")]
+    assert sorted(sources(memories)[PROJECT_CONTEXT]) in (["a1", "b"], ["a2", "b"])
+    more = [view(f"s{i}", kind="semantic", content=f"fact {i % 2}") for i in range(8)]
+    assert len(sources(more)[USER_PROFILE]) == 2  # two facts, not five lines
+
+
 def test_cold_archived_and_expired_memories_are_left_out() -> None:
     memories = [
         view("cold", kind="semantic", tier=Tier.COLD, superseded_by="x"),
@@ -149,7 +160,7 @@ def test_facts_are_one_line_each_and_empty_blocks_are_empty() -> None:
 
 
 def test_source_ids_list_only_the_facts_that_fit() -> None:
-    memories = [view(f"s{i}", kind="semantic", content="w" * 200, access_count=9 - i)
+    memories = [view(f"s{i}", kind="semantic", content=str(i) * 200, access_count=9 - i)
                 for i in range(3)]
     plans, _ = plan_blocks(block_sources(memories, AS_OF, CONFIG), CONFIG)
     profile = next(p for p in plans if p.block_type == USER_PROFILE)

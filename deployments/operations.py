@@ -508,11 +508,29 @@ def session_end(
     if _new(store, who, name):
         # A first session that stored nothing: nothing to count or consolidate yet.
         return {"profile": name, "session": session_id, "session_count": 0,
-                "consolidation_follows": False, "already_ended": False}
+                "consolidation_follows": False, "already_ended": False,
+                "why_not": "the profile holds no memory yet: nothing to consolidate"}
     ended = end_session(store, name, session_id)
-    return {"profile": name, "session": session_id, "session_count": ended.count,
-            "consolidation_follows": ended.sent and _operator_api(),
-            "already_ended": not ended.counted}
+    follows = ended.sent and _operator_api()
+    answer = {"profile": name, "session": session_id, "session_count": ended.count,
+              "consolidation_follows": follows, "already_ended": not ended.counted}
+    if not follows:
+        answer["why_not"] = _why_no_run(ended.counted)
+    return answer
+
+
+def _why_no_run(counted: bool) -> str:
+    """Why a session end starts no consolidation: an agent trial saw only ``false``."""
+    from reverie.runner.event_delivery import wanted
+
+    if not counted:
+        return "this session had ended already: its end was counted then"
+    if not _operator_api():
+        return ("no Prefect API with Reverie's deployments is configured (PREFECT_API_URL): "
+                "nothing acts on the session's end; call consolidate to run one now")
+    if not wanted():
+        return "events are off (REVERIE_EMIT_EVENTS=false): no trigger sees the end"
+    return "its events could not be queued"
 
 
 def undo(store: Store, who: Principal, profile: object, ident: object) -> dict[str, Any]:

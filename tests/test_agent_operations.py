@@ -117,7 +117,8 @@ def test_a_profile_the_token_names_before_its_first_store_reads_as_empty(
     new = Principal(frozenset({"newcomer"}))
     assert ops.session_end(store, new, "newcomer", "s1") == {
         "profile": "newcomer", "session": "s1", "session_count": 0,
-        "consolidation_follows": False, "already_ended": False}
+        "consolidation_follows": False, "already_ended": False,
+        "why_not": "the profile holds no memory yet: nothing to consolidate"}
     at = datetime(2026, 1, 1, 3)
     monkeypatch.setattr(status, "scheduled_runs", lambda: {
         "decay": [(at, None), (at, "other"), (at, ["other", "newcomer"]), (at, "newcomer")]})
@@ -395,10 +396,16 @@ def test_a_session_end_sent_again_counts_once(
     assert (first["session_count"], first["already_ended"]) == (1, False)
     assert (again["session_count"], again["already_ended"]) == (1, True)
     assert not again["consolidation_follows"]
-    assert ops.session_end(store, ana, "ana", "chat-2")["session_count"] == 2
-    assert ops.session_end(store, ana, "ana")["session_count"] == 3
-    assert ops.session_end(store, ana, "ana")["session_count"] == 4  # no id: no retry known
+    assert again["why_not"] == "this session had ended already: its end was counted then"
+    assert first["consolidation_follows"] and "why_not" not in first
+    monkeypatch.setattr(event_delivery, "api_url", lambda: None)
+    alone = ops.session_end(store, ana, "ana", "chat-0")
+    assert not alone["consolidation_follows"] and "PREFECT_API_URL" in alone["why_not"]
+    monkeypatch.setattr(event_delivery, "api_url", lambda: "http://127.0.0.1:9/api")
+    assert ops.session_end(store, ana, "ana", "chat-2")["session_count"] == 3
+    assert ops.session_end(store, ana, "ana")["session_count"] == 4
+    assert ops.session_end(store, ana, "ana")["session_count"] == 5  # no id: no retry known
     with store.reading_all() as s:
         ended = [e.name for e in s.execute(select(OutboxEvent)).scalars()
                  if e.name == "reverie.session.ended"]
-    assert len(ended) == 4
+    assert len(ended) == 4  # chat-0 was ended without an API: no event kept

@@ -550,12 +550,22 @@ def consolidation_status(
     """AutoMem's status for the profile: the last run of each flow, the scheduled runs
     that cover it, and the history. A profile the token names that the store does not
     hold yet has none."""
-    from reverie.deployments.status import Status, active_runs, collect, covers, scheduled_runs
+    from reverie.deployments.status import (
+        Status,
+        active_runs,
+        collect,
+        covers,
+        failed_runs,
+        scheduled_runs,
+    )
 
     name = _allowed(store, who, profile, must_exist=False)
     most = _count(limit, "limit", 1, 1000)
-    status = Status(next_runs=scheduled_runs()) if _new(store, who, name) else collect(
-        store, name, most)
+    # A new profile has no history, but Prefect may have runs that covered it (every
+    # profile's): read as for any profile, so `failed` is a list whenever it can be.
+    status = Status(next_runs=scheduled_runs(),
+                    failed=failed_runs(lambda selector: covers(selector, name))) \
+        if _new(store, who, name) else collect(store, name, most)
 
     # Not ``status.as_json``: ``reverie status --json`` writes its times as the store
     # keeps them, without an offset.

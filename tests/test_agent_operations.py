@@ -122,8 +122,10 @@ def test_a_profile_the_token_names_before_its_first_store_reads_as_empty(
     at = datetime(2026, 1, 1, 3)
     monkeypatch.setattr(status, "scheduled_runs", lambda: {
         "decay": [(at, None), (at, "other"), (at, ["other", "newcomer"]), (at, "newcomer")]})
+    monkeypatch.setattr(status, "failed_runs", lambda wanted: [])
     said = ops.consolidation_status(store, new, "newcomer")
     assert said["last"] == {} and said["history"] == []
+    assert said["failed"] == []  # a list, as for a profile with history (it was None)
     # Only the runs that cover the profile, none naming another.
     assert said["next"] == {"decay": [
         {"at": "2026-01-01T03:00:00+00:00", "profile": None},

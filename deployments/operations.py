@@ -81,6 +81,12 @@ ModeName = Annotated[str, AfterValidator(_a_mode), WithJsonSchema(
 MAX_PROFILE_CHARS = 128
 MAX_ID_CHARS = 512
 SESSION_INIT_POOL = 50  # memories session_init ranks before it fills the budget
+# The kinds the seeds give a meaning (the design's open vocabulary): a record of another
+# is stored, and its store answer says that no Core Memory block will take it ("fact"
+# was taken without a word, and never showed in session_init).
+SEED_KINDS = frozenset(
+    "episodic semantic opinion preference decision insight pattern behavioral procedural "
+    "context".split())
 # What each operation does, as the MCP tools and the HTTP API's OpenAPI description both
 # say it to an agent (and its developer): one text per operation.
 DESCRIPTIONS: dict[str, str] = {
@@ -90,8 +96,9 @@ DESCRIPTIONS: dict[str, str] = {
                     "important) within a character budget.",
     "store": "Store memories worth keeping. Each is checked on its own: the answer lists "
              "those refused, naming their field, and the id of each accepted. A record "
-             "with an id stored before updates it. Counts toward the 50-store trigger and "
-             "the idle timer.",
+             "with an id stored before updates it; notes name a record stored of a kind "
+             "no Core Memory block takes. Counts toward the 50-store trigger and the idle "
+             "timer.",
     "recall": "The memories most like the query, best first, each with its day. A summary "
               "shows the members that matched; get gives it whole. Deep recall adds the "
               "cold tier: an original a newer memory superseded says so (superseded_by).",
@@ -357,6 +364,13 @@ def store_memories(
         rejected.append({"record": where, "field": e.field, "message": e.message})
     # In the call's order: those refused here and those ingest refused were two lists.
     rejected.sort(key=lambda r: _record_number(r["record"]))
+    stored_at = {f"record {n}" for n in positions} - {r["record"] for r in rejected}
+    notes = [f"record {n}: kind {kind!r} is none the seeds give a meaning "
+             f"({', '.join(sorted(SEED_KINDS))}): stored, but no Core Memory block takes it"
+             for n, r in enumerate(memories, start=1)
+             if f"record {n}" in stored_at and isinstance(r, dict)
+             and r.get("type", "memory") == "memory"
+             and (kind := str(r.get("kind") or "semantic").strip().lower()) not in SEED_KINDS]
     result = {
         "profile": name,
         "stored": report.stored if report else 0,
@@ -366,6 +380,7 @@ def store_memories(
         "ids": list(report.memory_ids) if report else [],
         "released": list(report.released) if report else [],
         "rejected": rejected,
+        "notes": notes,
     }
     if report is None or report.accepted + report.edges == 0:
         raise RecordsRefused(rejected)

@@ -411,3 +411,18 @@ def test_a_session_end_sent_again_counts_once(
         ended = [e.name for e in s.execute(select(OutboxEvent)).scalars()
                  if e.name == "reverie.session.ended"]
     assert len(ended) == 4  # chat-0 was ended without an API: no event kept
+
+
+def test_a_kind_no_seed_gives_a_meaning_is_stored_and_said_of(store: Store) -> None:
+    """An agent trial stored kind "fact": taken without a word, and no block ever took
+    it. Kinds are an open vocabulary (the design's), so it is stored, and said of."""
+    ana = Principal(frozenset({"ana"}))
+    done = ops.store_memories(store, ana, "ana", [
+        {"content": "Ana plays the cello", "kind": "fact"},
+        {"content": "Ana likes tea", "kind": "Preference"},
+        {"content": "", "kind": "fact"},  # refused: no note for it
+        {"content": "Ana met Bo at school", "kind": "episodic"},
+        {"content": "Ana reads at night"}])
+    assert done["stored"] == 4 and [r["record"] for r in done["rejected"]] == ["record 3"]
+    assert len(done["notes"]) == 1 and done["notes"][0].startswith(
+        "record 1: kind 'fact' is none the seeds give a meaning (behavioral, context, ")

@@ -457,6 +457,7 @@ def session_init(
     do not already quote (recalled for ``query``, else the most important hot ones),
     while they fit ``budget_chars`` (default ``REVERIE_API_CONTEXT_CHARS``). A profile the
     token covers but the store does not hold yet starts empty."""
+    from reverie.models.block_text import SEPARATOR, fact_text
     from reverie.models.repositories.blocks import blocks as blocks_of
     from reverie.recall.search import recall as recall_memories
 
@@ -473,18 +474,22 @@ def session_init(
         blocks = [b for b in blocks_of(tx) if b.content]
     left = budget
     chosen_blocks = []
-    quoted: set[str] = set()  # what the blocks given already say: not said again below
+    # What the blocks given already say, by id and by words (a fact stored twice is
+    # quoted by one id): not said again below.
+    quoted: set[str] = set()
+    said: set[str] = set()
     for b in blocks:
         if len(b.content) <= left:
             chosen_blocks.append({"block_type": b.block_type, "content": b.content,
                                   "version": b.version})
             left -= len(b.content)
             quoted.update(b.source_ids or [])
+            said.update(f.casefold() for f in b.content.split(SEPARATOR))
     if text is not None:
         found: list[tuple[float | None, MemoryView | Memory, str]] = [
             (h.score, h.memory, h.text) for h in
-            recall_memories(store, name, text, min(SESSION_INIT_POOL, max(most, 1)),
-                            cache=cache)]
+            recall_memories(store, name, text,
+                            min(SESSION_INIT_POOL, max(most, 1) + len(quoted)), cache=cache)]
         _recalled(store, name, most, len(found))
     else:
         with store.reading(name) as tx:
@@ -501,7 +506,7 @@ def session_init(
         # A recalled summary shows its members that matched (``text``), not itself.
         if len(memories) >= most:
             break
-        if len(shown) > left or m.id in quoted:
+        if len(shown) > left or m.id in quoted or fact_text(shown).casefold() in said:
             continue
         left -= len(shown)
         memories.append({"score": score, "id": m.id, "external_id": m.external_id,

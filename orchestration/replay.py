@@ -264,9 +264,7 @@ def replay(
             notice.tell([(f"its turn to replay {profile}'s history", turn.holder_of(key),
                           time.monotonic() - since)])
             time.sleep(TURN_POLL_SECONDS)
-        # Runs already in the history count: a backfill into the past after a later
-        # scheduled run is as late as one asked for during this replay.
-        last = history_ends(store, [profile]).get(profile)
+        last: tuple[datetime, int] | None = None
         while True:
             # Asked again after each run: a backfill made meanwhile joins in order.
             asked = own + _asked_of_others(store, profile)
@@ -275,6 +273,11 @@ def replay(
                 break
             name, when = todo[0]
             place = (when, SCHEDULE_ORDER[name])
+            # Runs in the history count, read before each run (a scheduled one may land
+            # meanwhile): a backfill into the past after a later scheduled run is as late
+            # as one asked for during this replay.
+            ended = history_ends(store, [profile]).get(profile)
+            last = max(last, ended) if last and ended else (last or ended)
             if last is not None and place < last:
                 # Asked for after a later date had run: nothing can undo that order.
                 report.out_of_order.append(f"{name} {when.isoformat()}")

@@ -233,7 +233,7 @@ def deliver(store_url: str) -> None:
 class SessionEnded:
     count: int  # the profile's sessions ended so far
     counted: bool  # False: this session had ended already (a retry), nothing was done
-    sent: bool  # its events (full consolidation follows, by the trigger) queued and sent
+    sent: bool  # its events (full consolidation follows, by the trigger) queued to send
 
 
 def end_session(store: Store, profile: str, session: str | None) -> SessionEnded:
@@ -242,7 +242,8 @@ def end_session(store: Store, profile: str, session: str | None) -> SessionEnded
     with store.writing(profile) as tx:
         count, counted = count_end(tx, session, utcnow(),
                                    store.settings.session_trigger_every, queue_events)
-    if queue_events and counted:
+    if queue_events:
+        # A retry too: the first call's events may still wait for an API that was down.
         deliver(store.url)
     return SessionEnded(count, counted, queue_events and counted)
 

@@ -346,8 +346,10 @@ NEGATIONS = frozenset("not never nor cannot neither".split())
 # that names the value: "lives in Munich and also plays in a band" still moves house.
 # Words of one more, not a replacement: "adopted a second cat named Pixel" beside "has a
 # cat named Miso" (an agent trial's second cat superseded the first).
-ADDING = frozenset("also additionally besides another second third fourth fifth".split())
-_ADDING_CUES = ADDING | {"too", "well"}  # most texts have none: ``values`` asks first
+ADDING = frozenset("also additionally besides another".split())
+# After "a", one more of a kind ("adopted a second cat"); "the user's second car" is which.
+ORDINALS = frozenset("second third fourth fifth".split())
+_ADDING_CUES = ADDING | ORDINALS | {"too", "well"}  # most texts have none: asked first
 # What parts a sentence for ``adds_value``: not a comma ("works at Meta, too").
 _PARTS = frozenset(".;:!?()[]\"/") | {"and", "but", "while", "whereas"}
 
@@ -364,7 +366,8 @@ def adds_value(parted: Sequence[str], names: Set[str]) -> bool:
         ending = part[:-1] if part[-1:] == [","] else part  # "too, and ..."
         if not names.isdisjoint(part) and (
                 not ADDING.isdisjoint(part) or ending[-1:] == ["too"]
-                or ending[-2:] == ["as", "well"]):
+                or ending[-2:] == ["as", "well"]
+                or any(a == "a" and w in ORDINALS for a, w in pairwise(part))):
             return True
         part = []
     return False
@@ -1019,7 +1022,8 @@ def fact_groups(candidates: Sequence[MemoryView], texts: Sequence[Values]) -> np
     denied: dict[tuple[str, str, frozenset[str]], set[str]] = {}
     for key, v in zip(keys, texts, strict=True):
         if v.negated:
-            denied.setdefault(key, set()).update(v.denied or v.stems)
+            # Only what it denies: its other words would draw a whole entity in.
+            denied.setdefault(key, set()).update(v.denied)
     numbered: dict[tuple[str, str, frozenset[str]], int] = {}
     return np.array([
         numbered.setdefault(key, len(numbered))
@@ -1126,6 +1130,12 @@ ABBREVIATIONS = frozenset(
     "dr mr mrs ms mx prof st jr sr mt ft vs approx dept fig inc ltd corp ave blvd rd "
     "gen col capt lt sgt rev hon".split())
 _LAST_WORD = re.compile(r"([A-Za-z][A-Za-z.]*)\.$")
+_NEXT_WORD = re.compile(r"[A-Za-z]+")
+# Words that open a sentence and follow no abbreviation: after "Acme Inc." or "vitamin
+# D.", "The user ..." is a sentence of its own.
+OPENERS = frozenset(
+    "the a an i he she it we they you my his her our their its this that these those "
+    "there user users".split())
 # The fewest words a restated statement has: one word ("Leroy.") says nothing alone.
 RESTATED_WORDS = 2
 _AND = re.compile(r"(,?)\s+and\s+")
@@ -1412,14 +1422,26 @@ def sentences(text: str) -> list[str]:
     out, start = [], 0
     for gap in _SENTENCES.finditer(text):
         before = text[start:gap.start()]
-        word = _LAST_WORD.search(before) if before.endswith(".") else None
-        if word and (len(word.group(1)) == 1 or "." in word.group(1)
-                     or word.group(1).lower() in ABBREVIATIONS):
+        if before.endswith(".") and _abbreviated(before, text[gap.end():]):
             continue
         out.append(before)
         start = gap.end()
     out.append(text[start:])
     return out
+
+
+def _abbreviated(before: str, after: str) -> bool:
+    """Whether the point ending ``before`` is an abbreviation's or an initial's: a
+    known abbreviation, one letter, or a dotted word of short parts ("p.m.", "e.g.", not
+    "Node.js"), unless the next word opens a sentence."""
+    word = _LAST_WORD.search(before)
+    if word is None:
+        return False
+    last = word.group(1)
+    short = len(last) == 1 or last.lower() in ABBREVIATIONS or (
+        "." in last and all(len(part) <= 2 for part in last.split(".") if part))
+    following = _NEXT_WORD.match(after)
+    return short and not (following and following.group(0).lower() in OPENERS)
 
 
 def clause_conflict(a: str, b: str) -> str | None:

@@ -379,8 +379,13 @@ def test_session_init_reads_the_users_profile_first_and_says_nothing_twice(
     small = ops.session_init(store, ana, "ana", budget_chars=len(texts[0]) + len(texts[2]))
     assert [b["block_type"] for b in small["blocks"]] == ["user_profile"]
     assert [m["content"] for m in small["memories"]] == [texts[2]]
-    recalled = ops.session_init(store, ana, "ana", query="what does Ana do for work?")
-    assert texts[0] not in [m["content"] for m in recalled["memories"]]
+    # k memories still, though the best hit is quoted (the pool grows by the quoted).
+    recalled = ops.session_init(store, ana, "ana", query="what does Ana do for work?", k=1)
+    assert [m["content"] for m in recalled["memories"]] == [texts[1]]
+    # The same words stored again, under another id, are said by the block as well.
+    ops.store_memories(store, ana, "ana", [{"content": texts[0], "id": "again"}])
+    again = ops.session_init(store, ana, "ana", query="what does Ana do for work?")
+    assert texts[0] not in [m["content"] for m in again["memories"]]
 
 
 def test_a_session_end_sent_again_counts_once(
@@ -390,11 +395,15 @@ def test_a_session_end_sent_again_counts_once(
     two sessions, each a step toward the session trigger): counted and its events queued
     once; another session, or one without an id, counts."""
     monkeypatch.setattr(event_delivery, "api_url", lambda: "http://127.0.0.1:9/api")
-    monkeypatch.setattr(event_delivery, "deliver", lambda url: None)
+    delivered: list[str] = []
+    monkeypatch.setattr(event_delivery, "deliver", delivered.append)
     ana = Principal(frozenset({"ana"}))
     ops.store_memories(store, ana, "ana", [{"content": "Ana plays the cello"}])
     first = ops.session_end(store, ana, "ana", "chat-1")
+    delivered.clear()
     again = ops.session_end(store, ana, "ana", "chat-1")
+    # The retry still sends what waits (the first call's API may have been down).
+    assert delivered == [store.url]
     assert (first["session_count"], first["already_ended"]) == (1, False)
     assert (again["session_count"], again["already_ended"]) == (1, True)
     assert not again["consolidation_follows"]

@@ -161,6 +161,10 @@ CONFIG = DedupConfig()
     ("Alice lives in Lyon, in the Croix-Rousse neighbourhood.",
      "Alice moved from Lyon to Grenoble.", "name"),
     ("Alice's cat is named Miso.", "Alice's cat is now named Pixel.", "name"),
+    # An ordinal that says which, not one more.
+    ("The user's second car is a Skoda.", "The user's second car is now a Tesla.", "name"),
+    ("The user's second language is German.", "The user's second language is now Spanish.",
+     "name"),
     ("The user lives at 221 Baker Street.", "The user moved to 10 rue de Rivoli.", "number"),
 ])
 def test_different_values_of_one_fact_conflict(a: str, b: str, kind: str) -> None:
@@ -655,6 +659,14 @@ def test_a_sentence_still_ends_at_a_point_after_a_word() -> None:
     assert supersede.clauses("Met Dr. Ito at 5 p.m. on Monday. The rent is 900 euros; "
                              "Bob is 40.") == (
         "Met Dr. Ito at 5 p.m. on Monday.", "The rent is 900 euros;", "Bob is 40.")
+    # A short word before a sentence's opener, or a dotted name, ends one (a review).
+    for first, second in (("The user works at Acme Inc.", "The user lives in Lyon."),
+                          ("The user takes vitamin D.", "The user runs."),
+                          ("The project uses Next.js.", "The database is Postgres 15."),
+                          ("The user saved it as notes.md.", "It was lost.")):
+        assert supersede.clauses(f"{first} {second}") == (first, second)
+    assert supersede.clause_conflict("The project uses Next.js. The database is Postgres 15.",
+                                     "The database is Postgres 16.") == "number"
 
 
 @pytest.mark.parametrize("denial_is_newer", [True, False])

@@ -659,8 +659,15 @@ def _negation_conflict(va: Values, vb: Values) -> str | None:
     if not no.ended_only and (va.stems <= vb.stems or vb.stems <= va.stems):
         return "negation"
     # Or the other says every word of what one denies ("drinks a cappuccino made with
-    # oat milk every morning"; "switched to black coffee, no more oat milk cappuccino").
-    return "negation" if no.denied and no.denied <= yes.stems else None
+    # oat milk every morning"; "switched to black coffee, no more oat milk cappuccino"),
+    # as what is so: "prefers tea to coffee" says coffee as what is not chosen.
+    return "negation" if no.denied and no.denied <= yes.stems \
+        and yes.words.isdisjoint(_WEIGHING) else None
+
+
+# Words that weigh one thing against another: a text of them may name what a denial
+# denies as the thing not chosen ("prefers tea to coffee in the afternoon").
+_WEIGHING = frozenset("prefer prefers preferred preferring rather than instead".split())
 
 
 # What ends the part of a sentence a negation denies: "no more oat milk cappuccino, but
@@ -680,7 +687,9 @@ def denied(text: str) -> frozenset[str]:
 # up coffee". With a gerund only (or "up"): "stopped by the bakery" ends nothing.
 _STOP_VERBS = frozenset("stop stops stopped stopping quit quits quitting".split())
 _GIVE_VERBS = frozenset("give gives gave given giving".split())
-_STOPPING = _STOP_VERBS | _GIVE_VERBS
+# "Instead of" ends what follows it as "no more" does: "drinks green tea every morning
+# now instead of coffee" (an agent trial's coffee stayed hot and first beside it).
+_STOPPING = _STOP_VERBS | _GIVE_VERBS | {"instead"}
 
 
 # Words in "-ing" that are no gerund: "stopped during the storm" ended nothing.
@@ -691,9 +700,10 @@ _NOT_GERUNDS = frozenset(
 
 def stopped(before: str, word: str) -> bool:
     """Whether ``word`` after ``before`` says a habit ended: a gerund after a verb of
-    stopping, or "up" after "give"."""
+    stopping, "up" after "give", or "of" after "instead"."""
     return (before in _STOP_VERBS and len(word) > 4 and word.endswith("ing")
-            and word not in _NOT_GERUNDS) or (before in _GIVE_VERBS and word == "up")
+            and word not in _NOT_GERUNDS) or (before in _GIVE_VERBS and word == "up") \
+        or (before == "instead" and word == "of")
 
 
 def _say(word: str, stems: frozenset[str], said: set[str], gerunds: set[str]) -> None:
@@ -727,7 +737,7 @@ def _denied(parted: Sequence[str], stems: frozenset[str]) -> frozenset[str]:
             _say(word, stems, said, ended)
         elif stopped(before, word):  # the gerund is what ended: "stopped drinking"
             inside = True
-            if word != "up":
+            if word not in ("up", "of"):
                 _say(word, stems, said, ended)
         else:  # "not", "never", ...; "doesn't" ("doesn", "t"); "no more", "no longer"
             inside = word in NEGATIONS or (word == "t" and before.endswith("n")) or (

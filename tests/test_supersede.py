@@ -111,6 +111,9 @@ CONFIG = DedupConfig()
     ("Lena likes working late at night.", "Lena does not like working late at night.",
      "negation"),
     ("Lena works on Sundays.", "Lena no longer works on Sundays.", "negation"),
+    # "Instead of" ends what follows it, as "no more" does (an agent trial).
+    ("Alice drinks black coffee every morning.",
+     "Alice drinks green tea every morning now instead of coffee.", "negation"),
     ("Lena isn't a morning person.", "Lena is a morning person.", "negation"),
     # A price with decimals is one number; a firm's "& Partner" is no one's partner.
     ("Tom charges 0.10 EUR per word.", "Tom charges 0.12 EUR per word.", "number"),
@@ -192,6 +195,11 @@ def test_different_values_of_one_fact_conflict(a: str, b: str, kind: str) -> Non
     ("Alice has a cat named Miso.", "Alice adopted another cat named Pixel."),
     # A name left behind is no value: both say where Alice lives now.
     ("Alice moved from Lyon to Grenoble.", "Alice lives in Grenoble near the Ile Verte."),
+    # What a preference weighs against is not what it says is so.
+    ("Alice prefers tea to coffee in the afternoon.",
+     "Alice drinks green tea every morning now instead of coffee."),
+    ("Alice drinks green tea every morning.",
+     "Alice drinks green tea every morning now instead of coffee."),
     # Two places of two things, each at its own address.
     ("The user's office is at 5 main street.", "The user lives at 12 elm street."),
     ("User's sister works at Deloitte.", "The user works at Siemens."),
@@ -457,6 +465,11 @@ def test_pairs_of_one_frame_have_a_second_lower_boundary(texts: list[str]) -> No
     ("Alice has a cat named Miso.", "Alice adopted another cat named Pixel."),
     # A name left behind is no value: both say where Alice lives now.
     ("Alice moved from Lyon to Grenoble.", "Alice lives in Grenoble near the Ile Verte."),
+    # What a preference weighs against is not what it says is so.
+    ("Alice prefers tea to coffee in the afternoon.",
+     "Alice drinks green tea every morning now instead of coffee."),
+    ("Alice drinks green tea every morning.",
+     "Alice drinks green tea every morning now instead of coffee."),
     # Two places of two things, each at its own address.
     ("The user's office is at 5 main street.", "The user lives at 12 elm street."),
     # no value, or no other word

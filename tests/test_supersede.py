@@ -460,18 +460,6 @@ def test_pairs_of_one_frame_have_a_second_lower_boundary(texts: list[str]) -> No
     ("The user works at Google.", "User's sister works at Deloitte."),
     ("The user's rent is 900 euros.", "The user paid a deposit of 1800 euros for the flat."),
     ("The user has 2 goldfish in a tank.", "The user has 3 cats."),
-    # One more, not another value: a second cat beside the first.
-    ("Alice has a cat named Miso.", "Alice adopted a second cat named Pixel."),
-    ("Alice has a cat named Miso.", "Alice adopted another cat named Pixel."),
-    # A name left behind is no value: both say where Alice lives now.
-    ("Alice moved from Lyon to Grenoble.", "Alice lives in Grenoble near the Ile Verte."),
-    # What a preference weighs against is not what it says is so.
-    ("Alice prefers tea to coffee in the afternoon.",
-     "Alice drinks green tea every morning now instead of coffee."),
-    ("Alice drinks green tea every morning.",
-     "Alice drinks green tea every morning now instead of coffee."),
-    # Two places of two things, each at its own address.
-    ("The user's office is at 5 main street.", "The user lives at 12 elm street."),
     # no value, or no other word
     ("The user likes green tea.", "The user likes black tea."),
     ("Google.", "Stripe."),

@@ -1140,6 +1140,7 @@ ABBREVIATIONS = frozenset(
     "dr mr mrs ms mx prof st jr sr mt ft vs approx dept fig inc ltd corp ave blvd rd "
     "gen col capt lt sgt rev hon".split())
 _LAST_WORD = re.compile(r"([A-Za-z][A-Za-z.]*)\.$")
+_LONGEST_ABBREVIATION = 32  # characters, its points included
 _NEXT_WORD = re.compile(r"[A-Za-z]+")
 # Words that open a sentence and follow no abbreviation: after "Acme Inc." or "vitamin
 # D.", "The user ..." is a sentence of its own.
@@ -1444,7 +1445,8 @@ def _abbreviated(before: str, after: str) -> bool:
     """Whether the point ending ``before`` is an abbreviation's or an initial's: a
     known abbreviation, one letter, or a dotted word of short parts ("p.m.", "e.g.", not
     "Node.js"), unless the next word opens a sentence."""
-    word = _LAST_WORD.search(before)
+    # Only the end is read: an abbreviation is short, and a long text has many points.
+    word = _LAST_WORD.search(before, max(len(before) - _LONGEST_ABBREVIATION, 0))
     if word is None:
         return False
     last = word.group(1)

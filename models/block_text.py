@@ -23,6 +23,12 @@ BLOCK_TYPES = (
     USER_PROFILE, PROJECT_CONTEXT, BEHAVIORAL_PATTERNS, ACTIVE_DECISIONS, LEARNED_PREFERENCES,
 )
 
+
+def block_rank(block_type: str) -> int:
+    """Where a block comes in ``BLOCK_TYPES``; a type it does not list comes last."""
+    return BLOCK_TYPES.index(block_type) if block_type in BLOCK_TYPES else len(BLOCK_TYPES)
+
+
 SEPARATOR = "\n---\n"
 ELLIPSIS = "…"
 

@@ -35,6 +35,7 @@ from reverie.models.block_text import (
     PROJECT_CONTEXT,
     SEPARATOR,
     USER_PROFILE,
+    block_rank,
     block_rules,
     cut_words,
     fact_text,
@@ -135,9 +136,8 @@ def enforce_total(blocks: dict[str, list[str]], limit: int) -> dict[str, list[st
     """Shrink blocks until all of them together fit in ``limit`` characters: the longest
     block drops its last fact (a lone fact is cut at a word) until the total fits."""
     out = {name: list(facts) for name, facts in blocks.items()}
-    rank = {name: i for i, name in enumerate(BLOCK_TYPES)}
     while (total := sum(joined_length(f) for f in out.values())) > limit:
-        name = max(out, key=lambda n: (joined_length(out[n]), rank.get(n, len(rank))))
+        name = max(out, key=lambda n: (joined_length(out[n]), block_rank(n)))
         facts = out[name]
         if len(facts) > 1:
             facts.pop()

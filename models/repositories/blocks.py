@@ -8,7 +8,7 @@ from datetime import datetime
 from sqlalchemy import select
 from sqlmodel import Session, col
 
-from reverie.models.block_text import BLOCK_TYPES, SEPARATOR, fact_text, fit_facts
+from reverie.models.block_text import SEPARATOR, block_rank, fact_text, fit_facts
 from reverie.models.records import BlockPlan, MemoryView
 from reverie.models.repositories.memories import memories
 from reverie.models.store import ProfileTx
@@ -20,8 +20,7 @@ def blocks(tx: ProfileTx) -> list[CoreBlock]:
     found = tx.session.execute(
         select(CoreBlock).where(col(CoreBlock.profile_id) == tx.profile)
     ).scalars()
-    rank = {t: i for i, t in enumerate(BLOCK_TYPES)}
-    return sorted(found, key=lambda b: (rank.get(b.block_type, len(rank)), b.block_type))
+    return sorted(found, key=lambda b: (block_rank(b.block_type), b.block_type))
 
 
 def upsert_blocks(tx: ProfileTx, plans: Sequence[BlockPlan], as_of: datetime) -> list[str]:

@@ -111,8 +111,8 @@ def _locally(
     given the operator's selector (``profile``, None for all), as a scheduled run would
     be; ``profiles`` is what it resolved to, for telling which dates are already done."""
     from reverie.deployments.local_server import local_api
-    from reverie.flows.catalog import FLOWS, SCHEDULE_ORDER, parse_flows
-    from reverie.orchestration.replay import history_ends
+    from reverie.flows.catalog import FLOWS, parse_flows
+    from reverie.orchestration.replay import comes_late, history_ends
     from reverie.runner.runtime import wait_for_run_history
 
     report = BackfillReport(flow, "local")
@@ -129,8 +129,7 @@ def _locally(
                             for r in run_history(s, flow=flow_fn.name, as_of=when, limit=None)}
                 if wanted <= done:
                     continue
-                place = (when, SCHEDULE_ORDER[name])
-                if any(p in ends and ends[p] > place for p in wanted - done):
+                if any(comes_late(ends, p, name, when) for p in wanted - done):
                     late.add(when)
                 with local_api():  # each run: a server killed meanwhile is replaced
                     last = flow_fn(profile=profile, as_of=when)
@@ -160,8 +159,14 @@ def _through_replays(
     or running gets no second one."""
     from prefect.deployments import run_deployment
 
-    from reverie.flows.catalog import SCHEDULE_ORDER, parse_flows
-    from reverie.orchestration.replay import done_items, history_ends, replay_title, store_tag
+    from reverie.flows.catalog import parse_flows
+    from reverie.orchestration.replay import (
+        comes_late,
+        done_items,
+        history_ends,
+        replay_title,
+        store_tag,
+    )
 
     report = BackfillReport(flow, REPLAY_DEPLOYMENT)
     flows = parse_flows(flow)
@@ -179,8 +184,8 @@ def _through_replays(
             if not todo:
                 continue
             pending.update(todo)
-            late.update(w for w in todo if profile in ends and any(
-                ends[profile] > (w, SCHEDULE_ORDER[f]) for f in flows if (f, w) not in done))
+            late.update(w for w in todo if any(
+                comes_late(ends, profile, f, w) for f in flows if (f, w) not in done))
             if profile in busy:
                 report.running.append(profile)
                 continue

@@ -138,6 +138,13 @@ def history_ends(store: Store, profiles: Sequence[str]) -> dict[str, tuple[datet
     return ends
 
 
+def comes_late(ends: dict[str, tuple[datetime, int]], profile: str, name: str,
+               when: datetime) -> bool:
+    """Whether flow ``name`` as of ``when`` comes before where ``profile``'s history
+    stands (``ends``, from ``history_ends``)."""
+    return profile in ends and ends[profile] > (when, SCHEDULE_ORDER[name])
+
+
 def replay_title(flow: object, profile: object, dates: Sequence[object]) -> str:
     """A replay run's name: the one ``reverie backfill`` gives it when creating it, and
     the one the run gives itself when started any other way."""

@@ -364,13 +364,13 @@ def store_memories(
         rejected.append({"record": where, "field": e.field, "message": e.message})
     # In the call's order: those refused here and those ingest refused were two lists.
     rejected.sort(key=lambda r: _record_number(r["record"]))
-    stored_at = {f"record {n}" for n in positions} - {r["record"] for r in rejected}
+    refused_at = {r["record"] for r in rejected}
     notes = [f"record {n}: kind {kind!r} is none the seeds give a meaning "
              f"({', '.join(sorted(SEED_KINDS))}): stored, but no Core Memory block takes it"
-             for n, r in enumerate(memories, start=1)
-             if f"record {n}" in stored_at and isinstance(r, dict)
-             and r.get("type", "memory") == "memory"
-             and (kind := str(r.get("kind") or "semantic").strip().lower()) not in SEED_KINDS]
+             for n in positions if f"record {n}" not in refused_at
+             and (record := memories[n - 1]).get("type", "memory") == "memory"
+             and (kind := str(record.get("kind") or "semantic").strip().lower())
+             not in SEED_KINDS]
     result = {
         "profile": name,
         "stored": report.stored if report else 0,
@@ -541,16 +541,13 @@ def session_end(
 
 def _why_no_run(counted: bool) -> str:
     """Why a session end starts no consolidation: an agent trial saw only ``false``."""
-    from reverie.runner.event_delivery import wanted
-
     if not counted:
         return "this session had ended already: its end was counted then"
     if not _operator_api():
         return ("no Prefect API with Reverie's deployments is configured (PREFECT_API_URL): "
                 "nothing acts on the session's end; call consolidate to run one now")
-    if not wanted():
-        return "events are off (REVERIE_EMIT_EVENTS=false): no trigger sees the end"
-    return "its events could not be queued"
+    # Counted, with the operator's API: only events turned off keep a run from following.
+    return "events are off (REVERIE_EMIT_EVENTS=false): no trigger sees the end"
 
 
 def undo(store: Store, who: Principal, profile: object, ident: object) -> dict[str, Any]:
